@@ -1,0 +1,2 @@
+//! The `tollgate` command.
+fn main() {}
