@@ -1,3 +1,7 @@
 //! tollgate: a lock-free, sliced token-pool rate limiter and a
 //! Doorman-compatible lease server.
 #![deny(unsafe_op_in_unsafe_fn)]
+
+mod limiter;
+
+pub use limiter::spec::{RateSpec, SpecError, Verb};

@@ -1,0 +1,2 @@
+//! The token-pool rate limiter; `spec` holds its configuration.
+pub(crate) mod spec;

@@ -1,0 +1,926 @@
+//! [`RateSpec`]: a limiter's configuration (rate, burst ratio, lifecycle
+//! verb) and the grammar of its spec string.
+//!
+//! # Implementation notes
+//!
+//! Both numbers are fixed-point integers, never floats, so that two specs
+//! compare exactly (applying an equal spec is a no-op) and the pool
+//! arithmetic built on them carries no float drift:
+//!
+//! - The rate is a `u128` count of nano-ops per second (ops/s × 10⁹). The
+//!   allowed range, 0.001 ..= 10¹² ops/s, is 10⁶ ..= 10²¹ nano-ops/s: too wide
+//!   for a `u64` (which ends near 1.8 × 10¹⁰ ops/s), comfortable in a `u128`.
+//!   An op costs 10¹⁸ / nano-ops ns of schedule time, so the pool can carry
+//!   the remainder instead of truncating the cost to whole nanoseconds.
+//! - The burst ratio is a `u64` in parts per million (1.1 is 1_100_000);
+//!   the range 1.0 ..= 1000.0 is 10⁶ ..= 10⁹ ppm.
+//!
+//! Spec strings are parsed exactly, with integers only. The scanner keeps a
+//! number as its significant decimal digits and the power of ten of the last
+//! one (`1.5K` is 15 × 10²), folding in the fraction, the `e` exponent and the
+//! unit suffix. The digit count bounds the magnitude, so a value far out of
+//! range (`1e999999999`, a 500-digit rate) is rejected before any arithmetic
+//! could overflow; only then is the integer built. A value that needs a
+//! digit below the unit (finer than 10⁻⁹ ops/s or 10⁻⁶ of ratio) is an error,
+//! never silently rounded.
+//!
+//! [`RateSpec::new`] and [`RateSpec::with_burst_ratio`] take an `f64`, which
+//! is already a binary approximation: they round its exact value to the
+//! nearest unit (ties away from zero), splitting the float into mantissa and
+//! exponent rather than multiplying in floating point.
+//!
+//! `Display` writes the shortest exact form of the rate, preferring a unit
+//! suffix on a tie (`1.5K`, not `1500`), so `parse(display(s)) == s`.
+
+use std::error::Error;
+use std::fmt;
+use std::str::FromStr;
+
+/// The rate's unit: nano-ops per second per op per second.
+const NANOS_PER_OP: f64 = 1e9;
+/// The burst ratio's unit: parts per million.
+const PPM: f64 = 1e6;
+/// [`RateSpec::DEFAULT_BURST_RATIO`] in ppm.
+const DEFAULT_PPM: u64 = 1_100_000;
+
+/// A fixed-point quantity: the unit is 10^-`point`, and a valid value lies
+/// between 10^`min_pow` and 10^`max_pow` units inclusive.
+#[derive(Debug)]
+struct Unit {
+    point: u32,
+    min_pow: u32,
+    max_pow: u32,
+}
+
+/// Rates: nano-ops per second, 0.001 ..= 1e12 ops/s.
+const RATE: Unit = Unit {
+    point: 9,
+    min_pow: 6,
+    max_pow: 21,
+};
+
+/// Burst ratios: parts per million, 1.0 ..= 1000.0.
+const RATIO: Unit = Unit {
+    point: 6,
+    min_pow: 6,
+    max_pow: 9,
+};
+
+/// A limiter's configuration: a rate in ops/s, a burst ratio and a
+/// lifecycle [`Verb`].
+///
+/// The burst ratio is the catch-up multiplier: while the limiter has a
+/// backlog, ops run at up to `rate × burst_ratio`. A ratio of 1.0 never
+/// catches up; the default is 1.1.
+///
+/// A spec parses from `<rate>[,<burst_ratio>][,<verb>]`, or
+/// `<rate>,<verb>`. The separators `,`, `:` and `;` may be mixed, and each
+/// part may be surrounded by whitespace. A rate is a decimal number, with an
+/// optional exponent (`1E6`, `2.5e-3`), an optional unit suffix (`K` = 10³,
+/// `M` = 10⁶, `G` or `B` = 10⁹, `T` = 10¹², any case) and an optional `/s`.
+/// Numbers are exact: `0.1` is exactly 100_000_000 nano-ops/s.
+///
+/// `Display` gives the canonical form, which parses back to an equal spec:
+/// the shortest exact rate, the burst ratio, and the verb unless it is
+/// [`Verb::Start`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{RateSpec, Verb};
+///
+/// let spec: RateSpec = " 1.5K/s ; 2 : restart ".parse()?;
+/// assert_eq!(spec.ops_per_sec(), 1500.0);
+/// assert_eq!(spec.burst_ratio(), 2.0);
+/// assert_eq!(spec.verb(), Verb::Restart);
+/// assert_eq!(spec.to_string(), "1.5K,2,restart");
+///
+/// let built = RateSpec::new(1500.0)?
+///     .with_burst_ratio(2.0)?
+///     .with_verb(Verb::Restart);
+/// assert_eq!(built, spec);
+///
+/// // The verb is not part of the schedule.
+/// let plain = "1500,2".parse::<RateSpec>()?;
+/// assert_eq!(plain.to_string(), "1.5K,2");
+/// assert!(plain.same_schedule(&spec));
+///
+/// let err = "10Mx".parse::<RateSpec>().unwrap_err();
+/// assert!(err.to_string().contains("unexpected \"x\" at byte 3"));
+/// # Ok::<(), tollgate::SpecError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RateSpec {
+    /// The rate in nano-ops per second, in `RATE`'s range.
+    nano: u128,
+    /// The burst ratio in parts per million, in `RATIO`'s range.
+    ppm: u64,
+    verb: Verb,
+}
+
+/// What applying a [`RateSpec`] does to the limiter's lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Verb {
+    /// Apply the rate and burst ratio, but do not start the limiter.
+    Configure,
+    /// Start the limiter if it is idle, otherwise apply the spec.
+    #[default]
+    Start,
+    /// Clear the pools and the backlog, as if the limiter were new.
+    Restart,
+}
+
+impl RateSpec {
+    /// The burst ratio of a spec that does not name one.
+    pub const DEFAULT_BURST_RATIO: f64 = 1.1;
+    /// The lowest rate, in ops/s.
+    pub const MIN_OPS_PER_SEC: f64 = 0.001;
+    /// The highest rate, in ops/s.
+    pub const MAX_OPS_PER_SEC: f64 = 1e12;
+    /// The highest burst ratio; the lowest is 1.0.
+    pub const MAX_BURST_RATIO: f64 = 1000.0;
+
+    /// A spec for `ops_per_sec`, with the default burst ratio (1.1) and
+    /// [`Verb::Start`]. The rate is rounded to the nearest nano-op/s.
+    ///
+    /// # Errors
+    ///
+    /// If `ops_per_sec` is NaN, infinite, or outside
+    /// [`MIN_OPS_PER_SEC`](Self::MIN_OPS_PER_SEC) ..=
+    /// [`MAX_OPS_PER_SEC`](Self::MAX_OPS_PER_SEC).
+    pub fn new(ops_per_sec: f64) -> Result<RateSpec, SpecError> {
+        let nano = from_f64(Field::Rate, ops_per_sec)?;
+        Ok(RateSpec {
+            nano,
+            ppm: DEFAULT_PPM,
+            verb: Verb::Start,
+        })
+    }
+
+    /// This spec with burst ratio `ratio`, rounded to the nearest millionth.
+    ///
+    /// # Errors
+    ///
+    /// If `ratio` is NaN, infinite, below 1.0 or above
+    /// [`MAX_BURST_RATIO`](Self::MAX_BURST_RATIO).
+    pub fn with_burst_ratio(self, ratio: f64) -> Result<RateSpec, SpecError> {
+        let ppm = from_f64(Field::BurstRatio, ratio)?;
+        Ok(RateSpec {
+            ppm: narrow_ppm(ppm),
+            ..self
+        })
+    }
+
+    /// This spec with lifecycle verb `verb`.
+    #[must_use]
+    pub fn with_verb(self, verb: Verb) -> RateSpec {
+        RateSpec { verb, ..self }
+    }
+
+    /// The rate in ops/s (the nearest `f64`).
+    pub fn ops_per_sec(&self) -> f64 {
+        self.nano as f64 / NANOS_PER_OP
+    }
+
+    /// The burst ratio (the nearest `f64`).
+    pub fn burst_ratio(&self) -> f64 {
+        self.ppm as f64 / PPM
+    }
+
+    /// The lifecycle verb.
+    pub fn verb(&self) -> Verb {
+        self.verb
+    }
+
+    /// Same rate and burst ratio (the verb is ignored): applying such a spec
+    /// is a no-op.
+    pub fn same_schedule(&self, other: &RateSpec) -> bool {
+        self.nano == other.nano && self.ppm == other.ppm
+    }
+
+    /// The exact rate in nano-ops per second, 10⁶ ..= 10²¹.
+    // Read by the pool arithmetic, which lands in its own change.
+    #[allow(dead_code)]
+    pub(crate) fn nano_ops_per_sec(&self) -> u128 {
+        self.nano
+    }
+
+    /// The exact burst ratio in parts per million, 10⁶ ..= 10⁹.
+    // Read by the pool arithmetic, which lands in its own change.
+    #[allow(dead_code)]
+    pub(crate) fn burst_ppm(&self) -> u64 {
+        self.ppm
+    }
+}
+
+impl FromStr for RateSpec {
+    type Err = SpecError;
+
+    /// Parses `<rate>[,<burst_ratio>][,<verb>]` or `<rate>,<verb>`; see
+    /// [`RateSpec`].
+    ///
+    /// # Errors
+    ///
+    /// If the spec is empty or has too many parts, a part is empty or
+    /// malformed, a number is out of range or finer than its unit, or the
+    /// verb is unknown. The error names the part and its byte offset.
+    fn from_str(s: &str) -> Result<RateSpec, SpecError> {
+        if s.trim().is_empty() {
+            return Err(SpecError::new(Kind::Empty));
+        }
+        let parts = split_parts(s);
+        let count = parts.len();
+        let mut parts = parts.into_iter();
+        // `split_parts` yields at least one part.
+        let (at, rate) = parts.next().unwrap_or((0, ""));
+        let mut spec = RateSpec {
+            nano: parse_fixed(Field::Rate, rate, at)?,
+            ppm: DEFAULT_PPM,
+            verb: Verb::Start,
+        };
+
+        let Some((at, second)) = parts.next() else {
+            return Ok(spec);
+        };
+        if let Some(verb) = Verb::from_word(second) {
+            spec.verb = verb;
+            return match parts.next() {
+                None => Ok(spec),
+                Some((at, extra)) => Err(SpecError::new(Kind::TooManyParts {
+                    part: Part::at(extra, at),
+                    after_verb: true,
+                })),
+            };
+        }
+        if second.is_empty() {
+            // Followed by a verb, this can only be the burst ratio.
+            let field = if count == 2 {
+                Field::RatioOrVerb
+            } else {
+                Field::BurstRatio
+            };
+            return Err(SpecError::new(Kind::EmptyPart { field, at }));
+        }
+        if count == 2 && second.starts_with(|c: char| c.is_alphabetic()) {
+            return Err(SpecError::new(Kind::UnknownVerb {
+                part: Part::at(second, at),
+                or_ratio: true,
+            }));
+        }
+        spec.ppm = narrow_ppm(parse_fixed(Field::BurstRatio, second, at)?);
+
+        let Some((at, third)) = parts.next() else {
+            return Ok(spec);
+        };
+        if third.is_empty() {
+            return Err(SpecError::new(Kind::EmptyPart {
+                field: Field::Verb,
+                at,
+            }));
+        }
+        spec.verb = Verb::from_word(third).ok_or_else(|| {
+            SpecError::new(Kind::UnknownVerb {
+                part: Part::at(third, at),
+                or_ratio: false,
+            })
+        })?;
+        match parts.next() {
+            None => Ok(spec),
+            Some((at, extra)) => Err(SpecError::new(Kind::TooManyParts {
+                part: Part::at(extra, at),
+                after_verb: false,
+            })),
+        }
+    }
+}
+
+impl fmt::Display for RateSpec {
+    /// The canonical form, e.g. `10M,1.1` or `1.5K,2,restart`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ratio = fixed_to_string(u128::from(self.ppm), RATIO.point);
+        write!(f, "{},{ratio}", rate_to_string(self.nano))?;
+        if self.verb != Verb::Start {
+            write!(f, ",{}", self.verb)?;
+        }
+        Ok(())
+    }
+}
+
+impl Verb {
+    /// The verb named `word`, in any case.
+    fn from_word(word: &str) -> Option<Verb> {
+        [Verb::Configure, Verb::Start, Verb::Restart]
+            .into_iter()
+            .find(|verb| word.eq_ignore_ascii_case(verb.as_str()))
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Verb::Configure => "configure",
+            Verb::Start => "start",
+            Verb::Restart => "restart",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    /// `configure`, `start` or `restart`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl FromStr for Verb {
+    type Err = SpecError;
+
+    /// Parses `configure`, `start` or `restart`, in any case.
+    ///
+    /// # Errors
+    ///
+    /// If `s` is not one of the three verbs.
+    fn from_str(s: &str) -> Result<Verb, SpecError> {
+        Verb::from_word(s).ok_or_else(|| {
+            SpecError::new(Kind::UnknownVerb {
+                part: Part {
+                    text: clip(s),
+                    at: None,
+                },
+                or_ratio: false,
+            })
+        })
+    }
+}
+
+/// Why a [`RateSpec`] or [`Verb`] could not be built: what is wrong, where
+/// (the offending part and its byte offset in the input), and what was
+/// expected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecError {
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    /// The input is empty or only whitespace.
+    Empty,
+    /// A part after the verb, or a fourth part.
+    TooManyParts { part: Part, after_verb: bool },
+    /// Nothing (or only whitespace) between separators.
+    EmptyPart { field: Field, at: usize },
+    /// Not the syntax of a number; `detail` says where scanning stopped.
+    NotANumber {
+        field: Field,
+        part: Part,
+        detail: Option<Detail>,
+    },
+    /// A NaN or infinite `f64`.
+    NotFinite { field: Field, part: Part },
+    /// A number below (`low`) or above the field's range.
+    OutOfRange { field: Field, part: Part, low: bool },
+    /// A number with a digit below the field's unit.
+    TooPrecise { field: Field, part: Part },
+    /// A word that is not a verb; `or_ratio` if a ratio would also fit.
+    UnknownVerb { part: Part, or_ratio: bool },
+}
+
+/// Which part of the spec an error is about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    Rate,
+    BurstRatio,
+    /// The second of two parts: a burst ratio or a verb.
+    RatioOrVerb,
+    Verb,
+}
+
+/// The offending text (clipped) and its byte offset, unless it came from an
+/// `f64` or a lone verb.
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    text: String,
+    at: Option<usize>,
+}
+
+/// Where and why a number's syntax broke, as a byte offset in the input.
+#[derive(Debug, Clone, PartialEq)]
+enum Detail {
+    Unexpected { found: char, at: usize },
+    Missing { what: &'static str, at: usize },
+}
+
+impl SpecError {
+    fn new(kind: Kind) -> SpecError {
+        SpecError { kind }
+    }
+}
+
+impl Part {
+    fn at(text: &str, at: usize) -> Part {
+        Part {
+            text: clip(text),
+            at: Some(at),
+        }
+    }
+
+    /// ` at byte N`, or nothing.
+    fn offset(&self) -> String {
+        self.at
+            .map_or_else(String::new, |at| format!(" at byte {at}"))
+    }
+}
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::Rate => "rate",
+            Field::BurstRatio => "burst ratio",
+            Field::RatioOrVerb => "part",
+            Field::Verb => "verb",
+        }
+    }
+
+    fn expected(self) -> &'static str {
+        match self {
+            Field::Rate => "e.g. 1000, 1.5K, 10M or 1E6",
+            Field::BurstRatio => "e.g. 1.1, 1.5 or 2",
+            Field::RatioOrVerb => {
+                "a burst ratio (e.g. 1.1) or a verb (configure, start or restart)"
+            }
+            Field::Verb => "configure, start or restart",
+        }
+    }
+
+    fn range(self) -> &'static str {
+        match self {
+            Field::Rate => "must be between 0.001 and 1e12 ops/s",
+            _ => "must be between 1.0 and 1000",
+        }
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Empty => f.write_str(
+                "empty spec: expected <rate>[,<burst ratio>][,<verb>], e.g. 10K,1.1,start",
+            ),
+            Kind::TooManyParts {
+                part,
+                after_verb: true,
+            } => write!(
+                f,
+                "too many parts: {:?}{} follows the verb, which must come last",
+                part.text,
+                part.offset()
+            ),
+            Kind::TooManyParts {
+                part,
+                after_verb: false,
+            } => write!(
+                f,
+                "too many parts: {:?}{} is a fourth part; expected <rate>[,<burst ratio>][,<verb>]",
+                part.text,
+                part.offset()
+            ),
+            Kind::EmptyPart { field, at } => write!(
+                f,
+                "empty {} at byte {at}: expected {}",
+                field.name(),
+                field.expected()
+            ),
+            Kind::NotANumber {
+                field,
+                part,
+                detail,
+            } => {
+                write!(
+                    f,
+                    "{} {:?}{} is not a number",
+                    field.name(),
+                    part.text,
+                    part.offset()
+                )?;
+                match detail {
+                    Some(Detail::Unexpected { found, at }) => {
+                        write!(f, " (unexpected \"{}\" at byte {at})", found.escape_debug())?
+                    }
+                    Some(Detail::Missing { what, at }) => {
+                        write!(f, " (missing {what} at byte {at})")?;
+                    }
+                    None => {}
+                }
+                write!(f, ": expected {}", field.expected())
+            }
+            Kind::NotFinite { field, part } => write!(
+                f,
+                "{} {}{} is not finite: {}",
+                field.name(),
+                part.text,
+                part.offset(),
+                field.range()
+            ),
+            Kind::OutOfRange { field, part, low } => {
+                let problem = match (field, low) {
+                    (Field::Rate, _) => "is out of range",
+                    (_, true) => "is below 1.0",
+                    (_, false) => "is above 1000",
+                };
+                write!(
+                    f,
+                    "{} {}{} {problem}: {}",
+                    field.name(),
+                    part.text,
+                    part.offset(),
+                    field.range()
+                )
+            }
+            Kind::TooPrecise { field, part } => {
+                let resolution = match field {
+                    Field::Rate => "0.000000001 ops/s (9 decimal places)",
+                    _ => "0.000001 (6 decimal places)",
+                };
+                write!(
+                    f,
+                    "{} {}{} is too precise: the resolution is {resolution}",
+                    field.name(),
+                    part.text,
+                    part.offset()
+                )
+            }
+            Kind::UnknownVerb { part, or_ratio } => {
+                write!(
+                    f,
+                    "unknown verb {:?}{}: expected configure, start or restart",
+                    part.text,
+                    part.offset()
+                )?;
+                if *or_ratio {
+                    f.write_str(" (or a burst ratio such as 1.1)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Error for SpecError {}
+
+/// Splits `s` at every separator into `(offset, part)`, each part trimmed of
+/// whitespace and `offset` the byte where its text starts (for an empty part,
+/// where the part starts). Always yields at least one part.
+fn split_parts(s: &str) -> Vec<(usize, &str)> {
+    fn trimmed(s: &str, start: usize, end: usize) -> (usize, &str) {
+        let raw = &s[start..end];
+        let text = raw.trim();
+        if text.is_empty() {
+            (start, text)
+        } else {
+            (start + raw.len() - raw.trim_start().len(), text)
+        }
+    }
+
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        if matches!(c, ',' | ':' | ';') {
+            parts.push(trimmed(s, start, i));
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(trimmed(s, start, s.len()));
+    parts
+}
+
+/// Parses `text` (found at byte `at`) as a rate or burst ratio, exactly, in
+/// the field's fixed-point unit.
+fn parse_fixed(field: Field, text: &str, at: usize) -> Result<u128, SpecError> {
+    if text.is_empty() {
+        return Err(SpecError::new(Kind::EmptyPart { field, at }));
+    }
+    let (unit, suffixes) = match field {
+        Field::Rate => (&RATE, true),
+        _ => (&RATIO, false),
+    };
+    let part = || Part::at(text, at);
+    let decimal = scan(text, suffixes).map_err(|stop| {
+        let detail = match text[stop..].chars().next() {
+            // Nothing numeric at all: the part itself says enough.
+            Some(_) if stop == 0 => None,
+            Some(found) => Some(Detail::Unexpected {
+                found,
+                at: at + stop,
+            }),
+            None => Some(Detail::Missing {
+                what: missing_at_end(text),
+                at: at + stop,
+            }),
+        };
+        SpecError::new(Kind::NotANumber {
+            field,
+            part: part(),
+            detail,
+        })
+    })?;
+    decimal.to_fixed(unit).map_err(|reject| {
+        SpecError::new(match reject {
+            Reject::Low | Reject::High => Kind::OutOfRange {
+                field,
+                part: part(),
+                low: reject == Reject::Low,
+            },
+            Reject::TooPrecise => Kind::TooPrecise {
+                field,
+                part: part(),
+            },
+        })
+    })
+}
+
+/// What a number that ends early lacks, judged by its last byte.
+fn missing_at_end(text: &str) -> &'static str {
+    match text.as_bytes().last() {
+        Some(b'e' | b'E') => "exponent digits",
+        Some(b'/') => "\"s\"",
+        Some(b'+' | b'-') if text.len() > 1 => "exponent digits",
+        _ => "digits",
+    }
+}
+
+/// A decimal number as written: `±digits × 10^exp`, where `digits` has no
+/// leading or trailing zeros.
+#[derive(Debug)]
+struct Decimal {
+    negative: bool,
+    /// How many significant digits; 0 for zero.
+    len: usize,
+    /// The significant digits, if there are at most 38 (they fit a `u128`).
+    digits: Option<u128>,
+    /// The power of ten of the last significant digit.
+    exp: i64,
+}
+
+/// Why a [`Decimal`] does not fit a [`Unit`].
+#[derive(Debug, PartialEq)]
+enum Reject {
+    Low,
+    High,
+    TooPrecise,
+}
+
+/// Exponents are clamped to this magnitude while scanning; far beyond any
+/// range, far from overflowing an `i64`.
+const EXP_CLAMP: i64 = 1_000_000_000_000_000;
+
+/// Scans `text` as `[+-]digits[.digits][(e|E)[+-]digits]`, then, if
+/// `suffixes`, an optional unit suffix and an optional `/s`. On a syntax
+/// error returns the byte offset (in `text`) where scanning stopped.
+fn scan(text: &str, suffixes: bool) -> Result<Decimal, usize> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let digits_from = |i: &mut usize| {
+        let start = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        &b[start..*i]
+    };
+    let sign = |i: &mut usize| match b.get(*i) {
+        Some(b'-') => {
+            *i += 1;
+            true
+        }
+        Some(b'+') => {
+            *i += 1;
+            false
+        }
+        _ => false,
+    };
+
+    let negative = sign(&mut i);
+    let int = digits_from(&mut i);
+    let mut frac: &[u8] = &[];
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        frac = digits_from(&mut i);
+    }
+    if int.is_empty() && frac.is_empty() {
+        return Err(i);
+    }
+
+    let mut exp: i64 = 0;
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        let exp_negative = sign(&mut i);
+        let exp_digits = digits_from(&mut i);
+        if exp_digits.is_empty() {
+            return Err(i);
+        }
+        for d in exp_digits {
+            exp = (exp * 10 + i64::from(d - b'0')).min(EXP_CLAMP);
+        }
+        if exp_negative {
+            exp = -exp;
+        }
+    }
+    if suffixes {
+        let power = match b.get(i).map(u8::to_ascii_uppercase) {
+            Some(b'K') => 3,
+            Some(b'M') => 6,
+            Some(b'G' | b'B') => 9,
+            Some(b'T') => 12,
+            _ => 0,
+        };
+        if power > 0 {
+            i += 1;
+            exp += power;
+        }
+        if b.get(i) == Some(&b'/') {
+            i += 1;
+            if !matches!(b.get(i), Some(b's' | b'S')) {
+                return Err(i);
+            }
+            i += 1;
+        }
+    }
+    if i < b.len() {
+        return Err(i);
+    }
+
+    let digit = |k: usize| {
+        if k < int.len() {
+            int[k]
+        } else {
+            frac[k - int.len()]
+        }
+    };
+    let count = int.len() + frac.len();
+    let Some(first) = (0..count).find(|&k| digit(k) != b'0') else {
+        return Ok(Decimal {
+            negative,
+            len: 0,
+            digits: Some(0),
+            exp: 0,
+        });
+    };
+    let last = (first..count)
+        .rev()
+        .find(|&k| digit(k) != b'0')
+        .unwrap_or(first);
+    let len = last - first + 1;
+    let digits = (len <= 38)
+        .then(|| (first..=last).fold(0u128, |acc, k| acc * 10 + u128::from(digit(k) - b'0')));
+    // The digit at index `k` is worth 10^(int.len() - 1 - k + exp).
+    let exp = to_i64(int.len())
+        .saturating_sub(1)
+        .saturating_sub(to_i64(last))
+        .saturating_add(exp);
+    Ok(Decimal {
+        negative,
+        len,
+        digits,
+        exp,
+    })
+}
+
+impl Decimal {
+    /// This number as an exact count of `unit`s, if it is in range and has
+    /// no digit below the unit.
+    fn to_fixed(&self, unit: &Unit) -> Result<u128, Reject> {
+        if self.len == 0 || self.negative {
+            return Err(Reject::Low);
+        }
+        // The last digit is worth 10^shift units, and the value lies in
+        // [10^(top - 1), 10^top) units.
+        let shift = self.exp.saturating_add(i64::from(unit.point));
+        let top = shift.saturating_add(to_i64(self.len));
+        if top > i64::from(unit.max_pow) + 1 {
+            return Err(Reject::High);
+        }
+        if top <= i64::from(unit.min_pow) {
+            return Err(Reject::Low);
+        }
+        if shift < 0 {
+            return Err(Reject::TooPrecise);
+        }
+        // Now 0 <= shift and len <= top <= max_pow + 1 <= 22: all fits.
+        let value = u32::try_from(shift)
+            .ok()
+            .and_then(|shift| 10u128.checked_pow(shift))
+            .zip(self.digits)
+            .and_then(|(scale, digits)| digits.checked_mul(scale))
+            .ok_or(Reject::High)?;
+        if value < 10u128.pow(unit.min_pow) {
+            Err(Reject::Low)
+        } else if value > 10u128.pow(unit.max_pow) {
+            Err(Reject::High)
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Checks `x` against the field's range and converts it to the field's unit,
+/// rounded to nearest.
+fn from_f64(field: Field, x: f64) -> Result<u128, SpecError> {
+    let (min, max, unit) = match field {
+        Field::Rate => (RateSpec::MIN_OPS_PER_SEC, RateSpec::MAX_OPS_PER_SEC, &RATE),
+        _ => (1.0, RateSpec::MAX_BURST_RATIO, &RATIO),
+    };
+    let part = || Part {
+        text: f64_to_string(x),
+        at: None,
+    };
+    if !x.is_finite() {
+        return Err(SpecError::new(Kind::NotFinite {
+            field,
+            part: part(),
+        }));
+    }
+    if !(min..=max).contains(&x) {
+        return Err(SpecError::new(Kind::OutOfRange {
+            field,
+            part: part(),
+            low: x < min,
+        }));
+    }
+    let value = round_scaled(x, 10u128.pow(unit.point));
+    debug_assert!((10u128.pow(unit.min_pow)..=10u128.pow(unit.max_pow)).contains(&value));
+    Ok(value)
+}
+
+/// `x × scale` rounded to the nearest integer (ties away from zero),
+/// computed exactly, for a finite `0 <= x < 2^53` and `scale < 2^64`.
+fn round_scaled(x: f64, scale: u128) -> u128 {
+    let bits = x.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = u128::from(bits & ((1 << 52) - 1));
+    // x = mantissa × 2^power
+    let (mantissa, power) = if biased == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | 1 << 52, biased - 1075)
+    };
+    // Below 2^53 × 2^64 = 2^117: no overflow.
+    let product = mantissa * scale;
+    match u32::try_from(-power) {
+        Err(_) => product << power.min(127),
+        Ok(down) if down >= 128 => 0,
+        Ok(0) => product,
+        Ok(down) => {
+            let whole = product >> down;
+            let rest = product - (whole << down);
+            whole + u128::from(rest >= 1 << (down - 1))
+        }
+    }
+}
+
+/// An `f64` for an error message: plain, or in `e` notation when that is
+/// much shorter.
+fn f64_to_string(x: f64) -> String {
+    if x != 0.0 && (x.abs() >= 1e16 || x.abs() < 1e-6) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// `value` units of 10^-`point` as a plain decimal, without trailing zeros.
+fn fixed_to_string(value: u128, point: u32) -> String {
+    let one = 10u128.pow(point);
+    let (whole, fraction) = (value / one, value % one);
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let fraction = format!("{fraction:0width$}", width = point as usize);
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
+}
+
+/// The shortest exact spelling of a rate; on a tie, the larger suffix.
+fn rate_to_string(nano: u128) -> String {
+    let mut best = fixed_to_string(nano, RATE.point);
+    for (suffix, power) in [("K", 3), ("M", 6), ("G", 9), ("T", 12)] {
+        let candidate = fixed_to_string(nano, RATE.point + power) + suffix;
+        if candidate.len() <= best.len() {
+            best = candidate;
+        }
+    }
+    best
+}
+
+/// A ppm value already checked against `RATIO`'s range.
+fn narrow_ppm(ppm: u128) -> u64 {
+    u64::try_from(ppm).unwrap_or(u64::MAX)
+}
+
+/// `text`, cut to 40 characters for an error message.
+fn clip(text: &str) -> String {
+    const MAX: usize = 40;
+    match text.char_indices().nth(MAX) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+    }
+}
