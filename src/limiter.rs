@@ -1,2 +1,388 @@
-//! The token-pool rate limiter; `spec` holds its configuration.
+//! The public [`RateLimiter`]: a sliced, lock-free token pool that holds an
+//! op rate exactly and reports how far callers fell behind schedule.
+
+mod core;
+mod filler;
+mod future;
+mod pool;
+mod slice;
 pub(crate) mod spec;
+mod units;
+mod wait;
+
+use std::fmt;
+use std::time::Duration;
+
+use self::core::Core;
+pub use self::core::{Ledger, Stats};
+pub use self::future::AcquireFuture;
+use self::spec::RateSpec;
+use self::units::MAX_OPS_PER_ACQUIRE;
+use crate::clock::{Clock, SystemClock};
+use crate::sync::Arc;
+
+/// A rate limiter whose currency is schedule time.
+///
+/// Each op costs one op-slot of schedule (`1 / rate` seconds). A filler adds
+/// measured time to an *active* pool; time that does not fit goes to a
+/// *waiting* pool, the backlog, which is exactly how late an op admitted now
+/// starts versus its schedule (its coordinated-omission wait). While a
+/// backlog exists, ops may run at up to `rate * burst_ratio` to catch up.
+///
+/// Acquires take tokens from a per-thread, cache-padded slice of the active
+/// pool with one compare-exchange: no lock, no clock read and no write to a
+/// shared cache line on the fast path. Blocked callers sleep on a futex and
+/// are woken only as many as new tokens admit. See the crate docs for the
+/// design.
+///
+/// `RateLimiter` is `Send + Sync`: share it by reference or in an `Arc`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{RateLimiter, RateSpec};
+///
+/// let spec: RateSpec = "1000,1.1".parse()?;
+/// let limiter = RateLimiter::new(spec);
+/// let late = limiter.acquire(); // the first op passes at once
+/// assert!(late.as_secs() < 1);
+/// assert_eq!(limiter.stats().admitted, 1);
+/// # Ok::<(), tollgate::SpecError>(())
+/// ```
+pub struct RateLimiter {
+    core: Arc<Core>,
+    filler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("spec", &self.core.spec())
+            .field("backlog", &self.core.lateness())
+            .finish()
+    }
+}
+
+/// The error of [`RateLimiter::acquire_timeout`]: the tokens could not be
+/// granted within the wait allowed; nothing was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutError {
+    max_wait: Duration,
+}
+
+impl TimeoutError {
+    /// The wait that was allowed.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+}
+
+impl fmt::Display for TimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limit: no capacity within {:?}", self.max_wait)
+    }
+}
+
+impl std::error::Error for TimeoutError {}
+
+/// Options for a [`RateLimiter`]; start with [`RateLimiter::builder`].
+#[derive(Debug)]
+pub struct Builder {
+    spec: RateSpec,
+    clock: Option<Box<dyn Clock>>,
+    slices: Option<usize>,
+    fill_interval: Duration,
+    max_backlog: Option<Duration>,
+    filler_thread: bool,
+}
+
+impl Builder {
+    /// The clock to measure time with (default: [`SystemClock`]). Tests pass
+    /// a [`ManualClock`](crate::ManualClock).
+    pub fn clock(mut self, clock: impl Clock) -> Builder {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// How many slices the active pool is split into (rounded up to a power
+    /// of two; default: four per available core, at most 64). One slice
+    /// makes a single shared pool.
+    pub fn slices(mut self, slices: usize) -> Builder {
+        self.slices = Some(slices.clamp(1, 1024));
+        self
+    }
+
+    /// How often the filler thread adds time while callers wait (default
+    /// 1 ms). Callers fill by themselves when a fill is two intervals late.
+    pub fn fill_interval(mut self, interval: Duration) -> Builder {
+        self.fill_interval = interval.max(Duration::from_micros(10));
+        self
+    }
+
+    /// Caps the backlog (default: unbounded, as a benchmark schedule needs).
+    /// A service whose limiter sat idle should not then run fast for hours:
+    /// time beyond the cap is dropped.
+    pub fn max_backlog(mut self, cap: Duration) -> Builder {
+        self.max_backlog = Some(cap);
+        self
+    }
+
+    /// Whether to run the filler thread (default: yes). Without it, time is
+    /// added only when callers find a fill two intervals late or call
+    /// [`RateLimiter::backlog`]: for deterministic tests on a manual clock.
+    pub fn filler_thread(mut self, run: bool) -> Builder {
+        self.filler_thread = run;
+        self
+    }
+
+    /// Builds the limiter; it starts unless the spec's verb is `configure`.
+    pub fn build(self) -> RateLimiter {
+        let slices = self.slices.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores * 4).min(64)
+        });
+        let clock = self.clock.unwrap_or_else(|| Box::new(SystemClock::new()));
+        let core = Arc::new(Core::new(
+            self.spec,
+            clock,
+            slices,
+            self.fill_interval,
+            self.max_backlog,
+        ));
+        let filler = if self.filler_thread && cfg!(not(tollgate_loom)) {
+            spawn_filler(&core, self.fill_interval)
+        } else {
+            None
+        };
+        RateLimiter { core, filler }
+    }
+}
+
+#[cfg(not(tollgate_loom))]
+fn spawn_filler(core: &Arc<Core>, interval: Duration) -> Option<std::thread::JoinHandle<()>> {
+    let core = Arc::clone(core);
+    let handle = std::thread::Builder::new()
+        .name("tollgate-filler".into())
+        .spawn(move || filler::run(core, interval))
+        .expect("tollgate: cannot spawn the filler thread");
+    Some(handle)
+}
+
+#[cfg(tollgate_loom)]
+fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()>> {
+    None
+}
+
+/// Panics with a clear message on a weight the pool cannot represent.
+#[inline]
+fn tokens(n: u64) -> u64 {
+    assert!(
+        n <= MAX_OPS_PER_ACQUIRE,
+        "tollgate: acquire_n({n}) exceeds the largest weight, {MAX_OPS_PER_ACQUIRE}"
+    );
+    Core::tokens_for_ops(n)
+}
+
+impl RateLimiter {
+    /// The largest weight one acquire may ask for (about 8.8e12 ops).
+    pub const MAX_WEIGHT: u64 = MAX_OPS_PER_ACQUIRE;
+
+    /// A limiter for `spec` with default options, started unless the
+    /// spec's verb is `configure`.
+    pub fn new(spec: RateSpec) -> RateLimiter {
+        RateLimiter::builder(spec).build()
+    }
+
+    /// A builder for a limiter with non-default options.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, RateLimiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = RateLimiter::builder("100".parse()?)
+    ///     .clock(clock.clone())
+    ///     .filler_thread(false)
+    ///     .max_backlog(Duration::from_secs(1))
+    ///     .build();
+    /// assert!(limiter.try_acquire()); // the start allowance
+    /// assert!(!limiter.try_acquire()); // no time has passed
+    /// clock.advance(Duration::from_millis(10)); // one op of time at 100/s
+    /// assert_eq!(limiter.backlog(), Duration::ZERO);
+    /// assert!(limiter.try_acquire());
+    /// # Ok::<(), tollgate::SpecError>(())
+    /// ```
+    pub fn builder(spec: RateSpec) -> Builder {
+        Builder {
+            spec,
+            clock: None,
+            slices: None,
+            fill_interval: Duration::from_millis(1),
+            max_backlog: None,
+            filler_thread: true,
+        }
+    }
+
+    /// Blocks until one op may start; returns how late it starts versus its
+    /// schedule slot (the backlog).
+    #[inline]
+    pub fn acquire(&self) -> Duration {
+        self.acquire_n(1)
+    }
+
+    /// Blocks until an op of weight `n` may start; returns how late it
+    /// starts. `acquire_n(0)` returns at once. A weight larger than the
+    /// active pool gathers tokens as they come and completes at the average
+    /// rate.
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
+    #[inline]
+    pub fn acquire_n(&self, n: u64) -> Duration {
+        let need = tokens(n);
+        if need != 0 && !self.core.try_take_fast(need) {
+            self.core.acquire_blocking(need);
+        }
+        self.core.lateness()
+    }
+
+    /// Takes one op's tokens if they are there now.
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        self.try_acquire_n(1)
+    }
+
+    /// Takes an op of weight `n` if its tokens are all there now; never
+    /// waits, and takes nothing when it fails.
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
+    #[inline]
+    pub fn try_acquire_n(&self, n: u64) -> bool {
+        let need = tokens(n);
+        need == 0 || self.core.try_take_fast(need) || self.core.try_acquire_slow(need)
+    }
+
+    /// Like [`acquire_n`](RateLimiter::acquire_n), but waits at most
+    /// `max_wait` (measured on the limiter's clock).
+    ///
+    /// # Errors
+    ///
+    /// [`TimeoutError`] if the tokens cannot be granted within `max_wait`.
+    /// It fails at once, without waiting, when even the burst rate could not
+    /// deliver them in time. On error nothing is taken.
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
+    #[cfg(not(tollgate_loom))]
+    pub fn acquire_timeout(&self, n: u64, max_wait: Duration) -> Result<Duration, TimeoutError> {
+        let need = tokens(n);
+        if need == 0 || self.core.try_take_fast(need) {
+            return Ok(self.core.lateness());
+        }
+        let now = self.core_now();
+        let wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        if self.core.acquire_until(need, now.saturating_add(wait)) {
+            Ok(self.core.lateness())
+        } else {
+            Err(TimeoutError { max_wait })
+        }
+    }
+
+    #[cfg(not(tollgate_loom))]
+    fn core_now(&self) -> u64 {
+        self.core.now_ns()
+    }
+
+    /// Waits for one op without blocking the thread; resolves to how late
+    /// it starts.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future loses no tokens (see [`AcquireFuture`]).
+    pub fn acquire_async(&self) -> AcquireFuture<'_> {
+        self.acquire_n_async(1)
+    }
+
+    /// Waits for an op of weight `n` without blocking the thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # tokio_test_runtime();
+    /// # fn tokio_test_runtime() {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limiter = tollgate::RateLimiter::new("1K".parse().unwrap());
+    /// let late = limiter.acquire_n_async(1).await;
+    /// assert!(late.as_secs() < 1);
+    /// # });
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future loses no tokens (see [`AcquireFuture`]).
+    pub fn acquire_n_async(&self, n: u64) -> AcquireFuture<'_> {
+        AcquireFuture::new(&self.core, tokens(n))
+    }
+
+    /// Applies a spec live: `configure` sets rate and burst ratio without
+    /// starting, `start` (the default) also starts an idle limiter, and
+    /// `restart` clears the pools and the backlog as if new. Applying the
+    /// same rate and ratio again is a no-op. A rate change keeps the backlog
+    /// as time and clamps the active pool to the new size.
+    pub fn apply(&self, spec: RateSpec) {
+        self.core.apply(spec);
+    }
+
+    /// The spec in force.
+    pub fn spec(&self) -> RateSpec {
+        self.core.spec()
+    }
+
+    /// Brings the pool up to date with the clock and returns the backlog:
+    /// the waiting pool, i.e. how late an op admitted now starts.
+    pub fn backlog(&self) -> Duration {
+        self.core.backlog()
+    }
+
+    /// Sets or removes the cap on the backlog (see [`Builder::max_backlog`]).
+    pub fn set_max_backlog(&self, cap: Option<Duration>) {
+        self.core.set_max_backlog(cap);
+    }
+
+    /// The cap on the backlog, if any.
+    pub fn max_backlog(&self) -> Option<Duration> {
+        self.core.max_backlog()
+    }
+
+    /// Ops admitted, cumulative wait and the current backlog.
+    pub fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    /// Exact token accounting, for tests and model checks.
+    #[doc(hidden)]
+    pub fn ledger(&self) -> Ledger {
+        self.core.ledger()
+    }
+}
+
+impl Drop for RateLimiter {
+    fn drop(&mut self) {
+        self.core.filler_signal().stop();
+        if let Some(handle) = self.filler.take() {
+            let _ = handle.join();
+        }
+    }
+}

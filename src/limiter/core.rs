@@ -1,0 +1,713 @@
+//! The limiter's shared state and its acquire paths.
+//!
+//! # Implementation notes
+//!
+//! Tokens live in three places: the per-thread `slices` and the `central`
+//! pool together form the active pool `P`; the waiting pool `W` lives in
+//! the [`Schedule`] behind the fill lock, with everything else only fills
+//! and reconfiguration touch. Takes never lock: the fast path is one
+//! compare-exchange on the caller's slice ([`Slices::try_take`]); the slow
+//! path refills the slice from `central` in chunks, takes from other
+//! slices, fills when the filler is late (with `try_lock`: a caller never
+//! blocks on the fill lock), and finally waits.
+//!
+//! A fill runs the pure [`Pool::fill`] on a snapshot of `P` (central plus
+//! the sum of the slices). Concurrent takes can only lower `P` after the
+//! snapshot, so `P` stays within `A + B`; a concurrent steal that moves
+//! tokens from a slice not yet read into `central` already read can make
+//! the snapshot low by at most what the slices held, so `P` may exceed
+//! `A + B` transiently by at most `slices * chunk`. Either way each fill
+//! adds exactly the measured tokens to `P + W`.
+//!
+//! Stranding bound: idle slices hold at most `slices * chunk` tokens
+//! (`chunk = max(one op, A / (4 * slices))`, so at most a quarter of `A`),
+//! and a caller that finds its slice and `central` short takes from the
+//! other slices before it waits, so tokens are never stranded while anyone
+//! waits for them.
+//!
+//! Requests up to `A` are all-or-nothing: a caller takes tokens only when
+//! enough are there, so waiters never hoard fractions of an op. A request
+//! larger than `A` could never find that much at once, so it gathers
+//! tokens as they come (counted in `in_flight`) and completes at the
+//! average rate; a cancelled request returns what it gathered.
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::filler::FillerSignal;
+use super::pool::Pool;
+use super::slice::{move_home, Slices, Take};
+use super::spec::{RateSpec, Verb};
+use super::units::{mul_div, tokens_for_ops, Meter, Sizing, TOKENS_PER_OP};
+use super::wait::WaitQueue;
+use crate::clock::Clock;
+use crate::sync::{lock, try_lock, AtomicU64, Mutex, Ordering::Relaxed};
+
+/// Counters of a limiter, taken at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Ops admitted since the limiter was created (weighted: `acquire_n(5)`
+    /// counts 5), in whole ops.
+    pub admitted: u64,
+    /// Sum over admitted ops of how late each started (the backlog when it
+    /// was admitted), integrated at fill granularity.
+    pub total_wait: Duration,
+    /// The backlog at the last fill: how late an op admitted now starts.
+    pub backlog: Duration,
+}
+
+/// Every token the limiter has handed out or holds, for exact accounting
+/// in tests and model checks: `filled - dropped == admitted + active +
+/// waiting + in_flight`, where `admitted` is what ops took.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ledger {
+    /// Tokens ever added (measured time, start allowances, rescaling).
+    pub filled: u128,
+    /// Tokens discarded (backlog cap, restarts).
+    pub dropped: u128,
+    /// Tokens in the active pool (central plus slices).
+    pub active: u128,
+    /// Tokens in the waiting pool.
+    pub waiting: u128,
+    /// Tokens gathered by requests larger than the active pool, not yet admitted.
+    pub in_flight: u128,
+    /// Tokens one op costs.
+    pub tokens_per_op: u64,
+}
+
+/// State only fills and reconfiguration touch, behind the fill lock.
+#[derive(Debug)]
+struct Schedule {
+    spec: RateSpec,
+    meter: Meter,
+    sizing: Sizing,
+    /// Remainder of the nanosecond-to-token conversion (< one token).
+    carry: u128,
+    /// `W`, in tokens.
+    waiting: u128,
+    /// Clock reading of the last fill (or of start).
+    last_fill_ns: u64,
+    started: bool,
+    max_backlog: Option<Duration>,
+    /// `max_backlog` in tokens at the current rate.
+    max_waiting: Option<u128>,
+    filled: u128,
+    dropped: u128,
+    /// Admitted tokens seen at the last fill, to integrate `total_wait_ns`.
+    admitted_seen: u128,
+    total_wait_ns: u128,
+    backlog_ns: u64,
+}
+
+/// Values the fast and slow paths read, written only under the fill lock.
+#[derive(Debug)]
+struct Published {
+    /// `W` in nanoseconds, as of the last fill.
+    backlog_ns: AtomicU64,
+    /// Clock reading of the last fill.
+    last_fill_ns: AtomicU64,
+    /// Tokens a slice takes from `central` beyond its need.
+    chunk: AtomicU64,
+    /// `A`: requests up to this many tokens are all-or-nothing.
+    all_or_nothing: AtomicU64,
+}
+
+/// The shared core of a [`RateLimiter`](crate::RateLimiter).
+#[derive(Debug)]
+pub(crate) struct Core {
+    slices: Slices,
+    /// Tokens of the active pool not in any slice. Padded: refills and
+    /// fills write it, and it must not share a line with `published`.
+    central: CachePadded<AtomicU64>,
+    published: CachePadded<Published>,
+    /// Tokens gathered by large requests that have not completed.
+    in_flight: CachePadded<AtomicU64>,
+    waiters: WaitQueue,
+    filler: FillerSignal,
+    schedule: Mutex<Schedule>,
+    clock: Box<dyn Clock>,
+    fill_interval_ns: u64,
+}
+
+/// How the caller of a slow path waits.
+#[derive(Debug, Clone, Copy)]
+enum Partial {
+    /// All-or-nothing.
+    No,
+    /// Gather tokens as they come.
+    Yes,
+}
+
+impl Core {
+    pub(crate) fn new(
+        spec: RateSpec,
+        clock: Box<dyn Clock>,
+        slices: usize,
+        fill_interval: Duration,
+        max_backlog: Option<Duration>,
+    ) -> Core {
+        let meter = Meter::new(spec.nano_ops_per_sec());
+        let sizing = Sizing::new(&meter, spec.burst_ppm());
+        let now = clock.now_ns();
+        let core = Core {
+            slices: Slices::new(slices),
+            central: CachePadded::new(AtomicU64::new(0)),
+            published: CachePadded::new(Published {
+                backlog_ns: AtomicU64::new(0),
+                last_fill_ns: AtomicU64::new(now),
+                chunk: AtomicU64::new(0),
+                all_or_nothing: AtomicU64::new(0),
+            }),
+            in_flight: CachePadded::new(AtomicU64::new(0)),
+            waiters: WaitQueue::new(),
+            filler: FillerSignal::new(),
+            schedule: Mutex::new(Schedule {
+                spec,
+                meter,
+                sizing,
+                carry: 0,
+                waiting: 0,
+                last_fill_ns: now,
+                started: false,
+                max_backlog,
+                max_waiting: None,
+                filled: 0,
+                dropped: 0,
+                admitted_seen: 0,
+                total_wait_ns: 0,
+                backlog_ns: 0,
+            }),
+            clock,
+            fill_interval_ns: u64::try_from(fill_interval.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        };
+        {
+            let mut st = lock(&core.schedule);
+            core.publish_sizes(&mut st);
+            if spec.verb() != Verb::Configure {
+                core.start_locked(&mut st, now);
+            }
+        }
+        core
+    }
+
+    pub(crate) fn filler_signal(&self) -> &FillerSignal {
+        &self.filler
+    }
+
+    /// The limiter's clock reading.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiters.has_waiters()
+    }
+
+    // ----- fast path ---------------------------------------------------
+
+    /// The backlog as of the last fill: how late an op admitted now starts.
+    #[inline]
+    pub(crate) fn lateness(&self) -> Duration {
+        // Relaxed: a gauge written under the fill lock; any recent value will do.
+        Duration::from_nanos(self.published.backlog_ns.load(Relaxed))
+    }
+
+    /// Takes `need` tokens from the caller's slice; `false` sends the caller
+    /// to a slow path.
+    #[inline]
+    pub(crate) fn try_take_fast(&self, need: u64) -> bool {
+        match self.slices.try_take(need) {
+            Take::Taken => true,
+            Take::Short => false,
+            Take::Contended => {
+                move_home();
+                false
+            }
+        }
+    }
+
+    // ----- slow paths --------------------------------------------------
+
+    /// Takes up to `want` tokens: the home slice, then `central` (plus a
+    /// chunk to refill the home slice), then the other slices.
+    fn gather(&self, want: u64) -> u64 {
+        let mut got = self.slices.take_home(want);
+        if got < want {
+            // Relaxed: a size hint written under the fill lock.
+            let chunk = self.published.chunk.load(Relaxed);
+            got += take_up_to(&self.central, (want - got).saturating_add(chunk));
+            if got > want {
+                self.slices.put_home(got - want);
+                got = want;
+            }
+        }
+        if got < want {
+            got += self.slices.steal(want - got);
+        }
+        got
+    }
+
+    /// Tokens in the active pool: a snapshot.
+    fn available(&self) -> u64 {
+        // Relaxed: tokens carry no data (see slice.rs).
+        self.central.load(Relaxed) + self.slices.total()
+    }
+
+    /// Returns tokens to `central` and wakes waiters they can admit.
+    fn put_back(&self, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        // Relaxed: the notify below publishes it (SeqCst bump in WaitQueue).
+        self.central.fetch_add(tokens, Relaxed);
+        self.waiters.notify(tokens / TOKENS_PER_OP);
+    }
+
+    fn partial_for(&self, need: u64) -> Partial {
+        // Relaxed: a size written under the fill lock.
+        if need > self.published.all_or_nothing.load(Relaxed) {
+            Partial::Yes
+        } else {
+            Partial::No
+        }
+    }
+
+    /// One attempt to complete a request of `need` tokens of which `held`
+    /// are already gathered. `true` when the request is complete.
+    fn try_complete(&self, need: u64, held: &mut u64, partial: Partial) -> bool {
+        match partial {
+            Partial::No => {
+                if self.available() < need {
+                    return false;
+                }
+                let got = self.gather(need);
+                if got == need {
+                    return true;
+                }
+                self.put_back(got);
+                false
+            }
+            Partial::Yes => {
+                let got = self.gather(need - *held);
+                *held += got;
+                if *held == need {
+                    // Relaxed: a ledger count; see `ledger`.
+                    self.in_flight.fetch_sub(need - got, Relaxed);
+                    *held = 0;
+                    return true;
+                }
+                self.in_flight.fetch_add(got, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Gives back what an abandoned request gathered.
+    fn abandon(&self, held: u64) {
+        if held > 0 {
+            // Relaxed: a ledger count; see `ledger`.
+            self.in_flight.fetch_sub(held, Relaxed);
+            self.put_back(held);
+        }
+    }
+
+    /// After a woken waiter succeeds: if tokens remain and others wait,
+    /// wake as many as they admit, so a wake is never lost on a waiter that
+    /// lost its race.
+    fn pass_on_wake(&self) {
+        if self.waiters.has_waiters() {
+            let ops = self.available() / TOKENS_PER_OP;
+            if ops > 0 {
+                self.waiters.notify(ops);
+            }
+        }
+    }
+
+    /// Blocks until `need` tokens are taken.
+    pub(crate) fn acquire_blocking(&self, need: u64) {
+        let partial = self.partial_for(need);
+        let mut held = 0;
+        let mut slept = false;
+        loop {
+            if self.try_complete(need, &mut held, partial) {
+                break;
+            }
+            if self.fill_if_late() {
+                continue;
+            }
+            let epoch = self.waiters.begin_sleep();
+            self.filler.kick();
+            if self.try_complete(need, &mut held, partial) {
+                self.waiters.end_sleep();
+                break;
+            }
+            self.waiters.sleep(epoch);
+            self.waiters.end_sleep();
+            slept = true;
+        }
+        if slept {
+            self.pass_on_wake();
+        }
+    }
+
+    /// Takes `need` tokens if they are there now (all-or-nothing).
+    pub(crate) fn try_acquire_slow(&self, need: u64) -> bool {
+        let mut held = 0;
+        if self.try_complete(need, &mut held, Partial::No) {
+            return true;
+        }
+        self.fill_if_late() && self.try_complete(need, &mut held, Partial::No)
+    }
+
+    /// Blocks until `need` tokens are taken or the clock reaches
+    /// `deadline_ns`; on failure nothing is taken.
+    #[cfg(not(tollgate_loom))]
+    pub(crate) fn acquire_until(&self, need: u64, deadline_ns: u64) -> bool {
+        use std::sync::Arc as StdArc;
+        use std::task::{Wake, Waker};
+
+        struct Unparker(std::thread::Thread);
+        impl Wake for Unparker {
+            fn wake(self: StdArc<Self>) {
+                self.0.unpark();
+            }
+        }
+
+        let partial = self.partial_for(need);
+        let mut held = 0;
+        let waker = Waker::from(StdArc::new(Unparker(std::thread::current())));
+        let id = self.waiters.new_id();
+        loop {
+            if self.try_complete(need, &mut held, partial) {
+                return true;
+            }
+            if self.fill_if_late() {
+                continue;
+            }
+            let now = self.clock.now_ns();
+            if now >= deadline_ns || !self.could_gather_within(need - held, deadline_ns - now) {
+                self.abandon(held);
+                return false;
+            }
+            self.waiters.park(id, &waker);
+            self.filler.kick();
+            if self.try_complete(need, &mut held, partial) {
+                if !self.waiters.unpark(id) {
+                    self.pass_on_wake();
+                }
+                return true;
+            }
+            std::thread::park_timeout(Duration::from_nanos(deadline_ns - now));
+            self.waiters.unpark(id);
+        }
+    }
+
+    /// Whether `missing` tokens could arrive within `ns`: what the active
+    /// pool holds plus the most the schedule can deliver in that time (at
+    /// the burst rate), with one fill interval of slack.
+    #[cfg(not(tollgate_loom))]
+    fn could_gather_within(&self, missing: u64, ns: u64) -> bool {
+        let st = lock(&self.schedule);
+        if !st.started {
+            return true;
+        }
+        let span = ns.saturating_add(self.fill_interval_ns);
+        let at_rate = st.meter.tokens_floor(span);
+        let at_burst = mul_div(at_rate, u128::from(st.spec.burst_ppm()), 1_000_000);
+        u128::from(missing) <= u128::from(self.available()) + at_burst
+    }
+
+    /// One poll of an async acquire; see [`AcquireFuture`](super::future::AcquireFuture).
+    pub(crate) fn poll_acquire(
+        &self,
+        need: u64,
+        held: &mut u64,
+        id: &mut Option<u64>,
+        waker: &std::task::Waker,
+    ) -> bool {
+        let partial = self.partial_for(need);
+        loop {
+            if self.try_complete(need, held, partial) {
+                if let Some(id) = id.take() {
+                    if !self.waiters.unpark(id) {
+                        self.pass_on_wake();
+                    }
+                }
+                return true;
+            }
+            if !self.fill_if_late() {
+                break;
+            }
+        }
+        let key = *id.get_or_insert_with(|| self.waiters.new_id());
+        self.waiters.park(key, waker);
+        self.filler.kick();
+        if self.try_complete(need, held, partial) {
+            *id = None;
+            if !self.waiters.unpark(key) {
+                self.pass_on_wake();
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Cleans up after an async acquire dropped before completing.
+    pub(crate) fn cancel_acquire(&self, held: u64, id: Option<u64>) {
+        if let Some(id) = id {
+            if !self.waiters.unpark(id) {
+                // A notification chose this waiter; hand it on.
+                self.pass_on_wake();
+            }
+        }
+        self.abandon(held);
+    }
+
+    // ----- filling -----------------------------------------------------
+
+    /// Fills if the last fill is overdue (two intervals) and no one else is
+    /// filling. `true` if tokens were added.
+    pub(crate) fn fill_if_late(&self) -> bool {
+        let now = self.clock.now_ns();
+        // Relaxed: a hint; the fill itself reads its time under the lock.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        if now.saturating_sub(last) < 2 * self.fill_interval_ns {
+            return false;
+        }
+        let Some(mut st) = try_lock(&self.schedule) else {
+            return false;
+        };
+        let (added, ops) = self.fill_locked(&mut st, now);
+        drop(st);
+        if added > 0 {
+            self.waiters.notify(ops);
+        }
+        added > 0
+    }
+
+    /// Fills now (blocking on the fill lock) and wakes waiters.
+    pub(crate) fn fill_and_wake(&self) {
+        let now = self.clock.now_ns();
+        let mut st = lock(&self.schedule);
+        let (added, ops) = self.fill_locked(&mut st, now);
+        drop(st);
+        if added > 0 {
+            self.waiters.notify(ops);
+        }
+    }
+
+    /// How long the filler thread sleeps before its next fill.
+    pub(crate) fn until_next_fill(&self, interval: Duration) -> Duration {
+        // Relaxed: a hint.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        let since = self.clock.now_ns().saturating_sub(last);
+        interval.saturating_sub(Duration::from_nanos(since))
+    }
+
+    /// The fill (spec §2) on a snapshot of the active pool. Returns the
+    /// tokens added to the active pool and how many single ops it now admits.
+    fn fill_locked(&self, st: &mut Schedule, now: u64) -> (u64, u64) {
+        if now <= st.last_fill_ns {
+            return (0, 0);
+        }
+        let elapsed = now - st.last_fill_ns;
+        st.last_fill_ns = now;
+        // Relaxed: a hint for `fill_if_late`.
+        self.published.last_fill_ns.store(now, Relaxed);
+        if !st.started {
+            return (0, 0);
+        }
+        let tokens = st.meter.tokens_for(elapsed, &mut st.carry);
+        st.filled += tokens;
+        let mut pool = Pool {
+            active: self.available(),
+            waiting: st.waiting,
+        };
+        let added = pool.fill(tokens, &st.sizing);
+        st.dropped += pool.cap_waiting(st.max_waiting);
+        st.waiting = pool.waiting;
+        if added > 0 {
+            // Relaxed: published to waiters by the notify that follows.
+            self.central.fetch_add(added, Relaxed);
+        }
+        // Integrate the wait of the ops admitted since the last fill at the
+        // backlog they saw.
+        let admitted = self.admitted_tokens(st, u128::from(pool.active));
+        let delta = admitted.saturating_sub(st.admitted_seen);
+        st.admitted_seen = st.admitted_seen.max(admitted);
+        st.total_wait_ns += mul_div(delta, u128::from(st.backlog_ns), u128::from(TOKENS_PER_OP));
+        st.backlog_ns = st.meter.nanos_for(st.waiting);
+        // Relaxed: a gauge.
+        self.published.backlog_ns.store(st.backlog_ns, Relaxed);
+        (added, pool.active / TOKENS_PER_OP)
+    }
+
+    fn admitted_tokens(&self, st: &Schedule, active: u128) -> u128 {
+        // Relaxed: a ledger count, exact when no acquire runs concurrently.
+        let in_flight = u128::from(self.in_flight.load(Relaxed));
+        (st.filled - st.dropped).saturating_sub(st.waiting + active + in_flight)
+    }
+
+    // ----- lifecycle and configuration -----------------------------------
+
+    /// Starts: time counts from `now` and the first op passes at once.
+    fn start_locked(&self, st: &mut Schedule, now: u64) {
+        st.started = true;
+        st.last_fill_ns = now;
+        // Relaxed: a hint.
+        self.published.last_fill_ns.store(now, Relaxed);
+        st.filled += u128::from(TOKENS_PER_OP);
+        // Relaxed: published by the caller's notify.
+        self.central.fetch_add(TOKENS_PER_OP, Relaxed);
+    }
+
+    /// Clears the pools and the backlog, as if new, and starts.
+    fn restart_locked(&self, st: &mut Schedule, now: u64) {
+        // Relaxed: tokens carry no data.
+        let active = self.central.swap(0, Relaxed) + self.slices.drain();
+        st.dropped += u128::from(active) + st.waiting;
+        st.waiting = 0;
+        st.carry = 0;
+        st.backlog_ns = 0;
+        self.published.backlog_ns.store(0, Relaxed);
+        self.start_locked(st, now);
+    }
+
+    /// Changes rate and burst ratio: the pools keep their time, `P` is
+    /// clamped to the new `A + B` (the excess joins the backlog).
+    fn reschedule_locked(&self, st: &mut Schedule, spec: RateSpec) {
+        let meter = Meter::new(spec.nano_ops_per_sec());
+        let sizing = Sizing::new(&meter, spec.burst_ppm());
+        // Relaxed: tokens carry no data.
+        let active = u128::from(self.central.swap(0, Relaxed) + self.slices.drain());
+        let rescaled_active = st.meter.rescale(active, &meter);
+        let rescaled_waiting = st.meter.rescale(st.waiting, &meter);
+        let kept = rescaled_active.min(u128::from(sizing.max_over()));
+        let waiting = rescaled_waiting + (rescaled_active - kept);
+        st.filled = st.filled - (active + st.waiting) + (kept + waiting);
+        st.waiting = waiting;
+        st.carry = 0;
+        st.spec = spec;
+        st.meter = meter;
+        st.sizing = sizing;
+        // kept <= max_over < 2^62.
+        self.central.fetch_add(kept as u64, Relaxed);
+        self.publish_sizes(st);
+        st.backlog_ns = st.meter.nanos_for(st.waiting);
+        self.published.backlog_ns.store(st.backlog_ns, Relaxed);
+    }
+
+    /// Publishes chunk and all-or-nothing sizes and the backlog cap in tokens.
+    fn publish_sizes(&self, st: &mut Schedule) {
+        let slices = self.slices.len() as u64;
+        let chunk = (st.sizing.active / (4 * slices)).max(TOKENS_PER_OP);
+        // Relaxed: size hints; see `Published`.
+        self.published.chunk.store(chunk, Relaxed);
+        self.published
+            .all_or_nothing
+            .store(st.sizing.active, Relaxed);
+        st.max_waiting = st.max_backlog.map(|cap| {
+            st.meter
+                .tokens_floor(u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX))
+        });
+    }
+
+    /// Applies a spec (spec §4): `configure` sets rate and ratio without
+    /// starting, `start` also starts an idle limiter, `restart` clears the
+    /// pools and the backlog and starts afresh. An equal schedule is a no-op.
+    pub(crate) fn apply(&self, spec: RateSpec) {
+        let now = self.clock.now_ns();
+        let mut st = lock(&self.schedule);
+        let changed = !st.spec.same_schedule(&spec);
+        if changed {
+            // Credit the time so far at the old rate.
+            self.fill_locked(&mut st, now);
+            self.reschedule_locked(&mut st, spec);
+        }
+        st.spec = spec;
+        let woke = match spec.verb() {
+            Verb::Configure => changed,
+            Verb::Start if st.started => changed,
+            Verb::Start => {
+                self.start_locked(&mut st, now);
+                true
+            }
+            Verb::Restart => {
+                self.restart_locked(&mut st, now);
+                true
+            }
+        };
+        drop(st);
+        if woke {
+            self.waiters.notify_all();
+        }
+    }
+
+    pub(crate) fn spec(&self) -> RateSpec {
+        lock(&self.schedule).spec
+    }
+
+    pub(crate) fn set_max_backlog(&self, cap: Option<Duration>) {
+        let mut st = lock(&self.schedule);
+        st.max_backlog = cap;
+        self.publish_sizes(&mut st);
+    }
+
+    pub(crate) fn max_backlog(&self) -> Option<Duration> {
+        lock(&self.schedule).max_backlog
+    }
+
+    /// Brings the pool up to date with the clock and returns the backlog.
+    pub(crate) fn backlog(&self) -> Duration {
+        self.fill_and_wake();
+        self.lateness()
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let st = lock(&self.schedule);
+        let admitted = self.admitted_tokens(&st, u128::from(self.available()));
+        Stats {
+            admitted: u64::try_from(admitted / u128::from(TOKENS_PER_OP)).unwrap_or(u64::MAX),
+            total_wait: Duration::from_nanos(u64::try_from(st.total_wait_ns).unwrap_or(u64::MAX)),
+            backlog: Duration::from_nanos(st.backlog_ns),
+        }
+    }
+
+    pub(crate) fn ledger(&self) -> Ledger {
+        let st = lock(&self.schedule);
+        Ledger {
+            filled: st.filled,
+            dropped: st.dropped,
+            active: u128::from(self.available()),
+            waiting: st.waiting,
+            // Relaxed: a ledger count.
+            in_flight: u128::from(self.in_flight.load(Relaxed)),
+            tokens_per_op: TOKENS_PER_OP,
+        }
+    }
+
+    /// Tokens for a weight of `n` ops.
+    pub(crate) fn tokens_for_ops(n: u64) -> u64 {
+        tokens_for_ops(n)
+    }
+}
+
+/// Takes up to `max` tokens from an atomic pool.
+fn take_up_to(pool: &AtomicU64, max: u64) -> u64 {
+    // Relaxed: tokens carry no data (see slice.rs).
+    let mut have = pool.load(Relaxed);
+    loop {
+        if have == 0 || max == 0 {
+            return 0;
+        }
+        let taken = have.min(max);
+        match pool.compare_exchange_weak(have, have - taken, Relaxed, Relaxed) {
+            Ok(_) => return taken,
+            Err(now) => have = now,
+        }
+    }
+}
