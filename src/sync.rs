@@ -11,13 +11,13 @@
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU32, AtomicU64, Ordering},
+    atomic::{fence, AtomicU32, AtomicU64, Ordering},
     Arc, Mutex, MutexGuard,
 };
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU32, AtomicU64, Ordering},
+    atomic::{fence, AtomicU32, AtomicU64, Ordering},
     Arc, Mutex, MutexGuard,
 };
 

@@ -42,7 +42,10 @@ use super::spec::{RateSpec, Verb};
 use super::units::{mul_div, tokens_for_ops, Meter, Sizing, TOKENS_PER_OP};
 use super::wait::WaitQueue;
 use crate::clock::Clock;
-use crate::sync::{lock, try_lock, AtomicU64, Mutex, Ordering::Relaxed};
+use crate::sync::{
+    fence, lock, try_lock, AtomicU64, Mutex,
+    Ordering::{Relaxed, SeqCst},
+};
 
 /// Counters of a limiter, taken at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -243,6 +246,9 @@ impl Core {
             if got > want {
                 self.slices.put_home(got - want);
                 got = want;
+                // The extra was out of sight of the pool for a moment: a
+                // waiter that re-checked then must not sleep on it.
+                self.wake_for_returned();
             }
         }
         if got < want {
@@ -262,9 +268,27 @@ impl Core {
         if tokens == 0 {
             return;
         }
-        // Relaxed: the notify below publishes it (SeqCst bump in WaitQueue).
+        // Relaxed: the fence in `wake_for_returned` orders it before the
+        // waiter check.
         self.central.fetch_add(tokens, Relaxed);
-        self.waiters.notify(tokens / TOKENS_PER_OP);
+        self.wake_for_returned();
+    }
+
+    /// After tokens return to the pool (or a woken waiter succeeds): wake
+    /// as many waiters as the pool now admits. Tokens taken out and put
+    /// back are invisible in between, so a waiter may have re-checked in
+    /// that window and gone to sleep; this is the store-load pattern of
+    /// `wait.rs`, with the return as the store.
+    fn wake_for_returned(&self) {
+        // SeqCst fence: pairs with the registration fence in
+        // `WaitQueue::begin_sleep`/`park`.
+        fence(SeqCst);
+        if self.waiters.has_waiters() {
+            let ops = self.available() / TOKENS_PER_OP;
+            if ops > 0 {
+                self.waiters.notify(ops);
+            }
+        }
     }
 
     fn partial_for(&self, need: u64) -> Partial {
@@ -319,12 +343,7 @@ impl Core {
     /// wake as many as they admit, so a wake is never lost on a waiter that
     /// lost its race.
     fn pass_on_wake(&self) {
-        if self.waiters.has_waiters() {
-            let ops = self.available() / TOKENS_PER_OP;
-            if ops > 0 {
-                self.waiters.notify(ops);
-            }
-        }
+        self.wake_for_returned();
     }
 
     /// Blocks until `need` tokens are taken.

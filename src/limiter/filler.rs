@@ -14,13 +14,14 @@
 //! `state` word: `RUNNING` (filling every interval), `IDLE` (parked on the
 //! futex, to be kicked), `STOPPED` (the limiter was dropped; exit). The
 //! idle hand-off is a store-load pattern with the waiters' registration:
-//! the thread stores `IDLE` then checks for waiters, a waiter registers then
-//! loads the state, all `SeqCst`, so one of them always sees the other.
+//! the thread stores `IDLE`, fences, then checks for waiters; a waiter
+//! registers, fences (in `WaitQueue::begin_sleep`/`park`), then loads the
+//! state; with `SeqCst` fences on both sides one always sees the other.
 
 use std::time::Duration;
 
 use super::core::Core;
-use crate::sync::{Arc, Futex, Ordering::SeqCst};
+use crate::sync::{fence, Arc, Futex, Ordering::SeqCst};
 
 const RUNNING: u32 = 0;
 const IDLE: u32 = 1;
@@ -88,7 +89,11 @@ pub(crate) fn run(core: Arc<Core>, interval: Duration) {
                 .word()
                 .compare_exchange(RUNNING, IDLE, SeqCst, SeqCst)
                 .is_ok()
-                && core.has_waiters()
+                && {
+                    // SeqCst fence: pairs with the waiters' registration fence.
+                    fence(SeqCst);
+                    core.has_waiters()
+                }
             {
                 let _ = signal
                     .state

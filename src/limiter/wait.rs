@@ -12,13 +12,15 @@
 //!   list as a `Waker` (for a thread, one that unparks it); `parked` counts
 //!   them.
 //!
-//! A waiter registers, then re-checks for tokens, then sleeps; a notifier
-//! adds tokens, then bumps `epoch`, then reads the counts. Both sides use
-//! `SeqCst` on `epoch`, `sleepers` and `parked`, so in the single total order
-//! either the notifier sees the waiter's registration (and wakes it) or the
-//! waiter's re-check comes after the bump and sees the tokens (a futex wait
-//! on a stale epoch returns at once). This is the classic store-load
-//! (Dekker) pattern; weaker orderings would allow a lost wake-up.
+//! A waiter registers (a store), then re-checks for tokens (loads), then
+//! sleeps; a notifier adds tokens and bumps `epoch` (stores), then reads the
+//! counts (a load). Each side puts a `SeqCst` fence between its store and
+//! its load, so of the two fences one comes first in the single total
+//! order: either the notifier sees the registration (and wakes the waiter)
+//! or the waiter's re-check sees the tokens and the new epoch (a futex wait
+//! on a stale epoch returns at once). This is the store-load (Dekker)
+//! pattern; without the fences a wake-up could be lost. Fences rather than
+//! `SeqCst` accesses alone, because fences are what loom models exactly.
 //!
 //! [`WaitQueue::notify`] wakes at most `n` waiters, where the caller passes
 //! how many single ops the available tokens can admit: no thundering herd.
@@ -28,7 +30,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::sync::{lock, AtomicU32, Futex, Mutex, Ordering::SeqCst};
+use crate::sync::{fence, lock, AtomicU32, Futex, Mutex, Ordering::SeqCst};
 
 /// The waiters of one limiter.
 #[derive(Debug)]
@@ -57,9 +59,10 @@ impl WaitQueue {
     }
 
     /// Whether anyone waits (sleeping or parked).
+    /// Callers that need the store-load guarantee fence before calling.
     pub(crate) fn has_waiters(&self) -> bool {
-        // SeqCst: pairs with the registrations in `begin_sleep`/`park`
-        // (see the module notes).
+        // SeqCst: ordered with the registrations in `begin_sleep`/`park`
+        // by the callers' fences (see the module notes).
         self.sleepers.load(SeqCst) > 0 || self.parked.load(SeqCst) > 0
     }
 
@@ -69,6 +72,9 @@ impl WaitQueue {
         // SeqCst: the store side of the store-load pattern; pairs with the
         // notifier's `epoch` bump and `sleepers` load.
         self.sleepers.fetch_add(1, SeqCst);
+        // SeqCst fence: orders the registration before the re-check; pairs
+        // with the fence in `notify` (module notes).
+        fence(SeqCst);
         self.epoch.word().load(SeqCst)
     }
 
@@ -103,6 +109,10 @@ impl WaitQueue {
         list.push_back((id, waker.clone()));
         // SeqCst: the store side of the store-load pattern, as in `begin_sleep`.
         self.parked.fetch_add(1, SeqCst);
+        drop(list);
+        // SeqCst fence: orders the registration before the caller's re-check;
+        // pairs with the fence in `notify`.
+        fence(SeqCst);
     }
 
     /// Removes a parked waiter; `false` if a notification already took it.
@@ -128,6 +138,9 @@ impl WaitQueue {
         if n == 0 {
             return;
         }
+        // SeqCst fence: orders the tokens and the bump before reading the
+        // counts; pairs with the fences in `begin_sleep` and `park`.
+        fence(SeqCst);
         // SeqCst: the load side of the store-load pattern.
         let sleepers = u64::from(self.sleepers.load(SeqCst));
         let mut left = n;

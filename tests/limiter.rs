@@ -1,0 +1,391 @@
+//! The limiter's semantics on a manual clock: exact numbers, no timing.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{ManualClock, RateLimiter, RateSpec};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn manual(spec: &str) -> (RateLimiter, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder(spec.parse().unwrap())
+        .clock(clock.clone())
+        .filler_thread(false)
+        .build();
+    (limiter, clock)
+}
+
+/// Takes every whole op the limiter admits now; returns how many.
+fn drain(limiter: &RateLimiter) -> u64 {
+    let mut n = 0;
+    while limiter.try_acquire() {
+        n += 1;
+    }
+    n
+}
+
+/// `filled - dropped == admitted + active + waiting + in_flight`, in tokens.
+fn assert_conserved(limiter: &RateLimiter, admitted_ops: u64) {
+    let l = limiter.ledger();
+    let admitted = u128::from(admitted_ops) * u128::from(l.tokens_per_op);
+    assert_eq!(
+        l.filled - l.dropped,
+        admitted + l.active + l.waiting + l.in_flight,
+        "{l:?}, admitted {admitted_ops} ops"
+    );
+}
+
+#[test]
+fn the_first_op_passes_at_once_and_the_next_waits_for_time() {
+    let (limiter, clock) = manual("100");
+    assert!(limiter.try_acquire());
+    assert!(!limiter.try_acquire());
+    clock.advance(Duration::from_millis(9));
+    limiter.backlog();
+    assert!(!limiter.try_acquire(), "9 ms is less than one op at 100/s");
+    clock.advance(MS);
+    limiter.backlog();
+    assert!(limiter.try_acquire());
+    assert_eq!(limiter.stats().admitted, 2);
+    assert_conserved(&limiter, 2);
+}
+
+#[test]
+fn golden_vector_through_the_limiter() {
+    // 1e7 ops/s, burst 1.1: A = 1 ms, B = 0.1 ms.
+    let (limiter, clock) = manual("10M,1.1");
+    assert!(limiter.try_acquire()); // the start allowance, so the pool is empty
+    clock.advance(MS);
+    assert_eq!(limiter.backlog(), Duration::ZERO);
+    clock.advance(Duration::from_nanos(100));
+    assert_eq!(
+        limiter.backlog(),
+        Duration::from_nanos(90),
+        "10 ns moved into burst"
+    );
+    clock.advance(Duration::from_nanos(10));
+    assert_eq!(limiter.backlog(), Duration::from_nanos(99));
+    assert_conserved(&limiter, 1);
+}
+
+#[test]
+fn three_hundred_million_per_second_is_exact() {
+    // Whole-nanosecond op costs would make this 333M/s.
+    let (limiter, clock) = manual("300M");
+    for _ in 0..1000 {
+        clock.advance(MS);
+        limiter.backlog();
+    }
+    let l = limiter.ledger();
+    assert_eq!(
+        l.filled,
+        u128::from(300_000_001u64) * u128::from(l.tokens_per_op)
+    );
+}
+
+#[test]
+fn rates_from_a_thousandth_to_a_trillion_fill_exactly() {
+    for (spec, seconds, ops) in [
+        ("0.001", 3000u64, 3u64),
+        ("7", 3, 21),
+        ("1T", 1, 1_000_000_000_000),
+    ] {
+        let (limiter, clock) = manual(spec);
+        for _ in 0..seconds {
+            clock.advance(Duration::from_secs(1));
+            limiter.backlog();
+        }
+        let l = limiter.ledger();
+        assert_eq!(
+            l.filled,
+            u128::from(ops + 1) * u128::from(l.tokens_per_op),
+            "{spec}"
+        );
+    }
+}
+
+/// Spec §3: at 1000 ops/s with a 1 s backlog and an infinitely fast
+/// client, the next second admits 1000 ops at ratio 1.0, 1100 at 1.1 and
+/// 1500 at 1.5.
+#[test]
+fn catch_up_runs_at_rate_times_burst_ratio() {
+    for (ratio, expected) in [("1.0", 1000), ("1.1", 1100), ("1.5", 1500)] {
+        let (limiter, clock) = manual(&format!("1000,{ratio}"));
+        drain(&limiter);
+        clock.advance(Duration::from_secs(1));
+        limiter.backlog();
+        drain(&limiter);
+        let mut admitted = 0;
+        for _ in 0..1000 {
+            clock.advance(MS);
+            limiter.backlog();
+            admitted += drain(&limiter);
+        }
+        assert_eq!(admitted, expected, "ratio {ratio}");
+    }
+}
+
+#[test]
+fn strict_ratio_keeps_the_backlog() {
+    let (limiter, clock) = manual("1000,1.0");
+    drain(&limiter);
+    clock.advance(Duration::from_secs(1));
+    let before = limiter.backlog();
+    assert_eq!(drain(&limiter), 2, "A = 2 ops");
+    for _ in 0..100 {
+        clock.advance(MS);
+        limiter.backlog();
+        drain(&limiter);
+    }
+    assert_eq!(limiter.backlog(), before);
+    assert_eq!(
+        before,
+        Duration::from_millis(998),
+        "A = 2 ms of the second went to the pool"
+    );
+}
+
+#[test]
+fn a_rate_change_keeps_the_backlog_as_time_and_clamps_the_pool() {
+    let (limiter, clock) = manual("1000,1.5");
+    drain(&limiter);
+    clock.advance(Duration::from_secs(1));
+    // A = 2 ops, B = 1 op: P = 3 ops, W = 997 ops = 997 ms.
+    assert_eq!(limiter.backlog(), Duration::from_millis(997));
+    limiter.apply("2000,1.5".parse().unwrap());
+    // P = 3 ms = 6 ops at 2000/s; the new A + B = 1.5 ms = 3 ops, so 1.5 ms
+    // joins the backlog.
+    assert_eq!(limiter.backlog(), Duration::from_micros(998_500));
+    assert_eq!(drain(&limiter), 3);
+    assert_eq!(limiter.spec().to_string(), "2K,1.5");
+    assert_conserved(&limiter, 4);
+}
+
+#[test]
+fn applying_the_same_schedule_is_a_no_op() {
+    let (limiter, clock) = manual("1000,1.5");
+    clock.advance(Duration::from_millis(500));
+    limiter.backlog();
+    let before = limiter.ledger();
+    limiter.apply("1K:1.5:start".parse().unwrap());
+    assert_eq!(limiter.ledger(), before);
+}
+
+#[test]
+fn restart_clears_pools_and_backlog() {
+    let (limiter, clock) = manual("1000");
+    drain(&limiter);
+    clock.advance(Duration::from_secs(2));
+    assert!(limiter.backlog() > Duration::from_secs(1));
+    limiter.apply("1000,1.1,restart".parse().unwrap());
+    assert_eq!(limiter.backlog(), Duration::ZERO);
+    assert_eq!(drain(&limiter), 1, "only the start allowance");
+}
+
+#[test]
+fn configure_does_not_start_and_start_does() {
+    let (limiter, clock) = manual("1000,1.1,configure");
+    assert!(!limiter.try_acquire());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        limiter.backlog(),
+        Duration::ZERO,
+        "an idle limiter accrues nothing"
+    );
+    assert!(!limiter.try_acquire());
+    limiter.apply("1000".parse().unwrap());
+    assert!(limiter.try_acquire());
+    assert!(!limiter.try_acquire());
+}
+
+#[test]
+fn the_backlog_cap_drops_old_time() {
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder("1000".parse().unwrap())
+        .clock(clock.clone())
+        .filler_thread(false)
+        .max_backlog(Duration::from_millis(100))
+        .build();
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(limiter.backlog(), Duration::from_millis(100));
+    limiter.set_max_backlog(None);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.backlog(), Duration::from_millis(1100));
+    assert_conserved(&limiter, 0);
+}
+
+#[test]
+fn zero_weight_returns_at_once_even_when_idle() {
+    let (limiter, _clock) = manual("1,1.0,configure");
+    assert_eq!(limiter.acquire_n(0), Duration::ZERO);
+    assert!(limiter.try_acquire_n(0));
+}
+
+#[test]
+fn acquire_timeout_fails_fast_and_takes_nothing() {
+    let (limiter, _clock) = manual("1,1.0");
+    let before = limiter.ledger();
+    let err = limiter
+        .acquire_timeout(10, Duration::from_secs(1))
+        .unwrap_err();
+    assert_eq!(err.max_wait(), Duration::from_secs(1));
+    assert_eq!(err.to_string(), "rate limit: no capacity within 1s");
+    assert_eq!(limiter.ledger(), before);
+    assert_eq!(
+        limiter.acquire_timeout(1, Duration::ZERO),
+        Ok(Duration::ZERO)
+    );
+}
+
+#[test]
+fn a_weight_larger_than_the_pool_completes_at_the_average_rate() {
+    // 100 ops/s: A = 2 ops. Ask for 50 ops at once.
+    let (limiter, clock) = manual("100,1.0");
+    let limiter = Arc::new(limiter);
+    drain(&limiter);
+    let done = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (limiter, done) = (Arc::clone(&limiter), Arc::clone(&done));
+        std::thread::spawn(move || {
+            limiter.acquire_n(50);
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let mut steps = 0u64;
+    while !done.load(Ordering::SeqCst) {
+        assert!(steps < 100_000, "the large acquire never completed");
+        clock.advance(MS);
+        limiter.backlog(); // fills and wakes the waiter
+        steps += 1;
+        std::thread::yield_now();
+    }
+    waiter.join().unwrap();
+    assert!(
+        steps >= 500,
+        "50 ops at 100/s need 500 ms of schedule, got {steps} ms"
+    );
+    assert_conserved(&limiter, 51);
+}
+
+#[test]
+fn a_dropped_async_acquire_returns_what_it_gathered() {
+    let (limiter, clock) = manual("100,1.0");
+    drain(&limiter);
+    clock.advance(Duration::from_millis(15)); // 1.5 ops
+    limiter.backlog();
+    let before = limiter.ledger();
+    let mut cx = Context::from_waker(Waker::noop());
+    {
+        let mut fut = std::pin::pin!(limiter.acquire_n_async(50));
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+        assert!(
+            limiter.ledger().in_flight > 0,
+            "a large request gathers as it goes"
+        );
+    }
+    let after = limiter.ledger();
+    assert_eq!(after.in_flight, 0);
+    assert_eq!(after.active, before.active);
+    assert_conserved(&limiter, 1);
+    // A small request that is pending takes nothing; dropping it is free.
+    {
+        let mut fut = std::pin::pin!(limiter.acquire_n_async(2));
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+    }
+    assert_eq!(limiter.ledger(), after);
+    // And an async acquire completes once time passes.
+    clock.advance(Duration::from_millis(5));
+    limiter.backlog();
+    let mut fut = std::pin::pin!(limiter.acquire_n_async(2));
+    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(_)));
+}
+
+#[test]
+fn concurrent_takers_neither_create_nor_lose_tokens() {
+    let (limiter, clock) = manual("100K,1.5");
+    let admitted = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for weight in 1..=4u64 {
+            let (limiter, admitted, stop) = (&limiter, &admitted, &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if limiter.try_acquire_n(weight) {
+                        admitted.fetch_add(weight, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        for _ in 0..2000 {
+            clock.advance(Duration::from_micros(100));
+            limiter.backlog();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert_eq!(limiter.stats().admitted, admitted);
+    assert_conserved(&limiter, admitted);
+    // 0.2 s at 100K/s plus the start allowance bounds what was admitted.
+    assert!(admitted <= 20_001, "{admitted}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Over random mixes of weighted takes, clock steps, cap and rate
+    /// changes, tokens are conserved exactly, and at a fixed rate no more
+    /// than `rate * t + 1` ops are admitted.
+    #[test]
+    fn conservation_over_random_op_mixes(
+        rate in 1u64..5_000,
+        ratio_pct in 100u64..300,
+        steps in proptest::collection::vec((0u64..50_000_000, 0u64..8, 0u8..20), 1..80),
+    ) {
+        let spec = format!("{rate},{}.{:02}", ratio_pct / 100, ratio_pct % 100);
+        let (limiter, clock) = manual(&spec);
+        let mut admitted = 0u64;
+        let mut elapsed_ns = 0u128;
+        for (advance, weight, action) in steps {
+            clock.advance(Duration::from_nanos(advance));
+            elapsed_ns += u128::from(advance);
+            match action {
+                0 => { limiter.backlog(); }
+                1 => limiter.set_max_backlog(Some(Duration::from_millis(advance % 1000))),
+                _ => {
+                    while limiter.try_acquire_n(weight) {
+                        admitted += weight;
+                        if weight == 0 { break; }
+                    }
+                }
+            }
+            assert_conserved(&limiter, admitted);
+            let bound = u128::from(rate) * elapsed_ns / 1_000_000_000 + 1;
+            prop_assert!(u128::from(admitted) <= bound, "admitted {} > {}", admitted, bound);
+        }
+        prop_assert_eq!(limiter.stats().admitted, admitted);
+    }
+}
+
+#[test]
+fn parse_errors_name_the_problem() {
+    for (bad, needle) in [
+        ("0", "out of range"),
+        ("-5", "out of range"),
+        ("NaN", "not a number"),
+        ("inf", "not a number"),
+        ("100,0.5", "below 1.0"),
+        ("100,1.1,go", "unknown verb"),
+        ("garbage", "not a number"),
+        ("", "empty spec"),
+    ] {
+        let err = bad.parse::<RateSpec>().unwrap_err().to_string();
+        assert!(err.contains(needle), "{bad:?}: {err}");
+    }
+    assert!(RateSpec::new(f64::NAN).is_err());
+    assert!(RateSpec::new(f64::INFINITY).is_err());
+}
