@@ -1,14 +1,35 @@
 //! One resource's leases: who holds what, who wants what, until when.
 //!
 //! [`Resource`] keeps the leases of one resource by client id, with the sums
-//! the algorithms read (`sum_has`, `sum_wants`, `count`) and the queries
-//! they need, and makes the decision for one request ([`Resource::decide`]).
-//! It does no I/O and reads no clock: time is passed in.
+//! the algorithms read (`sum_has`, `sum_wants`, `count`) and the two queries
+//! they need ([`Resource::water_level`], [`Resource::demand_up_to`]), and
+//! makes the decision for one request ([`Resource::decide`]). It does no I/O
+//! and reads no clock: time is passed in.
+//!
+//! # Implementation notes
+//!
+//! A decision costs `O(log n)` (expected) in the number of leases `n`:
+//!
+//! * `ids` maps a client id to a *slot*; `entries[slot]` holds the lease.
+//!   Freed slots are reused (`free`).
+//! * `expiries` orders `(expiry, slot)`, so dropping expired leases costs
+//!   `O(log n)` per lease dropped, not a scan.
+//! * `index` (see `index.rs`) is a treap of the slots ordered by wants per
+//!   subclient, with subtree sums of wants, has and subclients. The running
+//!   sums are its root's, and the water level and the under-askers' demand
+//!   are one descent each.
+//!
+//! Float drift: the index recomputes every sum from its children instead of
+//! adding and subtracting deltas, so no error accumulates over time; see
+//! `index.rs`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use self::index::{Demand, DemandIndex, Slot};
 use super::algorithm::{non_negative, AlgorithmConfig, Request};
+
+mod index;
 
 /// An instant, as the time since an epoch the caller chooses (monotonic or
 /// wall clock). The wire has whole seconds; this keeps whatever it is given.
@@ -29,10 +50,48 @@ pub struct ClientLease {
     pub refresh_interval: Duration,
 }
 
-/// One resource's leases by client id, with running sums.
-#[derive(Debug, Default)]
+impl ClientLease {
+    fn demand(&self) -> Demand {
+        Demand {
+            wants: self.wants,
+            has: self.has,
+            subclients: self.subclients,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    id: Box<str>,
+    lease: ClientLease,
+}
+
+/// One resource's leases by client id, with running sums and the index the
+/// algorithms query.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::doorman::algorithm::{AlgorithmConfig, Kind, Request};
+/// use tollgate::doorman::store::Resource;
+///
+/// let algo = AlgorithmConfig::new(Kind::ProportionalShare, Duration::from_secs(60), Duration::from_secs(15));
+/// let mut res = Resource::new();
+/// let lease = res.decide(&algo, 100.0, &Request::new("a", 30.0), Duration::ZERO, false);
+/// assert_eq!((lease.has, lease.expiry), (30.0, Duration::from_secs(60)));
+/// assert_eq!((res.sum_has(), res.sum_wants(), res.count()), (30.0, 30.0, 1));
+/// assert_eq!(res.sweep(Duration::from_secs(60)), 1);
+/// assert!(res.is_empty());
+/// ```
+#[derive(Clone, Debug, Default)]
 pub struct Resource {
-    leases: HashMap<Box<str>, ClientLease>,
+    ids: HashMap<Box<str>, Slot>,
+    /// By slot; `None` for a free slot.
+    entries: Vec<Option<Entry>>,
+    free: Vec<Slot>,
+    expiries: BTreeSet<(Timestamp, Slot)>,
+    index: DemandIndex,
 }
 
 impl Resource {
@@ -41,89 +100,90 @@ impl Resource {
         Self::default()
     }
 
-    /// The lease `client` holds, expired or not.
+    /// The lease `client` holds, expired or not (expired leases stay until
+    /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
     pub fn get(&self, client: &str) -> Option<&ClientLease> {
-        self.leases.get(client)
+        let slot = *self.ids.get(client)?;
+        self.entry(slot).map(|e| &e.lease)
     }
 
     /// Removes leases with `expiry <= now`; returns how many.
     pub fn sweep(&mut self, now: Timestamp) -> usize {
-        let before = self.leases.len();
-        self.leases.retain(|_, lease| lease.expiry > now);
-        before - self.leases.len()
+        let mut dropped = 0;
+        while let Some(&(expiry, slot)) = self.expiries.first() {
+            if expiry > now {
+                break;
+            }
+            self.remove_slot(slot);
+            dropped += 1;
+        }
+        dropped
     }
 
     /// Removes `client`'s lease; returns whether it had one.
     pub fn release(&mut self, client: &str) -> bool {
-        self.leases.remove(client).is_some()
+        match self.ids.get(client) {
+            Some(&slot) => {
+                self.remove_slot(slot);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The sum of `has` over all leases.
     pub fn sum_has(&self) -> f64 {
-        self.leases.values().map(|l| l.has).sum()
+        self.index.total().has
     }
 
     /// The sum of `wants` over all leases.
     pub fn sum_wants(&self) -> f64 {
-        self.leases.values().map(|l| l.wants).sum()
+        self.index.total().wants
     }
 
-    /// The sum of `subclients` over all leases.
+    /// The sum of `subclients` over all leases (saturating at `u64::MAX`).
     pub fn count(&self) -> u64 {
-        self.leases.values().map(|l| l.subclients).sum()
+        self.index.total().subclients
     }
 
     /// The number of leases (clients).
     pub fn len(&self) -> usize {
-        self.leases.len()
+        self.ids.len()
     }
 
     /// Whether no client holds a lease.
     pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
+        self.ids.is_empty()
     }
 
     /// Every lease with its client id, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ClientLease)> {
-        self.leases.iter().map(|(id, lease)| (&**id, lease))
+        self.entries.iter().flatten().map(|e| (&*e.id, &e.lease))
     }
 
-    /// The total wants and subclients of the clients whose wants per
-    /// subclient is at most `ratio`.
+    /// The total wants and subclients of the leases whose wants per
+    /// subclient is at most `ratio`, in `O(log n)`.
     pub fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
-        self.leases
-            .values()
-            .filter(|l| l.wants / l.subclients as f64 <= ratio)
-            .fold((0.0, 0), |(w, s), l| (w + l.wants, s + l.subclients))
+        let under = self.index.up_to(ratio);
+        (under.wants, under.subclients)
     }
 
-    /// The max-min fair water level per subclient: the `L` with
-    /// `sum_i min(wants_i, L * subclients_i) = capacity`, or infinity when
-    /// all wants fit in `capacity`.
+    /// The weighted max-min fair water level for `capacity`, in `O(log n)`:
+    /// the `L` with `sum_i min(wants_i, L * subclients_i) = capacity`, or
+    /// infinity when all wants fit in `capacity`. A lease's fair share is
+    /// `min(wants, L * subclients)`.
     pub fn water_level(&self, capacity: f64) -> f64 {
-        let mut v: Vec<_> = self.leases.values().collect();
-        v.sort_by(|a, b| {
-            (a.wants / a.subclients as f64).total_cmp(&(b.wants / b.subclients as f64))
-        });
-        let total_sub = self.count();
-        let (mut w, mut s) = (0.0, 0u64);
-        for l in v {
-            let r = l.wants / l.subclients as f64;
-            if w + r * (total_sub - s) as f64 > capacity {
-                return (capacity - w) / (total_sub - s) as f64;
-            }
-            w += l.wants;
-            s += l.subclients;
-        }
-        f64::INFINITY
+        self.index.water_level(capacity)
     }
 
     /// Decides and stores `req`'s lease.
     ///
     /// Drops this resource's expired leases first, records the request's
     /// wants and subclients, then runs `algo` (or, when `learning`, grants
-    /// `req.has`), stores the lease with `expiry = now + lease_length` and
-    /// returns it.
+    /// `req.has`, 0 if negative or NaN), stores the lease with
+    /// `expiry = now + lease_length` and `algo.refresh_interval`, and returns
+    /// it. The algorithm sees the requester with its new wants and
+    /// subclients but the `has` of its previous lease (0 if new or expired).
     pub fn decide(
         &mut self,
         algo: &AlgorithmConfig,
@@ -133,22 +193,237 @@ impl Resource {
         learning: bool,
     ) -> ClientLease {
         self.sweep(now);
-        let old_has = self.get(req.client).map_or(0.0, |l| l.has);
         let lease = ClientLease {
-            has: old_has,
+            has: self.get(req.client).map_or(0.0, |l| l.has),
             wants: req.wants,
             subclients: req.subclients,
             expiry: now.saturating_add(algo.lease_length),
             refresh_interval: algo.refresh_interval,
         };
-        self.leases.insert(req.client.into(), lease);
+        let slot = self.upsert(req.client, lease);
         let has = if learning {
             non_negative(req.has)
         } else {
             algo.kind.algorithm().grant(self, capacity, req)
         };
         let lease = ClientLease { has, ..lease };
-        self.leases.insert(req.client.into(), lease);
+        self.set(slot, lease);
         lease
+    }
+
+    fn entry(&self, slot: Slot) -> Option<&Entry> {
+        self.entries.get(slot as usize)?.as_ref()
+    }
+
+    /// Stores `lease` for `client`, new or not; returns its slot.
+    fn upsert(&mut self, client: &str, lease: ClientLease) -> Slot {
+        if let Some(&slot) = self.ids.get(client) {
+            self.set(slot, lease);
+            return slot;
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = Slot::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&s| s != index::NIL)
+                    .expect("a resource holds fewer than 2^32 - 1 leases");
+                self.entries.push(None);
+                slot
+            }
+        };
+        self.entries[slot as usize] = Some(Entry {
+            id: client.into(),
+            lease,
+        });
+        self.ids.insert(client.into(), slot);
+        self.expiries.insert((lease.expiry, slot));
+        self.index.insert(slot, lease.demand());
+        slot
+    }
+
+    /// Replaces the lease in the occupied `slot`.
+    fn set(&mut self, slot: Slot, lease: ClientLease) {
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        let old = std::mem::replace(&mut entry.lease, lease);
+        if old.expiry != lease.expiry {
+            self.expiries.remove(&(old.expiry, slot));
+            self.expiries.insert((lease.expiry, slot));
+        }
+        if old.demand() != lease.demand() {
+            self.index.update(slot, lease.demand());
+        }
+    }
+
+    /// Frees the occupied `slot`.
+    fn remove_slot(&mut self, slot: Slot) {
+        let Some(entry) = self.entries[slot as usize].take() else {
+            unreachable!("slot {slot} is free");
+        };
+        self.ids.remove(&entry.id);
+        self.expiries.remove(&(entry.lease.expiry, slot));
+        self.index.remove(slot);
+        self.free.push(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doorman::algorithm::Kind;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn config(kind: Kind, lease: u64) -> AlgorithmConfig {
+        AlgorithmConfig::new(kind, secs(lease), secs(5))
+    }
+
+    fn req(client: &str, wants: f64, subclients: u64) -> Request<'_> {
+        Request {
+            client,
+            has: 0.0,
+            wants,
+            subclients,
+        }
+    }
+
+    #[test]
+    fn sums_follow_decide_and_release() {
+        let algo = config(Kind::NoAlgorithm, 60);
+        let mut res = Resource::new();
+        assert!(res.is_empty());
+        assert_eq!(
+            (res.sum_has(), res.sum_wants(), res.count(), res.len()),
+            (0.0, 0.0, 0, 0)
+        );
+        res.decide(&algo, 0.0, &req("a", 10.0, 2), secs(0), false);
+        res.decide(&algo, 0.0, &req("b", 5.0, 3), secs(0), false);
+        assert_eq!(
+            (res.sum_has(), res.sum_wants(), res.count(), res.len()),
+            (15.0, 15.0, 5, 2)
+        );
+        // A refresh replaces the client's values.
+        res.decide(&algo, 0.0, &req("a", 1.0, 1), secs(1), false);
+        assert_eq!(
+            (res.sum_has(), res.sum_wants(), res.count(), res.len()),
+            (6.0, 6.0, 4, 2)
+        );
+        assert!(res.release("a"));
+        assert!(!res.release("a"));
+        assert!(!res.release("nobody"));
+        assert_eq!(
+            (res.sum_has(), res.sum_wants(), res.count(), res.len()),
+            (5.0, 5.0, 3, 1)
+        );
+        assert!(res.release("b"));
+        assert!(res.is_empty());
+        assert_eq!((res.sum_has(), res.sum_wants(), res.count()), (0.0, 0.0, 0));
+    }
+
+    #[test]
+    fn decide_stores_and_returns_the_lease() {
+        let algo = AlgorithmConfig::new(Kind::Static, secs(30), secs(7));
+        let mut res = Resource::new();
+        let lease = res.decide(&algo, 8.0, &req("a", 10.0, 2), secs(100), false);
+        let want = ClientLease {
+            has: 8.0,
+            wants: 10.0,
+            subclients: 2,
+            expiry: secs(130),
+            refresh_interval: secs(7),
+        };
+        assert_eq!(lease, want);
+        assert_eq!(res.get("a"), Some(&want));
+        assert_eq!(res.get("b"), None);
+        assert_eq!(res.iter().collect::<Vec<_>>(), vec![("a", &want)]);
+    }
+
+    #[test]
+    fn sweep_removes_leases_expiring_at_or_before_now() {
+        let mut res = Resource::new();
+        for (id, lease) in [("a", 10), ("b", 20), ("c", 20), ("d", 30)] {
+            res.decide(
+                &config(Kind::NoAlgorithm, lease),
+                0.0,
+                &req(id, 1.0, 1),
+                secs(0),
+                false,
+            );
+        }
+        assert_eq!(res.sweep(secs(9)), 0);
+        assert_eq!(res.sweep(secs(10)), 1);
+        assert_eq!(res.get("a"), None);
+        assert_eq!(res.sweep(secs(25)), 2);
+        assert_eq!((res.len(), res.sum_has(), res.count()), (1, 1.0, 1));
+        assert_eq!(res.iter().map(|(id, _)| id).collect::<Vec<_>>(), ["d"]);
+        assert_eq!(res.sweep(secs(1000)), 1);
+        assert!(res.is_empty());
+    }
+
+    #[test]
+    fn decide_drops_expired_leases_first() {
+        let fair = config(Kind::FairShare, 10);
+        let mut res = Resource::new();
+        res.decide(&fair, 100.0, &req("a", 100.0, 1), secs(0), false);
+        // Before a's lease ends, b gets nothing: a holds it all.
+        assert_eq!(
+            res.decide(&fair, 100.0, &req("b", 60.0, 1), secs(9), false)
+                .has,
+            0.0
+        );
+        // At its expiry a's lease is gone, and so are its wants.
+        assert_eq!(
+            res.decide(&fair, 100.0, &req("b", 60.0, 1), secs(10), false)
+                .has,
+            60.0
+        );
+        assert_eq!((res.len(), res.sum_wants()), (1, 60.0));
+        // The requester's own expired lease is not "old" either.
+        res.decide(&fair, 100.0, &req("c", 40.0, 1), secs(11), false);
+        let lease = res.decide(&fair, 100.0, &req("b", 70.0, 1), secs(30), false);
+        assert_eq!((lease.has, res.len()), (70.0, 1));
+    }
+
+    #[test]
+    fn slots_are_reused() {
+        let algo = config(Kind::NoAlgorithm, 60);
+        let mut res = Resource::new();
+        for round in 0..3 {
+            for i in 0..10 {
+                let id = format!("{round}-{i}");
+                res.decide(&algo, 0.0, &req(&id, i as f64, 1), secs(0), false);
+            }
+            for i in 0..10 {
+                assert!(res.release(&format!("{round}-{i}")));
+            }
+        }
+        assert_eq!(res.entries.len(), 10);
+        assert!(res.is_empty());
+        res.index.check();
+    }
+
+    #[test]
+    fn queries() {
+        let algo = config(Kind::NoAlgorithm, 60);
+        let mut res = Resource::new();
+        assert_eq!(res.water_level(10.0), f64::INFINITY);
+        assert_eq!(res.demand_up_to(1.0), (0.0, 0));
+        for (id, wants, subclients) in [("a", 10.0, 1), ("b", 30.0, 2), ("c", 40.0, 1)] {
+            res.decide(&algo, 0.0, &req(id, wants, subclients), secs(0), false);
+        }
+        // Ratios 10, 15, 40.
+        assert_eq!(res.demand_up_to(9.0), (0.0, 0));
+        assert_eq!(res.demand_up_to(15.0), (40.0, 3));
+        assert_eq!(res.demand_up_to(f64::INFINITY), (80.0, 4));
+        assert_eq!(res.water_level(80.0), f64::INFINITY);
+        // 10 + 15*2 + L = 70 at L = 30: only c is cut.
+        assert_eq!(res.water_level(70.0), 30.0);
+        // a saturated; b and c share 30 over 3 subclients.
+        assert_eq!(res.water_level(40.0), 10.0);
+        assert_eq!(res.water_level(8.0), 2.0);
     }
 }
