@@ -184,6 +184,13 @@ impl Resource {
     /// `expiry = now + lease_length` and `algo.refresh_interval`, and returns
     /// it. The algorithm sees the requester with its new wants and
     /// subclients but the `has` of its previous lease (0 if new or expired).
+    ///
+    /// Costs `O(log n)` expected, plus `O(log n)` per expired lease dropped.
+    ///
+    /// # Panics
+    ///
+    /// If a new client would be the resource's `2^32 - 1`-th lease (slots are
+    /// 32-bit). No float value panics.
     pub fn decide(
         &mut self,
         algo: &AlgorithmConfig,
