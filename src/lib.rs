@@ -23,6 +23,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
+pub mod doorman;
 mod limiter;
 mod sync;
 
