@@ -1,6 +1,8 @@
 //! The public [`RateLimiter`]: a sliced, lock-free token pool that holds an
 //! op rate exactly and reports how far callers fell behind schedule.
 
+#[cfg(not(tollgate_loom))]
+mod budget;
 mod core;
 mod filler;
 mod future;
@@ -243,10 +245,23 @@ impl RateLimiter {
     #[inline]
     pub fn acquire_n(&self, n: u64) -> Duration {
         let need = tokens(n);
-        if need != 0 && !self.core.try_take_fast(need) {
+        if need != 0 && !self.take_fast(need) {
             self.core.acquire_blocking(need);
         }
         self.core.lateness()
+    }
+
+    /// The fast paths: the thread's budget, then its slice.
+    #[inline]
+    fn take_fast(&self, need: u64) -> bool {
+        #[cfg(not(tollgate_loom))]
+        {
+            budget::try_take(&self.core, need) || budget::refill(&self.core, need)
+        }
+        #[cfg(tollgate_loom)]
+        {
+            self.core.try_take_fast(need)
+        }
     }
 
     /// Takes one op's tokens if they are there now.
@@ -264,7 +279,7 @@ impl RateLimiter {
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> bool {
         let need = tokens(n);
-        need == 0 || self.core.try_take_fast(need) || self.core.try_acquire_slow(need)
+        need == 0 || self.take_fast(need) || self.core.try_acquire_slow(need)
     }
 
     /// Like [`acquire_n`](RateLimiter::acquire_n), but waits at most
@@ -282,7 +297,7 @@ impl RateLimiter {
     #[cfg(not(tollgate_loom))]
     pub fn acquire_timeout(&self, n: u64, max_wait: Duration) -> Result<Duration, TimeoutError> {
         let need = tokens(n);
-        if need == 0 || self.core.try_take_fast(need) {
+        if need == 0 || self.take_fast(need) {
             return Ok(self.core.lateness());
         }
         let now = self.core_now();

@@ -389,3 +389,37 @@ fn parse_errors_name_the_problem() {
     assert!(RateSpec::new(f64::NAN).is_err());
     assert!(RateSpec::new(f64::INFINITY).is_err());
 }
+
+#[test]
+fn thread_budgets_are_counted_and_given_back_when_threads_exit() {
+    // 10M/s: A = 10K ops, so threads keep budgets of up to 64 ops.
+    let (limiter, clock) = manual("10M,1.0");
+    clock.advance(MS);
+    limiter.backlog();
+    let admitted = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                for _ in 0..1000 {
+                    if limiter.try_acquire() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    // The threads have exited and given their unused budgets back.
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert_eq!(admitted, 3000);
+    assert_eq!(limiter.stats().admitted, admitted);
+    assert_conserved(&limiter, admitted);
+    // A thread that moves to another limiter gives its budget back too.
+    let (other, _) = manual("10M,1.0");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert!(limiter.try_acquire());
+            assert!(other.try_acquire());
+            assert_eq!(limiter.stats().admitted, admitted + 1);
+        });
+    });
+}

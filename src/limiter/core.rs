@@ -80,6 +80,9 @@ pub struct Ledger {
     pub tokens_per_op: u64,
 }
 
+/// The most ops a thread-local budget holds.
+const MAX_BATCH_OPS: u64 = 64;
+
 /// State only fills and reconfiguration touch, behind the fill lock.
 #[derive(Debug)]
 struct Schedule {
@@ -115,11 +118,15 @@ struct Published {
     chunk: AtomicU64,
     /// `A`: requests up to this many tokens are all-or-nothing.
     all_or_nothing: AtomicU64,
+    /// Tokens a thread-local budget takes beyond its need (see budget.rs).
+    batch: AtomicU64,
 }
 
 /// The shared core of a [`RateLimiter`](crate::RateLimiter).
 #[derive(Debug)]
 pub(crate) struct Core {
+    /// Unique among all limiters ever created (budgets are keyed by it).
+    id: u64,
     slices: Slices,
     /// Tokens of the active pool not in any slice. Padded: refills and
     /// fills write it, and it must not share a line with `published`.
@@ -154,7 +161,11 @@ impl Core {
         let meter = Meter::new(spec.nano_ops_per_sec());
         let sizing = Sizing::new(&meter, spec.burst_ppm());
         let now = clock.now_ns();
+        /// Source of limiter ids; 0 means "none".
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let core = Core {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             slices: Slices::new(slices),
             central: CachePadded::new(AtomicU64::new(0)),
             published: CachePadded::new(Published {
@@ -162,6 +173,7 @@ impl Core {
                 last_fill_ns: AtomicU64::new(now),
                 chunk: AtomicU64::new(0),
                 all_or_nothing: AtomicU64::new(0),
+                batch: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),
             waiters: WaitQueue::new(),
@@ -199,6 +211,24 @@ impl Core {
 
     pub(crate) fn filler_signal(&self) -> &FillerSignal {
         &self.filler
+    }
+
+    /// This limiter's unique id.
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Tokens a thread-local budget takes beyond its need; 0 disables budgets.
+    #[inline]
+    pub(crate) fn batch_tokens(&self) -> u64 {
+        // Relaxed: a size hint written under the fill lock.
+        self.published.batch.load(Relaxed)
+    }
+
+    /// Takes back tokens a thread-local budget did not use.
+    pub(crate) fn return_tokens(&self, tokens: u64) {
+        self.put_back(tokens);
     }
 
     /// The limiter's clock reading.
@@ -624,8 +654,16 @@ impl Core {
     fn publish_sizes(&self, st: &mut Schedule) {
         let slices = self.slices.len() as u64;
         let chunk = (st.sizing.active / (4 * slices)).max(TOKENS_PER_OP);
+        // Budgets only where a slice chunk holds several ops (budget.rs).
+        let batch = (chunk / 4).min(MAX_BATCH_OPS * TOKENS_PER_OP);
+        let batch = if cfg!(tollgate_loom) || batch < TOKENS_PER_OP {
+            0
+        } else {
+            batch
+        };
         // Relaxed: size hints; see `Published`.
         self.published.chunk.store(chunk, Relaxed);
+        self.published.batch.store(batch, Relaxed);
         self.published
             .all_or_nothing
             .store(st.sizing.active, Relaxed);
