@@ -115,7 +115,9 @@ impl Builder {
     }
 
     /// How often the filler thread adds time while callers wait (default
-    /// 1 ms). Callers fill by themselves when a fill is two intervals late.
+    /// 500 µs: half the 1 ms active pool of high rates, so a fill that comes
+    /// somewhat late still fits in it rather than spilling into the
+    /// backlog). Callers fill by themselves when a fill is an interval late.
     pub fn fill_interval(mut self, interval: Duration) -> Builder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self
@@ -130,7 +132,7 @@ impl Builder {
     }
 
     /// Whether to run the filler thread (default: yes). Without it, time is
-    /// added only when callers find a fill two intervals late or call
+    /// added only when callers find a fill an interval late or call
     /// [`RateLimiter::backlog`]: for deterministic tests on a manual clock.
     pub fn filler_thread(mut self, run: bool) -> Builder {
         self.filler_thread = run;
@@ -221,7 +223,7 @@ impl RateLimiter {
             spec,
             clock: None,
             slices: None,
-            fill_interval: Duration::from_millis(1),
+            fill_interval: Duration::from_micros(500),
             max_backlog: None,
             filler_thread: true,
         }

@@ -518,13 +518,13 @@ impl Core {
 
     // ----- filling -----------------------------------------------------
 
-    /// Fills if the last fill is overdue (two intervals) and no one else is
+    /// Fills if the last fill is overdue (one interval) and no one else is
     /// filling. `true` if tokens were added.
     pub(crate) fn fill_if_late(&self) -> bool {
         let now = self.clock.now_ns();
         // Relaxed: a hint; the fill itself reads its time under the lock.
         let last = self.published.last_fill_ns.load(Relaxed);
-        if now.saturating_sub(last) < 2 * self.fill_interval_ns {
+        if now.saturating_sub(last) < self.fill_interval_ns {
             return false;
         }
         let Some(mut st) = try_lock(&self.schedule) else {
