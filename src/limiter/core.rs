@@ -51,7 +51,8 @@ use crate::sync::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
     /// Ops admitted since the limiter was created (weighted: `acquire_n(5)`
-    /// counts 5), in whole ops.
+    /// counts 5), in whole ops. Ops a thread takes ahead into its local
+    /// budget count when taken (at most 64 per thread, at high rates).
     pub admitted: u64,
     /// Sum over admitted ops of how late each started (the backlog when it
     /// was admitted), integrated at fill granularity.

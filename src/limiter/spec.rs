@@ -199,15 +199,11 @@ impl RateSpec {
     }
 
     /// The exact rate in nano-ops per second, 10⁶ ..= 10²¹.
-    // Read by the pool arithmetic, which lands in its own change.
-
     pub(crate) fn nano_ops_per_sec(&self) -> u128 {
         self.nano
     }
 
     /// The exact burst ratio in parts per million, 10⁶ ..= 10⁹.
-    // Read by the pool arithmetic, which lands in its own change.
-
     pub(crate) fn burst_ppm(&self) -> u64 {
         self.ppm
     }
