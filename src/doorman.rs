@@ -1,0 +1,12 @@
+//! The Doorman capacity lease protocol: servers that divide a resource's
+//! capacity between the clients that ask for it.
+//!
+//! A client holds, per resource, a *lease*: a capacity it may use until the
+//! lease expires, and an interval after which it should ask again. On every
+//! request the server records what the client *wants*, drops expired leases,
+//! and lets the resource's [`algorithm`] decide what the client *gets*. The
+//! per-resource state, with the sums and indices that make one decision
+//! cost `O(log n)`, lives in [`store`].
+
+pub mod algorithm;
+pub mod store;
