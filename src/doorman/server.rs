@@ -1,0 +1,791 @@
+//! The capacity server: the `doorman.Capacity` gRPC service and its state.
+//!
+//! # Implementation notes
+//!
+//! State is a map from resource id to an entry, each entry behind its own
+//! mutex: a request locks the map (shared) only to find or insert its entries
+//! and then locks one resource at a time, so requests for different resources
+//! never contend. Lock order is always map, then entry; no request holds the
+//! map lock while it holds an entry's.
+//!
+//! Each entry remembers the template it was matched to and the configuration
+//! generation it came from. A reload swaps the configuration and bumps the
+//! generation; entries rebind lazily (on their next request or sweep), so a
+//! reload never blocks requests and always keeps the leases.
+//!
+//! Mastership comes from an [`Election`]'s watch channel. Whenever the server
+//! sees it has won mastership it forgets every lease (they belong to the
+//! previous master's view) and starts learning mode from that instant; when it
+//! loses mastership it forgets them too and answers with redirects.
+//!
+//! The sweeper drops expired leases and removes resources left with none.
+//! Removal marks the entry `removed` under its lock while holding the map's
+//! write lock, and a request that finds its entry removed looks it up again,
+//! so no lease is ever stored in an entry that has left the map.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::algorithm::{Kind, Request};
+use super::clock::Clock;
+use super::config::{Config, Template};
+use super::election::{Election, Mastership};
+use super::error::RequestError;
+use super::metrics::Metrics;
+use super::pb;
+use super::store::{ClientLease, Resource, Timestamp};
+
+/// Limits on what one request may carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest client, server or resource id, in bytes.
+    pub max_id_bytes: usize,
+    /// Most resources in one request.
+    pub max_resources_per_request: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_id_bytes: 1024,
+            max_resources_per_request: 1000,
+        }
+    }
+}
+
+/// The lease server. Cheap to clone: clones share state.
+#[derive(Debug, Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: RwLock<Arc<Snapshot>>,
+    resources: RwLock<HashMap<String, Arc<Entry>>>,
+    election: watch::Receiver<Mastership>,
+    /// When this server last won mastership; `None` while not master.
+    master_since: RwLock<Option<Timestamp>>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    metrics: Metrics,
+}
+
+#[derive(Debug)]
+struct Snapshot {
+    config: Config,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: Mutex<EntryState>,
+}
+
+#[derive(Debug)]
+struct EntryState {
+    template: Arc<Template>,
+    generation: u64,
+    store: Resource,
+    /// Set when the sweeper removed this entry from the map.
+    removed: bool,
+}
+
+/// One resource as shown on the status page.
+#[derive(Debug, Clone)]
+pub struct ResourceStatus {
+    /// The resource id.
+    pub id: String,
+    /// The glob of the template it matched.
+    pub glob: String,
+    /// The template's capacity.
+    pub capacity: f64,
+    /// The template's algorithm.
+    pub algorithm: Kind,
+    /// Sum of capacity held by unexpired leases.
+    pub sum_has: f64,
+    /// Sum of capacity wanted.
+    pub sum_wants: f64,
+    /// Clients holding leases.
+    pub clients: usize,
+    /// Sum of their subclients.
+    pub subclients: u64,
+    /// Whether the resource is in learning mode.
+    pub learning: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a lock cannot leave a store half-updated in a way
+    // later requests would mind more than losing the server.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether `x` is a finite number `>= 0`.
+fn non_negative(x: f64) -> bool {
+    x.is_finite() && x >= 0.0
+}
+
+impl Server {
+    /// A server with `config`, following `election`, reading time from
+    /// `clock`.
+    ///
+    /// Call [`Server::spawn_background`] to sweep expired leases, and
+    /// [`Server::serve`] to answer gRPC.
+    pub fn new(config: Config, election: &dyn Election, clock: Arc<dyn Clock>) -> Server {
+        Server::with_limits(config, election, clock, Limits::default())
+    }
+
+    /// As [`Server::new`], with request limits.
+    pub fn with_limits(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+    ) -> Server {
+        let server = Server {
+            inner: Arc::new(Inner {
+                config: RwLock::new(Arc::new(Snapshot {
+                    config,
+                    generation: 0,
+                })),
+                resources: RwLock::new(HashMap::new()),
+                election: election.subscribe(),
+                master_since: RwLock::new(None),
+                clock,
+                limits,
+                metrics: Metrics::new(),
+            }),
+        };
+        let _ = server.mastership();
+        server
+    }
+
+    /// The metrics this server records.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Replaces the configuration, keeping every lease. Resources rebind to
+    /// the new templates on their next request or sweep; a resource that no
+    /// longer matches any template is dropped then.
+    pub fn reload(&self, config: Config) {
+        let mut slot = self
+            .inner
+            .config
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let generation = slot.generation + 1;
+        *slot = Arc::new(Snapshot { config, generation });
+        info!(generation, "configuration reloaded");
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.inner
+            .config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The current mastership, after bringing the server's state in line
+    /// with it: `Ok(when mastership was won)` on the master, else
+    /// `Err(mastership)` to send back.
+    fn mastership(&self) -> Result<Timestamp, Mastership> {
+        let (is_master, current) = {
+            let m = self.inner.election.borrow();
+            (m.is_master, if m.is_master { None } else { Some(m.clone()) })
+        };
+        let since = *self
+            .inner
+            .master_since
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (is_master, since) {
+            (true, Some(since)) => return Ok(since),
+            (false, None) => return Err(current.unwrap_or_default()),
+            _ => {}
+        }
+        let mut since = self
+            .inner
+            .master_since
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (is_master, *since) {
+            (true, Some(s)) => Ok(s),
+            (false, None) => Err(current.unwrap_or_default()),
+            (true, None) => {
+                let now = self.inner.clock.now();
+                *since = Some(now);
+                self.forget_all();
+                info!("won mastership: learning mode starts");
+                Ok(now)
+            }
+            (false, Some(_)) => {
+                *since = None;
+                self.forget_all();
+                info!(master = ?current.as_ref().and_then(|m| m.master_address.as_deref()), "lost mastership");
+                Err(current.unwrap_or_default())
+            }
+        }
+    }
+
+    /// Drops every resource (and so every lease).
+    fn forget_all(&self) {
+        let mut map = self
+            .inner
+            .resources
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for entry in map.values() {
+            lock(&entry.state).removed = true;
+        }
+        map.clear();
+    }
+
+    /// The entry for `id`, created (bound to its template) if needed, locked
+    /// and bound to the current configuration.
+    fn entry<R>(
+        &self,
+        id: &str,
+        snapshot: &Snapshot,
+        f: impl FnOnce(&mut EntryState) -> R,
+    ) -> Result<R, RequestError> {
+        loop {
+            let existing = self
+                .inner
+                .resources
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(id)
+                .cloned();
+            let entry = match existing {
+                Some(entry) => entry,
+                None => {
+                    let template = snapshot
+                        .config
+                        .find(id)
+                        .ok_or_else(|| RequestError::UnknownResource(id.to_owned()))?;
+                    let mut map = self
+                        .inner
+                        .resources
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    map.entry(id.to_owned())
+                        .or_insert_with(|| {
+                            debug!(resource = id, glob = template.glob.as_str(), "new resource");
+                            Arc::new(Entry {
+                                state: Mutex::new(EntryState {
+                                    template: template.clone(),
+                                    generation: snapshot.generation,
+                                    store: Resource::new(),
+                                    removed: false,
+                                }),
+                            })
+                        })
+                        .clone()
+                }
+            };
+            let mut state = lock(&entry.state);
+            if state.removed {
+                continue;
+            }
+            if state.generation != snapshot.generation {
+                state.rebind(id, snapshot)?;
+            }
+            return Ok(f(&mut state));
+        }
+    }
+
+    fn check_id(&self, field: &'static str, id: &str) -> Result<(), RequestError> {
+        if id.is_empty() {
+            return Err(if field == "resource_id" {
+                RequestError::EmptyResourceId
+            } else {
+                RequestError::EmptyClientId
+            });
+        }
+        let max = self.inner.limits.max_id_bytes;
+        if id.len() > max {
+            return Err(RequestError::IdTooLong {
+                field,
+                len: id.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks the request-wide rules and each resource id; returns the
+    /// template each resource will use.
+    fn check_resources<'a>(
+        &self,
+        snapshot: &'a Snapshot,
+        ids: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Result<(), RequestError> {
+        let max = self.inner.limits.max_resources_per_request;
+        if ids.len() > max {
+            return Err(RequestError::TooManyResources {
+                count: ids.len(),
+                max,
+            });
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for id in ids {
+            self.check_id("resource_id", id)?;
+            if !seen.insert(id) {
+                return Err(RequestError::DuplicateResource(id.to_owned()));
+            }
+            if snapshot.config.find(id).is_none() {
+                return Err(RequestError::UnknownResource(id.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles a GetCapacity request.
+    fn get_capacity(
+        &self,
+        req: pb::GetCapacityRequest,
+    ) -> Result<pb::GetCapacityResponse, RequestError> {
+        let since = match self.mastership() {
+            Ok(since) => since,
+            Err(m) => {
+                return Ok(pb::GetCapacityResponse {
+                    response: Vec::new(),
+                    mastership: Some((&m).into()),
+                })
+            }
+        };
+        self.check_id("client_id", &req.client_id)?;
+        let snapshot = self.snapshot();
+        // Validate everything before changing anything.
+        self.check_resources(&snapshot, req.resource.iter().map(|r| r.resource_id.as_str()))?;
+        for r in &req.resource {
+            if !non_negative(r.wants) {
+                return Err(RequestError::InvalidWants {
+                    resource: r.resource_id.clone(),
+                    wants: r.wants,
+                });
+            }
+            if let Some(has) = &r.has {
+                if !non_negative(has.capacity) {
+                    return Err(RequestError::InvalidHas {
+                        resource: r.resource_id.clone(),
+                        has: has.capacity,
+                    });
+                }
+            }
+        }
+        let now = self.inner.clock.now();
+        let mut response = Vec::with_capacity(req.resource.len());
+        for r in &req.resource {
+            let request = Request {
+                client: &req.client_id,
+                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
+                wants: r.wants,
+                subclients: 1,
+            };
+            let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
+                let lease = state.decide(&request, now, since);
+                let safe = state.template.safe_capacity.unwrap_or_else(|| {
+                    // Dynamic safe capacity: an equal share per subclient,
+                    // this client included.
+                    state.template.capacity / state.store.count().max(1) as f64
+                });
+                (lease, safe)
+            })?;
+            response.push(pb::ResourceResponse {
+                resource_id: r.resource_id.clone(),
+                gets: (&lease).into(),
+                safe_capacity: Some(safe),
+            });
+        }
+        Ok(pb::GetCapacityResponse {
+            response,
+            mastership: None,
+        })
+    }
+
+    /// Handles a GetServerCapacity request: each resource is one client
+    /// (the asking server) wanting the sum of its bands' wants on behalf of
+    /// the sum of their clients.
+    fn get_server_capacity(
+        &self,
+        req: pb::GetServerCapacityRequest,
+    ) -> Result<pb::GetServerCapacityResponse, RequestError> {
+        let since = match self.mastership() {
+            Ok(since) => since,
+            Err(m) => {
+                return Ok(pb::GetServerCapacityResponse {
+                    response: Vec::new(),
+                    mastership: Some((&m).into()),
+                })
+            }
+        };
+        self.check_id("server_id", &req.server_id)?;
+        let snapshot = self.snapshot();
+        self.check_resources(&snapshot, req.resource.iter().map(|r| r.resource_id.as_str()))?;
+        let mut totals = Vec::with_capacity(req.resource.len());
+        for r in &req.resource {
+            let mut wants = 0.0;
+            let mut subclients: u64 = 0;
+            for band in &r.wants {
+                if band.num_clients < 1 {
+                    return Err(RequestError::InvalidNumClients {
+                        resource: r.resource_id.clone(),
+                        num_clients: band.num_clients,
+                    });
+                }
+                if !non_negative(band.wants) {
+                    return Err(RequestError::InvalidWants {
+                        resource: r.resource_id.clone(),
+                        wants: band.wants,
+                    });
+                }
+                wants += band.wants;
+                subclients = subclients.saturating_add(band.num_clients.unsigned_abs());
+            }
+            if !non_negative(wants) {
+                return Err(RequestError::InvalidWants {
+                    resource: r.resource_id.clone(),
+                    wants,
+                });
+            }
+            if let Some(has) = &r.has {
+                if !non_negative(has.capacity) {
+                    return Err(RequestError::InvalidHas {
+                        resource: r.resource_id.clone(),
+                        has: has.capacity,
+                    });
+                }
+            }
+            // A server with no bands still holds its place as one client.
+            totals.push((wants, subclients.max(1)));
+        }
+        let now = self.inner.clock.now();
+        let mut response = Vec::with_capacity(req.resource.len());
+        for (r, &(wants, subclients)) in req.resource.iter().zip(&totals) {
+            let request = Request {
+                client: &req.server_id,
+                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
+                wants,
+                subclients,
+            };
+            let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
+                let lease = state.decide(&request, now, since);
+                let algorithm = pb::Algorithm::from(&state.template.algorithm);
+                (lease, algorithm, state.template.safe_capacity)
+            })?;
+            response.push(pb::ServerCapacityResourceResponse {
+                resource_id: r.resource_id.clone(),
+                gets: (&lease).into(),
+                algorithm: Some(algorithm),
+                safe_capacity: safe,
+            });
+        }
+        Ok(pb::GetServerCapacityResponse {
+            response,
+            mastership: None,
+        })
+    }
+
+    /// Handles a ReleaseCapacity request; unknown resources are ignored.
+    fn release_capacity(
+        &self,
+        req: pb::ReleaseCapacityRequest,
+    ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
+        if let Err(m) = self.mastership() {
+            return Ok(pb::ReleaseCapacityResponse {
+                mastership: Some((&m).into()),
+            });
+        }
+        self.check_id("client_id", &req.client_id)?;
+        let max = self.inner.limits.max_resources_per_request;
+        if req.resource_id.len() > max {
+            return Err(RequestError::TooManyResources {
+                count: req.resource_id.len(),
+                max,
+            });
+        }
+        for id in &req.resource_id {
+            self.check_id("resource_id", id)?;
+        }
+        for id in &req.resource_id {
+            let entry = self
+                .inner
+                .resources
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(id)
+                .cloned();
+            if let Some(entry) = entry {
+                lock(&entry.state).store.release(&req.client_id);
+            }
+        }
+        Ok(pb::ReleaseCapacityResponse { mastership: None })
+    }
+
+    fn discovery(&self) -> pb::DiscoveryResponse {
+        let _ = self.mastership();
+        let m = self.inner.election.borrow().clone();
+        pb::DiscoveryResponse {
+            mastership: (&m).into(),
+            is_master: m.is_master,
+        }
+    }
+
+    /// Drops expired leases everywhere and removes resources left without
+    /// leases. Returns how many resources were removed.
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now();
+        let snapshot = self.snapshot();
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut idle = Vec::new();
+        for (id, entry) in entries {
+            let mut state = lock(&entry.state);
+            if state.generation != snapshot.generation && state.rebind(&id, &snapshot).is_err() {
+                state.store = Resource::new();
+            }
+            state.store.sweep(now);
+            if state.store.is_empty() {
+                idle.push(id);
+            }
+        }
+        if idle.is_empty() {
+            return 0;
+        }
+        let mut map = self
+            .inner
+            .resources
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut removed = 0;
+        for id in idle {
+            let Some(entry) = map.get(&id) else { continue };
+            let mut state = lock(&entry.state);
+            if state.store.is_empty() {
+                state.removed = true;
+                drop(state);
+                map.remove(&id);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Spawns the background sweeper (every `interval`) and a task that
+    /// follows mastership changes, so learning mode starts when mastership
+    /// is won even if no request arrives. Both stop when the server is
+    /// dropped.
+    pub fn spawn_background(&self, interval: Duration) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let removed = Server { inner }.sweep();
+                if removed > 0 {
+                    debug!(removed, "swept idle resources");
+                }
+            }
+        });
+        let weak = Arc::downgrade(&self.inner);
+        let mut rx = self.inner.election.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { return };
+                let _ = Server { inner }.mastership();
+            }
+        });
+    }
+
+    /// Whether this server is the master, and the master's address.
+    pub fn current_mastership(&self) -> Mastership {
+        let _ = self.mastership();
+        self.inner.election.borrow().clone()
+    }
+
+    /// A snapshot of every resource, sorted by id.
+    pub fn status(&self) -> Vec<ResourceStatus> {
+        let now = self.inner.clock.now();
+        let since = *self
+            .inner
+            .master_since
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out: Vec<ResourceStatus> = entries
+            .into_iter()
+            .map(|(id, entry)| {
+                let state = lock(&entry.state);
+                ResourceStatus {
+                    glob: state.template.glob.as_str().to_owned(),
+                    capacity: state.template.capacity,
+                    algorithm: state.template.algorithm.kind,
+                    sum_has: state.store.sum_has(),
+                    sum_wants: state.store.sum_wants(),
+                    clients: state.store.len(),
+                    subclients: state.store.count(),
+                    learning: since.is_some_and(|s| state.learning(now, s)),
+                    id,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// The leases on resource `id`, sorted by client, or `None` for a
+    /// resource the server does not know.
+    pub fn leases(&self, id: &str) -> Option<Vec<(String, ClientLease)>> {
+        let entry = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()?;
+        let state = lock(&entry.state);
+        let mut leases: Vec<_> = state
+            .store
+            .iter()
+            .map(|(c, l)| (c.to_owned(), l.clone()))
+            .collect();
+        leases.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(leases)
+    }
+
+    /// Serves gRPC on `listener` until `shutdown` completes.
+    ///
+    /// # Errors
+    ///
+    /// A transport error from tonic.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(pb::capacity_server::CapacityServer::new(Service { server: self }))
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+    }
+}
+
+impl EntryState {
+    /// Rebinds to the template `snapshot` gives `id`.
+    fn rebind(&mut self, id: &str, snapshot: &Snapshot) -> Result<(), RequestError> {
+        match snapshot.config.find(id) {
+            Some(t) => {
+                self.template = t.clone();
+                self.generation = snapshot.generation;
+                Ok(())
+            }
+            None => {
+                warn!(resource = id, "no template matches after reload; dropping its leases");
+                self.store = Resource::new();
+                Err(RequestError::UnknownResource(id.to_owned()))
+            }
+        }
+    }
+
+    fn learning(&self, now: Timestamp, master_since: Timestamp) -> bool {
+        now < master_since + self.template.learning_mode()
+    }
+
+    fn decide(&mut self, request: &Request<'_>, now: Timestamp, master_since: Timestamp) -> ClientLease {
+        let learning = self.learning(now, master_since);
+        let template = &self.template;
+        self.store
+            .decide(&template.algorithm, template.capacity, request, now, learning)
+    }
+}
+
+/// The tonic service: records metrics and maps errors, nothing else.
+#[derive(Debug)]
+struct Service {
+    server: Server,
+}
+
+impl Service {
+    fn record<T>(
+        &self,
+        method: &str,
+        start: Instant,
+        result: Result<T, RequestError>,
+    ) -> Result<tonic::Response<T>, tonic::Status> {
+        let m = &self.server.inner.metrics;
+        m.requests.with_label_values(&[method]).inc();
+        m.request_durations
+            .with_label_values(&[method])
+            .observe(start.elapsed().as_secs_f64());
+        match result {
+            Ok(response) => Ok(tonic::Response::new(response)),
+            Err(e) => {
+                m.request_errors.with_label_values(&[method]).inc();
+                debug!(method, error = %e, "request refused");
+                Err(e.into())
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::capacity_server::Capacity for Service {
+    async fn discovery(
+        &self,
+        _request: tonic::Request<pb::DiscoveryRequest>,
+    ) -> Result<tonic::Response<pb::DiscoveryResponse>, tonic::Status> {
+        let start = Instant::now();
+        self.record("Discovery", start, Ok(self.server.discovery()))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: tonic::Request<pb::GetCapacityRequest>,
+    ) -> Result<tonic::Response<pb::GetCapacityResponse>, tonic::Status> {
+        let start = Instant::now();
+        let result = self.server.get_capacity(request.into_inner());
+        self.record("GetCapacity", start, result)
+    }
+
+    async fn get_server_capacity(
+        &self,
+        request: tonic::Request<pb::GetServerCapacityRequest>,
+    ) -> Result<tonic::Response<pb::GetServerCapacityResponse>, tonic::Status> {
+        let start = Instant::now();
+        let result = self.server.get_server_capacity(request.into_inner());
+        self.record("GetServerCapacity", start, result)
+    }
+
+    async fn release_capacity(
+        &self,
+        request: tonic::Request<pb::ReleaseCapacityRequest>,
+    ) -> Result<tonic::Response<pb::ReleaseCapacityResponse>, tonic::Status> {
+        let start = Instant::now();
+        let result = self.server.release_capacity(request.into_inner());
+        self.record("ReleaseCapacity", start, result)
+    }
+}
