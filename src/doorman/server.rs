@@ -13,10 +13,15 @@
 //! generation; entries rebind lazily (on their next request or sweep), so a
 //! reload never blocks requests and always keeps the leases.
 //!
-//! Mastership comes from an [`Election`]'s watch channel. Whenever the server
-//! sees it has won mastership it forgets every lease (they belong to the
-//! previous master's view) and starts learning mode from that instant; when it
-//! loses mastership it forgets them too and answers with redirects.
+//! Mastership comes from an [`Election`]'s watch channel, checked on every
+//! request (a shared lock and the channel's version counter on the fast
+//! path). Whenever the server sees it has won mastership it forgets every
+//! lease (they belong to an earlier term) and starts learning mode from that
+//! instant; when it loses mastership it forgets them too and answers with
+//! redirects. A background task also follows the channel, so learning mode
+//! starts when mastership is won even if no request arrives.
+//!
+//! Lock order: election view, then the resource map, then one entry.
 //!
 //! The sweeper drops expired leases and removes resources left with none.
 //! Removal marks the entry `removed` under its lock while holding the map's
@@ -68,12 +73,26 @@ pub struct Server {
 struct Inner {
     config: RwLock<Arc<Snapshot>>,
     resources: RwLock<HashMap<String, Arc<Entry>>>,
-    election: watch::Receiver<Mastership>,
-    /// When this server last won mastership; `None` while not master.
-    master_since: RwLock<Option<Timestamp>>,
+    view: RwLock<View>,
     clock: Arc<dyn Clock>,
     limits: Limits,
     metrics: Metrics,
+}
+
+/// The server's view of the election.
+#[derive(Debug)]
+struct View {
+    rx: watch::Receiver<Mastership>,
+    /// The last mastership seen on `rx`.
+    current: Mastership,
+    /// When this server last won mastership; `None` while not master.
+    since: Option<Timestamp>,
+}
+
+impl View {
+    fn answer(&self) -> Result<Timestamp, Mastership> {
+        self.since.ok_or_else(|| self.current.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -154,14 +173,25 @@ impl Server {
                     generation: 0,
                 })),
                 resources: RwLock::new(HashMap::new()),
-                election: election.subscribe(),
-                master_since: RwLock::new(None),
+                view: RwLock::new(View {
+                    rx: election.subscribe(),
+                    current: Mastership::default(),
+                    since: None,
+                }),
                 clock,
                 limits,
                 metrics: Metrics::new(),
             }),
         };
-        let _ = server.mastership();
+        {
+            let mut view = server
+                .inner
+                .view
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let m = view.rx.borrow_and_update().clone();
+            server.apply(&mut view, m);
+        }
         server
     }
 
@@ -195,43 +225,49 @@ impl Server {
     /// The current mastership, after bringing the server's state in line
     /// with it: `Ok(when mastership was won)` on the master, else
     /// `Err(mastership)` to send back.
+    ///
+    /// Every new value the election publishes counts: one with `is_master`
+    /// starts a new term (leases forgotten, learning mode from now), even if
+    /// the server was master before, since it may have lost and regained
+    /// mastership in between.
     fn mastership(&self) -> Result<Timestamp, Mastership> {
-        let (is_master, current) = {
-            let m = self.inner.election.borrow();
-            (m.is_master, if m.is_master { None } else { Some(m.clone()) })
-        };
-        let since = *self
-            .inner
-            .master_since
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        match (is_master, since) {
-            (true, Some(since)) => return Ok(since),
-            (false, None) => return Err(current.unwrap_or_default()),
-            _ => {}
+        {
+            let view = self
+                .inner
+                .view
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !view.rx.has_changed().unwrap_or(false) {
+                return view.answer();
+            }
         }
-        let mut since = self
+        let mut view = self
             .inner
-            .master_since
+            .view
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        match (is_master, *since) {
-            (true, Some(s)) => Ok(s),
-            (false, None) => Err(current.unwrap_or_default()),
-            (true, None) => {
-                let now = self.inner.clock.now();
-                *since = Some(now);
+        if view.rx.has_changed().unwrap_or(false) {
+            let m = view.rx.borrow_and_update().clone();
+            self.apply(&mut view, m);
+        }
+        view.answer()
+    }
+
+    /// Moves to mastership `m`. Called with the view locked for writing.
+    fn apply(&self, view: &mut View, m: Mastership) {
+        let was_master = view.since.is_some();
+        if m.is_master {
+            view.since = Some(self.inner.clock.now());
+            self.forget_all();
+            info!("won mastership: learning mode starts");
+        } else {
+            view.since = None;
+            if was_master {
                 self.forget_all();
-                info!("won mastership: learning mode starts");
-                Ok(now)
-            }
-            (false, Some(_)) => {
-                *since = None;
-                self.forget_all();
-                info!(master = ?current.as_ref().and_then(|m| m.master_address.as_deref()), "lost mastership");
-                Err(current.unwrap_or_default())
+                info!(master = ?m.master_address, "lost mastership");
             }
         }
+        view.current = m;
     }
 
     /// Drops every resource (and so every lease).
@@ -364,7 +400,10 @@ impl Server {
         self.check_id("client_id", &req.client_id)?;
         let snapshot = self.snapshot();
         // Validate everything before changing anything.
-        self.check_resources(&snapshot, req.resource.iter().map(|r| r.resource_id.as_str()))?;
+        self.check_resources(
+            &snapshot,
+            req.resource.iter().map(|r| r.resource_id.as_str()),
+        )?;
         for r in &req.resource {
             if !non_negative(r.wants) {
                 return Err(RequestError::InvalidWants {
@@ -429,7 +468,10 @@ impl Server {
         };
         self.check_id("server_id", &req.server_id)?;
         let snapshot = self.snapshot();
-        self.check_resources(&snapshot, req.resource.iter().map(|r| r.resource_id.as_str()))?;
+        self.check_resources(
+            &snapshot,
+            req.resource.iter().map(|r| r.resource_id.as_str()),
+        )?;
         let mut totals = Vec::with_capacity(req.resource.len());
         for r in &req.resource {
             let mut wants = 0.0;
@@ -531,8 +573,7 @@ impl Server {
     }
 
     fn discovery(&self) -> pb::DiscoveryResponse {
-        let _ = self.mastership();
-        let m = self.inner.election.borrow().clone();
+        let m = self.current_mastership();
         pb::DiscoveryResponse {
             mastership: (&m).into(),
             is_master: m.is_master,
@@ -604,7 +645,13 @@ impl Server {
             }
         });
         let weak = Arc::downgrade(&self.inner);
-        let mut rx = self.inner.election.clone();
+        let mut rx = self
+            .inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .rx
+            .clone();
         tokio::spawn(async move {
             while rx.changed().await.is_ok() {
                 let Some(inner) = weak.upgrade() else { return };
@@ -616,17 +663,23 @@ impl Server {
     /// Whether this server is the master, and the master's address.
     pub fn current_mastership(&self) -> Mastership {
         let _ = self.mastership();
-        self.inner.election.borrow().clone()
+        self.inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .current
+            .clone()
     }
 
     /// A snapshot of every resource, sorted by id.
     pub fn status(&self) -> Vec<ResourceStatus> {
         let now = self.inner.clock.now();
-        let since = *self
+        let since = self
             .inner
-            .master_since
+            .view
             .read()
-            .unwrap_or_else(PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner)
+            .since;
         let entries: Vec<(String, Arc<Entry>)> = self
             .inner
             .resources
@@ -670,7 +723,7 @@ impl Server {
         let mut leases: Vec<_> = state
             .store
             .iter()
-            .map(|(c, l)| (c.to_owned(), l.clone()))
+            .map(|(c, l)| (c.to_owned(), *l))
             .collect();
         leases.sort_by(|a, b| a.0.cmp(&b.0));
         Some(leases)
@@ -686,9 +739,12 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .add_service(pb::capacity_server::CapacityServer::new(Service { server: self }))
+            .add_service(pb::capacity_server::CapacityServer::new(Service {
+                server: self,
+            }))
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await
     }
@@ -704,7 +760,10 @@ impl EntryState {
                 Ok(())
             }
             None => {
-                warn!(resource = id, "no template matches after reload; dropping its leases");
+                warn!(
+                    resource = id,
+                    "no template matches after reload; dropping its leases"
+                );
                 self.store = Resource::new();
                 Err(RequestError::UnknownResource(id.to_owned()))
             }
@@ -715,11 +774,21 @@ impl EntryState {
         now < master_since + self.template.learning_mode()
     }
 
-    fn decide(&mut self, request: &Request<'_>, now: Timestamp, master_since: Timestamp) -> ClientLease {
+    fn decide(
+        &mut self,
+        request: &Request<'_>,
+        now: Timestamp,
+        master_since: Timestamp,
+    ) -> ClientLease {
         let learning = self.learning(now, master_since);
         let template = &self.template;
-        self.store
-            .decide(&template.algorithm, template.capacity, request, now, learning)
+        self.store.decide(
+            &template.algorithm,
+            template.capacity,
+            request,
+            now,
+            learning,
+        )
     }
 }
 
