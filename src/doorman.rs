@@ -13,7 +13,6 @@
 //! debug port and its [`metrics`]), [`reload`] (configuration hot reload).
 
 pub mod algorithm;
-pub mod store;
 pub mod clock;
 pub mod config;
 pub mod debug;
@@ -25,3 +24,4 @@ pub mod metrics;
 pub mod pb;
 pub mod reload;
 pub mod server;
+pub mod store;

@@ -256,28 +256,45 @@ fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ConfigErr
     };
     let missing = |field| err(field, "missing".into());
 
-    let pattern = t.identifier_glob.as_deref().ok_or_else(|| missing("identifier_glob"))?;
+    let pattern = t
+        .identifier_glob
+        .as_deref()
+        .ok_or_else(|| missing("identifier_glob"))?;
     let glob = Glob::new(pattern).map_err(|e| err("identifier_glob", e.to_string()))?;
     let capacity = t.capacity.ok_or_else(|| missing("capacity"))?;
     if !(capacity.is_finite() && capacity >= 0.0) {
-        return Err(err("capacity", format!("{capacity} is not a finite number >= 0")));
+        return Err(err(
+            "capacity",
+            format!("{capacity} is not a finite number >= 0"),
+        ));
     }
     if let Some(safe) = t.safe_capacity {
         if !(safe.is_finite() && safe >= 0.0) {
-            return Err(err("safe_capacity", format!("{safe} is not a finite number >= 0")));
+            return Err(err(
+                "safe_capacity",
+                format!("{safe} is not a finite number >= 0"),
+            ));
         }
     }
     let a = t.algorithm.ok_or_else(|| missing("algorithm"))?;
     let kind = a.kind.ok_or_else(|| missing("algorithm.kind"))?;
-    let lease = a.lease_length.ok_or_else(|| missing("algorithm.lease_length"))?;
+    let lease = a
+        .lease_length
+        .ok_or_else(|| missing("algorithm.lease_length"))?;
     let refresh = a
         .refresh_interval
         .ok_or_else(|| missing("algorithm.refresh_interval"))?;
     if refresh < 1 {
-        return Err(err("algorithm.refresh_interval", format!("{refresh} is less than 1 second")));
+        return Err(err(
+            "algorithm.refresh_interval",
+            format!("{refresh} is less than 1 second"),
+        ));
     }
     if lease < 1 {
-        return Err(err("algorithm.lease_length", format!("{lease} is less than 1 second")));
+        return Err(err(
+            "algorithm.lease_length",
+            format!("{lease} is less than 1 second"),
+        ));
     }
     if lease < refresh {
         return Err(err(
@@ -302,7 +319,11 @@ fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ConfigErr
             refresh_interval: secs(refresh),
             // Absent: learning lasts one lease; zero or less: disabled.
             learning_mode_duration: a.learning_mode_duration.map(secs),
-            parameters: a.parameters.into_iter().map(|p| (p.name, p.value)).collect(),
+            parameters: a
+                .parameters
+                .into_iter()
+                .map(|p| (p.name, p.value))
+                .collect(),
         },
     })
 }

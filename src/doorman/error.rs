@@ -60,10 +60,16 @@ impl fmt::Display for RequestError {
             RequestError::EmptyClientId => f.write_str("client id is empty"),
             RequestError::EmptyResourceId => f.write_str("resource id is empty"),
             RequestError::IdTooLong { field, len, max } => {
-                write!(f, "{field} is {len} bytes long, more than the limit of {max}")
+                write!(
+                    f,
+                    "{field} is {len} bytes long, more than the limit of {max}"
+                )
             }
             RequestError::TooManyResources { count, max } => {
-                write!(f, "request names {count} resources, more than the limit of {max}")
+                write!(
+                    f,
+                    "request names {count} resources, more than the limit of {max}"
+                )
             }
             RequestError::DuplicateResource(id) => {
                 write!(f, "resource {id:?} appears more than once in the request")

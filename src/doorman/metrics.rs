@@ -21,15 +21,22 @@ impl Metrics {
         let registry = Registry::new();
         let counter = |name: &str, help: &str| {
             let c = CounterVec::new(Opts::new(name, help), &["method"]).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let gauge = |name: &str, help: &str| {
             let g = GaugeVec::new(Opts::new(name, help), &["resource"]).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
             g
         };
-        let requests = counter("doorman_server_requests", "Requests sent to a Doorman service.");
+        let requests = counter(
+            "doorman_server_requests",
+            "Requests sent to a Doorman service.",
+        );
         let request_errors = counter(
             "doorman_server_request_errors",
             "Requests sent to a Doorman service that returned an error.",
@@ -49,8 +56,14 @@ impl Metrics {
         registry
             .register(Box::new(request_durations.clone()))
             .expect("unique metric");
-        let has = gauge("doorman_server_has", "All capacity assigned to clients for a resource.");
-        let wants = gauge("doorman_server_wants", "All capacity requested by clients for a resource.");
+        let has = gauge(
+            "doorman_server_has",
+            "All capacity assigned to clients for a resource.",
+        );
+        let wants = gauge(
+            "doorman_server_wants",
+            "All capacity requested by clients for a resource.",
+        );
         let subclients = gauge(
             "doorman_server_subclients",
             "Number of clients requesting this resource.",

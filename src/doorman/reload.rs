@@ -38,14 +38,13 @@ pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         #[cfg(unix)]
-        let mut hup =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
-                    None
-                }
-            };
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
+                None
+            }
+        };
         loop {
             #[cfg(unix)]
             let hangup = async {

@@ -46,8 +46,7 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -59,8 +58,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     let config = match &args.config {
-        Some(path) => Config::from_file(path)
-            .with_context(|| format!("loading {}", path.display()))?,
+        Some(path) => {
+            Config::from_file(path).with_context(|| format!("loading {}", path.display()))?
+        }
         None => {
             info!("no --config: serving the built-in catch-all FAIR_SHARE template");
             Config::builtin()
