@@ -30,3 +30,65 @@ impl Algorithm for FairShare {
         non_negative(fair.min(available(res, capacity, req.client)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::doorman::algorithm::tests::{assert_grants, run_vector};
+    use crate::doorman::algorithm::Kind;
+
+    fn fair(capacity: f64, clients: &[(f64, u64)]) -> Vec<f64> {
+        run_vector(Kind::FairShare, capacity, clients, true)
+    }
+
+    #[test]
+    fn acceptance_vectors() {
+        let tolerance = 1e-9;
+        assert_grants(
+            &fair(120.0, &[(1000.0, 1), (60.0, 1), (10.0, 1)]),
+            &[55.0, 55.0, 10.0],
+            tolerance,
+        );
+        assert_grants(
+            &fair(120.0, &[(1000.0, 1), (50.0, 1), (10.0, 1)]),
+            &[60.0, 50.0, 10.0],
+            tolerance,
+        );
+        assert_grants(
+            &fair(120.0, &[(1000.0, 6), (500.0, 4), (200.0, 2)]),
+            &[60.0, 40.0, 20.0],
+            tolerance,
+        );
+        assert_grants(
+            &fair(1000.0, &[(2000.0, 10), (500.0, 10), (700.0, 30)]),
+            &[200.0, 200.0, 600.0],
+            tolerance,
+        );
+    }
+
+    #[test]
+    fn everyone_gets_their_wants_when_they_fit() {
+        assert_grants(
+            &fair(120.0, &[(50.0, 1), (60.0, 3), (10.0, 1)]),
+            &[50.0, 60.0, 10.0],
+            0.0,
+        );
+    }
+
+    /// Redistribution that takes three rounds: the equal share 25 saturates
+    /// the first client, the new share 33.3 the second, the new share 35 the
+    /// third, and the last gets what is left.
+    #[test]
+    fn exact_after_many_rounds() {
+        let grants = fair(100.0, &[(0.0, 1), (30.0, 1), (34.0, 1), (100.0, 1)]);
+        assert_grants(&grants, &[0.0, 30.0, 34.0, 36.0], 1e-9);
+    }
+
+    /// Weighted: the level is per subclient. Out of 20, "a" (1 subclient)
+    /// wants 1 and is saturated; "b" (1) and "c" (2) share 19 at 19/3 per
+    /// subclient, below b's 6.5.
+    #[test]
+    fn weighted_by_subclients() {
+        let grants = fair(20.0, &[(1.0, 1), (6.5, 1), (100.0, 2)]);
+        assert_grants(&grants, &[1.0, 19.0 / 3.0, 38.0 / 3.0], 1e-9);
+    }
+}

@@ -12,3 +12,15 @@ impl Algorithm for NoAlgorithm {
         non_negative(req.wants)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::doorman::algorithm::tests::{assert_grants, run_vector};
+    use crate::doorman::algorithm::Kind;
+
+    #[test]
+    fn acceptance_vector() {
+        let grants = run_vector(Kind::NoAlgorithm, 0.0, &[(10.0, 1), (100.0, 1)], false);
+        assert_grants(&grants, &[10.0, 100.0], 0.0);
+    }
+}

@@ -56,3 +56,58 @@ impl Algorithm for ProportionalShare {
         non_negative(gets.min(available(res, capacity, req.client)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::doorman::algorithm::tests::{assert_grants, run_vector};
+    use crate::doorman::algorithm::Kind;
+
+    fn proportional(capacity: f64, clients: &[(f64, u64)], preloaded: bool) -> Vec<f64> {
+        run_vector(Kind::ProportionalShare, capacity, clients, preloaded)
+    }
+
+    #[test]
+    fn acceptance_vectors() {
+        let tolerance = 1e-9;
+        let equal = [(60.0, 1), (60.0, 1), (10.0, 1)];
+        assert_grants(
+            &proportional(120.0, &equal, true),
+            &[55.0, 55.0, 10.0],
+            tolerance,
+        );
+        let late = [(60.0, 1), (75.0, 1), (10.0, 1)];
+        assert_grants(
+            &proportional(120.0, &late, false),
+            &[60.0, 60.0, 0.0],
+            tolerance,
+        );
+        let weighted = [(65.0, 3), (45.0, 2), (20.0, 1)];
+        assert_grants(
+            &proportional(120.0, &weighted, true),
+            &[60.0, 40.0, 20.0],
+            tolerance,
+        );
+        assert_grants(
+            &proportional(120.0, &weighted, false),
+            &[65.0, 45.0, 10.0],
+            tolerance,
+        );
+    }
+
+    /// The design doc's example, printed there to two decimals.
+    #[test]
+    fn design_doc_example() {
+        let grants = proportional(120.0, &[(1000.0, 1), (50.0, 1), (10.0, 1)], true);
+        assert_grants(&grants, &[69.69, 40.31, 10.0], 0.005);
+        // Exactly: 40 + 960 * 30/970 and 40 + 10 * 30/970.
+        assert_grants(
+            &grants,
+            &[
+                40.0 + 960.0 * 30.0 / 970.0,
+                40.0 + 10.0 * 30.0 / 970.0,
+                10.0,
+            ],
+            1e-9,
+        );
+    }
+}
