@@ -597,3 +597,47 @@ async fn debug_port_serves_status_resources_metrics_and_health() {
         assert!(metrics.contains(line), "{line} in {metrics}");
     }
 }
+
+#[tokio::test]
+async fn file_change_triggers_a_reload() {
+    let dir = std::env::temp_dir().join(format!("tollgate-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, CONFIG).unwrap();
+    let h = start().await;
+    tollgate::doorman::reload::spawn(h.server.clone(), path.clone(), Duration::from_millis(20));
+    let config_capacity = |h: &Harness| {
+        let cfg = h.server.status();
+        cfg.first().map(|r| r.capacity)
+    };
+    let mut h = h;
+    h.get("a", "fair", 1.0, None).await;
+    assert_eq!(config_capacity(&h), Some(100.0));
+
+    std::fs::write(
+        &path,
+        CONFIG.replace(
+            "capacity: 100\n    safe_capacity: 10",
+            "capacity: 300\n    safe_capacity: 10",
+        ),
+    )
+    .unwrap();
+    // Set a distinct mtime: coarse file system clocks must not hide the change.
+    let later = std::time::SystemTime::now() + Duration::from_secs(10);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    // Waits for the watcher, however slow the machine (no timing asserted).
+    for _ in 0..1000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        h.server.sweep(); // rebinds resources to the new configuration
+        if config_capacity(&h) == Some(300.0) {
+            break;
+        }
+    }
+    assert_eq!(config_capacity(&h), Some(300.0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

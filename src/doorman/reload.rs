@@ -32,9 +32,12 @@ fn mtime(path: &std::path::Path) -> Option<SystemTime> {
 
 /// Spawns a task that reloads `path` on SIGHUP (on Unix) and whenever its
 /// modification time changes, polled every `poll`.
+///
+/// The file's modification time is read before this returns, so any later
+/// change triggers a reload.
 pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
+    let mut last = mtime(&path);
     tokio::spawn(async move {
-        let mut last = mtime(&path);
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         #[cfg(unix)]
