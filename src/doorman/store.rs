@@ -184,6 +184,13 @@ impl Resource {
     /// `expiry = now + lease_length` and `algo.refresh_interval`, and returns
     /// it. The algorithm sees the requester with its new wants and
     /// subclients but the `has` of its previous lease (0 if new or expired).
+    ///
+    /// Costs `O(log n)` expected, plus `O(log n)` per expired lease dropped.
+    ///
+    /// # Panics
+    ///
+    /// If a new client would be the resource's `2^32 - 1`-th lease (slots are
+    /// 32-bit). No float value panics.
     pub fn decide(
         &mut self,
         algo: &AlgorithmConfig,
@@ -532,6 +539,7 @@ mod tests {
                 lease_length: Duration,
                 req: &Request<'_>,
                 now: Timestamp,
+                learning: bool,
             ) -> f64 {
                 self.sweep(now);
                 let old_has = self
@@ -549,6 +557,7 @@ mod tests {
                 demand.push((req.wants, req.subclients));
                 let me = demand.len() - 1;
                 let has = match kind {
+                    _ if learning => req.has,
                     Kind::NoAlgorithm => req.wants,
                     Kind::Static => req.wants.min(capacity),
                     Kind::ProportionalShare => {
@@ -589,6 +598,12 @@ mod tests {
                 wants: f64,
                 subclients: u64,
             },
+            /// A request during learning mode, with what the client has.
+            Learn {
+                client: usize,
+                has: f64,
+                wants: f64,
+            },
             Wait(u64),
             Release(usize),
         }
@@ -606,6 +621,8 @@ mod tests {
             let op = prop_oneof![
                 6 => (0..clients, wants(), subclients())
                     .prop_map(|(client, wants, subclients)| Op::Refresh { client, wants, subclients }),
+                1 => (0..clients, wants(), wants())
+                    .prop_map(|(client, has, wants)| Op::Learn { client, has, wants }),
                 1 => (0u64..40).prop_map(Op::Wait),
                 1 => (0..clients).prop_map(Op::Release),
             ];
@@ -653,7 +670,7 @@ mod tests {
 
             /// The indexed store decides exactly as the naive model, and,
             /// for the sharing algorithms, never leases out more than the
-            /// capacity.
+            /// capacity once the leases granted in learning mode are gone.
             #[test]
             fn matches_the_naive_model(
                 (clients, ops) in (1usize..50).prop_flat_map(|n| (Just(n), ops(n))),
@@ -665,17 +682,27 @@ mod tests {
                 let ids: Vec<String> = (0..clients).map(|i| format!("client{i}")).collect();
                 let (mut res, mut model) = (Resource::new(), Model::default());
                 let mut now = secs(0);
+                // When the last lease granted in learning mode ends.
+                let mut learned_until = secs(0);
                 for op in ops {
                     match op {
                         Op::Refresh { client, wants, subclients } => {
                             let req = req(&ids[client], wants, subclients);
                             let got = res.decide(&algo, capacity, &req, now, false).has;
-                            let want = model.decide(kind, capacity, algo.lease_length, &req, now);
+                            let want = model.decide(kind, capacity, algo.lease_length, &req, now, false);
                             prop_assert!(close(got, want, capacity), "grant {got}, model {want}");
-                            if matches!(kind, Kind::ProportionalShare | Kind::FairShare) {
+                            let shared = matches!(kind, Kind::ProportionalShare | Kind::FairShare);
+                            if shared && now >= learned_until {
                                 prop_assert!(res.sum_has() <= capacity * (1.0 + 1e-12) + 1e-9,
                                     "sum_has {} over capacity {capacity}", res.sum_has());
                             }
+                        }
+                        Op::Learn { client, has, wants } => {
+                            let req = Request { client: &ids[client], has, wants, subclients: 1 };
+                            let got = res.decide(&algo, capacity, &req, now, true).has;
+                            let want = model.decide(kind, capacity, algo.lease_length, &req, now, true);
+                            prop_assert_eq!(got, want);
+                            learned_until = now + algo.lease_length;
                         }
                         Op::Wait(s) => {
                             now += secs(s);

@@ -40,29 +40,30 @@ mod tests {
         run_vector(Kind::FairShare, capacity, clients, true)
     }
 
+    // The acceptance vectors of protocol §3, all preloaded.
+
     #[test]
-    fn acceptance_vectors() {
-        let tolerance = 1e-9;
-        assert_grants(
-            &fair(120.0, &[(1000.0, 1), (60.0, 1), (10.0, 1)]),
-            &[55.0, 55.0, 10.0],
-            tolerance,
-        );
-        assert_grants(
-            &fair(120.0, &[(1000.0, 1), (50.0, 1), (10.0, 1)]),
-            &[60.0, 50.0, 10.0],
-            tolerance,
-        );
-        assert_grants(
-            &fair(120.0, &[(1000.0, 6), (500.0, 4), (200.0, 2)]),
-            &[60.0, 40.0, 20.0],
-            tolerance,
-        );
-        assert_grants(
-            &fair(1000.0, &[(2000.0, 10), (500.0, 10), (700.0, 30)]),
-            &[200.0, 200.0, 600.0],
-            tolerance,
-        );
+    fn vector_1000_60_10() {
+        let grants = fair(120.0, &[(1000.0, 1), (60.0, 1), (10.0, 1)]);
+        assert_grants(&grants, &[55.0, 55.0, 10.0], 1e-9);
+    }
+
+    #[test]
+    fn vector_1000_50_10() {
+        let grants = fair(120.0, &[(1000.0, 1), (50.0, 1), (10.0, 1)]);
+        assert_grants(&grants, &[60.0, 50.0, 10.0], 1e-9);
+    }
+
+    #[test]
+    fn vector_weighted_6_4_2() {
+        let grants = fair(120.0, &[(1000.0, 6), (500.0, 4), (200.0, 2)]);
+        assert_grants(&grants, &[60.0, 40.0, 20.0], 1e-9);
+    }
+
+    #[test]
+    fn vector_weighted_10_10_30() {
+        let grants = fair(1000.0, &[(2000.0, 10), (500.0, 10), (700.0, 30)]);
+        assert_grants(&grants, &[200.0, 200.0, 600.0], 1e-9);
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod tests {
     use crate::doorman::algorithm::Kind;
 
     #[test]
-    fn acceptance_vector() {
+    fn vector() {
         let grants = run_vector(
             Kind::Static,
             100.0,

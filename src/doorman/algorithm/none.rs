@@ -19,7 +19,7 @@ mod tests {
     use crate::doorman::algorithm::Kind;
 
     #[test]
-    fn acceptance_vector() {
+    fn vector() {
         let grants = run_vector(Kind::NoAlgorithm, 0.0, &[(10.0, 1), (100.0, 1)], false);
         assert_grants(&grants, &[10.0, 100.0], 0.0);
     }

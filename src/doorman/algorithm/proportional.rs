@@ -66,37 +66,35 @@ mod tests {
         run_vector(Kind::ProportionalShare, capacity, clients, preloaded)
     }
 
+    // The acceptance vectors of protocol §3.
+
     #[test]
-    fn acceptance_vectors() {
-        let tolerance = 1e-9;
-        let equal = [(60.0, 1), (60.0, 1), (10.0, 1)];
-        assert_grants(
-            &proportional(120.0, &equal, true),
-            &[55.0, 55.0, 10.0],
-            tolerance,
-        );
-        let late = [(60.0, 1), (75.0, 1), (10.0, 1)];
-        assert_grants(
-            &proportional(120.0, &late, false),
-            &[60.0, 60.0, 0.0],
-            tolerance,
-        );
-        let weighted = [(65.0, 3), (45.0, 2), (20.0, 1)];
-        assert_grants(
-            &proportional(120.0, &weighted, true),
-            &[60.0, 40.0, 20.0],
-            tolerance,
-        );
-        assert_grants(
-            &proportional(120.0, &weighted, false),
-            &[65.0, 45.0, 10.0],
-            tolerance,
-        );
+    fn vector_60_60_10_preloaded() {
+        let grants = proportional(120.0, &[(60.0, 1), (60.0, 1), (10.0, 1)], true);
+        assert_grants(&grants, &[55.0, 55.0, 10.0], 1e-9);
     }
 
-    /// The design doc's example, printed there to two decimals.
     #[test]
-    fn design_doc_example() {
+    fn vector_60_75_10() {
+        let grants = proportional(120.0, &[(60.0, 1), (75.0, 1), (10.0, 1)], false);
+        assert_grants(&grants, &[60.0, 60.0, 0.0], 1e-9);
+    }
+
+    #[test]
+    fn vector_weighted_preloaded() {
+        let grants = proportional(120.0, &[(65.0, 3), (45.0, 2), (20.0, 1)], true);
+        assert_grants(&grants, &[60.0, 40.0, 20.0], 1e-9);
+    }
+
+    #[test]
+    fn vector_weighted() {
+        let grants = proportional(120.0, &[(65.0, 3), (45.0, 2), (20.0, 1)], false);
+        assert_grants(&grants, &[65.0, 45.0, 10.0], 1e-9);
+    }
+
+    /// The design doc's example (preloaded), printed there to two decimals.
+    #[test]
+    fn vector_design_doc_example() {
         let grants = proportional(120.0, &[(1000.0, 1), (50.0, 1), (10.0, 1)], true);
         assert_grants(&grants, &[69.69, 40.31, 10.0], 0.005);
         // Exactly: 40 + 960 * 30/970 and 40 + 10 * 30/970.
