@@ -28,10 +28,10 @@
 //! write lock, and a request that finds its entry removed looks it up again,
 //! so no lease is ever stored in an entry that has left the map.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -45,23 +45,10 @@ use super::metrics::Metrics;
 use super::pb;
 use super::store::{ClientLease, Resource, Timestamp};
 
-/// Limits on what one request may carry.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Longest client, server or resource id, in bytes.
-    pub max_id_bytes: usize,
-    /// Most resources in one request.
-    pub max_resources_per_request: usize,
-}
+mod grpc;
+mod validate;
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_id_bytes: 1024,
-            max_resources_per_request: 1000,
-        }
-    }
-}
+pub use validate::Limits;
 
 /// The lease server. Cheap to clone: clones share state.
 #[derive(Debug, Clone)]
@@ -142,11 +129,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a lock cannot leave a store half-updated in a way
     // later requests would mind more than losing the server.
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Whether `x` is a finite number `>= 0`.
-fn non_negative(x: f64) -> bool {
-    x.is_finite() && x >= 0.0
 }
 
 impl Server {
@@ -337,52 +319,6 @@ impl Server {
         }
     }
 
-    fn check_id(&self, field: &'static str, id: &str) -> Result<(), RequestError> {
-        if id.is_empty() {
-            return Err(if field == "resource_id" {
-                RequestError::EmptyResourceId
-            } else {
-                RequestError::EmptyClientId
-            });
-        }
-        let max = self.inner.limits.max_id_bytes;
-        if id.len() > max {
-            return Err(RequestError::IdTooLong {
-                field,
-                len: id.len(),
-                max,
-            });
-        }
-        Ok(())
-    }
-
-    /// Checks the request-wide rules and each resource id; returns the
-    /// template each resource will use.
-    fn check_resources<'a>(
-        &self,
-        snapshot: &'a Snapshot,
-        ids: impl ExactSizeIterator<Item = &'a str>,
-    ) -> Result<(), RequestError> {
-        let max = self.inner.limits.max_resources_per_request;
-        if ids.len() > max {
-            return Err(RequestError::TooManyResources {
-                count: ids.len(),
-                max,
-            });
-        }
-        let mut seen = HashSet::with_capacity(ids.len());
-        for id in ids {
-            self.check_id("resource_id", id)?;
-            if !seen.insert(id) {
-                return Err(RequestError::DuplicateResource(id.to_owned()));
-            }
-            if snapshot.config.find(id).is_none() {
-                return Err(RequestError::UnknownResource(id.to_owned()));
-            }
-        }
-        Ok(())
-    }
-
     /// Handles a GetCapacity request.
     fn get_capacity(
         &self,
@@ -397,29 +333,9 @@ impl Server {
                 })
             }
         };
-        self.check_id("client_id", &req.client_id)?;
         let snapshot = self.snapshot();
         // Validate everything before changing anything.
-        self.check_resources(
-            &snapshot,
-            req.resource.iter().map(|r| r.resource_id.as_str()),
-        )?;
-        for r in &req.resource {
-            if !non_negative(r.wants) {
-                return Err(RequestError::InvalidWants {
-                    resource: r.resource_id.clone(),
-                    wants: r.wants,
-                });
-            }
-            if let Some(has) = &r.has {
-                if !non_negative(has.capacity) {
-                    return Err(RequestError::InvalidHas {
-                        resource: r.resource_id.clone(),
-                        has: has.capacity,
-                    });
-                }
-            }
-        }
+        validate::get_capacity(&self.inner.limits, &snapshot.config, &req)?;
         let now = self.inner.clock.now();
         let mut response = Vec::with_capacity(req.resource.len());
         for r in &req.resource {
@@ -466,49 +382,8 @@ impl Server {
                 })
             }
         };
-        self.check_id("server_id", &req.server_id)?;
         let snapshot = self.snapshot();
-        self.check_resources(
-            &snapshot,
-            req.resource.iter().map(|r| r.resource_id.as_str()),
-        )?;
-        let mut totals = Vec::with_capacity(req.resource.len());
-        for r in &req.resource {
-            let mut wants = 0.0;
-            let mut subclients: u64 = 0;
-            for band in &r.wants {
-                if band.num_clients < 1 {
-                    return Err(RequestError::InvalidNumClients {
-                        resource: r.resource_id.clone(),
-                        num_clients: band.num_clients,
-                    });
-                }
-                if !non_negative(band.wants) {
-                    return Err(RequestError::InvalidWants {
-                        resource: r.resource_id.clone(),
-                        wants: band.wants,
-                    });
-                }
-                wants += band.wants;
-                subclients = subclients.saturating_add(band.num_clients.unsigned_abs());
-            }
-            if !non_negative(wants) {
-                return Err(RequestError::InvalidWants {
-                    resource: r.resource_id.clone(),
-                    wants,
-                });
-            }
-            if let Some(has) = &r.has {
-                if !non_negative(has.capacity) {
-                    return Err(RequestError::InvalidHas {
-                        resource: r.resource_id.clone(),
-                        has: has.capacity,
-                    });
-                }
-            }
-            // A server with no bands still holds its place as one client.
-            totals.push((wants, subclients.max(1)));
-        }
+        let totals = validate::get_server_capacity(&self.inner.limits, &snapshot.config, &req)?;
         let now = self.inner.clock.now();
         let mut response = Vec::with_capacity(req.resource.len());
         for (r, &(wants, subclients)) in req.resource.iter().zip(&totals) {
@@ -546,17 +421,7 @@ impl Server {
                 mastership: Some((&m).into()),
             });
         }
-        self.check_id("client_id", &req.client_id)?;
-        let max = self.inner.limits.max_resources_per_request;
-        if req.resource_id.len() > max {
-            return Err(RequestError::TooManyResources {
-                count: req.resource_id.len(),
-                max,
-            });
-        }
-        for id in &req.resource_id {
-            self.check_id("resource_id", id)?;
-        }
+        validate::release_capacity(&self.inner.limits, &req)?;
         for id in &req.resource_id {
             let entry = self
                 .inner
@@ -742,9 +607,9 @@ impl Server {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .add_service(pb::capacity_server::CapacityServer::new(Service {
-                server: self,
-            }))
+            .add_service(pb::capacity_server::CapacityServer::new(
+                grpc::Service::new(self),
+            ))
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await
     }
@@ -789,72 +654,5 @@ impl EntryState {
             now,
             learning,
         )
-    }
-}
-
-/// The tonic service: records metrics and maps errors, nothing else.
-#[derive(Debug)]
-struct Service {
-    server: Server,
-}
-
-impl Service {
-    fn record<T>(
-        &self,
-        method: &str,
-        start: Instant,
-        result: Result<T, RequestError>,
-    ) -> Result<tonic::Response<T>, tonic::Status> {
-        let m = &self.server.inner.metrics;
-        m.requests.with_label_values(&[method]).inc();
-        m.request_durations
-            .with_label_values(&[method])
-            .observe(start.elapsed().as_secs_f64());
-        match result {
-            Ok(response) => Ok(tonic::Response::new(response)),
-            Err(e) => {
-                m.request_errors.with_label_values(&[method]).inc();
-                debug!(method, error = %e, "request refused");
-                Err(e.into())
-            }
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl pb::capacity_server::Capacity for Service {
-    async fn discovery(
-        &self,
-        _request: tonic::Request<pb::DiscoveryRequest>,
-    ) -> Result<tonic::Response<pb::DiscoveryResponse>, tonic::Status> {
-        let start = Instant::now();
-        self.record("Discovery", start, Ok(self.server.discovery()))
-    }
-
-    async fn get_capacity(
-        &self,
-        request: tonic::Request<pb::GetCapacityRequest>,
-    ) -> Result<tonic::Response<pb::GetCapacityResponse>, tonic::Status> {
-        let start = Instant::now();
-        let result = self.server.get_capacity(request.into_inner());
-        self.record("GetCapacity", start, result)
-    }
-
-    async fn get_server_capacity(
-        &self,
-        request: tonic::Request<pb::GetServerCapacityRequest>,
-    ) -> Result<tonic::Response<pb::GetServerCapacityResponse>, tonic::Status> {
-        let start = Instant::now();
-        let result = self.server.get_server_capacity(request.into_inner());
-        self.record("GetServerCapacity", start, result)
-    }
-
-    async fn release_capacity(
-        &self,
-        request: tonic::Request<pb::ReleaseCapacityRequest>,
-    ) -> Result<tonic::Response<pb::ReleaseCapacityResponse>, tonic::Status> {
-        let start = Instant::now();
-        let result = self.server.release_capacity(request.into_inner());
-        self.record("ReleaseCapacity", start, result)
     }
 }
