@@ -51,6 +51,34 @@ mod validate;
 pub use validate::Limits;
 
 /// The lease server. Cheap to clone: clones share state.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::doorman::clock::SystemClock;
+/// use tollgate::doorman::config::Config;
+/// use tollgate::doorman::election::single::Single;
+/// use tollgate::doorman::server::Server;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let election = Single::new(Some(listener.local_addr()?.to_string()));
+/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemClock));
+/// server.spawn_background(Duration::from_secs(5));
+///
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let serving = tokio::spawn(server.clone().serve(listener, async {
+///     let _ = stopped.await;
+/// }));
+/// assert!(server.current_mastership().is_master);
+/// stop.send(()).unwrap();
+/// serving.await??;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Server {
     inner: Arc<Inner>,
