@@ -29,7 +29,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
     /// Address clients should use to reach this server, reported by
-    /// Discovery (default: the listening address).
+    /// Discovery (default: the listening address; set it when listening on
+    /// 0.0.0.0).
     #[arg(long)]
     advertise: Option<String>,
     /// How often expired leases and idle resources are swept, in seconds.
