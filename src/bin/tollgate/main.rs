@@ -26,3 +26,21 @@ fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_needs_no_arguments() {
+        let cli = Cli::try_parse_from(["tollgate", "serve"]).unwrap();
+        assert!(matches!(cli.command, Command::Serve(_)));
+    }
+}
