@@ -7,6 +7,21 @@
 //! and lets the resource's [`algorithm`] decide what the client *gets*. The
 //! per-resource state, with the sums and indices that make one decision
 //! cost `O(log n)`, lives in [`store`].
+//!
+//! The server side: [`config`] (templates from YAML), [`server`] (the gRPC
+//! service and its state), [`election`] (who is master), [`debug`] (the HTTP
+//! debug port and its [`metrics`]), [`reload`] (configuration hot reload).
 
 pub mod algorithm;
+pub mod clock;
+pub mod config;
+pub mod debug;
+pub mod election;
+pub mod error;
+pub mod glob;
+pub mod metrics;
+#[doc(hidden)]
+pub mod pb;
+pub mod reload;
+pub mod server;
 pub mod store;

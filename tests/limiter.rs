@@ -396,18 +396,16 @@ fn thread_budgets_are_counted_and_given_back_when_threads_exit() {
     let (limiter, clock) = manual("10M,1.0");
     clock.advance(MS);
     limiter.backlog();
-    let admitted = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..3 {
-            s.spawn(|| {
-                for _ in 0..1000 {
-                    if limiter.try_acquire() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
+    let limiter = Arc::new(limiter);
+    // Joined (not scoped) threads: `join` returns after the thread's
+    // thread-locals are destroyed, which is when a budget goes back.
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || (0..1000).filter(|_| limiter.try_acquire()).count() as u64)
+        })
+        .collect();
+    let admitted = AtomicU64::new(workers.into_iter().map(|w| w.join().unwrap()).sum());
     // The threads have exited and given their unused budgets back.
     let admitted = admitted.load(Ordering::Relaxed);
     assert_eq!(admitted, 3000);

@@ -1,2 +1,46 @@
 //! The `tollgate` command.
-fn main() {}
+
+use clap::{Parser, Subcommand};
+
+mod load;
+mod serve;
+
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Doorman-compatible capacity lease server.
+    Serve(serve::Args),
+    /// Load-test a capacity server with many simulated clients.
+    Load(load::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve(args) => serve::run(args),
+        Command::Load(args) => load::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_needs_no_arguments() {
+        let cli = Cli::try_parse_from(["tollgate", "serve"]).unwrap();
+        assert!(matches!(cli.command, Command::Serve(_)));
+    }
+}

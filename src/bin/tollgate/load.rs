@@ -1,0 +1,199 @@
+//! `tollgate load`: many simulated clients refreshing leases against a
+//! capacity server, reporting RPC/s and latency percentiles.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use tollgate::doorman::pb;
+use tollgate::doorman::pb::capacity_client::CapacityClient;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The server's gRPC address, `host:port`.
+    #[arg(long, default_value = "127.0.0.1:15000")]
+    server: String,
+    /// Number of simulated clients (distinct client ids).
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+    /// The resource every client asks for.
+    #[arg(long, default_value = "load")]
+    resource: String,
+    /// How long to run, in seconds (after every client asked once).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// RPCs in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// HTTP/2 connections the requests are spread over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Tokio worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(args.connections >= 1, "--connections must be at least 1");
+    anyhow::ensure!(
+        args.duration.is_finite() && args.duration > 0.0,
+        "--duration must be positive"
+    );
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        rt.worker_threads(n);
+    }
+    rt.enable_all().build()?.block_on(load(args))
+}
+
+/// What one worker measured.
+struct Tally {
+    latency_us: Histogram<u64>,
+    errors: u64,
+    redirects: u64,
+}
+
+/// Client `i`'s wants: spread over 1..=100 so the resource is contended.
+fn wants(i: usize) -> f64 {
+    (i % 100 + 1) as f64
+}
+
+async fn request(
+    client: &mut CapacityClient<Channel>,
+    id: &str,
+    resource: &str,
+    wants: f64,
+    has: Option<f64>,
+) -> Result<pb::GetCapacityResponse, tonic::Status> {
+    let req = pb::GetCapacityRequest {
+        client_id: id.to_owned(),
+        resource: vec![pb::ResourceRequest {
+            resource_id: resource.to_owned(),
+            priority: 0,
+            has: has.map(|capacity| pb::Lease {
+                expiry_time: 0,
+                refresh_interval: 0,
+                capacity,
+            }),
+            wants,
+        }],
+    };
+    client.get_capacity(req).await.map(|r| r.into_inner())
+}
+
+/// The capacity granted in a response, if any.
+fn granted(r: &pb::GetCapacityResponse) -> Option<f64> {
+    r.response.first().map(|r| r.gets.capacity)
+}
+
+async fn load(args: Args) -> anyhow::Result<()> {
+    let uri = if args.server.contains("://") {
+        args.server.clone()
+    } else {
+        format!("http://{}", args.server)
+    };
+    let mut channels = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        let ch = Endpoint::from_shared(uri.clone())?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {}", args.server))?;
+        channels.push(ch);
+    }
+    let workers = args.concurrency.min(args.clients);
+    let ids: Vec<String> = (0..args.clients).map(|i| format!("load-{i}")).collect();
+
+    // Every client asks once, so the server knows all of them before timing.
+    let warm = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut client = CapacityClient::new(channels[w % channels.len()].clone());
+        let mine: Vec<(usize, String)> = ids
+            .iter()
+            .enumerate()
+            .skip(w)
+            .step_by(workers)
+            .map(|(i, id)| (i, id.clone()))
+            .collect();
+        let resource = args.resource.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut has = Vec::with_capacity(mine.len());
+            for (i, id) in &mine {
+                let r = request(&mut client, id, &resource, wants(*i), None).await?;
+                has.push(granted(&r));
+            }
+            anyhow::Ok((client, mine, has))
+        }));
+    }
+    let mut prepared = Vec::new();
+    for t in tasks {
+        prepared.push(t.await??);
+    }
+    eprintln!(
+        "{} clients registered in {:.2?}; running for {} s with {} in flight over {} connections",
+        args.clients,
+        warm.elapsed(),
+        args.duration,
+        workers,
+        channels.len()
+    );
+
+    let deadline = Instant::now() + Duration::from_secs_f64(args.duration);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (mut client, mine, mut has) in prepared {
+        let resource = args.resource.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tally = Tally {
+                latency_us: Histogram::new_with_bounds(1, 60_000_000, 3)
+                    .expect("valid histogram bounds"),
+                errors: 0,
+                redirects: 0,
+            };
+            'run: loop {
+                for (k, (i, id)) in mine.iter().enumerate() {
+                    if Instant::now() >= deadline {
+                        break 'run;
+                    }
+                    let t = Instant::now();
+                    let r = request(&mut client, id, &resource, wants(*i), has[k]).await;
+                    let us = t.elapsed().as_micros().max(1);
+                    tally
+                        .latency_us
+                        .saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+                    match r {
+                        Ok(r) if r.mastership.is_some() => tally.redirects += 1,
+                        Ok(r) => has[k] = granted(&r),
+                        Err(_) => tally.errors += 1,
+                    }
+                }
+            }
+            tally
+        }));
+    }
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut errors, mut redirects) = (0, 0);
+    for t in tasks {
+        let tally = t.await?;
+        all.add(&tally.latency_us)?;
+        errors += tally.errors;
+        redirects += tally.redirects;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let n = all.len();
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "rpcs={n} elapsed={elapsed:.2}s rate={:.0}/s errors={errors} redirects={redirects} \
+         latency_ms p50={:.3} p90={:.3} p99={:.3} max={:.3}",
+        n as f64 / elapsed,
+        ms(all.value_at_quantile(0.50)),
+        ms(all.value_at_quantile(0.90)),
+        ms(all.value_at_quantile(0.99)),
+        ms(all.max()),
+    );
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! The HTTP debug port: `/debug/status` (HTML overview), `/debug/resources`
+//! (one resource's leases), `/metrics` (Prometheus) and `/healthz`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::future::Future;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::server::Server;
+
+/// Serves the debug endpoints for `server` on `listener` until `shutdown`
+/// completes.
+///
+/// # Errors
+///
+/// An I/O error from the listener.
+pub async fn serve(
+    server: Server,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(server))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The debug endpoints as an axum router.
+pub fn router(server: Server) -> Router {
+    Router::new()
+        .route("/debug/status", get(status))
+        .route("/debug/resources", get(resources))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(server)
+}
+
+/// Escapes text for HTML.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a query value.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+async fn status(State(server): State<Server>) -> Html<String> {
+    let m = server.current_mastership();
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html><head><title>tollgate status</title></head><body>\n<h1>tollgate: Doorman server status</h1>\n",
+    );
+    let master = m.master_address.as_deref().unwrap_or("unknown");
+    let _ = writeln!(
+        page,
+        "<p>Is master: <b>{}</b>. Master address: {}.</p>",
+        m.is_master,
+        esc(master)
+    );
+    page.push_str(
+        "<table border=1 cellpadding=4>\n<tr><th>resource</th><th>template</th><th>capacity</th><th>sum of has</th><th>sum of wants</th><th>clients</th><th>subclients</th><th>learning mode</th><th>algorithm</th></tr>\n",
+    );
+    for r in server.status() {
+        let _ = writeln!(
+            page,
+            "<tr><td><a href=\"/debug/resources?resource={}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:?}</td></tr>",
+            query_escape(&r.id),
+            esc(&r.id),
+            esc(&r.glob),
+            r.capacity,
+            r.sum_has,
+            r.sum_wants,
+            r.clients,
+            r.subclients,
+            r.learning,
+            r.algorithm
+        );
+    }
+    page.push_str("</table>\n</body></html>\n");
+    Html(page)
+}
+
+async fn resources(
+    State(server): State<Server>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(id) = q.get("resource") else {
+        return (StatusCode::BAD_REQUEST, "missing ?resource=ID\n").into_response();
+    };
+    let Some(leases) = server.leases(id) else {
+        return (StatusCode::NOT_FOUND, format!("no resource {id:?}\n")).into_response();
+    };
+    let mut page = format!(
+        "<!DOCTYPE html>\n<html><head><title>{0}</title></head><body>\n<h1>Resource {0}</h1>\n<table border=1 cellpadding=4>\n<tr><th>client</th><th>has</th><th>wants</th><th>subclients</th><th>expiry (Unix s)</th><th>refresh interval (s)</th></tr>\n",
+        esc(id)
+    );
+    for (client, l) in leases {
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&client),
+            l.has,
+            l.wants,
+            l.subclients,
+            l.expiry.as_secs(),
+            l.refresh_interval.as_secs()
+        );
+    }
+    page.push_str("</table>\n</body></html>\n");
+    Html(page).into_response()
+}
+
+async fn metrics(State(server): State<Server>) -> Response {
+    let m = server.metrics();
+    // Per-resource gauges are filled at scrape time: no cost per request, and
+    // swept resources disappear from the output.
+    m.has.reset();
+    m.wants.reset();
+    m.subclients.reset();
+    for r in server.status() {
+        m.has.with_label_values(&[r.id.as_str()]).set(r.sum_has);
+        m.wants.with_label_values(&[r.id.as_str()]).set(r.sum_wants);
+        m.subclients
+            .with_label_values(&[r.id.as_str()])
+            .set(r.subclients as f64);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.encode(),
+    )
+        .into_response()
+}

@@ -1,0 +1,54 @@
+//! Master election: which server hands out capacity.
+//!
+//! Only the master of a Doorman tree level answers capacity requests; the
+//! others redirect clients to it. An [`Election`] publishes the current
+//! [`Mastership`] on a `tokio::sync::watch` channel; the server reads it on
+//! every request and resets its lease store (entering learning mode) when it
+//! wins mastership. [`single::Single`] is the always-master policy for a lone
+//! server; an etcd-backed election plugs in through the same trait.
+
+pub mod single;
+
+use std::fmt::Debug;
+
+use tokio::sync::watch;
+
+/// What a server knows about mastership at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Mastership {
+    /// Whether this server is the master.
+    pub is_master: bool,
+    /// The master's gRPC address (`host:port`), when known.
+    pub master_address: Option<String>,
+}
+
+impl Mastership {
+    /// This server is the master, reachable at `address`.
+    pub fn master(address: Option<String>) -> Self {
+        Mastership {
+            is_master: true,
+            master_address: address,
+        }
+    }
+
+    /// Another server (at `address`, if known) is the master.
+    pub fn follower(address: Option<String>) -> Self {
+        Mastership {
+            is_master: false,
+            master_address: address,
+        }
+    }
+}
+
+/// A master election policy.
+pub trait Election: Send + Sync + Debug + 'static {
+    /// A receiver that always holds the latest [`Mastership`] and is notified
+    /// when it changes.
+    fn subscribe(&self) -> watch::Receiver<Mastership>;
+}
+
+impl<E: Election + ?Sized> Election for std::sync::Arc<E> {
+    fn subscribe(&self) -> watch::Receiver<Mastership> {
+        (**self).subscribe()
+    }
+}

@@ -1,0 +1,78 @@
+//! Hot reload of the configuration file: on SIGHUP and when the file's
+//! modification time changes. A bad new configuration is logged and
+//! rejected; the server keeps serving the old one.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tracing::{error, info};
+
+use super::config::Config;
+use super::server::Server;
+
+/// Reloads `path` into `server`, logging the outcome. Returns whether the new
+/// configuration was accepted.
+pub fn reload(server: &Server, path: &std::path::Path) -> bool {
+    match Config::from_file(path) {
+        Ok(config) => {
+            server.reload(config);
+            info!(path = %path.display(), "loaded configuration");
+            true
+        }
+        Err(e) => {
+            error!(path = %path.display(), error = %e, "rejected new configuration; still serving the previous one");
+            false
+        }
+    }
+}
+
+fn mtime(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Spawns a task that reloads `path` on SIGHUP (on Unix) and whenever its
+/// modification time changes, polled every `poll`.
+///
+/// The file's modification time is read before this returns, so any later
+/// change triggers a reload.
+pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
+    let mut last = mtime(&path);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        #[cfg(unix)]
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
+                None
+            }
+        };
+        loop {
+            #[cfg(unix)]
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<Option<()>>();
+            tokio::select! {
+                _ = hangup => {
+                    info!("SIGHUP: reloading configuration");
+                    last = mtime(&path);
+                    reload(&server, &path);
+                }
+                _ = tick.tick() => {
+                    let now = mtime(&path);
+                    if now != last {
+                        last = now;
+                        info!("configuration file changed: reloading");
+                        reload(&server, &path);
+                    }
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,686 @@
+//! The capacity server: the `doorman.Capacity` gRPC service and its state.
+//!
+//! # Implementation notes
+//!
+//! State is a map from resource id to an entry, each entry behind its own
+//! mutex: a request locks the map (shared) only to find or insert its entries
+//! and then locks one resource at a time, so requests for different resources
+//! never contend. Lock order is always map, then entry; no request holds the
+//! map lock while it holds an entry's.
+//!
+//! Each entry remembers the template it was matched to and the configuration
+//! generation it came from. A reload swaps the configuration and bumps the
+//! generation; entries rebind lazily (on their next request or sweep), so a
+//! reload never blocks requests and always keeps the leases.
+//!
+//! Mastership comes from an [`Election`]'s watch channel, checked on every
+//! request (a shared lock and the channel's version counter on the fast
+//! path). Whenever the server sees it has won mastership it forgets every
+//! lease (they belong to an earlier term) and starts learning mode from that
+//! instant; when it loses mastership it forgets them too and answers with
+//! redirects. A background task also follows the channel, so learning mode
+//! starts when mastership is won even if no request arrives.
+//!
+//! Lock order: election view, then the resource map, then one entry.
+//!
+//! The sweeper drops expired leases and removes resources left with none.
+//! Removal marks the entry `removed` under its lock while holding the map's
+//! write lock, and a request that finds its entry removed looks it up again,
+//! so no lease is ever stored in an entry that has left the map.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::algorithm::{Kind, Request};
+use super::clock::Clock;
+use super::config::{Config, Template};
+use super::election::{Election, Mastership};
+use super::error::RequestError;
+use super::metrics::Metrics;
+use super::pb;
+use super::store::{ClientLease, Resource, Timestamp};
+
+mod grpc;
+mod validate;
+
+pub use validate::Limits;
+
+/// The lease server. Cheap to clone: clones share state.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::doorman::clock::SystemClock;
+/// use tollgate::doorman::config::Config;
+/// use tollgate::doorman::election::single::Single;
+/// use tollgate::doorman::server::Server;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let election = Single::new(Some(listener.local_addr()?.to_string()));
+/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemClock));
+/// server.spawn_background(Duration::from_secs(5));
+///
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let serving = tokio::spawn(server.clone().serve(listener, async {
+///     let _ = stopped.await;
+/// }));
+/// assert!(server.current_mastership().is_master);
+/// stop.send(()).unwrap();
+/// serving.await??;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: RwLock<Arc<Snapshot>>,
+    resources: RwLock<HashMap<String, Arc<Entry>>>,
+    view: RwLock<View>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    metrics: Metrics,
+}
+
+/// The server's view of the election.
+#[derive(Debug)]
+struct View {
+    rx: watch::Receiver<Mastership>,
+    /// The last mastership seen on `rx`.
+    current: Mastership,
+    /// When this server last won mastership; `None` while not master.
+    since: Option<Timestamp>,
+}
+
+impl View {
+    fn answer(&self) -> Result<Timestamp, Mastership> {
+        self.since.ok_or_else(|| self.current.clone())
+    }
+}
+
+#[derive(Debug)]
+struct Snapshot {
+    config: Config,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: Mutex<EntryState>,
+}
+
+#[derive(Debug)]
+struct EntryState {
+    template: Arc<Template>,
+    generation: u64,
+    store: Resource,
+    /// Set when the sweeper removed this entry from the map.
+    removed: bool,
+}
+
+/// One resource as shown on the status page.
+#[derive(Debug, Clone)]
+pub struct ResourceStatus {
+    /// The resource id.
+    pub id: String,
+    /// The glob of the template it matched.
+    pub glob: String,
+    /// The template's capacity.
+    pub capacity: f64,
+    /// The template's algorithm.
+    pub algorithm: Kind,
+    /// Sum of capacity held by unexpired leases.
+    pub sum_has: f64,
+    /// Sum of capacity wanted.
+    pub sum_wants: f64,
+    /// Clients holding leases.
+    pub clients: usize,
+    /// Sum of their subclients.
+    pub subclients: u64,
+    /// Whether the resource is in learning mode.
+    pub learning: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a lock cannot leave a store half-updated in a way
+    // later requests would mind more than losing the server.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Server {
+    /// A server with `config`, following `election`, reading time from
+    /// `clock`.
+    ///
+    /// Call [`Server::spawn_background`] to sweep expired leases, and
+    /// [`Server::serve`] to answer gRPC.
+    pub fn new(config: Config, election: &dyn Election, clock: Arc<dyn Clock>) -> Server {
+        Server::with_limits(config, election, clock, Limits::default())
+    }
+
+    /// As [`Server::new`], with request limits.
+    pub fn with_limits(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+    ) -> Server {
+        let server = Server {
+            inner: Arc::new(Inner {
+                config: RwLock::new(Arc::new(Snapshot {
+                    config,
+                    generation: 0,
+                })),
+                resources: RwLock::new(HashMap::new()),
+                view: RwLock::new(View {
+                    rx: election.subscribe(),
+                    current: Mastership::default(),
+                    since: None,
+                }),
+                clock,
+                limits,
+                metrics: Metrics::new(),
+            }),
+        };
+        {
+            let mut view = server
+                .inner
+                .view
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let m = view.rx.borrow_and_update().clone();
+            server.apply(&mut view, m);
+        }
+        server
+    }
+
+    /// The metrics this server records.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Replaces the configuration, keeping every lease. Resources rebind to
+    /// the new templates on their next request or sweep; a resource that no
+    /// longer matches any template is dropped then.
+    pub fn reload(&self, config: Config) {
+        let mut slot = self
+            .inner
+            .config
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let generation = slot.generation + 1;
+        *slot = Arc::new(Snapshot { config, generation });
+        info!(generation, "configuration reloaded");
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.inner
+            .config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The current mastership, after bringing the server's state in line
+    /// with it: `Ok(when mastership was won)` on the master, else
+    /// `Err(mastership)` to send back.
+    ///
+    /// Every new value the election publishes counts: one with `is_master`
+    /// starts a new term (leases forgotten, learning mode from now), even if
+    /// the server was master before, since it may have lost and regained
+    /// mastership in between.
+    fn mastership(&self) -> Result<Timestamp, Mastership> {
+        {
+            let view = self
+                .inner
+                .view
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !view.rx.has_changed().unwrap_or(false) {
+                return view.answer();
+            }
+        }
+        let mut view = self
+            .inner
+            .view
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if view.rx.has_changed().unwrap_or(false) {
+            let m = view.rx.borrow_and_update().clone();
+            self.apply(&mut view, m);
+        }
+        view.answer()
+    }
+
+    /// Moves to mastership `m`. Called with the view locked for writing.
+    fn apply(&self, view: &mut View, m: Mastership) {
+        let was_master = view.since.is_some();
+        if m.is_master {
+            view.since = Some(self.inner.clock.now());
+            self.forget_all();
+            info!("won mastership: learning mode starts");
+        } else {
+            view.since = None;
+            if was_master {
+                self.forget_all();
+                info!(master = ?m.master_address, "lost mastership");
+            }
+        }
+        view.current = m;
+    }
+
+    /// Drops every resource (and so every lease).
+    fn forget_all(&self) {
+        let mut map = self
+            .inner
+            .resources
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for entry in map.values() {
+            lock(&entry.state).removed = true;
+        }
+        map.clear();
+    }
+
+    /// The entry for `id`, created (bound to its template) if needed, locked
+    /// and bound to the current configuration.
+    fn entry<R>(
+        &self,
+        id: &str,
+        snapshot: &Snapshot,
+        f: impl FnOnce(&mut EntryState) -> R,
+    ) -> Result<R, RequestError> {
+        loop {
+            let existing = self
+                .inner
+                .resources
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(id)
+                .cloned();
+            let entry = match existing {
+                Some(entry) => entry,
+                None => {
+                    let template = snapshot
+                        .config
+                        .find(id)
+                        .ok_or_else(|| RequestError::UnknownResource(id.to_owned()))?;
+                    let mut map = self
+                        .inner
+                        .resources
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    map.entry(id.to_owned())
+                        .or_insert_with(|| {
+                            debug!(resource = id, glob = template.glob.as_str(), "new resource");
+                            Arc::new(Entry {
+                                state: Mutex::new(EntryState {
+                                    template: template.clone(),
+                                    generation: snapshot.generation,
+                                    store: Resource::new(),
+                                    removed: false,
+                                }),
+                            })
+                        })
+                        .clone()
+                }
+            };
+            let mut state = lock(&entry.state);
+            if state.removed {
+                continue;
+            }
+            if state.generation != snapshot.generation {
+                state.rebind(id, snapshot)?;
+            }
+            return Ok(f(&mut state));
+        }
+    }
+
+    /// Handles a GetCapacity request.
+    fn get_capacity(
+        &self,
+        req: pb::GetCapacityRequest,
+    ) -> Result<pb::GetCapacityResponse, RequestError> {
+        let since = match self.mastership() {
+            Ok(since) => since,
+            Err(m) => {
+                return Ok(pb::GetCapacityResponse {
+                    response: Vec::new(),
+                    mastership: Some((&m).into()),
+                })
+            }
+        };
+        let snapshot = self.snapshot();
+        // Validate everything before changing anything.
+        validate::get_capacity(&self.inner.limits, &snapshot.config, &req)?;
+        let now = self.inner.clock.now();
+        let mut response = Vec::with_capacity(req.resource.len());
+        for r in &req.resource {
+            let request = Request {
+                client: &req.client_id,
+                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
+                wants: r.wants,
+                subclients: 1,
+            };
+            let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
+                let lease = state.decide(&request, now, since);
+                let safe = state.template.safe_capacity.unwrap_or_else(|| {
+                    // Dynamic safe capacity: an equal share per subclient,
+                    // this client included.
+                    state.template.capacity / state.store.count().max(1) as f64
+                });
+                (lease, safe)
+            })?;
+            response.push(pb::ResourceResponse {
+                resource_id: r.resource_id.clone(),
+                gets: (&lease).into(),
+                safe_capacity: Some(safe),
+            });
+        }
+        Ok(pb::GetCapacityResponse {
+            response,
+            mastership: None,
+        })
+    }
+
+    /// Handles a GetServerCapacity request: each resource is one client
+    /// (the asking server) wanting the sum of its bands' wants on behalf of
+    /// the sum of their clients.
+    fn get_server_capacity(
+        &self,
+        req: pb::GetServerCapacityRequest,
+    ) -> Result<pb::GetServerCapacityResponse, RequestError> {
+        let since = match self.mastership() {
+            Ok(since) => since,
+            Err(m) => {
+                return Ok(pb::GetServerCapacityResponse {
+                    response: Vec::new(),
+                    mastership: Some((&m).into()),
+                })
+            }
+        };
+        let snapshot = self.snapshot();
+        let totals = validate::get_server_capacity(&self.inner.limits, &snapshot.config, &req)?;
+        let now = self.inner.clock.now();
+        let mut response = Vec::with_capacity(req.resource.len());
+        for (r, &(wants, subclients)) in req.resource.iter().zip(&totals) {
+            let request = Request {
+                client: &req.server_id,
+                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
+                wants,
+                subclients,
+            };
+            let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
+                let lease = state.decide(&request, now, since);
+                let algorithm = pb::Algorithm::from(&state.template.algorithm);
+                (lease, algorithm, state.template.safe_capacity)
+            })?;
+            response.push(pb::ServerCapacityResourceResponse {
+                resource_id: r.resource_id.clone(),
+                gets: (&lease).into(),
+                algorithm: Some(algorithm),
+                safe_capacity: safe,
+            });
+        }
+        Ok(pb::GetServerCapacityResponse {
+            response,
+            mastership: None,
+        })
+    }
+
+    /// Handles a ReleaseCapacity request; unknown resources are ignored.
+    fn release_capacity(
+        &self,
+        req: pb::ReleaseCapacityRequest,
+    ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
+        if let Err(m) = self.mastership() {
+            return Ok(pb::ReleaseCapacityResponse {
+                mastership: Some((&m).into()),
+            });
+        }
+        validate::release_capacity(&self.inner.limits, &req)?;
+        for id in &req.resource_id {
+            let entry = self
+                .inner
+                .resources
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(id)
+                .cloned();
+            if let Some(entry) = entry {
+                lock(&entry.state).store.release(&req.client_id);
+            }
+        }
+        Ok(pb::ReleaseCapacityResponse { mastership: None })
+    }
+
+    fn discovery(&self) -> pb::DiscoveryResponse {
+        let m = self.current_mastership();
+        pb::DiscoveryResponse {
+            mastership: (&m).into(),
+            is_master: m.is_master,
+        }
+    }
+
+    /// Drops expired leases everywhere and removes resources left without
+    /// leases. Returns how many resources were removed.
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now();
+        let snapshot = self.snapshot();
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut idle = Vec::new();
+        for (id, entry) in entries {
+            let mut state = lock(&entry.state);
+            if state.generation != snapshot.generation && state.rebind(&id, &snapshot).is_err() {
+                state.store = Resource::new();
+            }
+            state.store.sweep(now);
+            if state.store.is_empty() {
+                idle.push(id);
+            }
+        }
+        if idle.is_empty() {
+            return 0;
+        }
+        let mut map = self
+            .inner
+            .resources
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut removed = 0;
+        for id in idle {
+            let Some(entry) = map.get(&id) else { continue };
+            let mut state = lock(&entry.state);
+            if state.store.is_empty() {
+                state.removed = true;
+                drop(state);
+                map.remove(&id);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Spawns the background sweeper (every `interval`) and a task that
+    /// follows mastership changes, so learning mode starts when mastership
+    /// is won even if no request arrives. Both stop when the server is
+    /// dropped.
+    pub fn spawn_background(&self, interval: Duration) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let removed = Server { inner }.sweep();
+                if removed > 0 {
+                    debug!(removed, "swept idle resources");
+                }
+            }
+        });
+        let weak = Arc::downgrade(&self.inner);
+        let mut rx = self
+            .inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .rx
+            .clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { return };
+                let _ = Server { inner }.mastership();
+            }
+        });
+    }
+
+    /// Whether this server is the master, and the master's address.
+    pub fn current_mastership(&self) -> Mastership {
+        let _ = self.mastership();
+        self.inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .current
+            .clone()
+    }
+
+    /// A snapshot of every resource, sorted by id.
+    pub fn status(&self) -> Vec<ResourceStatus> {
+        let now = self.inner.clock.now();
+        let since = self
+            .inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .since;
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out: Vec<ResourceStatus> = entries
+            .into_iter()
+            .map(|(id, entry)| {
+                let state = lock(&entry.state);
+                ResourceStatus {
+                    glob: state.template.glob.as_str().to_owned(),
+                    capacity: state.template.capacity,
+                    algorithm: state.template.algorithm.kind,
+                    sum_has: state.store.sum_has(),
+                    sum_wants: state.store.sum_wants(),
+                    clients: state.store.len(),
+                    subclients: state.store.count(),
+                    learning: since.is_some_and(|s| state.learning(now, s)),
+                    id,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// The leases on resource `id`, sorted by client, or `None` for a
+    /// resource the server does not know.
+    pub fn leases(&self, id: &str) -> Option<Vec<(String, ClientLease)>> {
+        let entry = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()?;
+        let state = lock(&entry.state);
+        let mut leases: Vec<_> = state
+            .store
+            .iter()
+            .map(|(c, l)| (c.to_owned(), *l))
+            .collect();
+        leases.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(leases)
+    }
+
+    /// Serves gRPC on `listener` until `shutdown` completes.
+    ///
+    /// # Errors
+    ///
+    /// A transport error from tonic.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(pb::capacity_server::CapacityServer::new(
+                grpc::Service::new(self),
+            ))
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+    }
+}
+
+impl EntryState {
+    /// Rebinds to the template `snapshot` gives `id`.
+    fn rebind(&mut self, id: &str, snapshot: &Snapshot) -> Result<(), RequestError> {
+        match snapshot.config.find(id) {
+            Some(t) => {
+                self.template = t.clone();
+                self.generation = snapshot.generation;
+                Ok(())
+            }
+            None => {
+                warn!(
+                    resource = id,
+                    "no template matches after reload; dropping its leases"
+                );
+                self.store = Resource::new();
+                Err(RequestError::UnknownResource(id.to_owned()))
+            }
+        }
+    }
+
+    fn learning(&self, now: Timestamp, master_since: Timestamp) -> bool {
+        now < master_since + self.template.learning_mode()
+    }
+
+    fn decide(
+        &mut self,
+        request: &Request<'_>,
+        now: Timestamp,
+        master_since: Timestamp,
+    ) -> ClientLease {
+        let learning = self.learning(now, master_since);
+        let template = &self.template;
+        self.store.decide(
+            &template.algorithm,
+            template.capacity,
+            request,
+            now,
+            learning,
+        )
+    }
+}
