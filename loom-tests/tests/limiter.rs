@@ -119,3 +119,21 @@ fn a_steal_from_another_slice_conserves_tokens() {
         assert_conserved(&limiter, admitted);
     });
 }
+
+#[test]
+fn an_async_waiter_is_woken_by_a_fill() {
+    loom::model(|| {
+        let (limiter, clock) = limiter(2);
+        assert!(limiter.try_acquire());
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                loom::future::block_on(limiter.acquire_async());
+            })
+        };
+        clock.advance(Duration::from_millis(1));
+        limiter.backlog();
+        waiter.join().unwrap();
+        assert_conserved(&limiter, 2);
+    });
+}
