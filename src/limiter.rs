@@ -113,7 +113,13 @@ impl Builder {
     }
 
     /// How often the filler thread adds time while callers wait (default
-    /// 1 ms). Callers fill by themselves when a fill is two intervals late.
+    /// 250 µs). Callers fill by themselves when a fill is two intervals late.
+    ///
+    /// Keep it well under the active pool's size (at least 1 ms of
+    /// schedule): a fill whose measured time exceeds the room left in the
+    /// active pool spills the excess into the backlog, so a filler that
+    /// wakes late from a sleep as long as the pool would lose rate at a
+    /// burst ratio of 1.0 and catch up slower than the ratio allows.
     pub fn fill_interval(mut self, interval: Duration) -> Builder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self
@@ -173,6 +179,13 @@ fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()
     None
 }
 
+/// The filler's default period: a quarter of the smallest active pool
+/// (1 ms), so a filler waking up to 750 µs late still fits each fill in the
+/// pool. With a period equal to the pool, every wake-up delay spilled into
+/// the backlog: at ratio 1.0 a 1M ops/s limiter admitted only 93% of its
+/// rate, and at ratio 1.5 it caught up at 1.4x.
+const DEFAULT_FILL_INTERVAL: Duration = Duration::from_micros(250);
+
 /// Panics with a clear message on a weight the pool cannot represent.
 #[inline]
 fn tokens(n: u64) -> u64 {
@@ -219,7 +232,7 @@ impl RateLimiter {
             spec,
             clock: None,
             slices: None,
-            fill_interval: Duration::from_millis(1),
+            fill_interval: DEFAULT_FILL_INTERVAL,
             max_backlog: None,
             filler_thread: true,
         }

@@ -348,12 +348,6 @@ fn coordinate(
     let end;
     loop {
         let now = run.now();
-        let stalled = stalled_at(now);
-        if stalled != control.stalled {
-            control.stalled = stalled;
-            shared.set_control(control);
-        }
-        stall_seen |= stalled;
         if now >= plan.duration {
             end = (now, shared.ops());
             control.stop = true;
@@ -377,11 +371,19 @@ fn coordinate(
                 seen: 0,
             });
             last = to;
-            stall_seen = stalled;
+            stall_seen = false;
             while next_tick <= now {
                 next_tick += plan.interval;
             }
         }
+        // After the line, so a stall starting on a boundary shows in the
+        // next line, not the one that ended.
+        let stalled = stalled_at(now);
+        if stalled != control.stalled {
+            control.stalled = stalled;
+            shared.set_control(control);
+        }
+        stall_seen |= stalled;
         let mut wake = next_tick.min(plan.duration);
         if let Some(change) = plan.stalls.and_then(|s| s.next_change(now)) {
             wake = wake.min(change);
