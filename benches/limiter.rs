@@ -34,33 +34,43 @@ fn governor() -> governor::DefaultDirectRateLimiter {
     Governor::direct(Quota::per_second(NonZeroU32::MAX))
 }
 
-/// Runs `op` `iters` times on each of `threads` threads, started together;
-/// returns the wall time from the start signal to the last thread's end.
+/// Runs `op` `iters` times on each of `threads` threads, released together;
+/// returns the wall time from the first thread's start to the last one's
+/// end (each thread reads the clock itself: the releasing thread may be
+/// scheduled long after the others started).
 fn run_threads<F>(threads: usize, iters: u64, op: F) -> Duration
 where
     F: Fn() + Sync,
 {
-    let start = Barrier::new(threads + 1);
+    let start = Barrier::new(threads);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     start.wait();
+                    let began = Instant::now();
                     for _ in 0..iters {
                         op();
                     }
-                    Instant::now()
+                    (began, Instant::now())
                 })
             })
             .collect();
-        start.wait();
-        let began = Instant::now();
-        let ended = handles
+        let spans: Vec<(Instant, Instant)> = handles
             .into_iter()
             .map(|h| h.join().expect("bench thread panicked"))
+            .collect();
+        let first = spans
+            .iter()
+            .map(|s| s.0)
+            .min()
+            .expect("at least one thread");
+        let last = spans
+            .iter()
+            .map(|s| s.1)
             .max()
-            .unwrap_or(began);
-        ended.duration_since(began)
+            .expect("at least one thread");
+        last.duration_since(first)
     })
 }
 
