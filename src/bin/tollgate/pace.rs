@@ -32,7 +32,7 @@ use anyhow::{bail, ensure};
 use hdrhistogram::Histogram;
 use tollgate::{RateLimiter, RateSpec, Verb};
 
-use self::cpu::CpuTime;
+use self::cpu::{CpuTime, HostCpu};
 use self::report::{Format, IdleSummary, Lag, Line, Printer, Summary};
 use self::worker::{new_histogram, Control, Report, Shared};
 
@@ -326,6 +326,7 @@ fn coordinate(
     limiter.apply(plan.spec.with_verb(Verb::Start));
     let start = Instant::now();
     let cpu_start = CpuTime::of_process();
+    let host_start = HostCpu::now();
     let mut run = Run {
         plan,
         printer,
@@ -391,6 +392,9 @@ fn coordinate(
         run.wait(inbox, wake);
     }
     let cpu = CpuTime::of_process() - cpu_start;
+    let host_cores = HostCpu::now()
+        .zip(host_start)
+        .map(|(now, start)| now.busy_cores_since(&start));
     let stats = limiter.stats();
     let backlog = limiter.backlog();
 
@@ -442,6 +446,7 @@ fn coordinate(
             0.0
         },
         cpu_cores: cpu.total().as_secs_f64() / elapsed,
+        host_busy_cores: host_cores,
     }
 }
 

@@ -49,3 +49,52 @@ impl Sub for CpuTime {
         }
     }
 }
+
+/// Busy and total time of every CPU of the machine, from `/proc/stat`, to
+/// tell how much of the machine other processes took during a run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HostCpu {
+    busy_ticks: u64,
+    total_ticks: u64,
+    cpus: usize,
+}
+
+impl HostCpu {
+    /// `None` where `/proc/stat` is missing or unreadable.
+    pub(super) fn now() -> Option<HostCpu> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpus = stat
+            .lines()
+            .filter(|l| {
+                l.strip_prefix("cpu")
+                    .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .count();
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        // user nice system idle iowait irq softirq steal [guest guest_nice],
+        // where guest time is already counted in user and nice.
+        let total: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        Some(HostCpu {
+            busy_ticks: total - idle,
+            total_ticks: total,
+            cpus,
+        })
+    }
+
+    /// Cores the whole machine kept busy between `earlier` and `self`.
+    pub(super) fn busy_cores_since(&self, earlier: &HostCpu) -> f64 {
+        let busy = self.busy_ticks.saturating_sub(earlier.busy_ticks) as f64;
+        let total = self.total_ticks.saturating_sub(earlier.total_ticks) as f64;
+        if total == 0.0 {
+            return 0.0;
+        }
+        busy / total * self.cpus as f64
+    }
+}

@@ -82,6 +82,10 @@ pub(super) struct Summary {
     pub(super) cpu_ns_per_op: f64,
     /// Process CPU time over wall time: cores kept busy.
     pub(super) cpu_cores: f64,
+    /// Cores the whole machine kept busy meanwhile (this process
+    /// included), where `/proc/stat` tells: a noise gauge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) host_busy_cores: Option<f64>,
 }
 
 /// An idle limiter's cost.
@@ -171,7 +175,7 @@ impl Printer {
                  \x20 rate        {achieved} achieved of {target} target: ratio {ratio:.5}\n\
                  \x20 lag         p50 {p50}  p99 {p99}  max {max}\n\
                  \x20 total wait  {wait}  (backlog at end {backlog})\n\
-                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op",
+                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}",
                 spec = s.spec,
                 threads = s.threads,
                 mode = if s.mode == "async" { "tasks" } else { "threads" },
@@ -190,6 +194,10 @@ impl Printer {
                 sys = s.cpu_system_s,
                 cores = s.cpu_cores,
                 per_op = s.cpu_ns_per_op,
+                host = s.host_busy_cores.map_or(String::new(), |h| format!(
+                    "\n  machine     {h:.2} cores busy in all (other processes: {:.2})",
+                    (h - s.cpu_cores).max(0.0)
+                )),
             ),
             Format::Csv => format!("# summary {}", key_values(&Record::Summary(s))),
             Format::Json => json(&Record::Summary(s)),
