@@ -35,7 +35,7 @@ for rate in $RATES; do
             jq -r --arg rate "$rate" 'select(.type == "summary") | [
                 $rate, .threads, .target_ops_per_s, .achieved_ops_per_s, .ratio,
                 (.ratio - 1) * 100, .lag_p99_ns / 1000, .backlog_ns / 1000, .cpu_ns_per_op,
-                ((.host_busy_cores // .cpu_cores) - .cpu_cores)
+                ([0, (.host_busy_cores // .cpu_cores) - .cpu_cores] | max)
             ] | @tsv' |
             while IFS=$'\t' read -r r t target achieved ratio err p99 backlog cpu other; do
                 printf '%-8s %7s %14.0f %14.0f %9.5f %+9.3f %9.0fus %9.0fus %9.1f %6.2f\n' \
