@@ -177,6 +177,16 @@ fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()
     None
 }
 
+/// The filler's default period: half the smallest active pool (1 ms), so
+/// a filler waking up to 500 µs late still fits each fill in the pool.
+/// With a period equal to the pool, every wake-up delay spilled into the
+/// backlog: at ratio 1.0 a 1M ops/s limiter admitted only 93% of its rate,
+/// and at ratio 1.5 it caught up at 1.4x. A shorter period tolerates more
+/// lateness but wakes the filler and the blocked callers more often: at
+/// 250 µs, 8 callers blocked at 1M ops/s cost 200-280 ns of CPU per op on
+/// a loaded 2-core machine, against 140-160 ns at 500 µs.
+const DEFAULT_FILL_INTERVAL: Duration = Duration::from_micros(500);
+
 /// Panics with a clear message on a weight the pool cannot represent.
 #[inline]
 fn tokens(n: u64) -> u64 {
@@ -223,7 +233,7 @@ impl RateLimiter {
             spec,
             clock: None,
             slices: None,
-            fill_interval: Duration::from_micros(500),
+            fill_interval: DEFAULT_FILL_INTERVAL,
             max_backlog: None,
             filler_thread: true,
         }

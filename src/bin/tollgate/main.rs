@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod load;
+mod pace;
 mod serve;
 
 #[derive(Debug, Parser)]
@@ -14,6 +15,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Drive a rate limiter with threads or tasks and report how well it
+    /// holds the rate.
+    Pace(pace::Args),
     /// Run a Doorman-compatible capacity lease server.
     Serve(serve::Args),
     /// Load-test a capacity server with many simulated clients.
@@ -22,6 +26,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Pace(args) => pace::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
     }

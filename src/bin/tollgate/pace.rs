@@ -1,0 +1,522 @@
+//! `tollgate pace`: drives a limiter with N threads (or tokio tasks) that
+//! each loop acquire, synthetic op, and reports how well it holds the rate.
+//!
+//! # Implementation notes
+//!
+//! The measurement must not disturb what it measures, so nothing a worker
+//! does per op touches a line another core writes: it stores its op count
+//! into its own cache-padded counter (a plain store, no read-modify-write),
+//! records lateness into a histogram it owns, and reads one control word
+//! (stop, stall and the interval number) that only the coordinator writes,
+//! once per interval or stall change.
+//!
+//! The coordinator (the main thread) keeps the clock: at each interval
+//! boundary it sums the counters (the achieved rate comes from those counts
+//! and the exact times they were read), bumps the interval number, and
+//! collects the workers' histograms, which each worker sends through a
+//! channel the first time it sees the new number. A worker blocked in
+//! `acquire` across a boundary sends late; its lateness joins whichever
+//! line is open when it arrives, and always the summary.
+//!
+//! The limiter is built unstarted and started only once every worker is
+//! running, so the run's clock and the limiter's schedule begin together.
+
+mod cpu;
+mod report;
+mod worker;
+
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use hdrhistogram::Histogram;
+use tollgate::{RateLimiter, RateSpec, Verb};
+
+use self::cpu::{CpuTime, HostCpu};
+use self::report::{Format, IdleSummary, Lag, Line, Printer, Summary};
+use self::worker::{new_histogram, Control, Report, Shared};
+
+/// Options of `tollgate pace`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms, 1m30s or 20us.\n\n\
+    Examples:\n  tollgate pace\n  tollgate pace 1M --threads 8 --duration 3s --format json\n  \
+    tollgate pace 100K,1.5 --stall-at 1s --stall-for 1s --interval 250ms")]
+pub(crate) struct Args {
+    /// The rate spec: `<rate>[,<burst_ratio>]`, e.g. `10M,1.1` or `2500,1.5`.
+    #[arg(default_value = "10M,1.1")]
+    spec: RateSpec,
+    /// Caller threads (tokio tasks with --async).
+    #[arg(short, long, default_value_t = 2, value_parser = parse_threads)]
+    threads: usize,
+    /// How long to run.
+    #[arg(short, long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+    /// The synthetic op: busy-wait this long after each acquire.
+    #[arg(long, value_parser = parse_duration)]
+    op_time: Option<Duration>,
+    /// Stall every caller for --stall-for, every this often.
+    #[arg(long, value_parser = parse_duration, requires = "stall_for")]
+    stall_every: Option<Duration>,
+    /// Stall every caller for --stall-for once, this long into the run.
+    #[arg(long, value_parser = parse_duration, requires = "stall_for")]
+    stall_at: Option<Duration>,
+    /// How long a stall lasts (with --stall-every or --stall-at).
+    #[arg(long, value_parser = parse_duration)]
+    stall_for: Option<Duration>,
+    /// Run the callers as tokio tasks using `acquire_async`.
+    #[arg(long = "async")]
+    use_async: bool,
+    /// Output: text for people, csv or json (one object a line) for plots.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// How often to print a line.
+    #[arg(short, long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Slices of the limiter's active pool (default: the library's choice).
+    #[arg(long)]
+    slices: Option<usize>,
+    /// The limiter's fill interval (default: the library's, 1ms).
+    #[arg(long, value_parser = parse_duration)]
+    fill_interval: Option<Duration>,
+    /// Measure an idle limiter instead: after 50 ms of acquires, no caller
+    /// for --duration; report the process's CPU time.
+    #[arg(long, conflicts_with_all = ["op_time", "stall_every", "stall_at", "use_async"])]
+    idle: bool,
+}
+
+/// Most callers pace runs: far more than needed to oversubscribe any core.
+const MAX_THREADS: usize = 100_000;
+
+fn parse_threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) if n > MAX_THREADS => Err(format!("must be at most {MAX_THREADS}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(text)
+}
+
+/// When the callers stall: once at `at`, and/or every `every`, for `length`.
+#[derive(Debug, Clone, Copy)]
+struct Stalls {
+    at: Option<Duration>,
+    every: Option<Duration>,
+    length: Duration,
+}
+
+impl Stalls {
+    fn stalled(&self, t: Duration) -> bool {
+        let once = self.at.is_some_and(|at| t >= at && t < at + self.length);
+        let periodic = self.every.is_some_and(|every| {
+            t >= every && t.as_nanos() % every.as_nanos() < self.length.as_nanos()
+        });
+        once || periodic
+    }
+
+    /// The first time after `t` at which [`Stalls::stalled`] may change.
+    fn next_change(&self, t: Duration) -> Option<Duration> {
+        let mut candidates = Vec::with_capacity(4);
+        if let Some(at) = self.at {
+            candidates.extend([at, at + self.length]);
+        }
+        if let Some(every) = self.every {
+            let k = u32::try_from(t.as_nanos() / every.as_nanos()).unwrap_or(u32::MAX);
+            let start = every * k.max(1);
+            candidates.extend([start, start + self.length, every * k.saturating_add(1)]);
+        }
+        candidates.into_iter().filter(|&c| c > t).min()
+    }
+}
+
+/// Arguments checked and resolved.
+#[derive(Debug)]
+struct Plan {
+    spec: RateSpec,
+    threads: usize,
+    duration: Duration,
+    interval: Duration,
+    op_time: Duration,
+    stalls: Option<Stalls>,
+}
+
+fn plan(args: &Args) -> anyhow::Result<Plan> {
+    ensure!(!args.duration.is_zero(), "--duration must be positive");
+    ensure!(
+        args.interval >= Duration::from_millis(10),
+        "--interval must be at least 10ms"
+    );
+    if args.slices == Some(0) {
+        bail!("--slices must be at least 1");
+    }
+    let stalls = match (args.stall_at, args.stall_every, args.stall_for) {
+        (None, None, None) => None,
+        (None, None, Some(_)) => bail!("--stall-for needs --stall-at or --stall-every"),
+        (at, every, Some(length)) => {
+            ensure!(!length.is_zero(), "--stall-for must be positive");
+            if let Some(every) = every {
+                ensure!(
+                    every > length,
+                    "--stall-every ({}) must be longer than --stall-for ({})",
+                    humantime::format_duration(every),
+                    humantime::format_duration(length)
+                );
+            }
+            Some(Stalls { at, every, length })
+        }
+        // clap's `requires` rules this out.
+        (_, _, None) => bail!("--stall-at and --stall-every need --stall-for"),
+    };
+    Ok(Plan {
+        spec: args.spec,
+        threads: args.threads,
+        duration: args.duration,
+        interval: args.interval,
+        op_time: args.op_time.unwrap_or_default(),
+        stalls,
+    })
+}
+
+/// Runs `tollgate pace`.
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let plan = plan(&args)?;
+    let mut builder = RateLimiter::builder(plan.spec.with_verb(Verb::Configure));
+    if let Some(slices) = args.slices {
+        builder = builder.slices(slices);
+    }
+    if let Some(interval) = args.fill_interval {
+        builder = builder.fill_interval(interval);
+    }
+    let limiter = builder.build();
+    let mut printer = Printer::new(args.format);
+    if args.idle {
+        let summary = idle(&limiter, &plan);
+        printer.idle(&summary);
+        return Ok(());
+    }
+
+    let shared = Arc::new(Shared::new(limiter, plan.threads, plan.op_time));
+    let (reports, inbox) = mpsc::channel();
+    let runtime = if args.use_async {
+        Some(worker::spawn_tasks(&shared, &reports)?)
+    } else {
+        worker::spawn_threads(&shared, &reports)?;
+        None
+    };
+    drop(reports);
+
+    let summary = coordinate(&shared, &plan, &inbox, &mut printer, args.use_async);
+    printer.summary(&summary);
+    // Workers blocked in `acquire` at a very low rate may not return for a
+    // long time: leave them to the process exit instead of joining them.
+    if let Some(runtime) = runtime {
+        runtime.shutdown_background();
+    }
+    Ok(())
+}
+
+/// An open interval line waiting for the workers' histograms.
+#[derive(Debug)]
+struct Pending {
+    epoch: u64,
+    from: (Duration, u64),
+    to: (Duration, u64),
+    backlog: Duration,
+    stalled: bool,
+    deadline: Duration,
+    seen: usize,
+}
+
+/// The coordinator's state across one run.
+struct Run<'a> {
+    plan: &'a Plan,
+    printer: &'a mut Printer,
+    start: Instant,
+    /// Histograms received since the last line was printed.
+    open: Histogram<u64>,
+    total: Histogram<u64>,
+    pending: Option<Pending>,
+}
+
+impl Run<'_> {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn receive(&mut self, report: &Report) {
+        self.open
+            .add(&report.histogram)
+            .expect("histograms auto-resize");
+        self.total
+            .add(&report.histogram)
+            .expect("histograms auto-resize");
+        if let Some(pending) = &mut self.pending {
+            if report.epoch == pending.epoch {
+                pending.seen += 1;
+            }
+            if pending.seen == self.plan.threads {
+                self.print_pending();
+            }
+        }
+    }
+
+    fn print_pending(&mut self) {
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let span = (p.to.0 - p.from.0).as_secs_f64();
+        let ops = p.to.1 - p.from.1;
+        let target = self.plan.spec.ops_per_sec();
+        let achieved = if span > 0.0 { ops as f64 / span } else { 0.0 };
+        let histogram = std::mem::replace(&mut self.open, Histogram::new_from(&self.total));
+        self.printer.line(&Line {
+            elapsed_s: p.to.0.as_secs_f64(),
+            target_ops_per_s: target,
+            achieved_ops_per_s: achieved,
+            ratio: achieved / target,
+            ops,
+            backlog_ns: nanos(p.backlog),
+            lag: Lag::of(&histogram),
+            stalled: p.stalled,
+        });
+    }
+
+    /// Waits for reports until `until` (run time) or the pending line's
+    /// deadline, whichever is first.
+    fn wait(&mut self, inbox: &mpsc::Receiver<Report>, until: Duration) {
+        let until = self
+            .pending
+            .as_ref()
+            .map_or(until, |p| until.min(p.deadline));
+        let now = self.now();
+        if until > now {
+            if let Ok(report) = inbox.recv_timeout(until - now) {
+                self.receive(&report);
+                while let Ok(report) = inbox.try_recv() {
+                    self.receive(&report);
+                }
+            }
+        }
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| self.now() >= p.deadline)
+        {
+            self.print_pending();
+        }
+    }
+}
+
+/// How long a line waits for histograms from workers blocked across its end.
+fn grace(interval: Duration) -> Duration {
+    (interval / 4).min(Duration::from_millis(50))
+}
+
+fn coordinate(
+    shared: &Shared,
+    plan: &Plan,
+    inbox: &mpsc::Receiver<Report>,
+    printer: &mut Printer,
+    use_async: bool,
+) -> Summary {
+    let limiter = &shared.limiter;
+    limiter.apply(plan.spec.with_verb(Verb::Start));
+    let start = Instant::now();
+    let cpu_start = CpuTime::of_process();
+    let host_start = HostCpu::now();
+    let mut run = Run {
+        plan,
+        printer,
+        start,
+        open: new_histogram(),
+        total: new_histogram(),
+        pending: None,
+    };
+    let stalled_at = |t| plan.stalls.is_some_and(|s| s.stalled(t));
+    let mut control = Control {
+        stalled: stalled_at(Duration::ZERO),
+        ..Control::default()
+    };
+    shared.set_control(control);
+
+    let mut last = (Duration::ZERO, 0u64);
+    // Whether the callers stalled at any time since the last line.
+    let mut stall_seen = control.stalled;
+    let mut next_tick = plan.interval;
+    let end;
+    loop {
+        let now = run.now();
+        if now >= plan.duration {
+            end = (now, shared.ops());
+            control.stop = true;
+            control.epoch += 1;
+            shared.set_control(control);
+            break;
+        }
+        if now >= next_tick {
+            run.print_pending();
+            let ops = shared.ops();
+            control.epoch += 1;
+            shared.set_control(control);
+            let to = (now, ops);
+            run.pending = Some(Pending {
+                epoch: control.epoch - 1,
+                from: last,
+                to,
+                backlog: limiter.backlog(),
+                stalled: stall_seen,
+                deadline: now + grace(plan.interval),
+                seen: 0,
+            });
+            last = to;
+            stall_seen = false;
+            while next_tick <= now {
+                next_tick += plan.interval;
+            }
+        }
+        // After the line, so a stall starting on a boundary shows in the
+        // next line, not the one that ended.
+        let stalled = stalled_at(now);
+        if stalled != control.stalled {
+            control.stalled = stalled;
+            shared.set_control(control);
+        }
+        stall_seen |= stalled;
+        let mut wake = next_tick.min(plan.duration);
+        if let Some(change) = plan.stalls.and_then(|s| s.next_change(now)) {
+            wake = wake.min(change);
+        }
+        run.wait(inbox, wake);
+    }
+    let cpu = CpuTime::of_process() - cpu_start;
+    let host_cores = HostCpu::now()
+        .zip(host_start)
+        .map(|(now, start)| now.busy_cores_since(&start));
+    let stats = limiter.stats();
+    let backlog = limiter.backlog();
+
+    // The last (possibly partial) interval: wait for every worker's final
+    // histogram, but not for workers still blocked at a very low rate.
+    run.print_pending();
+    if end.0 > last.0 + Duration::from_millis(1) {
+        run.pending = Some(Pending {
+            epoch: control.epoch - 1,
+            from: last,
+            to: end,
+            backlog,
+            stalled: stall_seen,
+            deadline: end.0 + Duration::from_millis(200).max(grace(plan.interval)),
+            seen: 0,
+        });
+        while run.pending.is_some() {
+            let deadline = run.pending.as_ref().map_or(end.0, |p| p.deadline);
+            run.wait(inbox, deadline);
+        }
+    } else {
+        let deadline = run.now() + Duration::from_millis(200);
+        while let Ok(report) = inbox.recv_timeout(deadline.saturating_sub(run.now())) {
+            run.receive(&report);
+        }
+    }
+
+    let elapsed = end.0.as_secs_f64();
+    let target = plan.spec.ops_per_sec();
+    let achieved = end.1 as f64 / elapsed;
+    Summary {
+        spec: plan.spec.to_string(),
+        mode: if use_async { "async" } else { "threads" },
+        threads: plan.threads,
+        elapsed_s: elapsed,
+        total_ops: end.1,
+        target_ops_per_s: target,
+        achieved_ops_per_s: achieved,
+        ratio: achieved / target,
+        lag: Lag::of(&run.total),
+        admitted: stats.admitted,
+        total_wait_ns: nanos(stats.total_wait),
+        backlog_ns: nanos(backlog),
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_system_s: cpu.system.as_secs_f64(),
+        cpu_ns_per_op: if end.1 > 0 {
+            cpu.total().as_nanos() as f64 / end.1 as f64
+        } else {
+            0.0
+        },
+        cpu_cores: cpu.total().as_secs_f64() / elapsed,
+        host_busy_cores: host_cores,
+    }
+}
+
+/// The idle measurement: a short burst of acquires (so the filler thread
+/// has run), then no caller at all while the process's CPU time is taken.
+fn idle(limiter: &RateLimiter, plan: &Plan) -> IdleSummary {
+    limiter.apply(plan.spec.with_verb(Verb::Start));
+    let warm = Instant::now() + Duration::from_millis(50);
+    let mut warm_ops = 0u64;
+    while let Some(left) = warm.checked_duration_since(Instant::now()) {
+        if limiter.acquire_timeout(1, left).is_ok() {
+            warm_ops += 1;
+        }
+    }
+    // Let the filler notice that no one waits any more.
+    std::thread::sleep(Duration::from_millis(20));
+    let cpu_start = CpuTime::of_process();
+    let start = Instant::now();
+    std::thread::sleep(plan.duration);
+    let cpu = CpuTime::of_process() - cpu_start;
+    let elapsed = start.elapsed().as_secs_f64();
+    IdleSummary {
+        spec: plan.spec.to_string(),
+        warm_ops,
+        elapsed_s: elapsed,
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_system_s: cpu.system.as_secs_f64(),
+        cpu_core_pct: 100.0 * cpu.total().as_secs_f64() / elapsed,
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn one_stall() {
+        let s = Stalls {
+            at: Some(1000 * MS),
+            every: None,
+            length: 500 * MS,
+        };
+        assert!(!s.stalled(999 * MS));
+        assert!(s.stalled(1000 * MS));
+        assert!(s.stalled(1499 * MS));
+        assert!(!s.stalled(1500 * MS));
+        assert_eq!(s.next_change(Duration::ZERO), Some(1000 * MS));
+        assert_eq!(s.next_change(1000 * MS), Some(1500 * MS));
+        assert_eq!(s.next_change(1500 * MS), None);
+    }
+
+    #[test]
+    fn periodic_stalls() {
+        let s = Stalls {
+            at: None,
+            every: Some(1000 * MS),
+            length: 100 * MS,
+        };
+        assert!(!s.stalled(50 * MS), "no stall at the very start");
+        assert!(s.stalled(1000 * MS));
+        assert!(s.stalled(2050 * MS));
+        assert!(!s.stalled(2100 * MS));
+        assert_eq!(s.next_change(50 * MS), Some(1000 * MS));
+        assert_eq!(s.next_change(1000 * MS), Some(1100 * MS));
+        assert_eq!(s.next_change(1100 * MS), Some(2000 * MS));
+    }
+}

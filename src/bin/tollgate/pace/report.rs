@@ -1,0 +1,311 @@
+//! What `tollgate pace` prints: a line per interval and a summary, as text,
+//! CSV or JSON lines.
+
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// Aligned lines for people.
+    Text,
+    /// A header, a row per interval, the summary as a `#` comment line.
+    Csv,
+    /// One JSON object per line: `"type"` is `interval`, `summary` or `idle`.
+    Json,
+}
+
+/// Lateness percentiles, in nanoseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(super) struct Lag {
+    #[serde(rename = "lag_p50_ns")]
+    pub(super) p50: u64,
+    #[serde(rename = "lag_p99_ns")]
+    pub(super) p99: u64,
+    #[serde(rename = "lag_max_ns")]
+    pub(super) max: u64,
+}
+
+impl Lag {
+    pub(super) fn of(histogram: &Histogram<u64>) -> Lag {
+        Lag {
+            p50: histogram.value_at_quantile(0.5),
+            p99: histogram.value_at_quantile(0.99),
+            max: histogram.max(),
+        }
+    }
+}
+
+/// One interval.
+#[derive(Debug, Serialize)]
+pub(super) struct Line {
+    /// End of the interval, seconds since the start.
+    pub(super) elapsed_s: f64,
+    pub(super) target_ops_per_s: f64,
+    /// Ops completed in the interval over its measured length.
+    pub(super) achieved_ops_per_s: f64,
+    /// achieved / target.
+    pub(super) ratio: f64,
+    pub(super) ops: u64,
+    /// The limiter's backlog at the end of the interval.
+    pub(super) backlog_ns: u64,
+    #[serde(flatten)]
+    pub(super) lag: Lag,
+    /// Whether the callers were stalled during some of the interval.
+    pub(super) stalled: bool,
+}
+
+/// The whole run.
+#[derive(Debug, Serialize)]
+pub(super) struct Summary {
+    pub(super) spec: String,
+    pub(super) mode: &'static str,
+    pub(super) threads: usize,
+    pub(super) elapsed_s: f64,
+    pub(super) total_ops: u64,
+    pub(super) target_ops_per_s: f64,
+    pub(super) achieved_ops_per_s: f64,
+    /// achieved / target over the whole run: the accuracy figure.
+    pub(super) ratio: f64,
+    #[serde(flatten)]
+    pub(super) lag: Lag,
+    /// `stats().admitted` at the end of the run.
+    pub(super) admitted: u64,
+    /// `stats().total_wait` at the end of the run.
+    pub(super) total_wait_ns: u64,
+    pub(super) backlog_ns: u64,
+    pub(super) cpu_user_s: f64,
+    pub(super) cpu_system_s: f64,
+    /// Process CPU time (callers, filler, this tool) per op counted.
+    pub(super) cpu_ns_per_op: f64,
+    /// Process CPU time over wall time: cores kept busy.
+    pub(super) cpu_cores: f64,
+    /// Cores the whole machine kept busy meanwhile (this process
+    /// included), where `/proc/stat` tells: a noise gauge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) host_busy_cores: Option<f64>,
+}
+
+/// An idle limiter's cost.
+#[derive(Debug, Serialize)]
+pub(super) struct IdleSummary {
+    pub(super) spec: String,
+    /// Ops acquired in the 50 ms before the idle period.
+    pub(super) warm_ops: u64,
+    pub(super) elapsed_s: f64,
+    pub(super) cpu_user_s: f64,
+    pub(super) cpu_system_s: f64,
+    /// Process CPU time over wall time, in percent of one core.
+    pub(super) cpu_core_pct: f64,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Record<'a> {
+    Interval(&'a Line),
+    Summary(&'a Summary),
+    Idle(&'a IdleSummary),
+}
+
+/// Prints lines and summaries in one format.
+#[derive(Debug)]
+pub(super) struct Printer {
+    format: Format,
+    header_done: bool,
+}
+
+const CSV_HEADER: &str = "elapsed_s,target_ops_per_s,achieved_ops_per_s,ratio,ops,\
+    backlog_ns,lag_p50_ns,lag_p99_ns,lag_max_ns,stalled";
+
+impl Printer {
+    pub(super) fn new(format: Format) -> Printer {
+        Printer {
+            format,
+            header_done: false,
+        }
+    }
+
+    pub(super) fn line(&mut self, line: &Line) {
+        let text = match self.format {
+            Format::Text => format!(
+                "{:>8.2}s  target {:>9}  achieved {:>9}  x{:.4}  backlog {:>8}  lag p50 {:>8} p99 {:>8}{}",
+                line.elapsed_s,
+                rate(line.target_ops_per_s),
+                rate(line.achieved_ops_per_s),
+                line.ratio,
+                nanos(line.backlog_ns),
+                nanos(line.lag.p50),
+                nanos(line.lag.p99),
+                if line.stalled { "  (stalled)" } else { "" },
+            ),
+            Format::Csv => {
+                let mut text = String::new();
+                if !self.header_done {
+                    text.push_str(CSV_HEADER);
+                    text.push('\n');
+                }
+                text.push_str(&format!(
+                    "{:.6},{},{:.1},{:.6},{},{},{},{},{},{}",
+                    line.elapsed_s,
+                    line.target_ops_per_s,
+                    line.achieved_ops_per_s,
+                    line.ratio,
+                    line.ops,
+                    line.backlog_ns,
+                    line.lag.p50,
+                    line.lag.p99,
+                    line.lag.max,
+                    line.stalled,
+                ));
+                text
+            }
+            Format::Json => json(&Record::Interval(line)),
+        };
+        self.header_done = true;
+        emit(&text);
+    }
+
+    pub(super) fn summary(&mut self, s: &Summary) {
+        let text = match self.format {
+            Format::Text => format!(
+                "tollgate pace {spec}: {threads} {mode}, {elapsed:.3}s\n\
+                 \x20 ops         {ops} (limiter admitted {admitted})\n\
+                 \x20 rate        {achieved} achieved of {target} target: ratio {ratio:.5}\n\
+                 \x20 lag         p50 {p50}  p99 {p99}  max {max}\n\
+                 \x20 total wait  {wait}  (backlog at end {backlog})\n\
+                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}",
+                spec = s.spec,
+                threads = s.threads,
+                mode = if s.mode == "async" { "tasks" } else { "threads" },
+                elapsed = s.elapsed_s,
+                ops = s.total_ops,
+                admitted = s.admitted,
+                achieved = rate(s.achieved_ops_per_s),
+                target = rate(s.target_ops_per_s),
+                ratio = s.ratio,
+                p50 = nanos(s.lag.p50),
+                p99 = nanos(s.lag.p99),
+                max = nanos(s.lag.max),
+                wait = nanos(s.total_wait_ns),
+                backlog = nanos(s.backlog_ns),
+                user = s.cpu_user_s,
+                sys = s.cpu_system_s,
+                cores = s.cpu_cores,
+                per_op = s.cpu_ns_per_op,
+                host = s.host_busy_cores.map_or(String::new(), |h| format!(
+                    "\n  machine     {h:.2} cores busy in all (other processes: {:.2})",
+                    (h - s.cpu_cores).max(0.0)
+                )),
+            ),
+            Format::Csv => format!("# summary {}", key_values(&Record::Summary(s))),
+            Format::Json => json(&Record::Summary(s)),
+        };
+        emit(&text);
+    }
+
+    pub(super) fn idle(&mut self, s: &IdleSummary) {
+        let text = match self.format {
+            Format::Text => format!(
+                "tollgate pace {spec} --idle: no callers for {elapsed:.3}s (after {warm} ops)\n\
+                 \x20 cpu  {user:.6}s user + {sys:.6}s system = {pct:.4}% of a core",
+                spec = s.spec,
+                elapsed = s.elapsed_s,
+                warm = s.warm_ops,
+                user = s.cpu_user_s,
+                sys = s.cpu_system_s,
+                pct = s.cpu_core_pct,
+            ),
+            Format::Csv => format!("# idle {}", key_values(&Record::Idle(s))),
+            Format::Json => json(&Record::Idle(s)),
+        };
+        emit(&text);
+    }
+}
+
+fn json(record: &Record<'_>) -> String {
+    serde_json::to_string(record).expect("plain numbers and strings serialise")
+}
+
+/// `key=value` pairs of a record's fields, for a CSV comment line.
+fn key_values(record: &Record<'_>) -> String {
+    let value = serde_json::to_value(record).expect("plain numbers and strings serialise");
+    let Some(fields) = value.as_object() else {
+        return String::new();
+    };
+    fields
+        .iter()
+        .filter(|(key, _)| *key != "type")
+        .map(|(key, value)| match value {
+            serde_json::Value::String(s) => format!("{key}={s}"),
+            other => format!("{key}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an error worth reporting.
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// `12.3M/s`.
+fn rate(per_s: f64) -> String {
+    let (value, unit) = match per_s {
+        r if r >= 1e9 => (r / 1e9, "G"),
+        r if r >= 1e6 => (r / 1e6, "M"),
+        r if r >= 1e3 => (r / 1e3, "K"),
+        r => (r, ""),
+    };
+    format!("{value:.3}{unit}/s")
+}
+
+/// `12.3µs`.
+fn nanos(ns: u64) -> String {
+    let ns_f = ns as f64;
+    match ns {
+        0..=999 => format!("{ns}ns"),
+        1_000..=999_999 => format!("{:.1}µs", ns_f / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}ms", ns_f / 1e6),
+        _ => format!("{:.3}s", ns_f / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(rate(10e6), "10.000M/s");
+        assert_eq!(rate(999.0), "999.000/s");
+        assert_eq!(nanos(999), "999ns");
+        assert_eq!(nanos(12_340), "12.3µs");
+        assert_eq!(nanos(2_500_000_000), "2.500s");
+    }
+
+    #[test]
+    fn json_lines_are_tagged_and_flat() {
+        let line = Line {
+            elapsed_s: 1.0,
+            target_ops_per_s: 100.0,
+            achieved_ops_per_s: 99.0,
+            ratio: 0.99,
+            ops: 99,
+            backlog_ns: 0,
+            lag: Lag {
+                p50: 1,
+                p99: 2,
+                max: 3,
+            },
+            stalled: false,
+        };
+        let v: serde_json::Value = serde_json::from_str(&json(&Record::Interval(&line))).unwrap();
+        assert_eq!(v["type"], "interval");
+        assert_eq!(v["lag_p99_ns"], 2);
+        assert_eq!(v["ops"], 99);
+    }
+}

@@ -1,0 +1,279 @@
+//! The callers: threads or tokio tasks looping acquire, synthetic op.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use tollgate::RateLimiter;
+
+/// How often a stalled caller looks at the control word again.
+const STALL_POLL: Duration = Duration::from_micros(100);
+/// A task yields to its runtime every this many ops, so tasks sharing a
+/// worker thread all run even when acquires never block.
+const YIELD_EVERY: u64 = 64;
+
+/// Bit 0 of the control word: callers exit.
+const STOP: u64 = 1;
+/// Bit 1: callers pause (stall injection, and before the start).
+const STALL: u64 = 2;
+/// Bits 2..: the interval number.
+const EPOCH_SHIFT: u32 = 2;
+
+/// The decoded control word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Control {
+    pub(super) stop: bool,
+    pub(super) stalled: bool,
+    /// Bumped at every interval boundary; a caller that sees it change
+    /// sends its histogram for the interval that ended.
+    pub(super) epoch: u64,
+}
+
+impl Control {
+    fn encode(self) -> u64 {
+        (self.epoch << EPOCH_SHIFT)
+            | if self.stop { STOP } else { 0 }
+            | if self.stalled { STALL } else { 0 }
+    }
+
+    fn decode(word: u64) -> Control {
+        Control {
+            stop: word & STOP != 0,
+            stalled: word & STALL != 0,
+            epoch: word >> EPOCH_SHIFT,
+        }
+    }
+}
+
+/// What the callers share.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) limiter: RateLimiter,
+    /// The [`Control`] word. Written only by the coordinator, read by every
+    /// caller once per op: the line stays shared in every cache between
+    /// writes. Padded so no other write invalidates it.
+    control: CachePadded<AtomicU64>,
+    /// Each caller's op count, on its own line: the caller stores into it
+    /// every op and the coordinator reads it once per interval, so callers
+    /// never write a line another core writes.
+    counts: Box<[CachePadded<AtomicU64>]>,
+    op_time: Duration,
+}
+
+impl Shared {
+    /// Callers start stalled, until the coordinator's first control word.
+    pub(super) fn new(limiter: RateLimiter, callers: usize, op_time: Duration) -> Shared {
+        Shared {
+            limiter,
+            control: CachePadded::new(AtomicU64::new(STALL)),
+            counts: (0..callers)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            op_time,
+        }
+    }
+
+    pub(super) fn set_control(&self, control: Control) {
+        // Relaxed: the word carries no other data; callers only need to
+        // see it soon (histograms travel through the channel, which orders
+        // them).
+        self.control.store(control.encode(), Relaxed);
+    }
+
+    fn control(&self) -> Control {
+        // Relaxed: see `set_control`.
+        Control::decode(self.control.load(Relaxed))
+    }
+
+    /// Ops completed by all callers so far.
+    pub(super) fn ops(&self) -> u64 {
+        // Relaxed: each count is a gauge written only by its caller.
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    /// After an acquire: the synthetic op, then count it.
+    #[inline]
+    fn finish_op(&self, caller: usize, ops: u64) {
+        if !self.op_time.is_zero() {
+            spin_for(self.op_time);
+        }
+        // Relaxed: a gauge; see `ops`.
+        self.counts[caller].store(ops, Relaxed);
+    }
+}
+
+/// Busy-waits: the synthetic op occupies its thread like real work.
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// A caller's lateness histogram for one interval.
+#[derive(Debug)]
+pub(super) struct Report {
+    /// The interval the histogram covers (or, for a caller blocked across
+    /// boundaries, the first of those it covers).
+    pub(super) epoch: u64,
+    pub(super) histogram: Histogram<u64>,
+}
+
+/// A histogram for lateness in nanoseconds (3 significant digits, grows
+/// as needed).
+pub(super) fn new_histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is valid")
+}
+
+/// A caller's own histogram, handed to the coordinator at each boundary.
+struct Recorder {
+    epoch: u64,
+    histogram: Histogram<u64>,
+    reports: mpsc::Sender<Report>,
+}
+
+impl Recorder {
+    fn new(reports: mpsc::Sender<Report>) -> Recorder {
+        Recorder {
+            epoch: 0,
+            histogram: new_histogram(),
+            reports,
+        }
+    }
+
+    /// Sends the histogram if an interval ended since the last call.
+    #[inline]
+    fn roll(&mut self, control: Control) {
+        if control.epoch != self.epoch {
+            let fresh = Histogram::new_from(&self.histogram);
+            let histogram = std::mem::replace(&mut self.histogram, fresh);
+            // The coordinator may have finished: nothing to do then.
+            let _ = self.reports.send(Report {
+                epoch: self.epoch,
+                histogram,
+            });
+            self.epoch = control.epoch;
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, late: Duration) {
+        let ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+        // `record` grows the histogram to fit (`saturating_record` would
+        // clamp to its current, possibly tiny, range); it fails only past
+        // what any histogram can hold.
+        if self.histogram.record(ns).is_err() {
+            self.histogram.saturating_record(ns);
+        }
+    }
+}
+
+/// One caller thread.
+fn run_thread(shared: &Shared, caller: usize, reports: mpsc::Sender<Report>) {
+    let mut recorder = Recorder::new(reports);
+    let mut ops = 0;
+    loop {
+        let control = shared.control();
+        recorder.roll(control);
+        if control.stop {
+            return;
+        }
+        if control.stalled {
+            std::thread::sleep(STALL_POLL);
+            continue;
+        }
+        let late = shared.limiter.acquire();
+        ops += 1;
+        shared.finish_op(caller, ops);
+        recorder.record(late);
+    }
+}
+
+/// One caller task.
+async fn run_task(shared: Arc<Shared>, caller: usize, reports: mpsc::Sender<Report>) {
+    let mut recorder = Recorder::new(reports);
+    let mut ops = 0;
+    loop {
+        let control = shared.control();
+        recorder.roll(control);
+        if control.stop {
+            return;
+        }
+        if control.stalled {
+            tokio::time::sleep(STALL_POLL).await;
+            continue;
+        }
+        let late = shared.limiter.acquire_async().await;
+        ops += 1;
+        shared.finish_op(caller, ops);
+        recorder.record(late);
+        if ops % YIELD_EVERY == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Starts one thread per caller. They are not joined: at the end of a run
+/// the coordinator collects what they sent and the process exits.
+pub(super) fn spawn_threads(
+    shared: &Arc<Shared>,
+    reports: &mpsc::Sender<Report>,
+) -> anyhow::Result<()> {
+    for caller in 0..shared.counts.len() {
+        let shared = Arc::clone(shared);
+        let reports = reports.clone();
+        std::thread::Builder::new()
+            .name(format!("pace-{caller}"))
+            .spawn(move || run_thread(&shared, caller, reports))
+            .with_context(|| format!("cannot start caller thread {caller}"))?;
+    }
+    Ok(())
+}
+
+/// Starts one task per caller on a multi-threaded runtime with a worker
+/// thread per core (at most one per task).
+pub(super) fn spawn_tasks(
+    shared: &Arc<Shared>,
+    reports: &mpsc::Sender<Report>,
+) -> anyhow::Result<tokio::runtime::Runtime> {
+    let callers = shared.counts.len();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.min(callers))
+        .thread_name("pace-rt")
+        .enable_time()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    for caller in 0..callers {
+        runtime.spawn(run_task(Arc::clone(shared), caller, reports.clone()));
+    }
+    Ok(runtime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_round_trips() {
+        for control in [
+            Control::default(),
+            Control {
+                stop: true,
+                stalled: false,
+                epoch: 7,
+            },
+            Control {
+                stop: false,
+                stalled: true,
+                epoch: u64::MAX >> EPOCH_SHIFT,
+            },
+        ] {
+            assert_eq!(Control::decode(control.encode()), control);
+        }
+        assert!(Control::decode(STALL).stalled, "callers start stalled");
+    }
+}
