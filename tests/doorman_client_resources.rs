@@ -1,0 +1,122 @@
+//! GaugeResource and LeaseLayer against an in-process server. No assertion
+//! is about time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::doorman::client::{
+    Client, ExpiryMode, GaugeResource, LeaseLayer, RateOptions, RateResource, Rejected,
+    ResourceOptions, Source,
+};
+use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::config::Config;
+use tollgate::doorman::election::single::Single;
+use tollgate::doorman::server::Server;
+use tower::{Layer as _, ServiceExt as _};
+
+const HANG: Duration = Duration::from_secs(60);
+
+const CONFIG: &str = r#"
+resources:
+  - identifier_glob: closed
+    capacity: 0
+    algorithm: {kind: STATIC, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: STATIC, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+"#;
+
+async fn start() -> Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::new(
+        Config::from_yaml(CONFIG).unwrap(),
+        &election,
+        Arc::new(SystemClock),
+    );
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    Client::builder().server(addr).build().unwrap()
+}
+
+async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::client::Capacity>) {
+    tokio::time::timeout(HANG, rx.wait_for(|c| c.source == Source::Lease))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gauge_caps_operations_in_flight_at_the_lease() {
+    let client = start().await;
+    // STATIC grants the 2.7 asked for: two operations may be in flight.
+    let gauge = GaugeResource::new(&client, "gauge", ResourceOptions::new(2.7), None).unwrap();
+    assert_eq!(
+        gauge.limit(),
+        0,
+        "nothing before the lease (safe mode, no safe capacity)"
+    );
+    leased(&mut gauge.resource().watch()).await;
+    assert_eq!(gauge.limit(), 2);
+    let a = gauge.try_mark().unwrap();
+    let _b = gauge.try_mark().unwrap();
+    assert!(gauge.try_mark().is_none());
+    assert_eq!(gauge.in_flight(), 2);
+
+    // A waiter gets in when a guard drops.
+    let gauge = Arc::new(gauge);
+    let waiter = {
+        let gauge = gauge.clone();
+        tokio::spawn(async move {
+            let _g = gauge.mark().await;
+            gauge.in_flight()
+        })
+    };
+    tokio::task::yield_now().await;
+    drop(a);
+    assert_eq!(
+        tokio::time::timeout(HANG, waiter).await.unwrap().unwrap(),
+        2
+    );
+    assert_eq!(gauge.in_flight(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_rejects_when_the_lease_is_zero_and_admits_when_it_is_not() {
+    let client = start().await;
+    let closed = RateResource::new(
+        &client,
+        "closed",
+        RateOptions::new(ResourceOptions::new(10.0).mode(ExpiryMode::Optimistic)),
+    )
+    .unwrap();
+    leased(&mut closed.resource().watch()).await;
+    assert_eq!(closed.capacity(), 0.0);
+    assert!(!closed.try_acquire());
+    let closed = Arc::new(closed);
+    let echo = tower::service_fn(|x: u32| async move { Ok::<_, tower::BoxError>(x) });
+
+    let svc = LeaseLayer::new(closed.clone(), Duration::from_millis(5)).layer(echo);
+    let err = svc.oneshot(1).await.unwrap_err();
+    let rejected = err.downcast_ref::<Rejected>().expect("a Rejected error");
+    assert_eq!(rejected.resource(), "closed");
+    assert_eq!(rejected.max_wait(), Duration::from_millis(5));
+
+    let svc = LeaseLayer::new(closed, Duration::from_millis(5))
+        .grpc()
+        .layer(echo);
+    let err = svc.oneshot(1).await.unwrap_err();
+    let status = err.downcast_ref::<tonic::Status>().expect("a tonic Status");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+
+    let open = RateResource::new(
+        &client,
+        "open",
+        RateOptions::new(ResourceOptions::new(50.0)),
+    )
+    .unwrap();
+    leased(&mut open.resource().watch()).await;
+    assert_eq!(open.limiter().spec().ops_per_sec(), 50.0);
+    let svc = LeaseLayer::new(Arc::new(open), HANG).layer(echo);
+    assert_eq!(svc.oneshot(7).await.unwrap(), 7);
+}
