@@ -235,7 +235,7 @@ impl Election for Follower {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn discovery_finds_the_master_through_a_follower() {
+async fn discovery_finds_the_master_through_a_follower_and_release_works() {
     let (master, master_addr) = serve(FAIR).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let follower_addr = listener.local_addr().unwrap().to_string();
@@ -252,6 +252,19 @@ async fn discovery_finds_the_master_through_a_follower() {
     assert!(follower.server.status().is_empty());
     r.release().await.unwrap();
     assert_eq!(master.server.status()[0].sum_has, 0.0);
+
+    // Dropping a resource releases it too, in the background.
+    let r = c.resource("fair", ResourceOptions::new(17.0)).unwrap();
+    wait_for(&mut r.watch(), "second lease", |c| granted(c, 17.0)).await;
+    assert_eq!(master.server.status()[0].sum_has, 17.0);
+    drop(r);
+    tokio::time::timeout(HANG, async {
+        while master.server.status()[0].sum_has != 0.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("released on drop");
     follower.stop().await;
     master.stop().await;
 }

@@ -11,7 +11,6 @@
 //! a raised limit wakes all. Wants are estimated from the peak of
 //! in-flight plus waiting operations between refreshes.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,23 +189,23 @@ impl GaugeResource {
     ///
     /// Cancel-safe: a cancelled wait takes nothing, and a wake-up it had
     /// received passes to the next waiter.
-    pub fn mark(&self) -> impl Future<Output = GaugeGuard> + '_ {
-        async move {
-            let g = &*self.gauge;
-            g.waiting.fetch_add(1, Ordering::Relaxed);
-            let _waiting = Waiting(g);
-            loop {
-                let notified = g.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if g.try_take() {
-                    return GaugeGuard {
-                        gauge: self.gauge.clone(),
-                    };
-                }
-                g.observe(g.in_flight.load(Ordering::Relaxed));
-                notified.await;
+    pub async fn mark(&self) -> GaugeGuard {
+        let g = &*self.gauge;
+        g.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(g);
+        loop {
+            let notified = g.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a guard dropped between the
+            // check and the await still wakes us.
+            notified.as_mut().enable();
+            if g.try_take() {
+                return GaugeGuard {
+                    gauge: self.gauge.clone(),
+                };
             }
+            g.observe(g.in_flight.load(Ordering::Relaxed));
+            notified.await;
         }
     }
 
