@@ -120,3 +120,37 @@ async fn the_layer_rejects_when_the_lease_is_zero_and_admits_when_it_is_not() {
     let svc = LeaseLayer::new(Arc::new(open), HANG).layer(echo);
     assert_eq!(svc.oneshot(7).await.unwrap(), 7);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn estimated_wants_follow_the_demand_that_was_refused() {
+    use tollgate::doorman::client::Smoothing;
+    let client = start().await;
+    // Starts asking for 5/s; the server (STATIC, cap 100) grants what is
+    // asked, so wants are what the server records.
+    let rate = RateResource::new(
+        &client,
+        "estimated",
+        RateOptions::new(ResourceOptions::new(5.0)).estimate(Smoothing {
+            tau: Duration::from_secs(1),
+            headroom: 1.0,
+            floor: 1.0,
+        }),
+    )
+    .unwrap();
+    let mut rx = rate.resource().watch();
+    leased(&mut rx).await;
+    assert_eq!(rate.capacity(), 5.0);
+    // 20,000 ops asked for within one refresh interval (mostly refused):
+    // whatever the interval's length, the demand is far above 5/s; the next
+    // grants rise to the STATIC cap of 100.
+    for _ in 0..20_000 {
+        rate.try_acquire();
+    }
+    let before = rx.borrow().refreshes;
+    let c = tokio::time::timeout(HANG, rx.wait_for(|c| c.refreshes >= before + 2))
+        .await
+        .unwrap()
+        .unwrap()
+        .clone();
+    assert_eq!(c.capacity, 100.0, "{c:?}");
+}

@@ -23,16 +23,24 @@
 //!
 //! # Examples
 //!
-//! ```no_run
-//! use tollgate::doorman::client::{Client, ResourceOptions};
+//! ```
+//! use tollgate::doorman::client::{Client, ResourceOptions, Source};
+//! # use std::sync::Arc;
+//! # use tollgate::doorman::{clock::SystemClock, config::Config, election::single::Single, server::Server};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::builder().server("127.0.0.1:15000").build()?;
+//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # let address = listener.local_addr()?.to_string();
+//! # let election = Single::new(Some(address.clone()));
+//! # let yaml = "resources:\n- identifier_glob: '*'\n  capacity: 1000\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}\n";
+//! # let server = Server::new(Config::from_yaml(yaml)?, &election, Arc::new(SystemClock));
+//! # tokio::spawn(server.serve(listener, std::future::pending()));
+//! let client = Client::builder().server(address).build()?;
 //! let resource = client.resource("fair", ResourceOptions::new(100.0))?;
 //! let mut capacity = resource.watch();
-//! capacity.changed().await?;
-//! println!("granted {}", capacity.borrow().capacity);
+//! capacity.wait_for(|c| c.source == Source::Lease).await?;
+//! assert_eq!(resource.capacity(), 100.0);
 //! resource.release().await?;
 //! # Ok(())
 //! # }
