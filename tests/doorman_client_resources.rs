@@ -154,3 +154,63 @@ async fn estimated_wants_follow_the_demand_that_was_refused() {
         .clone();
     assert_eq!(c.capacity, 100.0, "{c:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_any_answer_each_mode_applies_its_fallback() {
+    // Nothing listens on this port.
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let client = Client::builder().server(dead).build().unwrap();
+    let make = |id: &str, mode| {
+        RateResource::new(
+            &client,
+            id,
+            RateOptions::new(ResourceOptions::new(40.0).mode(mode)),
+        )
+        .unwrap()
+    };
+    let optimistic = make("o", ExpiryMode::Optimistic);
+    let pessimistic = make("p", ExpiryMode::Pessimistic);
+    let safe = make("s", ExpiryMode::Safe);
+    for r in [&optimistic, &pessimistic, &safe] {
+        assert_eq!(r.resource().current().source, Source::Pending);
+    }
+    assert_eq!(optimistic.capacity(), 40.0);
+    assert_eq!(optimistic.limiter().spec().ops_per_sec(), 40.0);
+    assert!(optimistic.try_acquire());
+    // No safe capacity is known before the first answer: safe acts as
+    // pessimistic.
+    for r in [&pessimistic, &safe] {
+        assert_eq!(r.capacity(), 0.0);
+        assert!(!r.try_acquire());
+        let rejected = r.acquire_timeout(Duration::from_millis(1)).await;
+        assert!(rejected.is_err());
+    }
+    // Release cannot reach a server; it says so rather than hanging.
+    let e = optimistic.release().await.unwrap_err();
+    assert!(e.to_string().starts_with("release not acknowledged"), "{e}");
+}
+
+/// Paused tokio time: the layer waits exactly its bound, then rejects.
+#[tokio::test(start_paused = true)]
+async fn the_layer_waits_exactly_its_bound_before_rejecting() {
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let client = Client::builder().server(dead).build().unwrap();
+    let rate = RateResource::new(
+        &client,
+        "never",
+        RateOptions::new(ResourceOptions::new(40.0).mode(ExpiryMode::Pessimistic)),
+    )
+    .unwrap();
+    let echo = tower::service_fn(|x: u32| async move { Ok::<_, tower::BoxError>(x) });
+    let svc = LeaseLayer::new(Arc::new(rate), Duration::from_millis(250)).layer(echo);
+    let start = tokio::time::Instant::now();
+    let err = svc.oneshot(1).await.unwrap_err();
+    assert!(err.is::<Rejected>());
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+}
