@@ -141,12 +141,16 @@ impl Conn {
         Ok(CapacityClient::new(channel))
     }
 
-    /// Forgets the master and moves on to the next configured address.
+    /// Forgets the master and, if `address` is the configured address in
+    /// use, moves on to the next one. (A master learnt from a redirect is
+    /// forgotten, and found again through the configured address.)
     fn fail(&mut self, address: &str) {
         // A failed connection may be half-open; start afresh next time.
         self.channels.remove(address);
         self.master = None;
-        self.next = (self.next + 1) % self.servers.len();
+        if self.servers[self.next] == address {
+            self.next = (self.next + 1) % self.servers.len();
+        }
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
