@@ -268,3 +268,53 @@ async fn discovery_finds_the_master_through_a_follower_and_release_works() {
     follower.stop().await;
     master.stop().await;
 }
+
+const LEARNING: &str = r#"
+resources:
+  - identifier_glob: fair
+    capacity: 1000
+    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 1, learning_mode_duration: 30}
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 3, refresh_interval: 1}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_the_next_server_keeps_the_lease_through_its_learning_mode() {
+    let (first, first_addr) = serve(FAIR).await;
+    // The second server is in learning mode: it grants what clients hold.
+    let (second, second_addr) = serve(LEARNING).await;
+    let c = client(&[&first_addr, &second_addr]);
+    let r = c.resource("fair", ResourceOptions::new(30.0)).unwrap();
+    let mut rx = r.watch();
+    wait_for(&mut rx, "lease from the first server", |c| granted(c, 30.0)).await;
+    assert!(second.server.status().is_empty());
+
+    // Record every capacity published from now on.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = {
+        let seen = seen.clone();
+        let mut rx = r.watch();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let c = rx.borrow_and_update().clone();
+                seen.lock().unwrap().push((c.capacity, c.source));
+            }
+        })
+    };
+    first.stop().await;
+    tokio::time::timeout(HANG, async {
+        while second.server.status().first().map(|s| s.sum_has) != Some(30.0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the second server grants the lease");
+    recorder.abort();
+    // The lease was renewed from the second server before it expired.
+    for (capacity, source) in seen.lock().unwrap().iter() {
+        assert_eq!((*capacity, *source), (30.0, Source::Lease));
+    }
+    drop(r);
+    second.stop().await;
+}
