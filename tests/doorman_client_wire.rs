@@ -324,3 +324,34 @@ async fn junk_from_the_server_is_logged_and_never_panics() {
     }
     drop(r);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bulk_request_at_the_smallest_refresh_interval() {
+    let t = T0 as i64;
+    let mut both = answer("a", 1.0, t + 7200, 1, None);
+    both.response
+        .extend(answer("b", 2.0, t + 7200, 3600, None).response);
+    let fake = Fake::new([both]);
+    let addr = fake.serve().await;
+    let c = client(&addr);
+    let a = c.resource("a", ResourceOptions::new(1.0)).unwrap();
+    let b = c.resource("b", ResourceOptions::new(2.0)).unwrap();
+    // "b" asks to be refreshed hourly, but rides along with "a" every second.
+    let mut rx = b.watch();
+    let got = wait_for(&mut rx, |c| c.refreshes >= 3).await;
+    assert_eq!(got.capacity, 2.0);
+    let requests = fake.requests();
+    let last = requests.last().unwrap();
+    let ids: Vec<&str> = last
+        .resource
+        .iter()
+        .map(|r| r.resource_id.as_str())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"a") && ids.contains(&"b"), "{ids:?}");
+    // Valid leases are reported back as `has`.
+    for r in &last.resource {
+        assert!(r.has.is_some(), "{r:?}");
+    }
+    drop((a, b));
+}
