@@ -131,9 +131,13 @@ async fn three_clients_share_fairly_and_grow_when_one_releases() {
     );
 
     let wants = [200.0, 500.0, 700.0];
+    // The limiters measure time on a manual clock, so what they admit is
+    // exact arithmetic.
+    let clock = tollgate::ManualClock::new();
     let mut rates = Vec::new();
     for (c, w) in clients.iter().zip(wants) {
-        let opts = RateOptions::new(ResourceOptions::new(w).mode(ExpiryMode::Pessimistic));
+        let opts = RateOptions::new(ResourceOptions::new(w).mode(ExpiryMode::Pessimistic))
+            .limiter_clock(Arc::new(clock.clone()));
         rates.push(RateResource::new(c, "fair", opts).unwrap());
     }
     let mut rxs: Vec<_> = rates.iter().map(|r| r.resource().watch()).collect();
@@ -150,6 +154,25 @@ async fn three_clients_share_fairly_and_grow_when_one_releases() {
     for (r, share) in rates.iter().zip([200.0, 400.0, 400.0]) {
         assert_eq!(r.limiter().spec().ops_per_sec(), share);
     }
+    // Greedy callers, 10 s of limiter time in 1 ms steps: each admits its
+    // share, and all together at most 1000/s + 2%.
+    let mut admitted = [0u64; 3];
+    for _ in 0..10_000 {
+        clock.advance(Duration::from_millis(1));
+        for (n, r) in admitted.iter_mut().zip(&rates) {
+            while r.try_acquire() {
+                *n += 1;
+            }
+        }
+    }
+    println!("admitted in 10 s: {admitted:?}");
+    for (n, share) in admitted.iter().zip([200u64, 400, 400]) {
+        assert!(
+            *n >= share * 10 && *n <= share * 10 * 102 / 100,
+            "{admitted:?}"
+        );
+    }
+    assert!(admitted.iter().sum::<u64>() <= 10_200, "{admitted:?}");
 
     // The first releases; the others grow to 500 each within two refreshes.
     let first = rates.remove(0);

@@ -29,14 +29,25 @@ use tokio::sync::watch;
 use super::layer::Rejected;
 use super::wants::{RateDemand, Smoothing};
 use super::{Capacity, Client, ReleaseError, Resource, ResourceError, ResourceOptions, Wants};
-use crate::{RateLimiter, RateSpec};
+use crate::{Clock, RateLimiter, RateSpec};
 
 /// Options for a [`RateResource`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RateOptions {
     resource: ResourceOptions,
     estimate: Option<Smoothing>,
     max_backlog: Duration,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+/// Lets a shared clock drive a limiter.
+#[derive(Debug)]
+struct SharedClock(Arc<dyn Clock>);
+
+impl Clock for SharedClock {
+    fn now_ns(&self) -> u64 {
+        self.0.now_ns()
+    }
 }
 
 impl RateOptions {
@@ -46,7 +57,17 @@ impl RateOptions {
             resource,
             estimate: None,
             max_backlog: Duration::from_millis(100),
+            clock: None,
         }
+    }
+
+    /// The clock the limiter measures time with (default: the system
+    /// clock). With one, the limiter runs without its filler thread, so a
+    /// test driving a [`ManualClock`](crate::ManualClock) gets exact
+    /// numbers. Lease expiry is not affected: that is the client's clock.
+    pub fn limiter_clock(mut self, clock: Arc<dyn Clock>) -> RateOptions {
+        self.clock = Some(clock);
+        self
     }
 
     /// Estimates wants from the ops asked for (admitted, waited for or
@@ -117,11 +138,12 @@ impl RateResource {
         id: impl Into<String>,
         options: RateOptions,
     ) -> Result<RateResource, ResourceError> {
-        let limiter = Arc::new(
-            RateLimiter::builder(spec(RateSpec::MIN_OPS_PER_SEC))
-                .max_backlog(options.max_backlog)
-                .build(),
-        );
+        let mut builder =
+            RateLimiter::builder(spec(RateSpec::MIN_OPS_PER_SEC)).max_backlog(options.max_backlog);
+        if let Some(clock) = options.clock {
+            builder = builder.clock(SharedClock(clock)).filler_thread(false);
+        }
+        let limiter = Arc::new(builder.build());
         let open = Arc::new(AtomicBool::new(false));
         let demand = options
             .estimate
