@@ -355,3 +355,31 @@ async fn one_bulk_request_at_the_smallest_refresh_interval() {
     }
     drop((a, b));
 }
+
+/// What the client sends must carry every required field, zero values
+/// included: Go's proto2 decoder rejects a message without them.
+#[test]
+fn requests_encode_required_zero_fields() {
+    let request = pb::GetCapacityRequest {
+        client_id: "h:1:0".to_owned(),
+        resource: vec![pb::ResourceRequest {
+            resource_id: "a".to_owned(),
+            priority: 0,
+            has: None,
+            wants: 0.0,
+        }],
+    };
+    let golden: &[u8] = &[
+        0x0a, 0x05, b'h', b':', b'1', b':', b'0', // client_id (1, LEN)
+        0x12, 0x0e, // resource (2, LEN), 14 bytes
+        0x0a, 0x01, b'a', // resource_id (1, LEN)
+        0x10, 0x00, // priority (2, VARINT) 0
+        0x21, 0, 0, 0, 0, 0, 0, 0, 0, // wants (4, I64) 0.0
+    ];
+    assert_eq!(request.encode_to_vec(), golden);
+    let release = pb::ReleaseCapacityRequest {
+        client_id: String::new(),
+        resource_id: vec!["a".to_owned()],
+    };
+    assert_eq!(release.encode_to_vec(), [0x0a, 0x00, 0x12, 0x01, b'a']);
+}
