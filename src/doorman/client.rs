@@ -21,6 +21,26 @@
 //! [`GaugeResource`] (a cap on operations in flight) and [`LeaseLayer`] (a
 //! tower layer enforcing a `RateResource` on a service).
 //!
+//! # Choices, and differences from the Go client
+//!
+//! - Every client gets its own id (`host:pid:n`); Go's share one per
+//!   process.
+//! - Every RPC has a deadline, and a failed RPC moves to the next address,
+//!   so a dead server costs one round, and lease expiry and the expiry
+//!   modes do take effect during an outage (Go retries one address
+//!   forever).
+//! - The refresh interval is the server's, down to one second (Go never
+//!   goes below five); [`Builder::min_refresh`] raises the floor.
+//! - A client holds one lease per resource id: asking twice for the same id
+//!   is an error ([`ResourceError::Duplicate`]) rather than a shared,
+//!   reference-counted resource; share the handle instead.
+//! - An expired lease is not reported as `has`, so a server in learning
+//!   mode grants such a client 0 until learning mode ends.
+//! - Bad answers (NaN, infinite or negative capacity, no lease, expiry in
+//!   the past, a refresh interval below the floor, unusable safe capacity,
+//!   answers for unknown resources) are logged with `tracing` and refused or
+//!   repaired, never trusted and never a panic.
+//!
 //! # Examples
 //!
 //! ```
