@@ -1,5 +1,6 @@
-//! GaugeResource and LeaseLayer against an in-process server. No assertion
-//! is about time.
+//! GaugeResource, RateResource and LeaseLayer (generic and in a tonic
+//! server) against an in-process server. Only one assertion is about time,
+//! on paused tokio time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tollgate::doorman::client::{
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
+use tollgate::doorman::pb;
 use tollgate::doorman::server::Server;
 use tower::{Layer as _, ServiceExt as _};
 
@@ -213,4 +215,90 @@ async fn the_layer_waits_exactly_its_bound_before_rejecting() {
     let err = svc.oneshot(1).await.unwrap_err();
     assert!(err.is::<Rejected>());
     assert_eq!(start.elapsed(), Duration::from_millis(250));
+}
+
+/// A trivial Doorman service to put behind the layer.
+#[derive(Debug, Clone)]
+struct Discovering;
+
+#[tonic::async_trait]
+impl pb::capacity_server::Capacity for Discovering {
+    async fn discovery(
+        &self,
+        _: tonic::Request<pb::DiscoveryRequest>,
+    ) -> Result<tonic::Response<pb::DiscoveryResponse>, tonic::Status> {
+        Ok(tonic::Response::new(pb::DiscoveryResponse {
+            mastership: pb::Mastership::default(),
+            is_master: true,
+        }))
+    }
+    async fn get_capacity(
+        &self,
+        _: tonic::Request<pb::GetCapacityRequest>,
+    ) -> Result<tonic::Response<pb::GetCapacityResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented(""))
+    }
+    async fn get_server_capacity(
+        &self,
+        _: tonic::Request<pb::GetServerCapacityRequest>,
+    ) -> Result<tonic::Response<pb::GetServerCapacityResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented(""))
+    }
+    async fn release_capacity(
+        &self,
+        _: tonic::Request<pb::ReleaseCapacityRequest>,
+    ) -> Result<tonic::Response<pb::ReleaseCapacityResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented(""))
+    }
+}
+
+/// Serves `Discovering` behind `layer`; returns a connected gRPC client.
+async fn layered_tonic(
+    layer: LeaseLayer,
+) -> pb::capacity_client::CapacityClient<tonic::transport::Channel> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(pb::capacity_server::CapacityServer::new(Discovering))
+            .serve_with_incoming(incoming),
+    );
+    pb::capacity_client::CapacityClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tonic_server_answers_resource_exhausted_when_the_lease_is_spent() {
+    let client = start().await;
+    let closed = RateResource::new(
+        &client,
+        "closed",
+        RateOptions::new(ResourceOptions::new(10.0)),
+    )
+    .unwrap();
+    leased(&mut closed.resource().watch()).await;
+    let layer = LeaseLayer::new(Arc::new(closed), Duration::from_millis(5)).grpc();
+    let mut grpc = layered_tonic(layer).await;
+    let status = grpc.discovery(pb::DiscoveryRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("\"closed\""), "{status}");
+
+    let open = RateResource::new(
+        &client,
+        "open",
+        RateOptions::new(ResourceOptions::new(50.0)),
+    )
+    .unwrap();
+    leased(&mut open.resource().watch()).await;
+    let mut grpc = layered_tonic(LeaseLayer::new(Arc::new(open), HANG).grpc()).await;
+    assert!(
+        grpc.discovery(pb::DiscoveryRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .is_master
+    );
 }
