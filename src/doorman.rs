@@ -11,8 +11,10 @@
 //! The server side: [`config`] (templates from YAML), [`server`] (the gRPC
 //! service and its state), [`election`] (who is master), [`debug`] (the HTTP
 //! debug port and its [`metrics`]), [`reload`] (configuration hot reload).
+//! The client side: [`client`] (leases kept fresh and fed to limiters).
 
 pub mod algorithm;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod debug;

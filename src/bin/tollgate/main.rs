@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod lease;
 mod load;
 mod pace;
 mod serve;
@@ -22,6 +23,8 @@ enum Command {
     Serve(serve::Args),
     /// Load-test a capacity server with many simulated clients.
     Load(load::Args),
+    /// Ask a capacity server for leases and print them as they refresh.
+    Lease(lease::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -29,6 +32,7 @@ fn main() -> anyhow::Result<()> {
         Command::Pace(args) => pace::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Lease(args) => lease::run(args),
     }
 }
 

@@ -1,0 +1,502 @@
+//! The client's background task: refresh rounds, discovery, failover,
+//! expiry and releases.
+//!
+//! # Implementation notes
+//!
+//! One loop owns all network I/O. Each turn it (1) sends queued releases,
+//! (2) runs a refresh round if one is due, (3) applies lease expiry, then
+//! (4) sleeps until the next refresh or the earliest lease expiry, or until
+//! a handle wakes it.
+//!
+//! A round is one GetCapacity carrying every resource. The target is the
+//! known master; without one the task asks the current server address with
+//! Discovery (a server that does not implement Discovery is taken as the
+//! master). A response carrying `mastership` redirects at once to the named
+//! master, up to `max_redirects` times in one round; without an address the
+//! round fails. A failed RPC (error or deadline) forgets the master and
+//! moves to the next address, so an outage of one server costs one round.
+//! After a failed round the next waits for the backoff; after a success, for
+//! the smallest refresh interval among the leases.
+//!
+//! Lease expiry times are Unix seconds from the server, compared with the
+//! client's [`Clock`](crate::doorman::clock::Clock); the wait until an
+//! expiry is converted to a tokio deadline, so paused tokio time and a
+//! matching clock drive it in tests.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+use super::backoff::Retry;
+use super::lease::{self, fallback, Capacity, Lease, Source};
+use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
+use crate::doorman::pb;
+use crate::doorman::pb::capacity_client::CapacityClient;
+use crate::doorman::store::Timestamp;
+
+/// What the server last granted a resource.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    lease: Option<Lease>,
+    safe_capacity: Option<f64>,
+    refreshes: u64,
+    /// The wants last sent (the optimistic fallback).
+    wants: f64,
+}
+
+impl Held {
+    pub(crate) fn new(wants: f64) -> Held {
+        Held {
+            lease: None,
+            safe_capacity: None,
+            refreshes: 0,
+            wants,
+        }
+    }
+
+    /// The lease, if unexpired at `now`.
+    fn valid(&self, now: Timestamp) -> Option<Lease> {
+        self.lease.filter(|l| l.expiry > now)
+    }
+
+    /// The capacity to enforce at `now`.
+    fn capacity(&self, slot: &Slot, now: Timestamp) -> Capacity {
+        let (capacity, source) = match (self.valid(now), self.lease) {
+            (Some(l), _) => (l.capacity, Source::Lease),
+            (None, Some(_)) => (
+                fallback(slot.mode, self.wants, self.safe_capacity),
+                Source::Expired,
+            ),
+            (None, None) => (
+                fallback(slot.mode, self.wants, self.safe_capacity),
+                Source::Pending,
+            ),
+        };
+        Capacity {
+            capacity,
+            source,
+            lease: self.lease,
+            safe_capacity: self.safe_capacity,
+            refreshes: self.refreshes,
+        }
+    }
+}
+
+/// `address` as a URI (`http://` added when no scheme is given).
+pub(crate) fn uri(address: &str) -> String {
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+/// Why a round failed.
+#[derive(Debug)]
+enum RoundError {
+    Rpc { address: String, error: String },
+    NoMaster(String),
+    Redirects,
+}
+
+impl std::fmt::Display for RoundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoundError::Rpc { address, error } => write!(f, "{address}: {error}"),
+            RoundError::NoMaster(a) => write!(f, "{a} does not know the master"),
+            RoundError::Redirects => f.write_str("too many mastership redirects"),
+        }
+    }
+}
+
+/// Connections and what the task knows about the master.
+#[derive(Debug)]
+struct Conn {
+    servers: Vec<String>,
+    /// The configured address to try next when the master is unknown.
+    next: usize,
+    master: Option<String>,
+    channels: HashMap<String, Channel>,
+    timeout: Duration,
+}
+
+impl Conn {
+    fn client(&mut self, address: &str) -> Result<CapacityClient<Channel>, RoundError> {
+        if let Some(c) = self.channels.get(address) {
+            return Ok(CapacityClient::new(c.clone()));
+        }
+        let endpoint = Endpoint::from_shared(uri(address))
+            .map_err(|e| RoundError::Rpc {
+                address: address.to_owned(),
+                error: e.to_string(),
+            })?
+            .connect_timeout(self.timeout)
+            .timeout(self.timeout);
+        let channel = endpoint.connect_lazy();
+        self.channels.insert(address.to_owned(), channel.clone());
+        Ok(CapacityClient::new(channel))
+    }
+
+    /// Forgets the master and, if `address` is the configured address in
+    /// use, moves on to the next one. (A master learnt from a redirect is
+    /// forgotten, and found again through the configured address.)
+    fn fail(&mut self, address: &str) {
+        // A failed connection may be half-open; start afresh next time.
+        self.channels.remove(address);
+        self.master = None;
+        if self.servers[self.next] == address {
+            self.next = (self.next + 1) % self.servers.len();
+        }
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.set_timeout(self.timeout);
+        r
+    }
+
+    /// The master's address, asking Discovery if it is not known.
+    async fn master(&mut self) -> Result<String, RoundError> {
+        if let Some(m) = &self.master {
+            return Ok(m.clone());
+        }
+        let address = self.servers[self.next].clone();
+        let mut client = self.client(&address)?;
+        let request = self.request(pb::DiscoveryRequest {});
+        let answer = tokio::time::timeout(self.timeout, client.discovery(request)).await;
+        match answer {
+            Ok(Ok(response)) => {
+                let r = response.into_inner();
+                let named = r.mastership.master_address.filter(|a| !a.is_empty());
+                if r.is_master {
+                    // The server we reached is the master; its advertised
+                    // address may not be reachable from here, so keep ours.
+                    self.master = Some(address.clone());
+                    return Ok(address);
+                }
+                match named {
+                    Some(m) => {
+                        debug!(
+                            via = address.as_str(),
+                            master = m.as_str(),
+                            "discovered master"
+                        );
+                        self.master = Some(m.clone());
+                        Ok(m)
+                    }
+                    None => {
+                        self.fail(&address);
+                        Err(RoundError::NoMaster(address))
+                    }
+                }
+            }
+            // A server without Discovery answers capacity RPCs or redirects.
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                self.master = Some(address.clone());
+                Ok(address)
+            }
+            Ok(Err(status)) => {
+                self.fail(&address);
+                Err(RoundError::Rpc {
+                    address,
+                    error: status.to_string(),
+                })
+            }
+            Err(_) => {
+                self.fail(&address);
+                Err(RoundError::Rpc {
+                    address,
+                    error: "deadline exceeded".to_owned(),
+                })
+            }
+        }
+    }
+}
+
+struct Task {
+    shared: Arc<Shared>,
+    conn: Conn,
+    retry: Retry,
+    origin: Instant,
+}
+
+/// Runs the client until it is closed.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let config = &shared.config;
+    let mut task = Task {
+        conn: Conn {
+            servers: config.servers.clone(),
+            next: 0,
+            master: None,
+            channels: HashMap::new(),
+            timeout: config.rpc_timeout,
+        },
+        retry: Retry::new(config.backoff, config.seed),
+        origin: Instant::now(),
+        shared: shared.clone(),
+    };
+    task.run().await;
+}
+
+impl Task {
+    async fn run(&mut self) {
+        let mut next_refresh = Instant::now();
+        loop {
+            let (slots, releases, urgent, closing) = {
+                let mut state = lock(&self.shared.state);
+                let urgent = std::mem::take(&mut state.urgent);
+                (
+                    state.slots.values().cloned().collect::<Vec<_>>(),
+                    std::mem::take(&mut state.releases),
+                    urgent,
+                    state.closing,
+                )
+            };
+            if !releases.is_empty() {
+                self.release(releases).await;
+            }
+            if closing && slots.is_empty() {
+                debug!(client = self.shared.id.as_str(), "lease client stopped");
+                return;
+            }
+            // A new resource is asked for at once, unless backing off.
+            if urgent && self.retry.failures() == 0 {
+                next_refresh = Instant::now();
+            }
+            if !slots.is_empty() && Instant::now() >= next_refresh {
+                next_refresh = match self.round(&slots).await {
+                    Ok(interval) => {
+                        self.retry.reset();
+                        Instant::now() + interval
+                    }
+                    Err(e) => {
+                        let delay = self.retry.next_delay();
+                        warn!(
+                            client = self.shared.id.as_str(),
+                            error = %e,
+                            failures = self.retry.failures(),
+                            retry_in = ?delay,
+                            "capacity refresh failed"
+                        );
+                        Instant::now() + delay
+                    }
+                };
+            }
+            let wake = self
+                .expire(&slots)
+                .map_or(next_refresh, |e| e.min(next_refresh));
+            if slots.is_empty() {
+                self.shared.wake.notified().await;
+            } else {
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = self.shared.wake.notified() => {}
+                }
+            }
+        }
+    }
+
+    /// Publishes the capacity of every slot whose lease has expired and
+    /// returns the earliest future expiry as a tokio deadline.
+    fn expire(&self, slots: &[Arc<Slot>]) -> Option<Instant> {
+        let now = self.shared.config.clock.now();
+        let mut earliest: Option<Instant> = None;
+        for slot in slots {
+            let held = lock(&slot.held);
+            match held.lease {
+                Some(l) if l.expiry > now => {
+                    let at = Instant::now() + (l.expiry - now);
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+                _ => {
+                    let capacity = held.capacity(slot, now);
+                    if slot.tx.borrow().source == Source::Lease {
+                        info!(
+                            resource = slot.id.as_str(),
+                            mode = ?slot.mode,
+                            capacity = capacity.capacity,
+                            "lease expired without renewal"
+                        );
+                        publish(slot, capacity);
+                    }
+                }
+            }
+        }
+        earliest
+    }
+
+    /// One refresh round; returns the interval until the next.
+    async fn round(&mut self, slots: &[Arc<Slot>]) -> Result<Duration, RoundError> {
+        let now = self.shared.config.clock.now();
+        let since = self.origin.elapsed();
+        let mut resources = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let wants = slot.wants(since);
+            let mut held = lock(&slot.held);
+            held.wants = wants;
+            resources.push(pb::ResourceRequest {
+                resource_id: slot.id.clone(),
+                priority: slot.priority,
+                has: held.valid(now).map(Lease::to_pb),
+                wants,
+            });
+        }
+        let message = pb::GetCapacityRequest {
+            client_id: self.shared.id.clone(),
+            resource: resources,
+        };
+        for _ in 0..=self.shared.config.max_redirects {
+            let address = self.conn.master().await?;
+            let mut client = self.conn.client(&address)?;
+            let request = self.conn.request(message.clone());
+            let answer =
+                tokio::time::timeout(self.conn.timeout, client.get_capacity(request)).await;
+            let response = match answer {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(status)) => {
+                    self.conn.fail(&address);
+                    return Err(RoundError::Rpc {
+                        address,
+                        error: status.to_string(),
+                    });
+                }
+                Err(_) => {
+                    self.conn.fail(&address);
+                    return Err(RoundError::Rpc {
+                        address,
+                        error: "deadline exceeded".to_owned(),
+                    });
+                }
+            };
+            if let Some(m) = response.mastership {
+                match m.master_address.filter(|a| !a.is_empty()) {
+                    Some(master) => {
+                        info!(
+                            from = address.as_str(),
+                            to = master.as_str(),
+                            "mastership redirect"
+                        );
+                        self.conn.master = Some(master);
+                        continue;
+                    }
+                    None => {
+                        self.conn.fail(&address);
+                        return Err(RoundError::NoMaster(address));
+                    }
+                }
+            }
+            return Ok(self.apply(slots, &response.response));
+        }
+        self.conn.master = None;
+        Err(RoundError::Redirects)
+    }
+
+    /// Applies a master's answers; returns the next refresh interval.
+    fn apply(&self, slots: &[Arc<Slot>], responses: &[pb::ResourceResponse]) -> Duration {
+        let config = &self.shared.config;
+        let now = config.clock.now();
+        let by_id: HashMap<&str, &Arc<Slot>> = slots.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut answered = HashMap::new();
+        for r in responses {
+            let Some(slot) = by_id.get(r.resource_id.as_str()) else {
+                warn!(
+                    resource = r.resource_id.as_str(),
+                    "answer for a resource not asked for; ignored"
+                );
+                continue;
+            };
+            match lease::check(r, now, config.min_refresh) {
+                Ok(checked) => {
+                    for repair in &checked.repairs {
+                        warn!(
+                            resource = slot.id.as_str(),
+                            "bad answer from server: {repair}"
+                        );
+                    }
+                    let mut held = lock(&slot.held);
+                    held.lease = Some(checked.lease);
+                    if checked.safe_capacity.is_some() {
+                        held.safe_capacity = checked.safe_capacity;
+                    }
+                    held.refreshes += 1;
+                    let capacity = held.capacity(slot, now);
+                    drop(held);
+                    answered.insert(slot.id.as_str(), ());
+                    publish(slot, capacity);
+                }
+                Err(refused) => {
+                    warn!(
+                        resource = slot.id.as_str(),
+                        "bad answer from server ignored: {refused}"
+                    );
+                }
+            }
+        }
+        let mut interval: Option<Duration> = None;
+        for slot in slots {
+            if !answered.contains_key(slot.id.as_str()) {
+                debug!(
+                    resource = slot.id.as_str(),
+                    "no usable answer for resource this round"
+                );
+            }
+            if let Some(l) = lock(&slot.held).lease {
+                interval = Some(interval.map_or(l.refresh_interval, |i| i.min(l.refresh_interval)));
+            }
+        }
+        interval
+            .unwrap_or(config.idle_refresh)
+            .max(config.min_refresh)
+    }
+
+    /// Sends one ReleaseCapacity for `releases` and tells the waiters.
+    async fn release(&mut self, releases: Vec<ReleaseRequest>) {
+        let ids: Vec<String> = releases.iter().map(|r| r.id.clone()).collect();
+        let result = self.release_ids(ids).await;
+        if let Err(e) = &result {
+            warn!(client = self.shared.id.as_str(), error = %e, "release failed");
+        }
+        for r in releases {
+            if let Some(done) = r.done {
+                let _ = done.send(result.clone());
+            }
+        }
+    }
+
+    async fn release_ids(&mut self, ids: Vec<String>) -> Result<(), ReleaseError> {
+        let unreachable = |e: RoundError| ReleaseError::Unreachable(e.to_string());
+        let address = self.conn.master().await.map_err(unreachable)?;
+        let mut client = self.conn.client(&address).map_err(unreachable)?;
+        let request = self.conn.request(pb::ReleaseCapacityRequest {
+            client_id: self.shared.id.clone(),
+            resource_id: ids,
+        });
+        match tokio::time::timeout(self.conn.timeout, client.release_capacity(request)).await {
+            // A redirect needs no retry: the new master holds no lease of
+            // ours.
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => {
+                self.conn.fail(&address);
+                Err(ReleaseError::Unreachable(format!("{address}: {status}")))
+            }
+            Err(_) => {
+                self.conn.fail(&address);
+                Err(ReleaseError::Unreachable(format!(
+                    "{address}: deadline exceeded"
+                )))
+            }
+        }
+    }
+}
+
+/// Publishes `capacity` on the slot's channel, after its hook.
+fn publish(slot: &Slot, capacity: Capacity) {
+    if let Some(hook) = &slot.hook {
+        hook(capacity.capacity);
+    }
+    slot.tx.send_replace(capacity);
+}
