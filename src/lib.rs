@@ -20,6 +20,24 @@
 //! }
 //! # Ok::<(), tollgate::SpecError>(())
 //! ```
+//!
+//! The acquire fast path takes from a thread-local budget (no atomic), its
+//! refill from the caller's cache-padded slice of the pool (one
+//! compare-exchange); blocked callers sleep on a futex. See
+//! [`RateLimiter`] for the whole API and `src/limiter/*.rs` for the design
+//! notes, invariants and memory orderings.
+//!
+//! # Leases
+//!
+//! [`doorman`] implements Google Doorman's capacity lease protocol: a
+//! server that divides each resource's capacity fairly between its clients
+//! (exact max-min fair share, proportional share, static, none) and a
+//! client that keeps leases fresh and enforces them with the limiter.
+//!
+//! # Crate features
+//!
+//! None: the crate builds one way. `--cfg tollgate_loom` switches the
+//! limiter's synchronisation to loom for the models in `loom-tests/`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
