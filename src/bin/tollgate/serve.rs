@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
+use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
+use tollgate::doorman::election::Election;
 use tollgate::doorman::server::Server;
 use tollgate::doorman::{debug, reload};
 use tracing::info;
@@ -30,7 +32,7 @@ pub(crate) struct Args {
     host: IpAddr,
     /// Address clients should use to reach this server, reported by
     /// Discovery (default: the listening address; set it when listening on
-    /// 0.0.0.0).
+    /// 0.0.0.0, and with --etcd-endpoints, where followers redirect to it).
     #[arg(long)]
     advertise: Option<String>,
     /// How often expired leases and idle resources are swept, in seconds.
@@ -39,6 +41,17 @@ pub(crate) struct Args {
     /// How often the configuration file is checked for changes, in seconds.
     #[arg(long, default_value_t = 5)]
     reload_interval: u64,
+    /// etcd endpoints (comma-separated `host:port`): elect a master among
+    /// the servers sharing `--election-key` instead of always being master.
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// The etcd election key (with --etcd-endpoints).
+    #[arg(long, default_value = "/tollgate/master")]
+    election_key: String,
+    /// The etcd lease TTL in seconds: how long a master that cannot reach
+    /// etcd keeps mastership.
+    #[arg(long, default_value_t = 10)]
+    election_ttl: u64,
     /// Tokio worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -73,8 +86,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
     let advertised = args.advertise.clone().unwrap_or_else(|| local.to_string());
-    let election = Single::new(Some(advertised));
-    let server = Server::new(config, &election, Arc::new(SystemClock));
+    let etcd = if args.etcd_endpoints.is_empty() {
+        None
+    } else {
+        info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
+        Some(Etcd::start(EtcdConfig {
+            endpoints: args.etcd_endpoints.clone(),
+            key: args.election_key.clone(),
+            ttl: Duration::from_secs(args.election_ttl),
+            advertise: advertised.clone(),
+        })?)
+    };
+    let single = Single::new(Some(advertised));
+    let election: &dyn Election = match &etcd {
+        Some(e) => e,
+        None => &single,
+    };
+    let server = Server::new(config, election, Arc::new(SystemClock));
     server.spawn_background(Duration::from_secs(args.sweep_interval.max(1)));
     if let Some(path) = args.config.clone() {
         reload::spawn(
@@ -102,5 +130,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     info!(addr = %local, "gRPC listening");
     server.serve(listener, shutdown).await?;
+    if let Some(etcd) = etcd {
+        etcd.resign().await;
+    }
     Ok(())
 }
