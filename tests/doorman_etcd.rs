@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
+use tollgate::doorman::election::Election as _;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::server::Server;
@@ -397,5 +398,53 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
     .await;
     println!("resign: next master after {:.2} s", handover.as_secs_f64());
     drop(nodes);
+    drop(etcd);
+}
+
+fn signal(etcd: &EtcdProcess, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(etcd.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} etcd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mastership_survives_a_stall_shorter_than_the_lease_and_ends_with_it() {
+    let etcd = start_etcd();
+    let node = Node::start(&etcd.endpoint, "/tollgate/stall").await;
+    until(Duration::from_secs(20), "master", || node.is_master()).await;
+    let mut terms = node.election.as_ref().unwrap().subscribe();
+    terms.mark_unchanged();
+
+    // etcd stalls for half the TTL: renewals fail or wait, the lease has
+    // not lapsed, so mastership (and the term) must not change.
+    signal(&etcd, "STOP");
+    tokio::time::sleep(TTL / 2).await;
+    assert!(node.is_master(), "mastership lost during a short stall");
+    signal(&etcd, "CONT");
+    tokio::time::sleep(TTL).await;
+    assert!(node.is_master());
+    assert!(
+        !terms.has_changed().unwrap(),
+        "a new term after a short stall"
+    );
+
+    // etcd stalls for longer than the TTL: the server must give up
+    // mastership by itself, while etcd is still stopped.
+    signal(&etcd, "STOP");
+    let lost = until(TTL + Duration::from_secs(5), "mastership given up", || {
+        !node.is_master()
+    })
+    .await;
+    println!(
+        "stall: mastership given up {:.2} s into it",
+        lost.as_secs_f64()
+    );
+    signal(&etcd, "CONT");
+    until(Duration::from_secs(20), "master again", || node.is_master()).await;
+    drop(node);
     drop(etcd);
 }
