@@ -11,7 +11,7 @@ use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::election::Election;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::server::{Parent, Server};
 use tollgate::doorman::{debug, reload};
 use tracing::info;
 
@@ -52,6 +52,18 @@ pub(crate) struct Args {
     /// etcd keeps mastership.
     #[arg(long, default_value_t = 10)]
     election_ttl: u64,
+    /// Run as an intermediate server: ask the server at this `host:port` for
+    /// capacity (GetServerCapacity) and share what it grants.
+    #[arg(long)]
+    parent: Option<String>,
+    /// This server's id when asking --parent (default: the advertised
+    /// address).
+    #[arg(long)]
+    server_id: Option<String>,
+    /// With --parent: the parent's refresh interval is multiplied by this
+    /// before it is handed on to this server's clients.
+    #[arg(long, default_value_t = 0.5)]
+    decay_factor: f64,
     /// Tokio worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -97,12 +109,31 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             advertise: advertised.clone(),
         })?)
     };
-    let single = Single::new(Some(advertised));
+    let single = Single::new(Some(advertised.clone()));
     let election: &dyn Election = match &etcd {
         Some(e) => e,
         None => &single,
     };
-    let server = Server::new(config, election, Arc::new(SystemClock));
+    let server = match &args.parent {
+        None => Server::new(config, election, Arc::new(SystemClock)),
+        Some(parent) => {
+            anyhow::ensure!(
+                args.decay_factor > 0.0 && args.decay_factor <= 1.0,
+                "--decay-factor must be in (0, 1]"
+            );
+            info!(parent, "intermediate server");
+            Server::with_parent(
+                config,
+                election,
+                Arc::new(SystemClock),
+                Parent {
+                    address: parent.clone(),
+                    server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
+                    decay_factor: args.decay_factor,
+                },
+            )
+        }
+    };
     server.spawn_background(Duration::from_secs(args.sweep_interval.max(1)));
     if let Some(path) = args.config.clone() {
         reload::spawn(

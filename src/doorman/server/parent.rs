@@ -1,0 +1,301 @@
+//! An intermediate server's link to its parent: what it asks for, what it
+//! got, and the capacity and lease timings its own clients see.
+//!
+//! # Implementation notes
+//!
+//! A poller task sums, per resource, the wants and subclients of this
+//! server's unexpired leases into priority bands and sends them to the
+//! parent in one GetServerCapacity, with the lease it holds from the parent
+//! as `has`. Each grant becomes, for that resource only, an exact-name
+//! template: capacity = the grant, algorithm and lease length = the parent's,
+//! refresh interval = the parent's times the decay factor (0.5 by default:
+//! the interval halves at each level up the tree, as the design doc asks and
+//! Go never did), whole seconds, at least one.
+//!
+//! Leases handed out never outlive the parent's: a lease's length is capped
+//! at what is left of the parent's lease, and once that has expired the
+//! resource's capacity is 0. Until the first grant arrives it is 0 too, so a
+//! new intermediate first grants nothing (protocol §3).
+//!
+//! The poller asks again after the shortest refresh interval the parent
+//! gave (at least one second), follows the parent's mastership redirects,
+//! and retries every second when the parent cannot be reached.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tonic::transport::Channel;
+use tracing::{debug, warn};
+
+use super::super::algorithm::{AlgorithmConfig, Kind};
+use super::super::config::Template;
+use super::super::pb;
+use super::super::pb::capacity_client::CapacityClient;
+use super::super::store::Timestamp;
+use super::{Inner, Server};
+
+/// How a server reaches its parent.
+#[derive(Debug, Clone)]
+pub struct Parent {
+    /// The parent's gRPC address, `host:port`.
+    pub address: String,
+    /// This server's id in the parent's eyes (its `server_id`).
+    pub server_id: String,
+    /// What the parent's refresh interval is multiplied by before this
+    /// server hands it on, in `(0, 1]`; the design doc's default is 0.5.
+    pub decay_factor: f64,
+}
+
+/// What a parent granted for one resource.
+#[derive(Debug, Clone)]
+struct Grant {
+    capacity: f64,
+    expiry: Timestamp,
+    refresh_interval: Duration,
+    algorithm: Option<AlgorithmConfig>,
+}
+
+/// An intermediate server's state about its parent.
+#[derive(Debug)]
+pub(super) struct Upstream {
+    parent: Parent,
+    /// Where the parent's master is, after redirects.
+    address: Mutex<String>,
+    grants: Mutex<HashMap<String, Grant>>,
+}
+
+/// How long the poller waits when it has nothing to ask or the parent
+/// failed.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// The per-call deadline for GetServerCapacity.
+const DEADLINE: Duration = Duration::from_secs(5);
+
+impl Upstream {
+    pub(super) fn new(parent: Parent) -> Upstream {
+        Upstream {
+            address: Mutex::new(parent.address.clone()),
+            parent,
+            grants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The capacity and algorithm resource `id` (bound to `template`) uses
+    /// at `now`: the parent's grant while it lasts, else 0.
+    pub(super) fn effective(
+        &self,
+        id: &str,
+        template: &Template,
+        now: Timestamp,
+    ) -> (AlgorithmConfig, f64) {
+        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        match grants.get(id) {
+            Some(g) if g.expiry > now => {
+                let mut algo = g
+                    .algorithm
+                    .clone()
+                    .unwrap_or_else(|| template.algorithm.clone());
+                algo.lease_length = algo.lease_length.min(g.expiry - now);
+                algo.refresh_interval = self.decayed(g.refresh_interval).min(algo.lease_length);
+                algo.learning_mode_duration = template.algorithm.learning_mode_duration;
+                (algo, g.capacity)
+            }
+            _ => (template.algorithm.clone(), 0.0),
+        }
+    }
+
+    /// `refresh` times the decay factor, in whole seconds, at least one.
+    fn decayed(&self, refresh: Duration) -> Duration {
+        let secs = (refresh.as_secs_f64() * self.parent.decay_factor).round();
+        Duration::from_secs(secs.max(1.0) as u64)
+    }
+
+    /// The lease held from the parent on `id`, as sent back in `has`.
+    fn has(&self, id: &str, now: Timestamp) -> Option<pb::Lease> {
+        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        grants
+            .get(id)
+            .filter(|g| g.expiry > now)
+            .map(|g| pb::Lease {
+                expiry_time: g.expiry.as_secs() as i64,
+                refresh_interval: g.refresh_interval.as_secs() as i64,
+                capacity: g.capacity,
+            })
+    }
+
+    /// Records the parent's answer; returns the shortest refresh interval.
+    fn record(&self, response: pb::GetServerCapacityResponse) -> Duration {
+        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = None::<Duration>;
+        for r in response.response {
+            let refresh = Duration::from_secs(r.gets.refresh_interval.max(1) as u64);
+            next = Some(next.map_or(refresh, |n| n.min(refresh)));
+            let algorithm = r.algorithm.as_ref().and_then(algorithm);
+            grants.insert(
+                r.resource_id,
+                Grant {
+                    capacity: r.gets.capacity.max(0.0),
+                    expiry: Duration::from_secs(r.gets.expiry_time.max(0) as u64),
+                    refresh_interval: refresh,
+                    algorithm,
+                },
+            );
+        }
+        next.unwrap_or(IDLE)
+    }
+}
+
+/// The parent's algorithm as a local one; `None` for an unknown kind.
+fn algorithm(a: &pb::Algorithm) -> Option<AlgorithmConfig> {
+    let kind: Kind = pb::algorithm::Kind::try_from(a.kind).ok()?.into();
+    Some(AlgorithmConfig::new(
+        kind,
+        Duration::from_secs(a.lease_length.max(1) as u64),
+        Duration::from_secs(a.refresh_interval.max(1) as u64),
+    ))
+}
+
+impl Server {
+    /// Per resource with clients: its priority bands and the lease held
+    /// from the parent.
+    fn upstream_requests(
+        &self,
+        upstream: &Upstream,
+        now: Timestamp,
+    ) -> Vec<pb::ServerCapacityResourceRequest> {
+        let entries: Vec<_> = self
+            .inner
+            .resources
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (id, entry) in entries {
+            let mut state = super::lock(&entry.state);
+            state.store.sweep(now);
+            let mut bands: BTreeMap<i64, (i64, f64)> = BTreeMap::new();
+            for (client, lease) in state.store.iter() {
+                let priority = state.priorities.get(client).copied().unwrap_or(0);
+                let band = bands.entry(priority).or_default();
+                band.0 += lease.subclients as i64;
+                band.1 += lease.wants;
+            }
+            let live: Vec<&str> = state.store.iter().map(|(c, _)| c).collect();
+            let keep: std::collections::HashSet<&str> = live.into_iter().collect();
+            let stale: Vec<String> = state
+                .priorities
+                .keys()
+                .filter(|c| !keep.contains(c.as_str()))
+                .cloned()
+                .collect();
+            for c in stale {
+                state.priorities.remove(&c);
+            }
+            if bands.is_empty() {
+                continue;
+            }
+            out.push(pb::ServerCapacityResourceRequest {
+                has: upstream.has(&id, now),
+                resource_id: id,
+                wants: bands
+                    .into_iter()
+                    .map(
+                        |(priority, (num_clients, wants))| pb::PriorityBandAggregate {
+                            priority,
+                            num_clients,
+                            wants,
+                        },
+                    )
+                    .collect(),
+            });
+        }
+        out
+    }
+}
+
+/// Polls the parent for as long as the server lives.
+pub(super) async fn poll(weak: Weak<Inner>) {
+    let mut client: Option<(String, CapacityClient<Channel>)> = None;
+    loop {
+        let wait = {
+            let Some(inner) = weak.upgrade() else { return };
+            let server = Server { inner };
+            let Some(upstream) = server.inner.upstream.as_ref() else {
+                return;
+            };
+            let now = server.inner.clock.now();
+            let resources = server.upstream_requests(upstream, now);
+            if resources.is_empty() {
+                IDLE
+            } else {
+                match ask(upstream, &mut client, resources).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        warn!(error = e, "parent did not answer");
+                        client = None;
+                        IDLE
+                    }
+                }
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One GetServerCapacity round, following up to three redirects.
+async fn ask(
+    upstream: &Upstream,
+    client: &mut Option<(String, CapacityClient<Channel>)>,
+    resources: Vec<pb::ServerCapacityResourceRequest>,
+) -> Result<Duration, String> {
+    for _ in 0..3 {
+        let address = upstream
+            .address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let stale = match client.as_ref() {
+            Some((a, _)) => *a != address,
+            None => true,
+        };
+        if stale {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .map_err(|e| e.to_string())?
+                .connect_timeout(DEADLINE)
+                .timeout(DEADLINE);
+            *client = Some((
+                address.clone(),
+                CapacityClient::new(endpoint.connect_lazy()),
+            ));
+        }
+        let (_, c) = client.as_mut().expect("set above");
+        let response = c
+            .get_server_capacity(pb::GetServerCapacityRequest {
+                server_id: upstream.parent.server_id.clone(),
+                resource: resources.clone(),
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner();
+        match &response.mastership {
+            None => {
+                debug!(resources = response.response.len(), "parent granted");
+                return Ok(upstream.record(response));
+            }
+            Some(pb::Mastership {
+                master_address: Some(m),
+            }) => {
+                debug!(master = m, "parent redirects");
+                *upstream
+                    .address
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = m.clone();
+            }
+            Some(_) => return Err("parent's master is unknown".into()),
+        }
+    }
+    Err("too many redirects".into())
+}
