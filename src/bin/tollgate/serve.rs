@@ -142,9 +142,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             Duration::from_secs(args.reload_interval.max(1)),
         );
     }
-    let shutdown = async {
+    let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
         info!("shutting down");
+        // Hand mastership over first: draining connections may take a while.
+        if let Some(etcd) = etcd {
+            etcd.resign().await;
+        }
     };
     if args.debug_port != 0 {
         let daddr = SocketAddr::new(args.host, args.debug_port);
@@ -161,8 +165,5 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     info!(addr = %local, "gRPC listening");
     server.serve(listener, shutdown).await?;
-    if let Some(etcd) = etcd {
-        etcd.resign().await;
-    }
     Ok(())
 }
