@@ -387,7 +387,7 @@ impl Server {
     }
 
     /// Handles a GetCapacity request.
-    fn get_capacity(
+    pub(crate) fn get_capacity(
         &self,
         req: pb::GetCapacityRequest,
     ) -> Result<pb::GetCapacityResponse, RequestError> {
@@ -442,7 +442,7 @@ impl Server {
     /// Handles a GetServerCapacity request: each resource is one client
     /// (the asking server) wanting the sum of its bands' wants on behalf of
     /// the sum of their clients.
-    fn get_server_capacity(
+    pub(crate) fn get_server_capacity(
         &self,
         req: pb::GetServerCapacityRequest,
     ) -> Result<pb::GetServerCapacityResponse, RequestError> {

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod load;
 mod serve;
+mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
@@ -18,12 +19,15 @@ enum Command {
     Serve(serve::Args),
     /// Load-test a capacity server with many simulated clients.
     Load(load::Args),
+    /// Simulate a server tree's convergence on a virtual clock.
+    Simulate(simulate::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 

@@ -299,3 +299,31 @@ async fn ask(
     }
     Err("too many redirects".into())
 }
+
+impl Server {
+    /// One poll of `parent` in-process, without gRPC: asks for what this
+    /// intermediate's clients want and records the grants. Returns when to
+    /// ask again. For the simulator, which drives a whole tree on one
+    /// virtual clock; a no-op on a server without a parent.
+    pub(crate) fn poll_parent_in_process(&self, parent: &Server) -> Duration {
+        let Some(upstream) = self.inner.upstream.as_ref() else {
+            return IDLE;
+        };
+        let now = self.inner.clock.now();
+        let resources = self.upstream_requests(upstream, now);
+        if resources.is_empty() {
+            return IDLE;
+        }
+        match parent.get_server_capacity(pb::GetServerCapacityRequest {
+            server_id: upstream.parent.server_id.clone(),
+            resource: resources,
+        }) {
+            Ok(r) if r.mastership.is_none() => upstream.record(r),
+            Ok(_) => IDLE,
+            Err(e) => {
+                warn!(error = %e, "parent refused");
+                IDLE
+            }
+        }
+    }
+}
