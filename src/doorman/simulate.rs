@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::info;
 
 use super::clock::{Clock as _, ManualClock};
 use super::config::Config;
@@ -304,12 +305,19 @@ pub fn run(scenario: u32, seed: u64) -> Result<Report, UnknownScenario> {
                 0 => {
                     let c = rng.below(clients.len());
                     clients[c].wants += 100.0;
+                    info!(t, client = c, "mishap: wants +100");
                 }
                 1 => {
                     let n = rng.below(nodes.len());
                     if nodes[n].regain_at.is_none() {
                         nodes[n].switch.tx.send_replace(Mastership::follower(None));
                         nodes[n].regain_at = Some(t + 1 + rng.below(60) as u64);
+                        info!(
+                            t,
+                            node = n,
+                            until = nodes[n].regain_at,
+                            "mishap: mastership lost"
+                        );
                     }
                 }
                 _ => {
@@ -317,6 +325,7 @@ pub fn run(scenario: u32, seed: u64) -> Result<Report, UnknownScenario> {
                     if nodes[n].regain_at.is_none() {
                         nodes[n].switch.tx.send_replace(Mastership::follower(None));
                         nodes[n].regain_at = Some(t);
+                        info!(t, node = n, "mishap: new election");
                     }
                 }
             }

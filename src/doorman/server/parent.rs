@@ -63,6 +63,8 @@ pub(super) struct Upstream {
     /// Where the parent's master is, after redirects.
     address: Mutex<String>,
     grants: Mutex<HashMap<String, Grant>>,
+    /// The bands last sent per resource outside learning mode.
+    sent: Mutex<HashMap<String, Vec<pb::PriorityBandAggregate>>>,
 }
 
 /// How long the poller waits when it has nothing to ask or the parent
@@ -78,6 +80,7 @@ impl Upstream {
             address: Mutex::new(parent.address.clone()),
             parent,
             grants: Mutex::new(HashMap::new()),
+            sent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,9 +175,30 @@ impl Server {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let since = self
+            .inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .since;
+        let mut sent = upstream.sent.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (id, entry) in entries {
+            seen.insert(id.clone());
             let mut state = super::lock(&entry.state);
+            if since.is_some_and(|s| state.learning(now, s)) {
+                // Learning mode: the clients have not all come back yet, so
+                // what they want is not known; ask as before the new term.
+                if let Some(bands) = sent.get(&id) {
+                    out.push(pb::ServerCapacityResourceRequest {
+                        has: upstream.has(&id, now),
+                        resource_id: id,
+                        wants: bands.clone(),
+                    });
+                    continue;
+                }
+            }
             state.store.sweep(now);
             let mut bands: BTreeMap<i64, (i64, f64)> = BTreeMap::new();
             for (client, lease) in state.store.iter() {
@@ -195,21 +219,46 @@ impl Server {
                 state.priorities.remove(&c);
             }
             if bands.is_empty() {
+                sent.remove(&id);
                 continue;
             }
+            let bands: Vec<_> = bands
+                .into_iter()
+                .map(
+                    |(priority, (num_clients, wants))| pb::PriorityBandAggregate {
+                        priority,
+                        num_clients,
+                        wants,
+                    },
+                )
+                .collect();
+            sent.insert(id.clone(), bands.clone());
             out.push(pb::ServerCapacityResourceRequest {
                 has: upstream.has(&id, now),
                 resource_id: id,
-                wants: bands
-                    .into_iter()
-                    .map(
-                        |(priority, (num_clients, wants))| pb::PriorityBandAggregate {
-                            priority,
-                            num_clients,
-                            wants,
-                        },
-                    )
-                    .collect(),
+                wants: bands,
+            });
+        }
+        // Resources forgotten at a new term whose clients have not come
+        // back: keep asking as before while learning mode lasts.
+        if let Some(s) = since {
+            let snapshot = self.snapshot();
+            sent.retain(|id, bands| {
+                if seen.contains(id) {
+                    return true;
+                }
+                let learning = snapshot
+                    .config
+                    .find(id)
+                    .is_some_and(|t| now < s + t.learning_mode());
+                if learning {
+                    out.push(pb::ServerCapacityResourceRequest {
+                        has: upstream.has(id, now),
+                        resource_id: id.clone(),
+                        wants: bands.clone(),
+                    });
+                }
+                learning
             });
         }
         out
