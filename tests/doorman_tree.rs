@@ -195,3 +195,37 @@ async fn refresh_intervals_halve_at_each_level() {
     );
     assert_eq!(lease.refresh_interval, 1);
 }
+
+/// As MID, with 30 s of learning mode after winning mastership.
+const MID_LEARNING: &str = r#"
+resources:
+  - identifier_glob: "*"
+    capacity: 1000
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 30}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intermediate_in_learning_mode_echoes_has_only_up_to_its_grant() {
+    let root = start(ROOT, None).await;
+    let mid = start(MID_LEARNING, Some((&root.addr, "mid"))).await;
+    let mut c = connect(&mid.addr).await;
+    // c1 claims 150 (more than the root has): it is echoed only as far as
+    // the intermediate's grant reaches, 0 before the first one.
+    assert_eq!(get(&mut c, "c1", 150.0, Some(150.0)).await.capacity, 0.0);
+    let start = Instant::now();
+    let first = loop {
+        let l = get(&mut c, "c1", 150.0, Some(150.0)).await.capacity;
+        if l > 0.0 {
+            break l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no grant");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(first, 100.0, "the root's whole capacity, not 150");
+    assert!(mid.server.status()[0].learning);
+    assert_eq!(
+        get(&mut c, "c2", 50.0, Some(50.0)).await.capacity,
+        0.0,
+        "nothing left to echo"
+    );
+}

@@ -761,9 +761,19 @@ impl EntryState {
                 if self.priorities.get(request.client) != Some(&priority) {
                     self.priorities.insert(request.client.to_owned(), priority);
                 }
+                // In learning mode an intermediate echoes `has` only as far
+                // as its grant from the parent reaches: the parent may have
+                // cut it since the clients' leases were granted.
+                self.store.sweep(now);
+                let old = self.store.get(request.client).map_or(0.0, |l| l.has);
+                let available = (capacity - self.store.sum_has() + old).max(0.0);
+                let capped = Request {
+                    has: request.has.min(available),
+                    ..*request
+                };
                 let lease = self
                     .store
-                    .decide(&algorithm, capacity, request, now, learning);
+                    .decide(&algorithm, capacity, &capped, now, learning);
                 (lease, capacity)
             }
         }

@@ -58,18 +58,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         totals.0 += r.mean_handed_out;
         totals.1 += r.shortfall_samples;
         totals.2 = totals.2.max(r.max_overshoot);
-        totals.3 += r.mean_overshoot;
+        totals.3 += r.mean_overshoot * r.shortfall_samples as f64;
     }
     if args.seeds > 1 {
         let n = args.seeds as f64;
         println!(
             "over {} seeds: handed out {:.2}% on average; {} shortfall samples; \
-             overshoot max {:.2}%, mean of per-seed means {:.2}%",
+             overshoot max {:.2}%, mean over the shortfall samples {:.2}%",
             args.seeds,
             100.0 * totals.0 / n,
             totals.1,
             100.0 * totals.2,
-            100.0 * totals.3 / n,
+            100.0 * totals.3 / (totals.1.max(1) as f64),
         );
     }
     Ok(())

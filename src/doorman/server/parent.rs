@@ -17,6 +17,14 @@
 //! resource's capacity is 0. Until the first grant arrives it is 0 too, so a
 //! new intermediate first grants nothing (protocol §3).
 //!
+//! After a new mastership term the clients come back one by one, so while
+//! a resource is in learning mode the poller sends the bands it sent before
+//! the term rather than the partial sums; and learning mode echoes a
+//! client's `has` only as far as the grant reaches (capacity minus what
+//! other leases hold), since the parent may have cut the grant meanwhile.
+//! Both keep a subtree that lost its master from holding more than its
+//! parent gives it (scenario 7 of `tollgate simulate`).
+//!
 //! The poller asks again after the shortest refresh interval the parent
 //! gave (at least one second), follows the parent's mastership redirects,
 //! and retries every second when the parent cannot be reached.
