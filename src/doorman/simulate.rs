@@ -443,6 +443,20 @@ mod tests {
     }
 
     #[test]
+    fn scenario_seven_survives_its_mishaps() {
+        for seed in 1..=3 {
+            let r = run(7, seed).unwrap();
+            assert_eq!(r.samples.len(), 3601);
+            assert!(
+                r.mean_handed_out > 0.95,
+                "seed {seed}: {}",
+                r.mean_handed_out
+            );
+            assert!(r.max_overshoot < 1.1, "seed {seed}: {}", r.max_overshoot);
+        }
+    }
+
+    #[test]
     fn unknown_scenarios_are_refused() {
         assert_eq!(run(3, 0).unwrap_err(), UnknownScenario(3));
     }

@@ -29,8 +29,9 @@
 //! "master" would wrongly restart learning mode.
 //!
 //! The etcd API is spoken with hand-written prost messages over tonic's
-//! generic client ([`wire`]): the messages are few and small, and this keeps
-//! the build free of `protoc` (which the maintained etcd clients need).
+//! generic client (the `wire` module): the messages are few and small, and
+//! this keeps the build free of `protoc`, which the maintained `etcd-client`
+//! crate's build script needs.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
