@@ -301,67 +301,47 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
         "one redirect each"
     );
 
-    // Kill the master; its lease lapses after the TTL.
+    // Kill the master; its lease lapses after the TTL. The clients keep
+    // asking every 200 ms throughout, now for 70 each: a client that fails
+    // (dead server, master unknown) moves on to another live server.
     nodes[first].kill();
     let killed = Instant::now();
-    let second = loop {
-        if let Some(m) = master_of(&nodes) {
-            break m;
-        }
-        assert!(
-            killed.elapsed() < TTL * 2 + Duration::from_secs(10),
-            "no new master"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let failover = killed.elapsed();
-    assert_ne!(second, first);
-    println!(
-        "failover: new master after {:.2} s (ttl {} s, refresh {} ms)",
-        failover.as_secs_f64(),
-        TTL.as_secs(),
-        (TTL / 3).as_millis()
-    );
-    assert!(nodes[second].learning() || nodes[second].server.status().is_empty());
-    let agreed = until(
-        Duration::from_secs(10),
-        "followers know the new master",
-        || {
-            nodes.iter().enumerate().all(|(i, n)| {
-                i == first
-                    || i == second
-                    || n.server.current_mastership().master_address
-                        == Some(nodes[second].addr.clone())
-            })
-        },
-    )
-    .await;
-    println!(
-        "failover: all followers redirect to it {:.2} s later",
-        agreed.as_secs_f64()
-    );
-
-    // Clients now want 70 each. While the new master learns, no client gets
-    // more than it held; afterwards the fair share, 50 each.
     let live: Vec<String> = (0..3)
         .filter(|&i| i != first)
         .map(|i| nodes[i].addr.clone())
         .collect();
+    let mut second = None;
+    let mut agreed = None::<Duration>;
+    let mut errors = Vec::new();
     let mut learning_grants = 0;
-    let mut errors = 0;
-    let start = Instant::now();
     let mut got = [0.0; 2];
     while got != [50.0, 50.0] {
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            killed.elapsed() < Duration::from_secs(40),
             "fair shares after learning mode: {got:?}"
         );
+        if second.is_none() {
+            if let Some(m) = master_of(&nodes) {
+                second = Some((m, killed.elapsed()));
+            }
+        }
+        if let (Some((m, _)), None) = (second, agreed) {
+            let all = nodes.iter().enumerate().all(|(i, n)| {
+                i == first
+                    || i == m
+                    || n.server.current_mastership().master_address == Some(nodes[m].addr.clone())
+            });
+            if all {
+                agreed = Some(killed.elapsed());
+            }
+        }
         for (i, c) in clients.iter_mut().enumerate() {
             match c.ask(70.0, Some(held[i])).await {
                 Outcome::Granted { by, capacity } => {
-                    assert_eq!(by, nodes[second].addr);
+                    let m = nodes.iter().position(|n| n.addr == by).unwrap();
+                    assert_ne!(m, first, "the killed master granted");
                     got[i] = capacity;
-                    if nodes[second].learning() {
+                    if nodes[m].learning() {
                         // Learning mode only ends, so it held for the grant.
                         learning_grants += 1;
                         assert!(
@@ -373,19 +353,41 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
                     }
                     held[i] = capacity;
                 }
-                Outcome::Failed(e) => {
-                    // Back to a live server, as a client would rediscover.
-                    errors += 1;
-                    eprintln!("{}: {e}", c.id);
-                    c.addr = live[errors % live.len()].clone();
+                Outcome::Failed(_) => {
+                    errors.push((killed.elapsed(), agreed.is_some()));
+                    c.addr = live[errors.len() % live.len()].clone();
                 }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!("after failover: {learning_grants} grants in learning mode, {errors} client errors");
+    let (second, failover) = second.expect("a new master granted");
+    assert_ne!(second, first);
+    let window = TTL + TTL / 3;
+    println!(
+        "failover: new master after {:.2} s, followers agree after {:.2} s (ttl {} s, refresh {} ms)",
+        failover.as_secs_f64(),
+        agreed.unwrap().as_secs_f64(),
+        TTL.as_secs(),
+        (TTL / 3).as_millis()
+    );
+    println!(
+        "failover: {} client errors, {} after ttl + refresh, {} after the followers agreed; \
+         {learning_grants} grants in learning mode",
+        errors.len(),
+        errors.iter().filter(|(t, _)| *t > window).count(),
+        errors.iter().filter(|(_, a)| *a).count(),
+    );
+    assert!(
+        failover < TTL * 2 + Duration::from_secs(10),
+        "new master after {failover:?}"
+    );
     assert!(learning_grants > 0, "no grant was seen in learning mode");
-    assert_eq!(errors, 2, "each client fails once, at the dead master");
+    assert_eq!(
+        errors.iter().filter(|(_, a)| *a).count(),
+        0,
+        "client errors once every server knew the new master"
+    );
     assert!(!nodes[second].learning());
 
     // Shut the rest down; resigning hands mastership over without the TTL.
