@@ -384,3 +384,67 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doorman::config::Config;
+
+    const T: u64 = 1_700_000_000;
+
+    fn upstream(decay_factor: f64) -> Upstream {
+        Upstream::new(Parent {
+            address: "parent:1".into(),
+            server_id: "mid".into(),
+            decay_factor,
+        })
+    }
+
+    fn grant(capacity: f64, expiry: u64, refresh: i64) -> pb::GetServerCapacityResponse {
+        pb::GetServerCapacityResponse {
+            response: vec![pb::ServerCapacityResourceResponse {
+                resource_id: "r".into(),
+                gets: pb::Lease {
+                    expiry_time: expiry as i64,
+                    refresh_interval: refresh,
+                    capacity,
+                },
+                algorithm: Some(pb::Algorithm::from(&AlgorithmConfig::new(
+                    Kind::ProportionalShare,
+                    Duration::from_secs(60),
+                    Duration::from_secs(refresh as u64),
+                ))),
+                safe_capacity: None,
+            }],
+            mastership: None,
+        }
+    }
+
+    #[test]
+    fn a_grant_becomes_the_capacity_with_the_parents_algorithm_and_a_capped_lease() {
+        let config = Config::builtin();
+        let template = config.find("r").unwrap();
+        let u = upstream(0.5);
+        let at = |s: u64| Duration::from_secs(T + s);
+        assert_eq!(u.effective("r", template, at(0)).1, 0.0, "no grant yet");
+        assert_eq!(u.record(grant(40.0, T + 30, 8)), Duration::from_secs(8));
+        let (algo, capacity) = u.effective("r", template, at(10));
+        assert_eq!(capacity, 40.0);
+        assert_eq!(algo.kind, Kind::ProportionalShare);
+        assert_eq!(algo.lease_length, Duration::from_secs(20), "ends with ours");
+        assert_eq!(algo.refresh_interval, Duration::from_secs(4), "8 s halved");
+        let has = u.has("r", at(10)).unwrap();
+        assert_eq!((has.capacity, has.expiry_time), (40.0, (T + 30) as i64));
+        assert_eq!(u.effective("r", template, at(30)).1, 0.0, "expired");
+        assert!(u.has("r", at(30)).is_none());
+    }
+
+    #[test]
+    fn refresh_intervals_decay_to_whole_seconds_of_at_least_one() {
+        let u = upstream(0.5);
+        assert_eq!(u.decayed(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(u.decayed(Duration::from_secs(5)), Duration::from_secs(3));
+        let u = upstream(1.0);
+        assert_eq!(u.decayed(Duration::from_secs(16)), Duration::from_secs(16));
+    }
+}
