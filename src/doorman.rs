@@ -10,7 +10,8 @@
 //!
 //! The server side: [`config`] (templates from YAML), [`server`] (the gRPC
 //! service and its state), [`election`] (who is master), [`debug`] (the HTTP
-//! debug port and its [`metrics`]), [`reload`] (configuration hot reload).
+//! debug port and its [`metrics`]), [`reload`] (configuration hot reload);
+//! [`simulate`] runs a server tree on a virtual clock.
 //! The client side: [`client`] (leases kept fresh and fed to limiters).
 
 pub mod algorithm;
@@ -26,4 +27,5 @@ pub mod metrics;
 pub mod pb;
 pub mod reload;
 pub mod server;
+pub mod simulate;
 pub mod store;

@@ -258,7 +258,11 @@ async fn junk_from_the_server_is_logged_and_never_panics() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // Global, not scoped to this thread: a callsite first reached by a
+    // concurrent test without a subscriber could otherwise stay disabled.
+    // Other tests' lines may land in `logs` too; the checks only look for
+    // this test's messages.
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
 
     let t = T0 as i64;
     let missing_gets = pb::GetCapacityResponse {

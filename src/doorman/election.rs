@@ -5,8 +5,9 @@
 //! [`Mastership`] on a `tokio::sync::watch` channel; the server reads it on
 //! every request and resets its lease store (entering learning mode) when it
 //! wins mastership. [`single::Single`] is the always-master policy for a lone
-//! server; an etcd-backed election plugs in through the same trait.
+//! server; [`etcd::Etcd`] elects one master among many on etcd v3.
 
+pub mod etcd;
 pub mod single;
 
 use std::fmt::Debug;

@@ -46,8 +46,10 @@ use super::pb;
 use super::store::{ClientLease, Resource, Timestamp};
 
 mod grpc;
+mod parent;
 mod validate;
 
+pub use parent::Parent;
 pub use validate::Limits;
 
 /// The lease server. Cheap to clone: clones share state.
@@ -92,6 +94,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     limits: Limits,
     metrics: Metrics,
+    /// Set on an intermediate server: its parent and what it granted.
+    upstream: Option<parent::Upstream>,
 }
 
 /// The server's view of the election.
@@ -126,6 +130,9 @@ struct EntryState {
     template: Arc<Template>,
     generation: u64,
     store: Resource,
+    /// Each client's priority, kept only on an intermediate server (which
+    /// sends its parent one band per priority); may name expired clients.
+    priorities: HashMap<String, i64>,
     /// Set when the sweeper removed this entry from the map.
     removed: bool,
 }
@@ -137,7 +144,8 @@ pub struct ResourceStatus {
     pub id: String,
     /// The glob of the template it matched.
     pub glob: String,
-    /// The template's capacity.
+    /// The template's capacity; on an intermediate server, what the parent
+    /// granted (0 while it has not or the grant expired).
     pub capacity: f64,
     /// The template's algorithm.
     pub algorithm: Kind,
@@ -176,6 +184,35 @@ impl Server {
         clock: Arc<dyn Clock>,
         limits: Limits,
     ) -> Server {
+        Server::build(config, election, clock, limits, None)
+    }
+
+    /// An intermediate server: its resources' capacity is what `parent`
+    /// grants it (0 until the first grant), and its leases never outlive
+    /// the parent's. [`Server::spawn_background`] also starts polling the
+    /// parent.
+    pub fn with_parent(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn Clock>,
+        parent: Parent,
+    ) -> Server {
+        Server::build(
+            config,
+            election,
+            clock,
+            Limits::default(),
+            Some(parent::Upstream::new(parent)),
+        )
+    }
+
+    fn build(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+        upstream: Option<parent::Upstream>,
+    ) -> Server {
         let server = Server {
             inner: Arc::new(Inner {
                 config: RwLock::new(Arc::new(Snapshot {
@@ -191,6 +228,7 @@ impl Server {
                 clock,
                 limits,
                 metrics: Metrics::new(),
+                upstream,
             }),
         };
         {
@@ -329,6 +367,7 @@ impl Server {
                                     template: template.clone(),
                                     generation: snapshot.generation,
                                     store: Resource::new(),
+                                    priorities: HashMap::new(),
                                     removed: false,
                                 }),
                             })
@@ -348,7 +387,7 @@ impl Server {
     }
 
     /// Handles a GetCapacity request.
-    fn get_capacity(
+    pub(crate) fn get_capacity(
         &self,
         req: pb::GetCapacityRequest,
     ) -> Result<pb::GetCapacityResponse, RequestError> {
@@ -374,11 +413,17 @@ impl Server {
                 subclients: 1,
             };
             let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
-                let lease = state.decide(&request, now, since);
+                let (lease, capacity) = state.decide(
+                    &request,
+                    r.priority,
+                    now,
+                    since,
+                    self.upstream(&r.resource_id),
+                );
                 let safe = state.template.safe_capacity.unwrap_or_else(|| {
                     // Dynamic safe capacity: an equal share per subclient,
                     // this client included.
-                    state.template.capacity / state.store.count().max(1) as f64
+                    capacity / state.store.count().max(1) as f64
                 });
                 (lease, safe)
             })?;
@@ -397,7 +442,7 @@ impl Server {
     /// Handles a GetServerCapacity request: each resource is one client
     /// (the asking server) wanting the sum of its bands' wants on behalf of
     /// the sum of their clients.
-    fn get_server_capacity(
+    pub(crate) fn get_server_capacity(
         &self,
         req: pb::GetServerCapacityRequest,
     ) -> Result<pb::GetServerCapacityResponse, RequestError> {
@@ -421,8 +466,16 @@ impl Server {
                 wants,
                 subclients,
             };
+            // One client with one priority: the most urgent of its bands.
+            let priority = r.wants.iter().map(|b| b.priority).max().unwrap_or(0);
             let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
-                let lease = state.decide(&request, now, since);
+                let (lease, _) = state.decide(
+                    &request,
+                    priority,
+                    now,
+                    since,
+                    self.upstream(&r.resource_id),
+                );
                 let algorithm = pb::Algorithm::from(&state.template.algorithm);
                 (lease, algorithm, state.template.safe_capacity)
             })?;
@@ -463,6 +516,11 @@ impl Server {
             }
         }
         Ok(pb::ReleaseCapacityResponse { mastership: None })
+    }
+
+    /// On an intermediate server, its upstream state with the resource id.
+    fn upstream<'a>(&'a self, id: &'a str) -> Option<(&'a parent::Upstream, &'a str)> {
+        self.inner.upstream.as_ref().map(|u| (u, id))
     }
 
     fn discovery(&self) -> pb::DiscoveryResponse {
@@ -519,11 +577,15 @@ impl Server {
         removed
     }
 
-    /// Spawns the background sweeper (every `interval`) and a task that
+    /// Spawns the background sweeper (every `interval`), a task that
     /// follows mastership changes, so learning mode starts when mastership
-    /// is won even if no request arrives. Both stop when the server is
-    /// dropped.
+    /// is won even if no request arrives, and on an intermediate server the
+    /// poller that asks its parent for capacity. All stop when the server
+    /// is dropped.
     pub fn spawn_background(&self, interval: Duration) {
+        if self.inner.upstream.is_some() {
+            tokio::spawn(parent::poll(Arc::downgrade(&self.inner)));
+        }
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -585,9 +647,13 @@ impl Server {
             .into_iter()
             .map(|(id, entry)| {
                 let state = lock(&entry.state);
+                let capacity = match &self.inner.upstream {
+                    Some(u) => u.effective(&id, &state.template, now).1,
+                    None => state.template.capacity,
+                };
                 ResourceStatus {
                     glob: state.template.glob.as_str().to_owned(),
-                    capacity: state.template.capacity,
+                    capacity,
                     algorithm: state.template.algorithm.kind,
                     sum_has: state.store.sum_has(),
                     sum_wants: state.store.sum_wants(),
@@ -667,20 +733,49 @@ impl EntryState {
         now < master_since + self.template.learning_mode()
     }
 
+    /// Decides `request`; returns the lease and the capacity it was
+    /// decided against (on an intermediate server, the parent's grant).
     fn decide(
         &mut self,
         request: &Request<'_>,
+        priority: i64,
         now: Timestamp,
         master_since: Timestamp,
-    ) -> ClientLease {
+        upstream: Option<(&parent::Upstream, &str)>,
+    ) -> (ClientLease, f64) {
         let learning = self.learning(now, master_since);
         let template = &self.template;
-        self.store.decide(
-            &template.algorithm,
-            template.capacity,
-            request,
-            now,
-            learning,
-        )
+        match upstream {
+            None => (
+                self.store.decide(
+                    &template.algorithm,
+                    template.capacity,
+                    request,
+                    now,
+                    learning,
+                ),
+                template.capacity,
+            ),
+            Some((upstream, id)) => {
+                let (algorithm, capacity) = upstream.effective(id, template, now);
+                if self.priorities.get(request.client) != Some(&priority) {
+                    self.priorities.insert(request.client.to_owned(), priority);
+                }
+                // In learning mode an intermediate echoes `has` only as far
+                // as its grant from the parent reaches: the parent may have
+                // cut it since the clients' leases were granted.
+                self.store.sweep(now);
+                let old = self.store.get(request.client).map_or(0.0, |l| l.has);
+                let available = (capacity - self.store.sum_has() + old).max(0.0);
+                let capped = Request {
+                    has: request.has.min(available),
+                    ..*request
+                };
+                let lease = self
+                    .store
+                    .decide(&algorithm, capacity, &capped, now, learning);
+                (lease, capacity)
+            }
+        }
     }
 }

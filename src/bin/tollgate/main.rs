@@ -6,6 +6,7 @@ mod lease;
 mod load;
 mod pace;
 mod serve;
+mod simulate;
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
@@ -25,6 +26,8 @@ enum Command {
     Load(load::Args),
     /// Ask a capacity server for leases and print them as they refresh.
     Lease(lease::Args),
+    /// Simulate a server tree's convergence on a virtual clock.
+    Simulate(simulate::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
         Command::Lease(args) => lease::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 

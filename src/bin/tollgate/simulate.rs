@@ -1,0 +1,76 @@
+//! `tollgate simulate`: a server tree on a virtual clock; writes a CSV and
+//! an SVG chart and prints the convergence figures.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use tollgate::doorman::simulate;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The design doc's scenario: 1, 5, 6 or 7.
+    #[arg(long)]
+    scenario: u32,
+    /// The random seed; the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Run this many seeds (seed, seed + 1, ...) and print each and the
+    /// mean; files are written for the first only.
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Directory for `scenario-N-seed-S.csv` and `.svg` (created).
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    // RUST_LOG=tollgate::doorman::simulate=info lists the mishaps.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut totals = (0.0, 0usize, 0.0f64, 0.0);
+    for i in 0..args.seeds.max(1) {
+        let seed = args.seed + i;
+        let r = simulate::run(args.scenario, seed)?;
+        if i == 0 {
+            let base = args
+                .out
+                .join(format!("scenario-{}-seed-{seed}", args.scenario));
+            let (csv, svg) = (base.with_extension("csv"), base.with_extension("svg"));
+            std::fs::write(&csv, r.csv()).with_context(|| format!("writing {}", csv.display()))?;
+            std::fs::write(&svg, r.svg()).with_context(|| format!("writing {}", svg.display()))?;
+            println!("wrote {} and {}", csv.display(), svg.display());
+        }
+        println!(
+            "scenario {} seed {seed}: handed out {:.2}% of capacity after learning mode; \
+             {} shortfall samples; overshoot max {:.2}%, mean {:.2}%",
+            args.scenario,
+            100.0 * r.mean_handed_out,
+            r.shortfall_samples,
+            100.0 * r.max_overshoot,
+            100.0 * r.mean_overshoot,
+        );
+        totals.0 += r.mean_handed_out;
+        totals.1 += r.shortfall_samples;
+        totals.2 = totals.2.max(r.max_overshoot);
+        totals.3 += r.mean_overshoot * r.shortfall_samples as f64;
+    }
+    if args.seeds > 1 {
+        let n = args.seeds as f64;
+        println!(
+            "over {} seeds: handed out {:.2}% on average; {} shortfall samples; \
+             overshoot max {:.2}%, mean over the shortfall samples {:.2}%",
+            args.seeds,
+            100.0 * totals.0 / n,
+            totals.1,
+            100.0 * totals.2,
+            100.0 * totals.3 / (totals.1.max(1) as f64),
+        );
+    }
+    Ok(())
+}
