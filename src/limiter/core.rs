@@ -266,24 +266,29 @@ impl Core {
 
     // ----- slow paths --------------------------------------------------
 
-    /// Takes up to `want` tokens: the home slice, then `central` (plus a
-    /// chunk to refill the home slice), then the other slices.
+    /// Takes up to `want` tokens: the home slice, then `central`, then the
+    /// other slices, refilling the home slice with a chunk on the way.
     fn gather(&self, want: u64) -> u64 {
         let mut got = self.slices.take_home(want);
-        if got < want {
-            // Relaxed: a size hint written under the fill lock.
-            let chunk = self.published.chunk.load(Relaxed);
-            got += take_up_to(&self.central, (want - got).saturating_add(chunk));
-            if got > want {
-                self.slices.put_home(got - want);
-                got = want;
-                // The extra was out of sight of the pool for a moment: a
-                // waiter that re-checked then must not sleep on it.
-                self.wake_for_returned();
-            }
+        if got == want {
+            return got;
         }
-        if got < want {
-            got += self.slices.steal(want - got);
+        // Take a chunk beyond the need, from `central` and then from the
+        // other slices (which may hold what idle threads left), and keep the
+        // extra in the home slice: a thread that found its slice empty
+        // should not come back for every op.
+        // Relaxed: a size hint written under the fill lock.
+        let target = want.saturating_add(self.published.chunk.load(Relaxed));
+        got += take_up_to(&self.central, target - got);
+        if got < target {
+            got += self.slices.steal(target - got);
+        }
+        if got > want {
+            self.slices.put_home(got - want);
+            got = want;
+            // The extra was out of sight of the pool for a moment: a
+            // waiter that re-checked then must not sleep on it.
+            self.wake_for_returned();
         }
         got
     }
