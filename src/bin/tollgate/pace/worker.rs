@@ -129,10 +129,17 @@ pub(super) fn new_histogram() -> Histogram<u64> {
 }
 
 /// A caller's own histogram, handed to the coordinator at each boundary.
+///
+/// Consecutive ops mostly see the same lateness (the backlog changes only
+/// at fills), so equal values are counted in a run and recorded together:
+/// the histogram costs less than the acquire it measures.
 struct Recorder {
     epoch: u64,
     histogram: Histogram<u64>,
     reports: mpsc::Sender<Report>,
+    /// The lateness of the current run of equal values, and its length.
+    run_ns: u64,
+    run_len: u64,
 }
 
 impl Recorder {
@@ -141,6 +148,8 @@ impl Recorder {
             epoch: 0,
             histogram: new_histogram(),
             reports,
+            run_ns: 0,
+            run_len: 0,
         }
     }
 
@@ -148,6 +157,7 @@ impl Recorder {
     #[inline]
     fn roll(&mut self, control: Control) {
         if control.epoch != self.epoch {
+            self.flush();
             let fresh = Histogram::new_from(&self.histogram);
             let histogram = std::mem::replace(&mut self.histogram, fresh);
             // The coordinator may have finished: nothing to do then.
@@ -162,11 +172,24 @@ impl Recorder {
     #[inline]
     fn record(&mut self, late: Duration) {
         let ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
-        // `record` grows the histogram to fit (`saturating_record` would
-        // clamp to its current, possibly tiny, range); it fails only past
-        // what any histogram can hold.
-        if self.histogram.record(ns).is_err() {
-            self.histogram.saturating_record(ns);
+        if ns != self.run_ns {
+            self.flush();
+            self.run_ns = ns;
+        }
+        self.run_len += 1;
+    }
+
+    /// Records the pending run of equal values.
+    fn flush(&mut self) {
+        if self.run_len == 0 {
+            return;
+        }
+        let (ns, n) = (self.run_ns, std::mem::take(&mut self.run_len));
+        // `record_n` grows the histogram to fit (`saturating_record_n`
+        // would clamp to its current, possibly tiny, range); it fails only
+        // past what any histogram can hold.
+        if self.histogram.record_n(ns, n).is_err() {
+            self.histogram.saturating_record_n(ns, n);
         }
     }
 }
