@@ -310,20 +310,20 @@ impl Core {
         self.wake_for_returned();
     }
 
-    /// After tokens return to the pool (or a woken waiter succeeds): wake
-    /// as many waiters as the pool now admits. Tokens taken out and put
-    /// back are invisible in between, so a waiter may have re-checked in
-    /// that window and gone to sleep; this is the store-load pattern of
-    /// `wait.rs`, with the return as the store.
+    /// After tokens return to the pool (or a woken waiter succeeds): if
+    /// anyone waits and the pool admits an op, wake one waiter. Tokens
+    /// taken out and put back are invisible in between, so a waiter may
+    /// have re-checked in that window and gone to sleep; this is the
+    /// store-load pattern of `wait.rs`, with the return as the store. One
+    /// is enough: a woken waiter that succeeds calls this again, so the
+    /// wake-up chains through the waiters one at a time, and no thread is
+    /// woken only to find the tokens gone.
     fn wake_for_returned(&self) {
         // SeqCst fence: pairs with the registration fence in
         // `WaitQueue::begin_sleep`/`park`.
         fence(SeqCst);
-        if self.waiters.has_waiters() {
-            let ops = self.available() / TOKENS_PER_OP;
-            if ops > 0 {
-                self.waiters.notify(ops);
-            }
+        if self.waiters.has_waiters() && self.available() >= TOKENS_PER_OP {
+            self.waiters.notify(1);
         }
     }
 

@@ -23,12 +23,11 @@
 //! `SeqCst` accesses alone, because fences are what loom models exactly.
 //!
 //! [`WaitQueue::notify`] wakes at most `n` waiters, where the caller passes
-//! how many single ops the available tokens can admit, and at most one per
-//! core: more could not run at once anyway, and at 1M ops/s with 64 blocked
-//! callers waking all of them for every fill cost about 480 ns of CPU per
-//! op. A woken waiter that succeeds and still sees tokens and waiters
-//! notifies again, so the wake-up chains on to the others, and a wake never
-//! gets stuck on a waiter that lost the race.
+//! how many single ops the available tokens can admit, and at most four
+//! per core: each woken caller takes a chunk of ops, so more would mostly
+//! wake to find nothing. A woken waiter that succeeds and still sees tokens
+//! and waiters wakes one more, so the wake-up chains on to the others, and
+//! a wake never gets stuck on a waiter that lost the race.
 
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -48,7 +47,7 @@ pub(crate) struct WaitQueue {
     list: Mutex<VecDeque<(u64, Waker)>>,
     /// Source of parked-waiter ids (under `list`'s lock).
     next_id: Mutex<u64>,
-    /// The most waiters one notification wakes: the number of cores.
+    /// The most waiters one notification wakes: four per core.
     max_wake: u64,
 }
 
@@ -60,9 +59,7 @@ impl WaitQueue {
             parked: AtomicU32::new(0),
             list: Mutex::new(VecDeque::new()),
             next_id: Mutex::new(0),
-            max_wake: std::thread::available_parallelism()
-                .map_or(2, |n| n.get() as u64)
-                .max(2),
+            max_wake: 4 * std::thread::available_parallelism().map_or(2, |n| n.get() as u64),
         }
     }
 
@@ -138,7 +135,7 @@ impl WaitQueue {
     }
 
     /// Call after adding tokens that admit `n` single ops: wakes at most
-    /// `n` waiters, and at most one per core (sleepers first, then parked
+    /// `n` waiters, and at most four per core (sleepers first, then parked
     /// ones in arrival order).
     pub(crate) fn notify(&self, n: u64) {
         self.wake(n.min(self.max_wake));
