@@ -30,7 +30,8 @@
 //! exponent rather than multiplying in floating point.
 //!
 //! `Display` writes the shortest exact form of the rate, preferring a unit
-//! suffix on a tie (`1.5K`, not `1500`), so `parse(display(s)) == s`.
+//! suffix on a tie (`1.5K`, not `1500`; but `100K`, not `0.1M`), so
+//! `parse(display(s)) == s`.
 
 use std::error::Error;
 use std::fmt;
@@ -895,12 +896,14 @@ fn fixed_to_string(value: u128, point: u32) -> String {
     format!("{whole}.{}", fraction.trim_end_matches('0'))
 }
 
-/// The shortest exact spelling of a rate; on a tie, the larger suffix.
+/// The shortest exact spelling of a rate; on a tie, the larger suffix
+/// unless it needs a leading `0.` (`100K`, not `0.1M`).
 fn rate_to_string(nano: u128) -> String {
     let mut best = fixed_to_string(nano, RATE.point);
     for (suffix, power) in [("K", 3), ("M", 6), ("G", 9), ("T", 12)] {
         let candidate = fixed_to_string(nano, RATE.point + power) + suffix;
-        if candidate.len() <= best.len() {
+        let tie_ok = !candidate.starts_with("0.");
+        if candidate.len() < best.len() || (candidate.len() == best.len() && tie_ok) {
             best = candidate;
         }
     }
@@ -1044,6 +1047,8 @@ mod tests {
             ("1234", "1234,1.1"),
             ("123456", "123456,1.1"),
             ("0.5", "0.5,1.1"),
+            ("100K", "100K,1.1"),
+            ("100000000", "100M,1.1"),
             ("3.6,2", "3.6,2"),
             ("100,1.000001", "100,1.000001"),
             ("100,1000", "100,1000"),
