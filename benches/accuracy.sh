@@ -2,7 +2,7 @@
 # Rate accuracy: achieved/target of `tollgate pace` over a grid of rates and
 # thread counts, printed as a table (one pace run per cell, --format json).
 #
-#   bash benches/accuracy.sh                  # the grid, 2 s a cell
+#   bash benches/accuracy.sh                  # 1K-100M ops/s x 1, 2, 8 threads, 2 s a cell
 #   DURATION=5s RATES="1M 10M" THREADS="2" bash benches/accuracy.sh
 #   EXTRA="--async" bash benches/accuracy.sh  # extra pace options
 #
