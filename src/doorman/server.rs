@@ -531,19 +531,24 @@ impl Server {
         }
     }
 
-    /// Drops expired leases everywhere and removes resources left without
-    /// leases. Returns how many resources were removed.
-    pub fn sweep(&self) -> usize {
-        let now = self.inner.clock.now();
-        let snapshot = self.snapshot();
-        let entries: Vec<(String, Arc<Entry>)> = self
-            .inner
+    /// A snapshot of the resource map, so no one holds its lock while
+    /// taking the per-resource locks.
+    fn entries(&self) -> Vec<(String, Arc<Entry>)> {
+        self.inner
             .resources
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+            .collect()
+    }
+
+    /// Drops expired leases everywhere and removes resources left without
+    /// leases. Returns how many resources were removed.
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now();
+        let snapshot = self.snapshot();
+        let entries = self.entries();
         let mut idle = Vec::new();
         for (id, entry) in entries {
             let mut state = lock(&entry.state);
@@ -635,14 +640,7 @@ impl Server {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .since;
-        let entries: Vec<(String, Arc<Entry>)> = self
-            .inner
-            .resources
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let entries = self.entries();
         let mut out: Vec<ResourceStatus> = entries
             .into_iter()
             .map(|(id, entry)| {

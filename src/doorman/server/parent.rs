@@ -175,14 +175,7 @@ impl Server {
         upstream: &Upstream,
         now: Timestamp,
     ) -> Vec<pb::ServerCapacityResourceRequest> {
-        let entries: Vec<_> = self
-            .inner
-            .resources
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let entries = self.entries();
         let since = self
             .inner
             .view
