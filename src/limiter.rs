@@ -19,7 +19,7 @@ use self::core::Core;
 pub use self::core::{Ledger, Stats};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
-use self::units::MAX_OPS_PER_ACQUIRE;
+use self::units::{tokens_for_ops, MAX_OPS_PER_ACQUIRE};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::Arc;
 
@@ -194,7 +194,7 @@ fn tokens(n: u64) -> u64 {
         n <= MAX_OPS_PER_ACQUIRE,
         "tollgate: acquire_n({n}) exceeds the largest weight, {MAX_OPS_PER_ACQUIRE}"
     );
-    Core::tokens_for_ops(n)
+    tokens_for_ops(n)
 }
 
 impl RateLimiter {

@@ -39,7 +39,7 @@ use super::filler::FillerSignal;
 use super::pool::Pool;
 use super::slice::{move_home, Slices, Take};
 use super::spec::{RateSpec, Verb};
-use super::units::{mul_div, tokens_for_ops, Meter, Sizing, TOKENS_PER_OP};
+use super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
 use super::wait::WaitQueue;
 use crate::clock::Clock;
 use crate::sync::{
@@ -375,13 +375,6 @@ impl Core {
         }
     }
 
-    /// After a woken waiter succeeds: if tokens remain and others wait,
-    /// wake as many as they admit, so a wake is never lost on a waiter that
-    /// lost its race.
-    fn pass_on_wake(&self) {
-        self.wake_for_returned();
-    }
-
     /// Blocks until `need` tokens are taken.
     pub(crate) fn acquire_blocking(&self, need: u64) {
         let partial = self.partial_for(need);
@@ -405,7 +398,7 @@ impl Core {
             slept = true;
         }
         if slept {
-            self.pass_on_wake();
+            self.wake_for_returned();
         }
     }
 
@@ -452,7 +445,7 @@ impl Core {
             self.filler.kick();
             if self.try_complete(need, &mut held, partial) {
                 if !self.waiters.unpark(id) {
-                    self.pass_on_wake();
+                    self.wake_for_returned();
                 }
                 return true;
             }
@@ -489,7 +482,7 @@ impl Core {
             if self.try_complete(need, held, partial) {
                 if let Some(id) = id.take() {
                     if !self.waiters.unpark(id) {
-                        self.pass_on_wake();
+                        self.wake_for_returned();
                     }
                 }
                 return true;
@@ -504,7 +497,7 @@ impl Core {
         if self.try_complete(need, held, partial) {
             *id = None;
             if !self.waiters.unpark(key) {
-                self.pass_on_wake();
+                self.wake_for_returned();
             }
             return true;
         }
@@ -516,7 +509,7 @@ impl Core {
         if let Some(id) = id {
             if !self.waiters.unpark(id) {
                 // A notification chose this waiter; hand it on.
-                self.pass_on_wake();
+                self.wake_for_returned();
             }
         }
         self.abandon(held);
@@ -751,11 +744,6 @@ impl Core {
             in_flight: u128::from(self.in_flight.load(Relaxed)),
             tokens_per_op: TOKENS_PER_OP,
         }
-    }
-
-    /// Tokens for a weight of `n` ops.
-    pub(crate) fn tokens_for_ops(n: u64) -> u64 {
-        tokens_for_ops(n)
     }
 }
 
