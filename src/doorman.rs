@@ -29,3 +29,4 @@ pub mod reload;
 pub mod server;
 pub mod simulate;
 pub mod store;
+mod transport;

@@ -83,6 +83,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch, Notify};
 
 use super::clock::{Clock, SystemClock};
+use super::transport::{self, Grpc, Transport};
 
 pub use backoff::Backoff;
 pub use gauge::{GaugeGuard, GaugeResource};
@@ -162,6 +163,7 @@ pub(crate) struct Config {
     pub(crate) max_redirects: u32,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) seed: u64,
+    pub(crate) transport: Arc<dyn Transport>,
 }
 
 /// Called with each new capacity before it is published.
@@ -254,6 +256,8 @@ pub struct Builder {
     backoff: Backoff,
     max_redirects: u32,
     clock: Arc<dyn Clock>,
+    transport: Option<Arc<dyn Transport>>,
+    seed: Option<u64>,
 }
 
 impl Builder {
@@ -316,6 +320,20 @@ impl Builder {
         self
     }
 
+    /// Carries the RPCs some other way than gRPC (the simulator's
+    /// in-process servers).
+    pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> Builder {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// Seeds the backoff's jitter (default: from the time, the process id
+    /// and the client's number), so that a run can be repeated.
+    pub(crate) fn seed(mut self, seed: u64) -> Builder {
+        self.seed = Some(seed);
+        self
+    }
+
     /// Starts the client's task.
     ///
     /// # Errors
@@ -328,7 +346,7 @@ impl Builder {
         }
         let mut servers = Vec::with_capacity(self.servers.len());
         for s in self.servers {
-            let uri = task::uri(&s);
+            let uri = transport::uri(&s);
             if uri.parse::<tonic::transport::Uri>().is_err() {
                 return Err(BuildError::BadAddress(s));
             }
@@ -339,7 +357,12 @@ impl Builder {
         let id = self
             .id
             .unwrap_or_else(|| format!("{}:{}:{n}", hostname(), std::process::id()));
-        let seed = self.clock.now().as_nanos() as u64 ^ (u64::from(std::process::id()) << 32) ^ n;
+        let seed = self.seed.unwrap_or_else(|| {
+            self.clock.now().as_nanos() as u64 ^ (u64::from(std::process::id()) << 32) ^ n
+        });
+        let transport = self
+            .transport
+            .unwrap_or_else(|| Arc::new(Grpc::new(self.rpc_timeout)));
         let shared = Arc::new(Shared {
             id,
             config: Config {
@@ -351,6 +374,7 @@ impl Builder {
                 max_redirects: self.max_redirects,
                 clock: self.clock,
                 seed,
+                transport,
             },
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -384,6 +408,8 @@ impl Client {
             backoff: Backoff::default(),
             max_redirects: 3,
             clock: Arc::new(SystemClock),
+            transport: None,
+            seed: None,
         }
     }
 

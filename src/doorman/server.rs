@@ -44,6 +44,7 @@ use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
 use super::store::{ClientLease, Resource, Timestamp};
+use super::transport::{Grpc, Transport};
 
 mod grpc;
 mod parent;
@@ -197,12 +198,24 @@ impl Server {
         clock: Arc<dyn Clock>,
         parent: Parent,
     ) -> Server {
+        let transport = Arc::new(Grpc::new(parent::DEADLINE));
+        Server::with_parent_via(config, election, clock, parent, transport)
+    }
+
+    /// As [`Server::with_parent`], reaching the parent through `transport`.
+    pub(crate) fn with_parent_via(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn Clock>,
+        parent: Parent,
+        transport: Arc<dyn Transport>,
+    ) -> Server {
         Server::build(
             config,
             election,
             clock,
             Limits::default(),
-            Some(parent::Upstream::new(parent)),
+            Some(parent::Upstream::new(parent, transport)),
         )
     }
 
@@ -493,7 +506,7 @@ impl Server {
     }
 
     /// Handles a ReleaseCapacity request; unknown resources are ignored.
-    fn release_capacity(
+    pub(crate) fn release_capacity(
         &self,
         req: pb::ReleaseCapacityRequest,
     ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
@@ -523,7 +536,7 @@ impl Server {
         self.inner.upstream.as_ref().map(|u| (u, id))
     }
 
-    fn discovery(&self) -> pb::DiscoveryResponse {
+    pub(crate) fn discovery(&self) -> pb::DiscoveryResponse {
         let m = self.current_mastership();
         pb::DiscoveryResponse {
             mastership: (&m).into(),

@@ -28,15 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
 use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, Lease, Source};
 use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
 use crate::doorman::pb;
-use crate::doorman::pb::capacity_client::CapacityClient;
 use crate::doorman::store::Timestamp;
+use crate::doorman::transport::Transport;
 
 /// What the server last granted a resource.
 #[derive(Debug, Clone)]
@@ -86,15 +85,6 @@ impl Held {
     }
 }
 
-/// `address` as a URI (`http://` added when no scheme is given).
-pub(crate) fn uri(address: &str) -> String {
-    if address.contains("://") {
-        address.to_owned()
-    } else {
-        format!("http://{address}")
-    }
-}
-
 /// Why a round failed.
 #[derive(Debug)]
 enum RoundError {
@@ -113,50 +103,27 @@ impl std::fmt::Display for RoundError {
     }
 }
 
-/// Connections and what the task knows about the master.
+/// The way to the servers and what the task knows about the master.
 #[derive(Debug)]
 struct Conn {
     servers: Vec<String>,
     /// The configured address to try next when the master is unknown.
     next: usize,
     master: Option<String>,
-    channels: HashMap<String, Channel>,
+    transport: Arc<dyn Transport>,
     timeout: Duration,
 }
 
 impl Conn {
-    fn client(&mut self, address: &str) -> Result<CapacityClient<Channel>, RoundError> {
-        if let Some(c) = self.channels.get(address) {
-            return Ok(CapacityClient::new(c.clone()));
-        }
-        let endpoint = Endpoint::from_shared(uri(address))
-            .map_err(|e| RoundError::Rpc {
-                address: address.to_owned(),
-                error: e.to_string(),
-            })?
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout);
-        let channel = endpoint.connect_lazy();
-        self.channels.insert(address.to_owned(), channel.clone());
-        Ok(CapacityClient::new(channel))
-    }
-
     /// Forgets the master and, if `address` is the configured address in
     /// use, moves on to the next one. (A master learnt from a redirect is
     /// forgotten, and found again through the configured address.)
     fn fail(&mut self, address: &str) {
-        // A failed connection may be half-open; start afresh next time.
-        self.channels.remove(address);
+        self.transport.forget(address);
         self.master = None;
         if self.servers[self.next] == address {
             self.next = (self.next + 1) % self.servers.len();
         }
-    }
-
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(message);
-        r.set_timeout(self.timeout);
-        r
     }
 
     /// The master's address, asking Discovery if it is not known.
@@ -165,12 +132,9 @@ impl Conn {
             return Ok(m.clone());
         }
         let address = self.servers[self.next].clone();
-        let mut client = self.client(&address)?;
-        let request = self.request(pb::DiscoveryRequest {});
-        let answer = tokio::time::timeout(self.timeout, client.discovery(request)).await;
+        let answer = tokio::time::timeout(self.timeout, self.transport.discovery(&address)).await;
         match answer {
-            Ok(Ok(response)) => {
-                let r = response.into_inner();
+            Ok(Ok(r)) => {
                 let named = r.mastership.master_address.filter(|a| !a.is_empty());
                 if r.is_master {
                     // The server we reached is the master; its advertised
@@ -232,7 +196,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             servers: config.servers.clone(),
             next: 0,
             master: None,
-            channels: HashMap::new(),
+            transport: config.transport.clone(),
             timeout: config.rpc_timeout,
         },
         retry: Retry::new(config.backoff, config.seed),
@@ -293,6 +257,7 @@ impl Task {
                 self.shared.wake.notified().await;
             } else {
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep_until(wake) => {}
                     () = self.shared.wake.notified() => {}
                 }
@@ -351,12 +316,10 @@ impl Task {
         };
         for _ in 0..=self.shared.config.max_redirects {
             let address = self.conn.master().await?;
-            let mut client = self.conn.client(&address)?;
-            let request = self.conn.request(message.clone());
-            let answer =
-                tokio::time::timeout(self.conn.timeout, client.get_capacity(request)).await;
+            let call = self.conn.transport.get_capacity(&address, message.clone());
+            let answer = tokio::time::timeout(self.conn.timeout, call).await;
             let response = match answer {
-                Ok(Ok(r)) => r.into_inner(),
+                Ok(Ok(r)) => r,
                 Ok(Err(status)) => {
                     self.conn.fail(&address);
                     return Err(RoundError::Rpc {
@@ -470,12 +433,14 @@ impl Task {
     async fn release_ids(&mut self, ids: Vec<String>) -> Result<(), ReleaseError> {
         let unreachable = |e: RoundError| ReleaseError::Unreachable(e.to_string());
         let address = self.conn.master().await.map_err(unreachable)?;
-        let mut client = self.conn.client(&address).map_err(unreachable)?;
-        let request = self.conn.request(pb::ReleaseCapacityRequest {
-            client_id: self.shared.id.clone(),
-            resource_id: ids,
-        });
-        match tokio::time::timeout(self.conn.timeout, client.release_capacity(request)).await {
+        let call = self.conn.transport.release_capacity(
+            &address,
+            pb::ReleaseCapacityRequest {
+                client_id: self.shared.id.clone(),
+                resource_id: ids,
+            },
+        );
+        match tokio::time::timeout(self.conn.timeout, call).await {
             // A redirect needs no retry: the new master holds no lease of
             // ours.
             Ok(Ok(_)) => Ok(()),

@@ -33,14 +33,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tonic::transport::Channel;
+use std::sync::Arc;
+
 use tracing::{debug, warn};
 
 use super::super::algorithm::{AlgorithmConfig, Kind};
 use super::super::config::Template;
 use super::super::pb;
-use super::super::pb::capacity_client::CapacityClient;
 use super::super::store::Timestamp;
+use super::super::transport::Transport;
 use super::{Inner, Server};
 
 /// How a server reaches its parent.
@@ -73,6 +74,7 @@ pub(super) struct Upstream {
     grants: Mutex<HashMap<String, Grant>>,
     /// The bands last sent per resource outside learning mode.
     sent: Mutex<HashMap<String, Vec<pb::PriorityBandAggregate>>>,
+    transport: Arc<dyn Transport>,
 }
 
 /// How long the poller waits when it has nothing to ask or the parent
@@ -80,15 +82,16 @@ pub(super) struct Upstream {
 const IDLE: Duration = Duration::from_secs(1);
 
 /// The per-call deadline for GetServerCapacity.
-const DEADLINE: Duration = Duration::from_secs(5);
+pub(super) const DEADLINE: Duration = Duration::from_secs(5);
 
 impl Upstream {
-    pub(super) fn new(parent: Parent) -> Upstream {
+    pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> Upstream {
         Upstream {
             address: Mutex::new(parent.address.clone()),
             parent,
             grants: Mutex::new(HashMap::new()),
             sent: Mutex::new(HashMap::new()),
+            transport,
         }
     }
 
@@ -268,7 +271,6 @@ impl Server {
 
 /// Polls the parent for as long as the server lives.
 pub(super) async fn poll(weak: Weak<Inner>) {
-    let mut client: Option<(String, CapacityClient<Channel>)> = None;
     loop {
         let wait = {
             let Some(inner) = weak.upgrade() else { return };
@@ -281,11 +283,10 @@ pub(super) async fn poll(weak: Weak<Inner>) {
             if resources.is_empty() {
                 IDLE
             } else {
-                match ask(upstream, &mut client, resources).await {
+                match ask(upstream, resources).await {
                     Ok(next) => next,
                     Err(e) => {
                         warn!(error = e, "parent did not answer");
-                        client = None;
                         IDLE
                     }
                 }
@@ -298,7 +299,6 @@ pub(super) async fn poll(weak: Weak<Inner>) {
 /// One GetServerCapacity round, following up to three redirects.
 async fn ask(
     upstream: &Upstream,
-    client: &mut Option<(String, CapacityClient<Channel>)>,
     resources: Vec<pb::ServerCapacityResourceRequest>,
 ) -> Result<Duration, String> {
     for _ in 0..3 {
@@ -307,29 +307,24 @@ async fn ask(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let stale = match client.as_ref() {
-            Some((a, _)) => *a != address,
-            None => true,
-        };
-        if stale {
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-                .map_err(|e| e.to_string())?
-                .connect_timeout(DEADLINE)
-                .timeout(DEADLINE);
-            *client = Some((
-                address.clone(),
-                CapacityClient::new(endpoint.connect_lazy()),
-            ));
-        }
-        let (_, c) = client.as_mut().expect("set above");
-        let response = c
-            .get_server_capacity(pb::GetServerCapacityRequest {
+        let call = upstream.transport.get_server_capacity(
+            &address,
+            pb::GetServerCapacityRequest {
                 server_id: upstream.parent.server_id.clone(),
                 resource: resources.clone(),
-            })
-            .await
-            .map_err(|e| e.to_string())?
-            .into_inner();
+            },
+        );
+        let response = match tokio::time::timeout(DEADLINE, call).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(status)) => {
+                upstream.transport.forget(&address);
+                return Err(format!("{address}: {status}"));
+            }
+            Err(_) => {
+                upstream.transport.forget(&address);
+                return Err(format!("{address}: deadline exceeded"));
+            }
+        };
         match &response.mastership {
             None => {
                 debug!(resources = response.response.len(), "parent granted");
@@ -344,38 +339,10 @@ async fn ask(
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = m.clone();
             }
-            Some(_) => return Err("parent's master is unknown".into()),
+            Some(_) => return Err(format!("{address}: the parent's master is unknown")),
         }
     }
     Err("too many redirects".into())
-}
-
-impl Server {
-    /// One poll of `parent` in-process, without gRPC: asks for what this
-    /// intermediate's clients want and records the grants. Returns when to
-    /// ask again. For the simulator, which drives a whole tree on one
-    /// virtual clock; a no-op on a server without a parent.
-    pub(crate) fn poll_parent_in_process(&self, parent: &Server) -> Duration {
-        let Some(upstream) = self.inner.upstream.as_ref() else {
-            return IDLE;
-        };
-        let now = self.inner.clock.now();
-        let resources = self.upstream_requests(upstream, now);
-        if resources.is_empty() {
-            return IDLE;
-        }
-        match parent.get_server_capacity(pb::GetServerCapacityRequest {
-            server_id: upstream.parent.server_id.clone(),
-            resource: resources,
-        }) {
-            Ok(r) if r.mastership.is_none() => upstream.record(r),
-            Ok(_) => IDLE,
-            Err(e) => {
-                warn!(error = %e, "parent refused");
-                IDLE
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -386,11 +353,14 @@ mod tests {
     const T: u64 = 1_700_000_000;
 
     fn upstream(decay_factor: f64) -> Upstream {
-        Upstream::new(Parent {
-            address: "parent:1".into(),
-            server_id: "mid".into(),
-            decay_factor,
-        })
+        Upstream::new(
+            Parent {
+                address: "parent:1".into(),
+                server_id: "mid".into(),
+                decay_factor,
+            },
+            Arc::new(crate::doorman::transport::Grpc::new(DEADLINE)),
+        )
     }
 
     fn grant(capacity: f64, expiry: u64, refresh: i64) -> pb::GetServerCapacityResponse {

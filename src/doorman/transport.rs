@@ -1,0 +1,239 @@
+//! How a lease client and an intermediate server reach a Doorman server:
+//! the four RPCs by address, over gRPC or, for the simulator, in-process.
+//!
+//! # Implementation notes
+//!
+//! Callers keep the protocol logic (discovery, redirects, failover,
+//! deadlines, backoff); a transport only carries one call to one address.
+//! [`Grpc`] keeps one lazily connected tonic channel per address and puts
+//! the deadline on every request; [`Transport::forget`] drops a channel
+//! after a failure, since a failed connection may be half-open.
+//! [`InProcess`] calls [`Server`]s registered under addresses directly, so
+//! a whole server tree and its clients run on one (virtual) clock with
+//! nothing between them but the messages.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use super::pb;
+use super::pb::capacity_client::CapacityClient;
+use super::server::Server;
+
+/// One RPC's answer, or its failure as a gRPC status.
+pub(crate) type Call<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
+
+/// Carries the capacity RPCs to a server named by address.
+pub(crate) trait Transport: Send + Sync + Debug {
+    /// Discovery at `address`.
+    fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse>;
+
+    /// GetCapacity at `address`.
+    fn get_capacity(
+        &self,
+        address: &str,
+        request: pb::GetCapacityRequest,
+    ) -> Call<pb::GetCapacityResponse>;
+
+    /// GetServerCapacity at `address`.
+    fn get_server_capacity(
+        &self,
+        address: &str,
+        request: pb::GetServerCapacityRequest,
+    ) -> Call<pb::GetServerCapacityResponse>;
+
+    /// ReleaseCapacity at `address`.
+    fn release_capacity(
+        &self,
+        address: &str,
+        request: pb::ReleaseCapacityRequest,
+    ) -> Call<pb::ReleaseCapacityResponse>;
+
+    /// Drops whatever is kept for `address` after a failed call.
+    fn forget(&self, address: &str);
+}
+
+/// `address` as a URI (`http://` added when no scheme is given).
+pub(crate) fn uri(address: &str) -> String {
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+/// gRPC over tonic, one channel per address, `timeout` on every call.
+#[derive(Debug)]
+pub(crate) struct Grpc {
+    timeout: Duration,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Grpc {
+    pub(crate) fn new(timeout: Duration) -> Grpc {
+        Grpc {
+            timeout,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn client(&self, address: &str) -> Result<CapacityClient<Channel>, Status> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = channels.get(address) {
+            return Ok(CapacityClient::new(c.clone()));
+        }
+        let channel = Endpoint::from_shared(uri(address))
+            .map_err(|e| Status::invalid_argument(format!("{address}: {e}")))?
+            .connect_timeout(self.timeout)
+            .timeout(self.timeout)
+            .connect_lazy();
+        channels.insert(address.to_owned(), channel.clone());
+        Ok(CapacityClient::new(channel))
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.set_timeout(self.timeout);
+        r
+    }
+}
+
+impl Transport for Grpc {
+    fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
+        let client = self.client(address);
+        let request = self.request(pb::DiscoveryRequest {});
+        Box::pin(async move {
+            let r = client?.discovery(request).await?;
+            Ok(r.into_inner())
+        })
+    }
+
+    fn get_capacity(
+        &self,
+        address: &str,
+        request: pb::GetCapacityRequest,
+    ) -> Call<pb::GetCapacityResponse> {
+        let client = self.client(address);
+        let request = self.request(request);
+        Box::pin(async move {
+            let r = client?.get_capacity(request).await?;
+            Ok(r.into_inner())
+        })
+    }
+
+    fn get_server_capacity(
+        &self,
+        address: &str,
+        request: pb::GetServerCapacityRequest,
+    ) -> Call<pb::GetServerCapacityResponse> {
+        let client = self.client(address);
+        let request = self.request(request);
+        Box::pin(async move {
+            let r = client?.get_server_capacity(request).await?;
+            Ok(r.into_inner())
+        })
+    }
+
+    fn release_capacity(
+        &self,
+        address: &str,
+        request: pb::ReleaseCapacityRequest,
+    ) -> Call<pb::ReleaseCapacityResponse> {
+        let client = self.client(address);
+        let request = self.request(request);
+        Box::pin(async move {
+            let r = client?.release_capacity(request).await?;
+            Ok(r.into_inner())
+        })
+    }
+
+    fn forget(&self, address: &str) {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(address);
+    }
+}
+
+/// Servers in this process, by address; an unknown address is
+/// `unavailable`, as a dead server would be.
+#[derive(Debug, Default)]
+pub(crate) struct InProcess {
+    servers: RwLock<HashMap<String, Server>>,
+}
+
+impl InProcess {
+    /// Makes `server` reachable at `address`.
+    pub(crate) fn add(&self, address: impl Into<String>, server: Server) {
+        self.servers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(address.into(), server);
+    }
+
+    /// Makes every server unreachable (and breaks the reference cycle
+    /// between the servers and a transport they use themselves).
+    pub(crate) fn clear(&self) {
+        self.servers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        address: &str,
+        f: impl FnOnce(&Server) -> Result<T, Status>,
+    ) -> Call<T> {
+        let result = match self
+            .servers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(address)
+        {
+            Some(server) => f(server),
+            None => Err(Status::unavailable(format!("no server at {address}"))),
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl Transport for InProcess {
+    fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
+        self.call(address, |s| Ok(s.discovery()))
+    }
+
+    fn get_capacity(
+        &self,
+        address: &str,
+        request: pb::GetCapacityRequest,
+    ) -> Call<pb::GetCapacityResponse> {
+        self.call(address, |s| s.get_capacity(request).map_err(Into::into))
+    }
+
+    fn get_server_capacity(
+        &self,
+        address: &str,
+        request: pb::GetServerCapacityRequest,
+    ) -> Call<pb::GetServerCapacityResponse> {
+        self.call(address, |s| {
+            s.get_server_capacity(request).map_err(Into::into)
+        })
+    }
+
+    fn release_capacity(
+        &self,
+        address: &str,
+        request: pb::ReleaseCapacityRequest,
+    ) -> Call<pb::ReleaseCapacityResponse> {
+        self.call(address, |s| s.release_capacity(request).map_err(Into::into))
+    }
+
+    fn forget(&self, _address: &str) {}
+}
