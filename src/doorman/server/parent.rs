@@ -23,7 +23,11 @@
 //! client's `has` only as far as the grant reaches (capacity minus what
 //! other leases hold), since the parent may have cut the grant meanwhile.
 //! Both keep a subtree that lost its master from holding more than its
-//! parent gives it (scenario 7 of `tollgate simulate`).
+//! parent gives it (scenario 7 of `tollgate simulate`). On the parent's
+//! side, a server that asks with less `has` than its unexpired lease there
+//! has forgotten it (a new master with an empty state); the parent answers
+//! it with that lease, as in learning mode, for a learning mode's length,
+//! rather than hand the lease to others while the subtree still holds it.
 //!
 //! The poller asks again after the shortest refresh interval the parent
 //! gave (at least one second), follows the parent's mastership redirects,
