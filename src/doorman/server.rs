@@ -824,10 +824,16 @@ impl EntryState {
                 }
                 // In learning mode an intermediate echoes `has` only as far
                 // as its grant from the parent reaches: the parent may have
-                // cut it since the clients' leases were granted.
+                // cut it since the clients' leases were granted. Before its
+                // first grant it knows no bound, and echoes in full what
+                // its clients already hold.
                 self.store.sweep(now);
                 let old = self.store.get(request.client).map_or(0.0, |l| l.has);
-                let available = (capacity - self.store.sum_has() + old).max(0.0);
+                let available = if upstream.granted(id, now) {
+                    (capacity - self.store.sum_has() + old).max(0.0)
+                } else {
+                    f64::INFINITY
+                };
                 let capped = Request {
                     has: request.has.min(available),
                     ..*request
