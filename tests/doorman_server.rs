@@ -641,3 +641,81 @@ async fn file_change_triggers_a_reload() {
     assert_eq!(config_capacity(&h), Some(300.0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One GetServerCapacity for `resource` from `server`: one band of
+/// `num_clients` wanting `wants`, holding `has`; returns the capacity got.
+async fn ask_as_server(
+    h: &mut Harness,
+    server: &str,
+    resource: &str,
+    num_clients: i64,
+    wants: f64,
+    has: Option<f64>,
+) -> f64 {
+    let r = h
+        .client
+        .get_server_capacity(pb::GetServerCapacityRequest {
+            server_id: server.into(),
+            resource: vec![pb::ServerCapacityResourceRequest {
+                resource_id: resource.into(),
+                has: has.map(lease),
+                wants: vec![band(num_clients, wants)],
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.response[0].gets.capacity
+}
+
+#[tokio::test]
+async fn a_server_that_forgot_its_lease_gets_it_back_while_it_relearns() {
+    let yaml = r#"
+resources:
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: 20}
+"#;
+    let mut h = start_with(yaml, &Single::new(Some("me:1".into()))).await;
+    h.clock.advance(Duration::from_secs(21));
+    assert_eq!(ask_as_server(&mut h, "a", "r", 4, 80.0, None).await, 80.0);
+    assert_eq!(ask_as_server(&mut h, "b", "r", 4, 80.0, None).await, 20.0);
+
+    // A new master of "a" asks without the lease it forgot, for the wants
+    // of the one client that has come back so far. Its clients may still
+    // hold all 80, so it gets them again, and "b" cannot take them.
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(ask_as_server(&mut h, "a", "r", 1, 10.0, None).await, 80.0);
+    assert_eq!(
+        ask_as_server(&mut h, "b", "r", 4, 80.0, Some(20.0)).await,
+        20.0
+    );
+    // For the learning mode's 20 s it is answered with what it holds ...
+    h.clock.advance(Duration::from_secs(19));
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 2, 20.0, Some(80.0)).await,
+        80.0
+    );
+    // ... then by the algorithm again.
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 4, 30.0, Some(80.0)).await,
+        30.0
+    );
+    assert_eq!(
+        ask_as_server(&mut h, "b", "r", 4, 80.0, Some(20.0)).await,
+        70.0
+    );
+
+    // A plain client that forgot its lease is not a subtree: it gets what
+    // the algorithm gives.
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(h.get("c", "r", 0.0, None).await.gets.capacity, 0.0);
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 4, 30.0, Some(30.0)).await,
+        30.0
+    );
+    h.get("c", "other", 50.0, None).await;
+    assert_eq!(h.get("c", "other", 50.0, None).await.gets.capacity, 50.0);
+    assert_eq!(h.get("c", "other", 5.0, None).await.gets.capacity, 5.0);
+}

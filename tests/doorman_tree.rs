@@ -209,20 +209,19 @@ async fn an_intermediate_in_learning_mode_echoes_has_only_up_to_its_grant() {
     let root = start(ROOT, None).await;
     let mid = start(MID_LEARNING, Some((&root.addr, "mid"))).await;
     let mut c = connect(&mid.addr).await;
-    // c1 claims 150 (more than the root has): it is echoed only as far as
-    // the intermediate's grant reaches, 0 before the first one.
-    assert_eq!(get(&mut c, "c1", 150.0, Some(150.0)).await.capacity, 0.0);
+    // Before its first grant the intermediate knows no bound: c1's claim
+    // of 150 is echoed, since c1 already holds it.
+    assert_eq!(get(&mut c, "c1", 150.0, Some(150.0)).await.capacity, 150.0);
     let start = Instant::now();
-    let first = loop {
-        let l = get(&mut c, "c1", 150.0, Some(150.0)).await.capacity;
-        if l > 0.0 {
-            break l;
-        }
+    while mid.server.status()[0].capacity == 0.0 {
         assert!(start.elapsed() < Duration::from_secs(10), "no grant");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(first, 100.0, "the root's whole capacity, not 150");
+    }
+    assert_eq!(mid.server.status()[0].capacity, 100.0);
     assert!(mid.server.status()[0].learning);
+    // Once granted, echoes reach only as far as the grant: c1 keeps the
+    // root's whole capacity, not 150, and nothing is left for c2.
+    assert_eq!(get(&mut c, "c1", 150.0, Some(150.0)).await.capacity, 100.0);
     assert_eq!(
         get(&mut c, "c2", 50.0, Some(50.0)).await.capacity,
         0.0,

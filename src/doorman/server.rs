@@ -134,6 +134,9 @@ struct EntryState {
     /// Each client's priority, kept only on an intermediate server (which
     /// sends its parent one band per priority); may name expired clients.
     priorities: HashMap<String, i64>,
+    /// Intermediate servers that lost their state, and until when they are
+    /// in learning mode here ([`EntryState::relearn`]).
+    relearning: HashMap<String, Timestamp>,
     /// Set when the sweeper removed this entry from the map.
     removed: bool,
 }
@@ -381,6 +384,7 @@ impl Server {
                                     generation: snapshot.generation,
                                     store: Resource::new(),
                                     priorities: HashMap::new(),
+                                    relearning: HashMap::new(),
                                     removed: false,
                                 }),
                             })
@@ -428,6 +432,7 @@ impl Server {
             let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, capacity) = state.decide(
                     &request,
+                    false,
                     r.priority,
                     now,
                     since,
@@ -484,6 +489,7 @@ impl Server {
             let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, _) = state.decide(
                     &request,
+                    true,
                     priority,
                     now,
                     since,
@@ -744,17 +750,61 @@ impl EntryState {
         now < master_since + self.template.learning_mode()
     }
 
-    /// Decides `request`; returns the lease and the capacity it was
-    /// decided against (on an intermediate server, the parent's grant).
+    /// Learning mode for one intermediate server that has lost its state;
+    /// `Some(what it held here)` while it lasts.
+    ///
+    /// A server that asks with a `has` below its unexpired lease here has
+    /// forgotten that lease: it is a new master of its job, and its clients
+    /// may still hold all of it. For as long as this resource's learning
+    /// mode lasts, that server is answered as a new master answers every
+    /// client: with what it holds, at first the forgotten lease. Otherwise
+    /// this server would decide on the wants of the few clients that have
+    /// come back to the new master so far, and hand the rest to other
+    /// servers while the old leases still run.
+    fn relearn(&mut self, request: &Request<'_>, now: Timestamp) -> Option<f64> {
+        self.store.sweep(now);
+        let held = self
+            .store
+            .get(request.client)
+            .map(|l| l.has)
+            .filter(|&h| request.has < h);
+        if held.is_some() {
+            self.relearning.retain(|_, until| *until > now);
+            let until = now + self.template.learning_mode();
+            self.relearning.insert(request.client.to_owned(), until);
+            return held;
+        }
+        match self.relearning.get(request.client) {
+            Some(&until) if until > now => Some(0.0),
+            Some(_) => {
+                self.relearning.remove(request.client);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Decides `request` from a client, or from an intermediate server when
+    /// `server`; returns the lease and the capacity it was decided against
+    /// (on an intermediate server, the parent's grant).
     fn decide(
         &mut self,
         request: &Request<'_>,
+        server: bool,
         priority: i64,
         now: Timestamp,
         master_since: Timestamp,
         upstream: Option<(&parent::Upstream, &str)>,
     ) -> (ClientLease, f64) {
-        let learning = self.learning(now, master_since);
+        let mut learning = self.learning(now, master_since);
+        let mut request = Request { ..*request };
+        if server {
+            if let Some(held) = self.relearn(&request, now) {
+                learning = true;
+                request.has = request.has.max(held);
+            }
+        }
+        let request = &request;
         let template = &self.template;
         match upstream {
             None => (
@@ -774,10 +824,16 @@ impl EntryState {
                 }
                 // In learning mode an intermediate echoes `has` only as far
                 // as its grant from the parent reaches: the parent may have
-                // cut it since the clients' leases were granted.
+                // cut it since the clients' leases were granted. Before its
+                // first grant it knows no bound, and echoes in full what
+                // its clients already hold.
                 self.store.sweep(now);
                 let old = self.store.get(request.client).map_or(0.0, |l| l.has);
-                let available = (capacity - self.store.sum_has() + old).max(0.0);
+                let available = if upstream.granted(id, now) {
+                    (capacity - self.store.sum_has() + old).max(0.0)
+                } else {
+                    f64::INFINITY
+                };
                 let capped = Request {
                     has: request.has.min(available),
                     ..*request

@@ -21,9 +21,14 @@
 //! a resource is in learning mode the poller sends the bands it sent before
 //! the term rather than the partial sums; and learning mode echoes a
 //! client's `has` only as far as the grant reaches (capacity minus what
-//! other leases hold), since the parent may have cut the grant meanwhile.
-//! Both keep a subtree that lost its master from holding more than its
-//! parent gives it (scenario 7 of `tollgate simulate`).
+//! other leases hold), since the parent may have cut the grant meanwhile
+//! (before the first grant of the term there is no bound to apply, and the
+//! echo is whole: the clients hold those leases already). Both keep a subtree that lost its master from holding more than its
+//! parent gives it (scenario 7 of `tollgate simulate`). On the parent's
+//! side, a server that asks with less `has` than its unexpired lease there
+//! has forgotten it (a new master with an empty state); the parent answers
+//! it with that lease, as in learning mode, for a learning mode's length,
+//! rather than hand the lease to others while the subtree still holds it.
 //!
 //! The poller asks again after the shortest refresh interval the parent
 //! gave (at least one second), follows the parent's mastership redirects,
@@ -117,6 +122,11 @@ impl Upstream {
             }
             _ => (template.algorithm.clone(), 0.0),
         }
+    }
+
+    /// Whether the parent's grant on `id` is known and unexpired at `now`.
+    pub(super) fn granted(&self, id: &str, now: Timestamp) -> bool {
+        self.has(id, now).is_some()
     }
 
     /// `refresh` times the decay factor, in whole seconds, at least one.
