@@ -23,6 +23,11 @@
 //!
 //! Lock order: election view, then the resource map, then one entry.
 //!
+//! A GetServerCapacity request's `has` says what the asking server's
+//! subtree holds; whatever of it exceeds the new grant stays counted for
+//! that server as a hold until its subtree has followed the cut, so the
+//! capacity is not handed out twice (`server/hold.rs`).
+//!
 //! The sweeper drops expired leases and removes resources left with none.
 //! Removal marks the entry `removed` under its lock while holding the map's
 //! write lock, and a request that finds its entry removed looks it up again,
@@ -46,6 +51,7 @@ use super::pb;
 use super::store::{ClientLease, Resource, Timestamp};
 
 mod grpc;
+mod hold;
 mod parent;
 mod validate;
 
@@ -149,7 +155,8 @@ pub struct ResourceStatus {
     pub capacity: f64,
     /// The template's algorithm.
     pub algorithm: Kind,
-    /// Sum of capacity held by unexpired leases.
+    /// Sum of capacity held by unexpired leases, with what is held for
+    /// servers whose grant was cut before their clients followed.
     pub sum_has: f64,
     /// Sum of capacity wanted.
     pub sum_wants: f64,
@@ -419,6 +426,7 @@ impl Server {
                     now,
                     since,
                     self.upstream(&r.resource_id),
+                    None,
                 );
                 let safe = state.template.safe_capacity.unwrap_or_else(|| {
                     // Dynamic safe capacity: an equal share per subclient,
@@ -468,6 +476,10 @@ impl Server {
             };
             // One client with one priority: the most urgent of its bands.
             let priority = r.wants.iter().map(|b| b.priority).max().unwrap_or(0);
+            // Its `has` is what its subtree holds, until when at the latest.
+            let until = r.has.as_ref().map_or(Duration::ZERO, |h| {
+                Duration::from_secs(h.expiry_time.max(0) as u64)
+            });
             let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, _) = state.decide(
                     &request,
@@ -475,6 +487,7 @@ impl Server {
                     now,
                     since,
                     self.upstream(&r.resource_id),
+                    Some(until),
                 );
                 let algorithm = pb::Algorithm::from(&state.template.algorithm);
                 (lease, algorithm, state.template.safe_capacity)
@@ -733,6 +746,11 @@ impl EntryState {
 
     /// Decides `request`; returns the lease and the capacity it was
     /// decided against (on an intermediate server, the parent's grant).
+    ///
+    /// `subtree` is set for a server client (GetServerCapacity): when what
+    /// its subtree holds, `request.has`, ends at the latest, as it reports.
+    /// Whatever of that exceeds the new lease is kept as a hold (see
+    /// [`hold::hold`]).
     fn decide(
         &mut self,
         request: &Request<'_>,
@@ -740,8 +758,33 @@ impl EntryState {
         now: Timestamp,
         master_since: Timestamp,
         upstream: Option<(&parent::Upstream, &str)>,
+        subtree: Option<Timestamp>,
     ) -> (ClientLease, f64) {
         let learning = self.learning(now, master_since);
+        self.store.sweep(now);
+        let old = self
+            .store
+            .get(request.client)
+            .map(|l| (l.expiry, self.store.occupied(request.client)));
+        let (lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
+        if let Some(until) = subtree {
+            let hold = hold::hold(request.has, until, &lease, learning, old, now);
+            self.store.set_hold(request.client, hold);
+        }
+        (lease, capacity)
+    }
+
+    /// Decides `request` with the algorithm or learning mode; `old` is the
+    /// requester's previous lease's expiry and what it occupied.
+    fn grant(
+        &mut self,
+        request: &Request<'_>,
+        priority: i64,
+        now: Timestamp,
+        learning: bool,
+        upstream: Option<(&parent::Upstream, &str)>,
+        old: Option<(Timestamp, f64)>,
+    ) -> (ClientLease, f64) {
         let template = &self.template;
         match upstream {
             None => (
@@ -762,9 +805,8 @@ impl EntryState {
                 // In learning mode an intermediate echoes `has` only as far
                 // as its grant from the parent reaches: the parent may have
                 // cut it since the clients' leases were granted.
-                self.store.sweep(now);
-                let old = self.store.get(request.client).map_or(0.0, |l| l.has);
-                let available = (capacity - self.store.sum_has() + old).max(0.0);
+                let own = old.map_or(0.0, |(_, occupied)| occupied);
+                let available = (capacity - self.store.sum_has() + own).max(0.0);
                 let capped = Request {
                     has: request.has.min(available),
                     ..*request
