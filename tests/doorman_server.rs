@@ -681,11 +681,15 @@ resources:
     assert_eq!(ask_as_server(&mut h, "a", "r", 4, 80.0, None).await, 80.0);
     assert_eq!(ask_as_server(&mut h, "b", "r", 4, 80.0, None).await, 20.0);
 
-    // A new master of "a" asks without the lease it forgot, for the wants
-    // of the one client that has come back so far. Its clients may still
-    // hold all 80, so it gets them again, and "b" cannot take them.
+    // A new master of "a" reports only the 10 of the one client that has
+    // come back so far, and asks for its wants. Its other clients may still
+    // hold the rest of the 80, so it gets them again, and "b" cannot take
+    // them.
     h.clock.advance(Duration::from_secs(1));
-    assert_eq!(ask_as_server(&mut h, "a", "r", 1, 10.0, None).await, 80.0);
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 1, 10.0, Some(10.0)).await,
+        80.0
+    );
     assert_eq!(
         ask_as_server(&mut h, "b", "r", 4, 80.0, Some(20.0)).await,
         20.0
@@ -705,6 +709,17 @@ resources:
     assert_eq!(
         ask_as_server(&mut h, "b", "r", 4, 80.0, Some(20.0)).await,
         70.0
+    );
+
+    // A server that reports no `has` at all (as Go's intermediates) is
+    // decided by the algorithm.
+    assert_eq!(
+        ask_as_server(&mut h, "go", "other", 4, 80.0, None).await,
+        80.0
+    );
+    assert_eq!(
+        ask_as_server(&mut h, "go", "other", 4, 20.0, None).await,
+        20.0
     );
 
     // A plain client that forgot its lease is not a subtree: it gets what

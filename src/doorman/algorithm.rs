@@ -138,13 +138,14 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
     fn grant(&self, res: &Resource, capacity: f64, req: &Request<'_>) -> f64;
 }
 
-/// The capacity not held by other clients' unexpired leases:
-/// `capacity - sum_has + old.has`. Every algorithm but `NoAlgorithm` and
-/// `Static` caps its grant with it, so a decision never pushes `sum_has` over
-/// `capacity`.
+/// The capacity not held by other clients' unexpired leases and their holds
+/// (see [`Hold`](super::store::Hold)): `capacity - sum_has + occupied`,
+/// where `occupied` is the requester's own previous lease and hold. Every
+/// algorithm but `NoAlgorithm` and `Static` caps its grant with it, so a
+/// decision never pushes `sum_has` over `capacity`, nor further over when
+/// it already is.
 pub(crate) fn available(res: &Resource, capacity: f64, client: &str) -> f64 {
-    let old_has = res.get(client).map_or(0.0, |lease| lease.has);
-    capacity - res.sum_has() + old_has
+    capacity - res.sum_has() + res.occupied(client)
 }
 
 /// Clamps a computed grant into `[0, inf]`, mapping NaN to 0.

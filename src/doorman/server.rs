@@ -23,6 +23,11 @@
 //!
 //! Lock order: election view, then the resource map, then one entry.
 //!
+//! A GetServerCapacity request's `has` says what the asking server's
+//! subtree holds; whatever of it exceeds the new grant stays counted for
+//! that server as a hold until its subtree has followed the cut, so the
+//! capacity is not handed out twice (`server/hold.rs`).
+//!
 //! The sweeper drops expired leases and removes resources left with none.
 //! Removal marks the entry `removed` under its lock while holding the map's
 //! write lock, and a request that finds its entry removed looks it up again,
@@ -47,6 +52,7 @@ use super::store::{ClientLease, Resource, Timestamp};
 use super::transport::{Grpc, Transport};
 
 mod grpc;
+mod hold;
 mod parent;
 mod validate;
 
@@ -153,7 +159,8 @@ pub struct ResourceStatus {
     pub capacity: f64,
     /// The template's algorithm.
     pub algorithm: Kind,
-    /// Sum of capacity held by unexpired leases.
+    /// Sum of capacity held by unexpired leases, with what is held for
+    /// servers whose grant was cut before their clients followed.
     pub sum_has: f64,
     /// Sum of capacity wanted.
     pub sum_wants: f64,
@@ -432,11 +439,11 @@ impl Server {
             let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, capacity) = state.decide(
                     &request,
-                    false,
                     r.priority,
                     now,
                     since,
                     self.upstream(&r.resource_id),
+                    None,
                 );
                 let safe = state.template.safe_capacity.unwrap_or_else(|| {
                     // Dynamic safe capacity: an equal share per subclient,
@@ -486,14 +493,21 @@ impl Server {
             };
             // One client with one priority: the most urgent of its bands.
             let priority = r.wants.iter().map(|b| b.priority).max().unwrap_or(0);
+            // Its `has` is what its subtree holds, until when at the latest.
+            let subtree = Subtree {
+                reports: r.has.is_some(),
+                until: r.has.as_ref().map_or(Duration::ZERO, |h| {
+                    Duration::from_secs(h.expiry_time.max(0) as u64)
+                }),
+            };
             let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, _) = state.decide(
                     &request,
-                    true,
                     priority,
                     now,
                     since,
                     self.upstream(&r.resource_id),
+                    Some(subtree),
                 );
                 let algorithm = pb::Algorithm::from(&state.template.algorithm);
                 (lease, algorithm, state.template.safe_capacity)
@@ -726,6 +740,15 @@ impl Server {
     }
 }
 
+/// What a server client (GetServerCapacity) says of its subtree.
+#[derive(Debug, Clone, Copy)]
+struct Subtree {
+    /// Whether it sent a `has` at all.
+    reports: bool,
+    /// When what it holds ends at the latest, as it reports (0 without).
+    until: Timestamp,
+}
+
 impl EntryState {
     /// Rebinds to the template `snapshot` gives `id`.
     fn rebind(&mut self, id: &str, snapshot: &Snapshot) -> Result<(), RequestError> {
@@ -766,8 +789,8 @@ impl EntryState {
         let held = self
             .store
             .get(request.client)
-            .map(|l| l.has)
-            .filter(|&h| request.has < h);
+            .filter(|l| request.has < l.has)
+            .map(|_| self.store.occupied(request.client));
         if held.is_some() {
             self.relearning.retain(|_, until| *until > now);
             let until = now + self.template.learning_mode();
@@ -784,27 +807,57 @@ impl EntryState {
         }
     }
 
-    /// Decides `request` from a client, or from an intermediate server when
-    /// `server`; returns the lease and the capacity it was decided against
-    /// (on an intermediate server, the parent's grant).
+    /// Decides `request`; returns the lease and the capacity it was
+    /// decided against (on an intermediate server, the parent's grant).
+    ///
+    /// `subtree` is set for a server client (GetServerCapacity): what it
+    /// says of what its subtree holds, `request.has`. Whatever of that
+    /// exceeds the new lease is kept as a hold (see [`hold::hold`]). A
+    /// server client that reports a `has` below its lease here forgot it,
+    /// and relearns ([`EntryState::relearn`]); one that reports none (Go's
+    /// intermediates never do) is decided by the algorithm as usual.
     fn decide(
         &mut self,
         request: &Request<'_>,
-        server: bool,
         priority: i64,
         now: Timestamp,
         master_since: Timestamp,
         upstream: Option<(&parent::Upstream, &str)>,
+        subtree: Option<Subtree>,
     ) -> (ClientLease, f64) {
         let mut learning = self.learning(now, master_since);
         let mut request = Request { ..*request };
-        if server {
+        if subtree.is_some_and(|s| s.reports) {
             if let Some(held) = self.relearn(&request, now) {
                 learning = true;
                 request.has = request.has.max(held);
             }
         }
         let request = &request;
+        self.store.sweep(now);
+        let old = self
+            .store
+            .get(request.client)
+            .map(|l| (l.expiry, self.store.occupied(request.client)));
+        let (lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
+        if let Some(Subtree { until, .. }) = subtree {
+            let hold = hold::hold(request.has, until, &lease, learning, old, now);
+            self.store.set_hold(request.client, hold);
+        }
+        (lease, capacity)
+    }
+
+    /// Decides `request` with the algorithm or learning mode; `old` is the
+    /// requester's previous lease's expiry and what it occupied.
+    fn grant(
+        &mut self,
+        request: &Request<'_>,
+        priority: i64,
+        now: Timestamp,
+        learning: bool,
+        upstream: Option<(&parent::Upstream, &str)>,
+        old: Option<(Timestamp, f64)>,
+    ) -> (ClientLease, f64) {
         let template = &self.template;
         match upstream {
             None => (
@@ -827,10 +880,9 @@ impl EntryState {
                 // cut it since the clients' leases were granted. Before its
                 // first grant it knows no bound, and echoes in full what
                 // its clients already hold.
-                self.store.sweep(now);
-                let old = self.store.get(request.client).map_or(0.0, |l| l.has);
+                let own = old.map_or(0.0, |(_, occupied)| occupied);
                 let available = if upstream.granted(id, now) {
-                    (capacity - self.store.sum_has() + old).max(0.0)
+                    (capacity - self.store.sum_has() + own).max(0.0)
                 } else {
                     f64::INFINITY
                 };

@@ -6,6 +6,12 @@
 //! makes the decision for one request ([`Resource::decide`]). It does no I/O
 //! and reads no clock: time is passed in.
 //!
+//! A lease may carry a [`Hold`]: capacity the client's subtree still holds
+//! beyond the lease (an intermediate server whose grant was cut while the
+//! leases it handed out under the bigger grant run on). A hold counts in
+//! `sum_has`, so the algorithms leave it to no one else, until it ends or is
+//! replaced; the server decides when to set one.
+//!
 //! # Implementation notes
 //!
 //! A decision costs `O(log n)` (expected) in the number of leases `n`:
@@ -13,11 +19,13 @@
 //! * `ids` maps a client id to a *slot*; `entries[slot]` holds the lease.
 //!   Freed slots are reused (`free`).
 //! * `expiries` orders `(expiry, slot)`, so dropping expired leases costs
-//!   `O(log n)` per lease dropped, not a scan.
+//!   `O(log n)` per lease dropped, not a scan; `holds` does the same for the
+//!   holds, which end at or before their lease.
 //! * `index` (see `index.rs`) is a treap of the slots ordered by wants per
 //!   subclient, with subtree sums of wants, has and subclients. The running
 //!   sums are its root's, and the water level and the under-askers' demand
-//!   are one descent each.
+//!   are one descent each. A slot's `has` there is what it *occupies*: its
+//!   lease's `has` plus its hold.
 //!
 //! Float drift: the index recomputes every sum from its children instead of
 //! adding and subtracting deltas, so no error accumulates over time; see
@@ -50,20 +58,38 @@ pub struct ClientLease {
     pub refresh_interval: Duration,
 }
 
-impl ClientLease {
-    fn demand(&self) -> Demand {
-        Demand {
-            wants: self.wants,
-            has: self.has,
-            subclients: self.subclients,
-        }
-    }
+/// Capacity a client's subtree still holds beyond the client's lease, and
+/// until when at the latest.
+///
+/// An intermediate server's leases outlive a cut of its own grant: until its
+/// clients refresh (or, if it lost mastership meanwhile, until their leases
+/// end) they hold what it granted under the bigger grant. It reports that in
+/// its `has`, and its parent keeps the excess as a hold so that it does not
+/// hand the same capacity to someone else.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hold {
+    /// The capacity held beyond the lease's `has`; positive.
+    pub capacity: f64,
+    /// When the hold ends; never after its lease's expiry.
+    pub until: Timestamp,
 }
 
 #[derive(Clone, Debug)]
 struct Entry {
     id: Box<str>,
     lease: ClientLease,
+    hold: Option<Hold>,
+}
+
+impl Entry {
+    /// The values the index keeps: `has` is what the lease occupies.
+    fn demand(&self) -> Demand {
+        Demand {
+            wants: self.lease.wants,
+            has: self.lease.has + self.hold.map_or(0.0, |h| h.capacity),
+            subclients: self.lease.subclients,
+        }
+    }
 }
 
 /// One resource's leases by client id, with running sums and the index the
@@ -91,6 +117,8 @@ pub struct Resource {
     entries: Vec<Option<Entry>>,
     free: Vec<Slot>,
     expiries: BTreeSet<(Timestamp, Slot)>,
+    /// `(until, slot)` of every hold.
+    holds: BTreeSet<(Timestamp, Slot)>,
     index: DemandIndex,
 }
 
@@ -107,8 +135,58 @@ impl Resource {
         self.entry(slot).map(|e| &e.lease)
     }
 
-    /// Removes leases with `expiry <= now`; returns how many.
+    /// The hold on `client`'s lease, if any (an ended hold stays until
+    /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
+    pub fn hold_of(&self, client: &str) -> Option<Hold> {
+        let slot = *self.ids.get(client)?;
+        self.entry(slot)?.hold
+    }
+
+    /// The capacity `client` occupies: its lease's `has` plus its hold; 0
+    /// without a lease. The algorithms count this, not `has`, as the
+    /// client's part of `sum_has`.
+    pub fn occupied(&self, client: &str) -> f64 {
+        self.ids
+            .get(client)
+            .and_then(|&slot| self.entry(slot))
+            .map_or(0.0, |e| e.demand().has)
+    }
+
+    /// Sets or, with `None`, removes the hold on `client`'s lease. A hold
+    /// whose capacity is not positive and finite is none; one that would
+    /// outlive the lease ends with it. Returns whether `client` has a lease.
+    pub fn set_hold(&mut self, client: &str, hold: Option<Hold>) -> bool {
+        let Some(&slot) = self.ids.get(client) else {
+            return false;
+        };
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        let hold = hold
+            .filter(|h| h.capacity > 0.0 && h.capacity.is_finite())
+            .map(|h| Hold {
+                until: h.until.min(entry.lease.expiry),
+                ..h
+            });
+        let old = std::mem::replace(&mut entry.hold, hold);
+        self.rehold(slot, old);
+        true
+    }
+
+    /// The latest expiry of any lease, `None` without leases.
+    pub fn last_expiry(&self) -> Option<Timestamp> {
+        self.expiries.last().map(|&(expiry, _)| expiry)
+    }
+
+    /// Removes leases with `expiry <= now`, and holds with `until <= now`;
+    /// returns how many leases.
     pub fn sweep(&mut self, now: Timestamp) -> usize {
+        while let Some(&(until, slot)) = self.holds.first() {
+            if until > now {
+                break;
+            }
+            self.end_hold(slot);
+        }
         let mut dropped = 0;
         while let Some(&(expiry, slot)) = self.expiries.first() {
             if expiry > now {
@@ -131,7 +209,7 @@ impl Resource {
         }
     }
 
-    /// The sum of `has` over all leases.
+    /// The capacity held: the sum of `has` over all leases plus their holds.
     pub fn sum_has(&self) -> f64 {
         self.index.total().has
     }
@@ -183,7 +261,9 @@ impl Resource {
     /// `req.has`, 0 if negative or NaN), stores the lease with
     /// `expiry = now + lease_length` and `algo.refresh_interval`, and returns
     /// it. The algorithm sees the requester with its new wants and
-    /// subclients but the `has` of its previous lease (0 if new or expired).
+    /// subclients but the `has` of its previous lease (0 if new or expired)
+    /// and its hold, which counts as the requester's own. The new lease has
+    /// no hold; the caller sets one (see [`set_hold`](Self::set_hold)).
     ///
     /// Costs `O(log n)` expected, plus `O(log n)` per expired lease dropped.
     ///
@@ -214,6 +294,7 @@ impl Resource {
             algo.kind.algorithm().grant(self, capacity, req)
         };
         let lease = ClientLease { has, ..lease };
+        self.end_hold(slot);
         self.set(slot, lease);
         lease
     }
@@ -239,29 +320,65 @@ impl Resource {
                 slot
             }
         };
-        self.entries[slot as usize] = Some(Entry {
+        let entry = Entry {
             id: client.into(),
             lease,
-        });
+            hold: None,
+        };
+        self.index.insert(slot, entry.demand());
+        self.entries[slot as usize] = Some(entry);
         self.ids.insert(client.into(), slot);
         self.expiries.insert((lease.expiry, slot));
-        self.index.insert(slot, lease.demand());
         slot
     }
 
-    /// Replaces the lease in the occupied `slot`.
+    /// Replaces the lease in the occupied `slot`; a hold that would outlive
+    /// it ends with it.
     fn set(&mut self, slot: Slot, lease: ClientLease) {
         let Some(entry) = self.entries[slot as usize].as_mut() else {
             unreachable!("slot {slot} is free");
         };
+        let before = entry.demand();
         let old = std::mem::replace(&mut entry.lease, lease);
+        let old_hold = entry.hold;
+        if let Some(h) = entry.hold.as_mut() {
+            h.until = h.until.min(lease.expiry);
+        }
+        let after = entry.demand();
         if old.expiry != lease.expiry {
             self.expiries.remove(&(old.expiry, slot));
             self.expiries.insert((lease.expiry, slot));
         }
-        if old.demand() != lease.demand() {
-            self.index.update(slot, lease.demand());
+        if old_hold != entry.hold {
+            self.rehold(slot, old_hold);
+        } else if before != after {
+            self.index.update(slot, after);
         }
+    }
+
+    /// Ends the occupied `slot`'s hold, if any.
+    fn end_hold(&mut self, slot: Slot) {
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        if let Some(old) = entry.hold.take() {
+            self.rehold(slot, Some(old));
+        }
+    }
+
+    /// Brings `holds` and the index in line with the occupied `slot`'s hold,
+    /// which was `old`.
+    fn rehold(&mut self, slot: Slot, old: Option<Hold>) {
+        let Some(entry) = self.entries[slot as usize].as_ref() else {
+            unreachable!("slot {slot} is free");
+        };
+        if let Some(h) = old {
+            self.holds.remove(&(h.until, slot));
+        }
+        if let Some(h) = entry.hold {
+            self.holds.insert((h.until, slot));
+        }
+        self.index.update(slot, entry.demand());
     }
 
     /// Frees the occupied `slot`.
@@ -271,6 +388,9 @@ impl Resource {
         };
         self.ids.remove(&entry.id);
         self.expiries.remove(&(entry.lease.expiry, slot));
+        if let Some(h) = entry.hold {
+            self.holds.remove(&(h.until, slot));
+        }
         self.index.remove(slot);
         self.free.push(slot);
     }
@@ -395,6 +515,79 @@ mod tests {
         assert_eq!((lease.has, res.len()), (70.0, 1));
     }
 
+    /// A hold counts in `sum_has`, and so against other clients' grants,
+    /// until it ends: at its `until`, or when its own client's next decision
+    /// (which counts it as the client's own) replaces the lease.
+    #[test]
+    fn a_hold_occupies_capacity_until_it_ends() {
+        let fair = config(Kind::FairShare, 60);
+        let mut res = Resource::new();
+        res.decide(&fair, 100.0, &req("a", 100.0, 1), secs(0), false);
+        // a's subtree still holds 30 beyond a's lease of 100, until t = 40.
+        let hold = |capacity, until| {
+            Some(Hold {
+                capacity,
+                until: secs(until),
+            })
+        };
+        assert!(res.set_hold("a", hold(30.0, 40)));
+        assert_eq!((res.occupied("a"), res.sum_has()), (130.0, 130.0));
+        // b gets nothing: 100 - 130 is below 0.
+        let b = res.decide(&fair, 100.0, &req("b", 50.0, 1), secs(10), false);
+        assert_eq!(b.has, 0.0);
+        res.sweep(secs(39));
+        assert_eq!(res.sum_has(), 130.0);
+        res.sweep(secs(40));
+        assert_eq!((res.hold_of("a"), res.sum_has()), (None, 100.0));
+        // Held again, a refreshes: its fair share is 50 (b wants 50), its
+        // own hold is no obstacle (100 - 130 + 130 = 100 available), and
+        // the new lease has no hold.
+        res.set_hold("a", hold(30.0, 50));
+        let a = res.decide(&fair, 100.0, &req("a", 100.0, 1), secs(45), false);
+        assert_eq!(a.has, 50.0);
+        assert_eq!((res.hold_of("a"), res.sum_has()), (None, 50.0));
+        let b = res.decide(&fair, 100.0, &req("b", 50.0, 1), secs(46), false);
+        assert_eq!(b.has, 50.0);
+    }
+
+    #[test]
+    fn holds_are_positive_and_end_with_their_lease() {
+        let none = config(Kind::NoAlgorithm, 60);
+        let mut res = Resource::new();
+        let hold = |capacity, until| {
+            Some(Hold {
+                capacity,
+                until: secs(until),
+            })
+        };
+        assert!(!res.set_hold("a", hold(1.0, 10)), "no lease, no hold");
+        res.decide(&none, 0.0, &req("a", 10.0, 1), secs(0), false);
+        res.decide(&none, 0.0, &req("b", 1.0, 1), secs(5), false);
+        assert_eq!(res.last_expiry(), Some(secs(65)));
+        for capacity in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(res.set_hold("a", hold(capacity, 10)));
+            assert_eq!(res.hold_of("a"), None, "{capacity}");
+        }
+        res.set_hold("a", hold(5.0, 90));
+        let capped = Hold {
+            capacity: 5.0,
+            until: secs(60),
+        };
+        assert_eq!(res.hold_of("a"), Some(capped), "ends with the lease");
+        assert_eq!((res.occupied("a"), res.sum_has()), (15.0, 16.0));
+        res.set_hold("a", None);
+        assert_eq!((res.occupied("a"), res.sum_has()), (10.0, 11.0));
+        // Released or expired, the hold goes with the lease.
+        res.set_hold("a", hold(5.0, 30));
+        assert!(res.release("a"));
+        assert_eq!((res.occupied("a"), res.sum_has()), (0.0, 1.0));
+        res.set_hold("b", hold(2.0, 65));
+        assert_eq!(res.sweep(secs(65)), 1);
+        assert!(res.holds.is_empty());
+        assert_eq!((res.sum_has(), res.last_expiry()), (0.0, None));
+        assert_eq!(res.index.check(), 0);
+    }
+
     #[test]
     fn slots_are_reused() {
         let algo = config(Kind::NoAlgorithm, 60);
@@ -446,6 +639,9 @@ mod tests {
             pub(super) wants: f64,
             pub(super) subclients: u64,
             pub(super) expiry: Timestamp,
+            /// The hold and when it ends; 0 without one.
+            pub(super) held: f64,
+            pub(super) held_until: Timestamp,
         }
 
         /// Weighted max-min fair shares of `capacity` for `(wants, subclients)`,
@@ -511,7 +707,26 @@ mod tests {
             pub(super) fn sweep(&mut self, now: Timestamp) -> usize {
                 let before = self.leases.len();
                 self.leases.retain(|l| l.expiry > now);
+                for l in &mut self.leases {
+                    if l.held_until <= now {
+                        l.held = 0.0;
+                    }
+                }
                 before - self.leases.len()
+            }
+
+            pub(super) fn set_hold(&mut self, id: &str, capacity: f64, until: Timestamp) -> bool {
+                let Some(l) = self.leases.iter_mut().find(|l| l.id == id) else {
+                    return false;
+                };
+                let real = capacity > 0.0 && capacity.is_finite();
+                l.held = if real { capacity } else { 0.0 };
+                l.held_until = if real {
+                    until.min(l.expiry)
+                } else {
+                    Duration::ZERO
+                };
+                true
             }
 
             pub(super) fn release(&mut self, id: &str) -> bool {
@@ -521,7 +736,7 @@ mod tests {
             }
 
             pub(super) fn sum_has(&self) -> f64 {
-                self.leases.iter().map(|l| l.has).sum()
+                self.leases.iter().map(|l| l.has + l.held).sum()
             }
 
             pub(super) fn sum_wants(&self) -> f64 {
@@ -542,12 +757,12 @@ mod tests {
                 learning: bool,
             ) -> f64 {
                 self.sweep(now);
-                let old_has = self
+                let old_occupied = self
                     .leases
                     .iter()
                     .find(|l| l.id == req.client)
-                    .map_or(0.0, |l| l.has);
-                let available = capacity - self.sum_has() + old_has;
+                    .map_or(0.0, |l| l.has + l.held);
+                let available = capacity - self.sum_has() + old_occupied;
                 self.leases.retain(|l| l.id != req.client);
                 let mut demand: Vec<(f64, u64)> = self
                     .leases
@@ -572,6 +787,8 @@ mod tests {
                     wants: req.wants,
                     subclients: req.subclients,
                     expiry: now + lease_length,
+                    held: 0.0,
+                    held_until: Duration::ZERO,
                 });
                 has
             }
@@ -606,6 +823,12 @@ mod tests {
             },
             Wait(u64),
             Release(usize),
+            /// A hold on the client's lease, ending this many seconds on.
+            Hold {
+                client: usize,
+                capacity: f64,
+                until: u64,
+            },
         }
 
         fn wants() -> impl Strategy<Value = f64> {
@@ -625,6 +848,8 @@ mod tests {
                     .prop_map(|(client, has, wants)| Op::Learn { client, has, wants }),
                 1 => (0u64..40).prop_map(Op::Wait),
                 1 => (0..clients).prop_map(Op::Release),
+                1 => (0..clients, wants(), 0u64..80)
+                    .prop_map(|(client, capacity, until)| Op::Hold { client, capacity, until }),
             ];
             prop::collection::vec(op, 1..200)
         }
@@ -668,9 +893,10 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(512))]
 
-            /// The indexed store decides exactly as the naive model, and,
-            /// for the sharing algorithms, never leases out more than the
-            /// capacity once the leases granted in learning mode are gone.
+            /// The indexed store decides and holds exactly as the naive
+            /// model, and, for the sharing algorithms, never leases out more
+            /// than the capacity once the leases granted in learning mode
+            /// and the holds are gone.
             #[test]
             fn matches_the_naive_model(
                 (clients, ops) in (1usize..50).prop_flat_map(|n| (Just(n), ops(n))),
@@ -682,7 +908,8 @@ mod tests {
                 let ids: Vec<String> = (0..clients).map(|i| format!("client{i}")).collect();
                 let (mut res, mut model) = (Resource::new(), Model::default());
                 let mut now = secs(0);
-                // When the last lease granted in learning mode ends.
+                // When the last lease granted in learning mode, or the last
+                // hold, ends.
                 let mut learned_until = secs(0);
                 for op in ops {
                     match op {
@@ -711,6 +938,13 @@ mod tests {
                         Op::Release(client) => {
                             prop_assert_eq!(res.release(&ids[client]), model.release(&ids[client]));
                         }
+                        Op::Hold { client, capacity, until } => {
+                            let until = now + secs(until);
+                            let hold = Hold { capacity, until };
+                            prop_assert_eq!(res.set_hold(&ids[client], Some(hold)),
+                                model.set_hold(&ids[client], capacity, until));
+                            learned_until = learned_until.max(until);
+                        }
                     }
                     prop_assert_eq!(res.len(), model.leases.len());
                     prop_assert_eq!(res.index.check(), model.leases.len());
@@ -722,7 +956,13 @@ mod tests {
                         prop_assert!(close(got.has, lease.has, capacity));
                         prop_assert_eq!((got.wants, got.subclients, got.expiry),
                             (lease.wants, lease.subclients, lease.expiry));
+                        let held = res.hold_of(&lease.id).map(|h| (h.capacity, h.until));
+                        let model_held = (lease.held > 0.0).then_some((lease.held, lease.held_until));
+                        prop_assert_eq!(held, model_held);
+                        prop_assert!(close(res.occupied(&lease.id), lease.has + lease.held, capacity));
                     }
+                    prop_assert_eq!(res.holds.len(),
+                        model.leases.iter().filter(|l| l.held > 0.0).count());
                 }
             }
 

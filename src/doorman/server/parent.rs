@@ -5,8 +5,14 @@
 //!
 //! A poller task sums, per resource, the wants and subclients of this
 //! server's unexpired leases into priority bands and sends them to the
-//! parent in one GetServerCapacity, with the lease it holds from the parent
-//! as `has`. Each grant becomes, for that resource only, an exact-name
+//! parent in one GetServerCapacity. As `has` it sends the lease it holds
+//! from the parent or, where that is more, what its subtree holds: its own
+//! `sum_has` (its leases and the holds on them), expiring with the latest
+//! of them. The two differ after the parent cut the grant and before this
+//! server's clients have followed; the parent keeps the difference from
+//! others meanwhile (see `hold.rs`).
+//!
+//! Each grant becomes, for that resource only, an exact-name
 //! template: capacity = the grant, algorithm and lease length = the parent's,
 //! refresh interval = the parent's times the decay factor (0.5 by default:
 //! the interval halves at each level up the tree, as the design doc asks and
@@ -19,16 +25,19 @@
 //!
 //! After a new mastership term the clients come back one by one, so while
 //! a resource is in learning mode the poller sends the bands it sent before
-//! the term rather than the partial sums; and learning mode echoes a
-//! client's `has` only as far as the grant reaches (capacity minus what
-//! other leases hold), since the parent may have cut the grant meanwhile
-//! (before the first grant of the term there is no bound to apply, and the
-//! echo is whole: the clients hold those leases already). Both keep a subtree that lost its master from holding more than its
-//! parent gives it (scenario 7 of `tollgate simulate`). On the parent's
-//! side, a server that asks with less `has` than its unexpired lease there
-//! has forgotten it (a new master with an empty state); the parent answers
-//! it with that lease, as in learning mode, for a learning mode's length,
-//! rather than hand the lease to others while the subtree still holds it.
+//! the term rather than the partial sums, and as `has` at least the one it
+//! sent then, while that lasts; and learning mode echoes a client's `has`
+//! only as far as the grant reaches (capacity minus what other leases
+//! hold), since the parent may have cut the grant meanwhile, holding the
+//! rest when the client is a server (before the first grant of the term
+//! there is no bound to apply, and the echo is whole: the clients hold
+//! those leases already). All of which keeps a subtree that lost its master
+//! from holding more than its parent counts for it (scenario 7 of
+//! `tollgate simulate`). On the parent's side, a server that asks with less
+//! `has` than its unexpired lease there has forgotten it (a new master with
+//! an empty state); the parent answers it with that lease, as in learning
+//! mode, for a learning mode's length, rather than hand the lease to others
+//! while the subtree still holds it.
 //!
 //! The poller asks again after the shortest refresh interval the parent
 //! gave (at least one second), follows the parent's mastership redirects,
@@ -77,9 +86,20 @@ pub(super) struct Upstream {
     /// Where the parent's master is, after redirects.
     address: Mutex<String>,
     grants: Mutex<HashMap<String, Grant>>,
-    /// The bands last sent per resource outside learning mode.
-    sent: Mutex<HashMap<String, Vec<pb::PriorityBandAggregate>>>,
+    /// What was last sent per resource outside learning mode.
+    sent: Mutex<HashMap<String, Sent>>,
     transport: Arc<dyn Transport>,
+}
+
+/// One resource's request as last sent outside learning mode.
+#[derive(Debug, Clone)]
+struct Sent {
+    bands: Vec<pb::PriorityBandAggregate>,
+    /// What the subtree held: the `has` sent and, once answered, the grant
+    /// that answered it (leases handed out after the request ran under
+    /// that grant, and may last as long).
+    has: Option<pb::Lease>,
+    answered: bool,
 }
 
 /// How long the poller waits when it has nothing to ask or the parent
@@ -126,7 +146,8 @@ impl Upstream {
 
     /// Whether the parent's grant on `id` is known and unexpired at `now`.
     pub(super) fn granted(&self, id: &str, now: Timestamp) -> bool {
-        self.has(id, now).is_some()
+        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        grants.get(id).is_some_and(|g| g.expiry > now)
     }
 
     /// `refresh` times the decay factor, in whole seconds, at least one.
@@ -135,24 +156,45 @@ impl Upstream {
         Duration::from_secs(secs.max(1.0) as u64)
     }
 
-    /// The lease held from the parent on `id`, as sent back in `has`.
-    fn has(&self, id: &str, now: Timestamp) -> Option<pb::Lease> {
+    /// What this server has of `id`, as sent back in `has`: the lease held
+    /// from the parent, or what the subtree holds (`held`: this server's
+    /// `sum_has`, its leases and holds, ending by `until`) where that is
+    /// more, which it is while this server's clients have not yet followed a
+    /// cut. `None` when it has neither.
+    fn has(
+        &self,
+        id: &str,
+        now: Timestamp,
+        held: f64,
+        until: Option<Timestamp>,
+    ) -> Option<pb::Lease> {
         let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
-        grants
+        let lease = grants
             .get(id)
             .filter(|g| g.expiry > now)
             .map(|g| pb::Lease {
                 expiry_time: g.expiry.as_secs() as i64,
                 refresh_interval: g.refresh_interval.as_secs() as i64,
                 capacity: g.capacity,
-            })
+            });
+        let subtree = until.filter(|&u| u > now && held > 0.0).map(|u| pb::Lease {
+            expiry_time: u.as_secs() as i64,
+            refresh_interval: 0,
+            capacity: held,
+        });
+        larger(lease, subtree)
     }
 
     /// Records the parent's answer; returns the shortest refresh interval.
     fn record(&self, response: pb::GetServerCapacityResponse) -> Duration {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
         let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = None::<Duration>;
         for r in response.response {
+            if let Some(s) = sent.get_mut(&r.resource_id).filter(|s| !s.answered) {
+                s.has = larger(s.has, Some(r.gets));
+                s.answered = true;
+            }
             let refresh = Duration::from_secs(r.gets.refresh_interval.max(1) as u64);
             next = Some(next.map_or(refresh, |n| n.min(refresh)));
             let algorithm = r.algorithm.as_ref().and_then(algorithm);
@@ -170,6 +212,24 @@ impl Upstream {
     }
 }
 
+/// The larger of two `has`: the larger capacity and the later expiry, the
+/// refresh interval of the first present.
+fn larger(a: Option<pb::Lease>, b: Option<pb::Lease>) -> Option<pb::Lease> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(pb::Lease {
+            expiry_time: a.expiry_time.max(b.expiry_time),
+            refresh_interval: a.refresh_interval,
+            capacity: a.capacity.max(b.capacity),
+        }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether `has` has not expired at `now`.
+fn lasts(has: &pb::Lease, now: Timestamp) -> bool {
+    has.expiry_time > 0 && Duration::from_secs(has.expiry_time as u64) > now
+}
+
 /// The parent's algorithm as a local one; `None` for an unknown kind.
 fn algorithm(a: &pb::Algorithm) -> Option<AlgorithmConfig> {
     let kind: Kind = pb::algorithm::Kind::try_from(a.kind).ok()?.into();
@@ -181,8 +241,8 @@ fn algorithm(a: &pb::Algorithm) -> Option<AlgorithmConfig> {
 }
 
 impl Server {
-    /// Per resource with clients: its priority bands and the lease held
-    /// from the parent.
+    /// Per resource with clients: its priority bands and what this server
+    /// has (see [`Upstream::has`]).
     fn upstream_requests(
         &self,
         upstream: &Upstream,
@@ -201,19 +261,22 @@ impl Server {
         for (id, entry) in entries {
             seen.insert(id.clone());
             let mut state = super::lock(&entry.state);
+            state.store.sweep(now);
+            let has = upstream.has(&id, now, state.store.sum_has(), state.store.last_expiry());
             if since.is_some_and(|s| state.learning(now, s)) {
                 // Learning mode: the clients have not all come back yet, so
-                // what they want is not known; ask as before the new term.
-                if let Some(bands) = sent.get(&id) {
+                // what they want and hold is not known; ask as before the
+                // new term, and report at least what was held then, while
+                // that lasts.
+                if let Some(before) = sent.get(&id) {
                     out.push(pb::ServerCapacityResourceRequest {
-                        has: upstream.has(&id, now),
+                        has: larger(has, before.has.filter(|h| lasts(h, now))),
                         resource_id: id,
-                        wants: bands.clone(),
+                        wants: before.bands.clone(),
                     });
                     continue;
                 }
             }
-            state.store.sweep(now);
             let mut bands: BTreeMap<i64, (i64, f64)> = BTreeMap::new();
             for (client, lease) in state.store.iter() {
                 let priority = state.priorities.get(client).copied().unwrap_or(0);
@@ -246,9 +309,16 @@ impl Server {
                     },
                 )
                 .collect();
-            sent.insert(id.clone(), bands.clone());
+            sent.insert(
+                id.clone(),
+                Sent {
+                    bands: bands.clone(),
+                    has,
+                    answered: false,
+                },
+            );
             out.push(pb::ServerCapacityResourceRequest {
-                has: upstream.has(&id, now),
+                has,
                 resource_id: id,
                 wants: bands,
             });
@@ -257,7 +327,7 @@ impl Server {
         // back: keep asking as before while learning mode lasts.
         if let Some(s) = since {
             let snapshot = self.snapshot();
-            sent.retain(|id, bands| {
+            sent.retain(|id, before| {
                 if seen.contains(id) {
                     return true;
                 }
@@ -267,9 +337,12 @@ impl Server {
                     .is_some_and(|t| now < s + t.learning_mode());
                 if learning {
                     out.push(pb::ServerCapacityResourceRequest {
-                        has: upstream.has(id, now),
+                        has: larger(
+                            upstream.has(id, now, 0.0, None),
+                            before.has.filter(|h| lasts(h, now)),
+                        ),
                         resource_id: id.clone(),
-                        wants: bands.clone(),
+                        wants: before.bands.clone(),
                     });
                 }
                 learning
@@ -406,10 +479,314 @@ mod tests {
         assert_eq!(algo.kind, Kind::ProportionalShare);
         assert_eq!(algo.lease_length, Duration::from_secs(20), "ends with ours");
         assert_eq!(algo.refresh_interval, Duration::from_secs(4), "8 s halved");
-        let has = u.has("r", at(10)).unwrap();
+        let has = u.has("r", at(10), 0.0, None).unwrap();
         assert_eq!((has.capacity, has.expiry_time), (40.0, (T + 30) as i64));
         assert_eq!(u.effective("r", template, at(30)).1, 0.0, "expired");
-        assert!(u.has("r", at(30)).is_none());
+        assert!(u.has("r", at(30), 0.0, None).is_none());
+    }
+
+    #[test]
+    fn has_is_the_larger_of_the_lease_and_what_the_subtree_holds() {
+        let u = upstream(0.5);
+        let at = |s: u64| Duration::from_secs(T + s);
+        let lease = |capacity: f64, expiry: u64, refresh: i64| pb::Lease {
+            expiry_time: (T + expiry) as i64,
+            refresh_interval: refresh,
+            capacity,
+        };
+        assert_eq!(
+            u.has("r", at(0), 5.0, Some(at(20))),
+            Some(lease(5.0, 20, 0))
+        );
+        assert_eq!(u.has("r", at(0), 5.0, Some(at(0))), None, "all ended");
+        u.record(grant(40.0, T + 30, 8));
+        assert_eq!(u.has("r", at(10), 0.0, None), Some(lease(40.0, 30, 8)));
+        assert_eq!(
+            u.has("r", at(10), 10.0, Some(at(30))),
+            Some(lease(40.0, 30, 8))
+        );
+        assert_eq!(
+            u.has("r", at(10), 55.0, Some(at(25))),
+            Some(lease(55.0, 30, 8))
+        );
+    }
+
+    /// An election switched by hand.
+    #[derive(Debug)]
+    struct Switch(tokio::sync::watch::Sender<crate::doorman::election::Mastership>);
+
+    impl crate::doorman::election::Election for Switch {
+        fn subscribe(&self) -> tokio::sync::watch::Receiver<crate::doorman::election::Mastership> {
+            self.0.subscribe()
+        }
+    }
+
+    impl Switch {
+        fn master() -> Switch {
+            Switch(tokio::sync::watch::Sender::new(
+                crate::doorman::election::Mastership::master(None),
+            ))
+        }
+
+        /// Loses mastership and wins it again: a new term.
+        fn reelect(&self, server: &Server) {
+            use crate::doorman::election::Mastership;
+            self.0.send_replace(Mastership::follower(None));
+            self.0.send_replace(Mastership::master(None));
+            let _ = server.current_mastership();
+        }
+    }
+
+    /// A root of 100 units without learning mode, and an intermediate with
+    /// 10 s of it, on one manual clock at `T`.
+    fn tree() -> (
+        Server,
+        Server,
+        Switch,
+        std::sync::Arc<crate::doorman::clock::ManualClock>,
+    ) {
+        tree_learning(10)
+    }
+
+    /// As [`tree`], with `learning` seconds of learning mode on the
+    /// intermediate.
+    fn tree_learning(
+        learning: u64,
+    ) -> (
+        Server,
+        Server,
+        Switch,
+        std::sync::Arc<crate::doorman::clock::ManualClock>,
+    ) {
+        use crate::doorman::clock::ManualClock;
+        let clock = std::sync::Arc::new(ManualClock::new(Duration::from_secs(T)));
+        let yaml = |capacity, learning| {
+            format!(
+                r#"
+resources:
+  - identifier_glob: "*"
+    capacity: {capacity}
+    algorithm: {{kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: {learning}}}
+"#
+            )
+        };
+        let root = Server::new(
+            Config::from_yaml(&yaml(100, 0)).unwrap(),
+            &Switch::master(),
+            clock.clone(),
+        );
+        let switch = Switch::master();
+        let mid = Server::with_parent(
+            Config::from_yaml(&yaml(0, learning)).unwrap(),
+            &switch,
+            clock.clone(),
+            Parent {
+                address: String::new(),
+                server_id: "mid".into(),
+                decay_factor: 0.5,
+            },
+        );
+        (root, mid, switch, clock)
+    }
+
+    /// One poll of `root` by `mid`, in-process; returns the `has` sent.
+    fn poll(mid: &Server, root: &Server) -> Option<pb::Lease> {
+        let upstream = mid.inner.upstream.as_ref().unwrap();
+        let resource = mid.upstream_requests(upstream, mid.inner.clock.now());
+        let has = resource.first().and_then(|r| r.has);
+        let response = root
+            .get_server_capacity(pb::GetServerCapacityRequest {
+                server_id: "mid".into(),
+                resource,
+            })
+            .unwrap();
+        upstream.record(response);
+        has
+    }
+
+    /// Server `id` asks `server` for `wants` for one client, reporting
+    /// `has` as `(capacity, expiry in seconds after T)`; returns the grant.
+    fn ask(server: &Server, id: &str, wants: f64, has: Option<(f64, u64)>) -> f64 {
+        let response = server
+            .get_server_capacity(pb::GetServerCapacityRequest {
+                server_id: id.into(),
+                resource: vec![pb::ServerCapacityResourceRequest {
+                    resource_id: "r".into(),
+                    has: has.map(|(capacity, expiry)| pb::Lease {
+                        expiry_time: (T + expiry) as i64,
+                        refresh_interval: 4,
+                        capacity,
+                    }),
+                    wants: vec![pb::PriorityBandAggregate {
+                        priority: 0,
+                        num_clients: 1,
+                        wants,
+                    }],
+                }],
+            })
+            .unwrap();
+        response.response[0].gets.capacity
+    }
+
+    /// Client `id` asks `server` for `wants`, saying it has `has`.
+    fn get(server: &Server, id: &str, wants: f64, has: Option<f64>) -> f64 {
+        let response = server
+            .get_capacity(pb::GetCapacityRequest {
+                client_id: id.into(),
+                resource: vec![pb::ResourceRequest {
+                    resource_id: "r".into(),
+                    priority: 0,
+                    has: has.map(|capacity| pb::Lease {
+                        expiry_time: 0,
+                        refresh_interval: 0,
+                        capacity,
+                    }),
+                    wants,
+                }],
+            })
+            .unwrap();
+        response.response[0].gets.capacity
+    }
+
+    fn at(clock: &crate::doorman::clock::ManualClock, s: u64) {
+        let now = crate::doorman::clock::Clock::now(clock);
+        clock.advance(Duration::from_secs(T + s) - now);
+    }
+
+    fn held(server: &Server) -> f64 {
+        server.status()[0].sum_has
+    }
+
+    fn sent(has: Option<pb::Lease>) -> (f64, u64) {
+        let has = has.expect("a has is sent");
+        (has.capacity, has.expiry_time as u64 - T)
+    }
+
+    #[test]
+    fn a_cut_intermediate_reports_what_its_clients_hold_even_across_a_new_term() {
+        let (root, mid, switch, clock) = tree();
+        at(&clock, 10);
+        assert_eq!(get(&mid, "c1", 60.0, None), 0.0, "no grant yet");
+        assert_eq!(poll(&mid, &root), None, "nothing held");
+        assert_eq!(get(&mid, "c1", 60.0, Some(0.0)), 60.0);
+        at(&clock, 11);
+        assert_eq!(ask(&root, "other", 100.0, None), 40.0);
+        // The root cuts mid to its fair 50 while c1 holds 60: 10 stays
+        // held for mid, and other still gets only 40.
+        at(&clock, 18);
+        assert_eq!(sent(poll(&mid, &root)), (60.0, 70));
+        assert_eq!(held(&root), 100.0);
+        at(&clock, 19);
+        assert_eq!(ask(&root, "other", 100.0, None), 40.0);
+        // mid starts a new term before telling c1: it forgot c1, but still
+        // reports the 60 it reported before, so the root still holds 10.
+        at(&clock, 20);
+        switch.reelect(&mid);
+        assert_eq!(sent(poll(&mid, &root)), (60.0, 78));
+        assert_eq!(held(&root), 100.0);
+        at(&clock, 21);
+        assert_eq!(ask(&root, "other", 100.0, None), 40.0);
+        // c1 comes back: learning mode echoes its 60 only up to the 50
+        // granted.
+        assert_eq!(get(&mid, "c1", 60.0, Some(60.0)), 50.0);
+        at(&clock, 26);
+        assert_eq!(sent(poll(&mid, &root)), (60.0, 80), "still learning");
+        // Learning over, mid reports what c1 holds; other gets its share.
+        at(&clock, 30);
+        assert_eq!(sent(poll(&mid, &root)), (50.0, 86));
+        assert_eq!(held(&root), 90.0);
+        at(&clock, 31);
+        assert_eq!(ask(&root, "other", 100.0, None), 50.0);
+    }
+
+    #[test]
+    fn a_new_term_reports_what_was_held_until_the_grant_that_answered_it_ends() {
+        let (root, mid, switch, clock) = tree_learning(60);
+        at(&clock, 70);
+        assert_eq!(get(&mid, "c1", 60.0, None), 0.0, "no grant yet");
+        assert_eq!(poll(&mid, &root), None);
+        assert_eq!(get(&mid, "c1", 60.0, Some(0.0)), 60.0);
+        // mid reports c1's 60 until 130; the grant that answers lasts until
+        // 138, and c1 renews under it.
+        at(&clock, 78);
+        assert_eq!(sent(poll(&mid, &root)), (60.0, 130));
+        at(&clock, 79);
+        assert_eq!(get(&mid, "c1", 60.0, Some(60.0)), 60.0);
+        // A new term forgets c1, which does not come back. The root cuts
+        // mid to 50 for "other" and holds 10 of c1's 60.
+        at(&clock, 80);
+        switch.reelect(&mid);
+        at(&clock, 81);
+        assert_eq!(ask(&root, "other", 100.0, None), 40.0);
+        at(&clock, 86);
+        assert_eq!(sent(poll(&mid, &root)), (60.0, 138));
+        assert_eq!(held(&root), 100.0);
+        // After what mid reported before the term ran out (130), but while
+        // the grant that answered it lasts (138), mid still reports 60.
+        at(&clock, 132);
+        assert_eq!(sent(poll(&mid, &root)).0, 60.0);
+        assert_eq!(held(&root), 100.0);
+        assert_eq!(ask(&root, "other", 100.0, Some((40.0, 141))), 40.0);
+        // Then no longer.
+        at(&clock, 139);
+        assert_eq!(sent(poll(&mid, &root)).0, 50.0);
+        assert_eq!(ask(&root, "other", 100.0, Some((40.0, 141))), 50.0);
+    }
+
+    #[test]
+    fn a_cut_passed_down_is_reported_up_until_the_child_follows() {
+        let (root, mid, _switch, clock) = tree();
+        at(&clock, 10);
+        assert_eq!(ask(&mid, "dc", 80.0, None), 0.0);
+        poll(&mid, &root);
+        assert_eq!(ask(&mid, "dc", 80.0, None), 80.0);
+        assert_eq!(ask(&root, "other", 100.0, None), 20.0);
+        // The root cuts mid to 50, and mid cuts dc, whose clients still
+        // hold 80: mid holds 30 for dc and reports 80, not its lease of 50,
+        // so the root keeps holding 30 for mid.
+        at(&clock, 18);
+        assert_eq!(sent(poll(&mid, &root)), (80.0, 70));
+        at(&clock, 19);
+        assert_eq!(ask(&mid, "dc", 80.0, Some((80.0, 70))), 50.0);
+        assert_eq!(held(&mid), 80.0);
+        at(&clock, 26);
+        assert_eq!(sent(poll(&mid, &root)), (80.0, 78));
+        assert_eq!(held(&root), 100.0);
+        assert_eq!(ask(&root, "other", 100.0, None), 20.0);
+        // dc's clients follow; so does the root.
+        at(&clock, 27);
+        assert_eq!(ask(&mid, "dc", 80.0, Some((50.0, 78))), 50.0);
+        at(&clock, 34);
+        assert_eq!(sent(poll(&mid, &root)), (50.0, 86));
+        assert_eq!(held(&root), 70.0);
+        assert_eq!(ask(&root, "other", 100.0, None), 50.0);
+    }
+
+    #[test]
+    fn an_intermediate_in_learning_mode_holds_what_a_child_server_reports_beyond_its_grant() {
+        let (root, mid, switch, clock) = tree();
+        at(&clock, 10);
+        assert_eq!(ask(&mid, "dc", 80.0, None), 0.0);
+        poll(&mid, &root);
+        assert_eq!(ask(&mid, "dc", 80.0, None), 80.0);
+        assert_eq!(ask(&root, "other", 100.0, None), 20.0);
+        at(&clock, 18);
+        assert_eq!(sent(poll(&mid, &root)), (80.0, 70));
+        assert_eq!(held(&root), 100.0, "mid cut to 50, 30 held");
+        // A new term at mid: dc says its subtree holds 80; mid echoes the
+        // 50 it has and holds the other 30, and so reports 80 upwards.
+        at(&clock, 20);
+        switch.reelect(&mid);
+        assert_eq!(ask(&mid, "dc", 80.0, Some((80.0, 70))), 50.0);
+        assert_eq!(held(&mid), 80.0);
+        assert_eq!(sent(poll(&mid, &root)), (80.0, 78));
+        assert_eq!(held(&root), 100.0);
+        // dc follows the cut; after learning mode mid reports 50.
+        at(&clock, 30);
+        assert_eq!(ask(&mid, "dc", 80.0, Some((50.0, 78))), 50.0);
+        assert_eq!(held(&mid), 50.0);
+        assert_eq!(sent(poll(&mid, &root)), (50.0, 80));
+        assert_eq!(held(&root), 70.0);
     }
 
     #[test]
