@@ -225,6 +225,14 @@ fn larger(a: Option<pb::Lease>, b: Option<pb::Lease>) -> Option<pb::Lease> {
     }
 }
 
+/// `has` as sent: always present, a zero lease when nothing is held, so
+/// that a parent can tell a server that knows it holds nothing (a new
+/// master before its clients come back) from one that never reports
+/// (Go's intermediates).
+fn reported(has: Option<pb::Lease>) -> Option<pb::Lease> {
+    Some(has.unwrap_or_default())
+}
+
 /// Whether `has` has not expired at `now`.
 fn lasts(has: &pb::Lease, now: Timestamp) -> bool {
     has.expiry_time > 0 && Duration::from_secs(has.expiry_time as u64) > now
@@ -270,7 +278,7 @@ impl Server {
                 // that lasts.
                 if let Some(before) = sent.get(&id) {
                     out.push(pb::ServerCapacityResourceRequest {
-                        has: larger(has, before.has.filter(|h| lasts(h, now))),
+                        has: reported(larger(has, before.has.filter(|h| lasts(h, now)))),
                         resource_id: id,
                         wants: before.bands.clone(),
                     });
@@ -318,7 +326,7 @@ impl Server {
                 },
             );
             out.push(pb::ServerCapacityResourceRequest {
-                has,
+                has: reported(has),
                 resource_id: id,
                 wants: bands,
             });
@@ -337,10 +345,10 @@ impl Server {
                     .is_some_and(|t| now < s + t.learning_mode());
                 if learning {
                     out.push(pb::ServerCapacityResourceRequest {
-                        has: larger(
+                        has: reported(larger(
                             upstream.has(id, now, 0.0, None),
                             before.has.filter(|h| lasts(h, now)),
-                        ),
+                        )),
                         resource_id: id.clone(),
                         wants: before.bands.clone(),
                     });
@@ -667,7 +675,11 @@ resources:
         let (root, mid, switch, clock) = tree();
         at(&clock, 10);
         assert_eq!(get(&mid, "c1", 60.0, None), 0.0, "no grant yet");
-        assert_eq!(poll(&mid, &root), None, "nothing held");
+        assert_eq!(
+            poll(&mid, &root),
+            Some(pb::Lease::default()),
+            "nothing held"
+        );
         assert_eq!(get(&mid, "c1", 60.0, Some(0.0)), 60.0);
         at(&clock, 11);
         assert_eq!(ask(&root, "other", 100.0, None), 40.0);
@@ -704,7 +716,7 @@ resources:
         let (root, mid, switch, clock) = tree_learning(60);
         at(&clock, 70);
         assert_eq!(get(&mid, "c1", 60.0, None), 0.0, "no grant yet");
-        assert_eq!(poll(&mid, &root), None);
+        assert_eq!(poll(&mid, &root), Some(pb::Lease::default()));
         assert_eq!(get(&mid, "c1", 60.0, Some(0.0)), 60.0);
         // mid reports c1's 60 until 130; the grant that answers lasts until
         // 138, and c1 renews under it.
