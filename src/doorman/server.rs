@@ -54,6 +54,8 @@ use super::transport::{Grpc, Transport};
 mod grpc;
 mod hold;
 mod parent;
+#[cfg(test)]
+mod testing;
 mod validate;
 
 pub use parent::Parent;

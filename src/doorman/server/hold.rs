@@ -83,9 +83,8 @@ mod tests {
     use crate::doorman::clock::ManualClock;
     use crate::doorman::config::Config;
     use crate::doorman::election::{Election, Mastership};
-    use crate::doorman::pb;
 
-    const T: u64 = 1_700_000_000;
+    use super::super::testing::{ask, at, T};
 
     /// 100 units shared fairly, 60 s leases; learning mode as given.
     fn root(learning: u64) -> (Server, Arc<ManualClock>) {
@@ -110,36 +109,6 @@ resources:
         fn subscribe(&self) -> watch::Receiver<Mastership> {
             self.0.subscribe()
         }
-    }
-
-    /// Moves `clock` to `T + s`.
-    fn at(clock: &ManualClock, s: u64) {
-        let now = crate::doorman::clock::Clock::now(clock);
-        clock.advance(Duration::from_secs(T + s) - now);
-    }
-
-    /// Server `id` asks for `wants` for one client, reporting `has` as
-    /// `(capacity, expiry in seconds after T)`; returns the grant.
-    fn ask(root: &Server, id: &str, wants: f64, has: Option<(f64, u64)>) -> f64 {
-        let response = root
-            .get_server_capacity(pb::GetServerCapacityRequest {
-                server_id: id.into(),
-                resource: vec![pb::ServerCapacityResourceRequest {
-                    resource_id: "r".into(),
-                    has: has.map(|(capacity, expiry)| pb::Lease {
-                        expiry_time: (T + expiry) as i64,
-                        refresh_interval: 8,
-                        capacity,
-                    }),
-                    wants: vec![pb::PriorityBandAggregate {
-                        priority: 0,
-                        num_clients: 1,
-                        wants,
-                    }],
-                }],
-            })
-            .unwrap();
-        response.response[0].gets.capacity
     }
 
     /// What the root counts as held: leases and holds.

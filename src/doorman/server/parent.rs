@@ -441,7 +441,7 @@ mod tests {
     use super::*;
     use crate::doorman::config::Config;
 
-    const T: u64 = 1_700_000_000;
+    use super::super::testing::{ask, at, T};
 
     fn upstream(decay_factor: f64) -> Upstream {
         Upstream::new(
@@ -612,30 +612,6 @@ resources:
         has
     }
 
-    /// Server `id` asks `server` for `wants` for one client, reporting
-    /// `has` as `(capacity, expiry in seconds after T)`; returns the grant.
-    fn ask(server: &Server, id: &str, wants: f64, has: Option<(f64, u64)>) -> f64 {
-        let response = server
-            .get_server_capacity(pb::GetServerCapacityRequest {
-                server_id: id.into(),
-                resource: vec![pb::ServerCapacityResourceRequest {
-                    resource_id: "r".into(),
-                    has: has.map(|(capacity, expiry)| pb::Lease {
-                        expiry_time: (T + expiry) as i64,
-                        refresh_interval: 4,
-                        capacity,
-                    }),
-                    wants: vec![pb::PriorityBandAggregate {
-                        priority: 0,
-                        num_clients: 1,
-                        wants,
-                    }],
-                }],
-            })
-            .unwrap();
-        response.response[0].gets.capacity
-    }
-
     /// Client `id` asks `server` for `wants`, saying it has `has`.
     fn get(server: &Server, id: &str, wants: f64, has: Option<f64>) -> f64 {
         let response = server
@@ -654,11 +630,6 @@ resources:
             })
             .unwrap();
         response.response[0].gets.capacity
-    }
-
-    fn at(clock: &crate::doorman::clock::ManualClock, s: u64) {
-        let now = crate::doorman::clock::Clock::now(clock);
-        clock.advance(Duration::from_secs(T + s) - now);
     }
 
     fn held(server: &Server) -> f64 {
