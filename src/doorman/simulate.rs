@@ -187,14 +187,14 @@ impl Report {
     pub fn svg(&self) -> String {
         let (w, h, m) = (900.0, 400.0, 50.0);
         let t_max = self.samples.last().map_or(1, |s| s.t).max(1) as f64;
-        let y_max = self
-            .samples
-            .iter()
-            .map(|s| s.capacity.max(s.wants).max(s.has))
-            .fold(1.0, f64::max)
-            * 1.1;
+        // Wants may grow far past the capacity (scenario 7 adds 100 at a
+        // time); the axis stops at twice the capacity or the most handed
+        // out, and wants above it run along the top.
+        let top = |f: &dyn Fn(&Sample) -> f64| self.samples.iter().map(f).fold(1.0, f64::max);
+        let y_max = (top(&|s| s.capacity.max(s.wants).max(s.has)) * 1.1)
+            .min((2.0 * CAPACITY).max(top(&|s| s.has) * 1.1));
         let x = |t: u64| m + (t as f64 / t_max) * (w - 2.0 * m);
-        let y = |v: f64| h - m - (v / y_max) * (h - 2.0 * m);
+        let y = |v: f64| h - m - (v.min(y_max) / y_max) * (h - 2.0 * m);
         let line = |f: &dyn Fn(&Sample) -> f64, colour: &str| {
             let mut d = String::new();
             for s in &self.samples {
@@ -205,7 +205,7 @@ impl Report {
         let mut svg = format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{m}" y="20">scenario {} (seed {}): capacity (red), total wants (green), total has (blue)</text>
+<text x="{m}" y="20">scenario {} (seed {}): capacity (red), total wants (green{clipped}), total has (blue)</text>
 <line x1="{m}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/>
 <line x1="{m}" y1="{m}" x2="{m}" y2="{b}" stroke="black"/>
 <text x="{m}" y="{lb}">0</text><text x="{r}" y="{lb}" text-anchor="end">{t_max} s</text>
@@ -213,6 +213,11 @@ impl Report {
 "#,
             self.scenario,
             self.seed,
+            clipped = if top(&|s| s.wants) > y_max {
+                format!(", up to {:.0} off the chart", top(&|s| s.wants))
+            } else {
+                String::new()
+            },
             b = h - m,
             r = w - m,
             lb = h - m + 15.0,
