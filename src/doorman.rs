@@ -11,7 +11,7 @@
 //! The server side: [`config`] (templates from YAML), [`server`] (the gRPC
 //! service and its state), [`election`] (who is master), [`debug`] (the HTTP
 //! debug port and its [`metrics`]), [`reload`] (configuration hot reload);
-//! [`simulate`] runs a server tree on a virtual clock.
+//! [`simulate`] runs a server tree and its lease clients on a virtual clock.
 //! The client side: [`client`] (leases kept fresh and fed to limiters).
 
 pub mod algorithm;

@@ -9,7 +9,7 @@
 //! keep their leases until they expire, up to a lease length later. A parent
 //! that hands the freed capacity straight to others then has more out than
 //! its capacity: the design doc's "shortfall", in scenario 7 of
-//! `tollgate simulate` up to 108 % for 38 s.
+//! `tollgate simulate` several percent over for tens of seconds.
 //!
 //! So an intermediate reports in its GetServerCapacity `has` the larger of
 //! its lease and what its subtree holds (its own `sum_has`, holds included),
