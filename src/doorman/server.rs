@@ -785,9 +785,8 @@ impl EntryState {
     /// client: with what it holds, at first the forgotten lease. Otherwise
     /// this server would decide on the wants of the few clients that have
     /// come back to the new master so far, and hand the rest to other
-    /// servers while the old leases still run.
+    /// servers while the old leases still run. Expects a swept store.
     fn relearn(&mut self, request: &Request<'_>, now: Timestamp) -> Option<f64> {
-        self.store.sweep(now);
         let held = self
             .store
             .get(request.client)
@@ -827,8 +826,9 @@ impl EntryState {
         upstream: Option<(&parent::Upstream, &str)>,
         subtree: Option<Subtree>,
     ) -> (ClientLease, f64) {
+        self.store.sweep(now);
         let mut learning = self.learning(now, master_since);
-        let mut request = Request { ..*request };
+        let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
             if let Some(held) = self.relearn(&request, now) {
                 learning = true;
@@ -836,7 +836,6 @@ impl EntryState {
             }
         }
         let request = &request;
-        self.store.sweep(now);
         let old = self
             .store
             .get(request.client)
