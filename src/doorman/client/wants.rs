@@ -81,6 +81,17 @@ struct Sampled {
     ewma: Ewma,
 }
 
+impl Sampled {
+    /// Nothing sampled yet; the average starts at `initial`.
+    fn new(initial: f64, smoothing: Smoothing) -> Sampled {
+        Sampled {
+            last: None,
+            last_count: 0,
+            ewma: Ewma::new(smoothing.tau, initial),
+        }
+    }
+}
+
 /// Estimates a rate from a count of operations asked for.
 #[derive(Debug)]
 pub(crate) struct RateDemand {
@@ -95,11 +106,7 @@ impl RateDemand {
     pub(crate) fn new(initial: f64, smoothing: Smoothing) -> RateDemand {
         RateDemand {
             asked: AtomicU64::new(0),
-            sampled: Mutex::new(Sampled {
-                last: None,
-                last_count: 0,
-                ewma: Ewma::new(smoothing.tau, initial),
-            }),
+            sampled: Mutex::new(Sampled::new(initial, smoothing)),
             smoothing,
         }
     }
@@ -148,11 +155,7 @@ impl GaugeDemand {
     pub(crate) fn new(initial: f64, smoothing: Smoothing) -> GaugeDemand {
         GaugeDemand {
             peak: AtomicU64::new(0),
-            sampled: Mutex::new(Sampled {
-                last: None,
-                last_count: 0,
-                ewma: Ewma::new(smoothing.tau, initial),
-            }),
+            sampled: Mutex::new(Sampled::new(initial, smoothing)),
             smoothing,
         }
     }
