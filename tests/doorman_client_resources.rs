@@ -50,14 +50,21 @@ async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::client:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gauge_caps_operations_in_flight_at_the_lease() {
+    // Before any answer (nothing listens on this port) a safe-mode gauge
+    // has no safe capacity and admits nothing.
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let unanswered = Client::builder().server(dead).build().unwrap();
+    let gauge = GaugeResource::new(&unanswered, "gauge", ResourceOptions::new(2.7), None).unwrap();
+    assert_eq!(gauge.resource().current().source, Source::Pending);
+    assert_eq!(gauge.limit(), 0, "nothing before the lease");
+    assert!(gauge.try_mark().is_none());
+
     let client = start().await;
     // STATIC grants the 2.7 asked for: two operations may be in flight.
     let gauge = GaugeResource::new(&client, "gauge", ResourceOptions::new(2.7), None).unwrap();
-    assert_eq!(
-        gauge.limit(),
-        0,
-        "nothing before the lease (safe mode, no safe capacity)"
-    );
     leased(&mut gauge.resource().watch()).await;
     assert_eq!(gauge.limit(), 2);
     let a = gauge.try_mark().unwrap();
