@@ -5,7 +5,8 @@
 //! granted 50/s. Each puts a [`LeaseLayer`] around a trivial service and
 //! drives it from four concurrent callers for a few seconds; requests that
 //! find no slot within 10 ms are rejected. Prints what each was granted and how
-//! many requests per second it admitted.
+//! many requests per second it admitted, and the clients' RPC counts
+//! (their Prometheus metrics).
 //!
 //! ```text
 //! cargo run --release --example leased_service [seconds]
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::doorman::client::{
-    Client, LeaseLayer, RateOptions, RateResource, Rejected, ResourceOptions, Source,
+    Client, ClientMetrics, LeaseLayer, RateOptions, RateResource, Rejected, ResourceOptions, Source,
 };
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
@@ -49,10 +50,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::new(Config::from_yaml(CONFIG)?, &election, Arc::new(SystemClock));
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
 
-    // Two clients of the same resource, each with a layered service.
+    // Two clients of the same resource, each with a layered service, and
+    // one set of metrics for both.
+    let metrics = ClientMetrics::new();
     let mut runs = Vec::new();
     for name in ["first", "second"] {
-        let client = Client::builder().server(addr.clone()).build()?;
+        let client = Client::builder()
+            .server(addr.clone())
+            .metrics(metrics.clone())
+            .build()?;
         let rate = Arc::new(RateResource::new(
             &client,
             "api",
@@ -119,6 +125,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "server: {} capacity {} handed out {} to {} clients",
             r.id, r.capacity, r.sum_has, r.clients
         );
+    }
+    for line in metrics.encode().lines() {
+        if line.starts_with("doorman_client_request") && !line.contains("_bucket") {
+            println!("clients: {line}");
+        }
     }
     Ok(())
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tollgate::doorman::client::{
-    Backoff, Capacity, Client, ExpiryMode, RateOptions, RateResource, ResourceOptions, Source,
+    Backoff, Capacity, Client, ClientMetrics, ExpiryMode, RateOptions, RateResource,
+    ResourceOptions, Source,
 };
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
@@ -340,4 +341,60 @@ async fn failover_to_the_next_server_keeps_the_lease_through_its_learning_mode()
     }
     drop(r);
     second.stop().await;
+}
+
+/// The value of `metric{method, server}` in `metrics`' text, 0 if absent.
+fn metric(metrics: &ClientMetrics, metric: &str, server: &str, method: &str) -> f64 {
+    let series = format!("{metric}{{method=\"{method}\",server=\"{server}\"}} ");
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_each_rpc_by_server_and_method_failures_included() {
+    let (running, addr) = serve(FAIR).await;
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let metrics = ClientMetrics::new();
+    let c = Client::builder()
+        .servers([dead.clone(), addr.clone()])
+        .backoff(Backoff {
+            base: Duration::from_millis(50),
+            factor: 1.0,
+            max: Duration::from_millis(50),
+            jitter: 0.0,
+        })
+        .metrics(metrics.clone())
+        .build()
+        .unwrap();
+    let r = c.resource("fair", ResourceOptions::new(30.0)).unwrap();
+    wait_for(&mut r.watch(), "a lease", |c| granted(c, 30.0)).await;
+    r.release().await.unwrap();
+
+    let requests =
+        |server: &str, method: &str| metric(&metrics, "doorman_client_requests", server, method);
+    let errors = |server: &str, method: &str| {
+        metric(&metrics, "doorman_client_request_errors", server, method)
+    };
+    // The dead address fails once; the client moves on to the live one.
+    assert_eq!(requests(&dead, "Discovery"), 1.0);
+    assert_eq!(errors(&dead, "Discovery"), 1.0);
+    assert_eq!(requests(&addr, "Discovery"), 1.0);
+    assert!(requests(&addr, "GetCapacity") >= 1.0);
+    assert_eq!(errors(&addr, "GetCapacity"), 0.0);
+    assert_eq!(requests(&addr, "ReleaseCapacity"), 1.0);
+    assert_eq!(errors(&addr, "ReleaseCapacity"), 0.0);
+    let text = metrics.encode();
+    assert!(
+        text.contains(&format!(
+            "doorman_client_request_durations_count{{method=\"ReleaseCapacity\",server=\"{addr}\"}} 1"
+        )),
+        "{text}"
+    );
+    running.stop().await;
 }

@@ -36,6 +36,10 @@
 //!   reference-counted resource; share the handle instead.
 //! - An expired lease is not reported as `has`, so a server in learning
 //!   mode grants such a client 0 until learning mode ends.
+//! - [`ClientMetrics`] counts every RPC, its failures (a deadline passed
+//!   included) and durations by server address and method, under the Go
+//!   client's metric names; it is off unless given to
+//!   [`Builder::metrics`].
 //! - Bad answers (NaN, infinite or negative capacity, no lease, expiry in
 //!   the past, a refresh interval below the floor, unusable safe capacity,
 //!   answers for unknown resources) are logged with `tracing` and refused or
@@ -70,6 +74,7 @@ mod backoff;
 mod gauge;
 mod layer;
 mod lease;
+mod metrics;
 mod rate;
 mod task;
 mod wants;
@@ -89,6 +94,7 @@ pub use backoff::Backoff;
 pub use gauge::{GaugeGuard, GaugeResource};
 pub use layer::{LeaseLayer, Leased, Rejected};
 pub use lease::{Capacity, ExpiryMode, Lease, Source};
+pub use metrics::ClientMetrics;
 pub use rate::{RateOptions, RateResource};
 pub use wants::Smoothing;
 
@@ -257,6 +263,7 @@ pub struct Builder {
     max_redirects: u32,
     clock: Arc<dyn Clock>,
     transport: Option<Arc<dyn Transport>>,
+    metrics: Option<ClientMetrics>,
     seed: Option<u64>,
 }
 
@@ -320,6 +327,13 @@ impl Builder {
         self
     }
 
+    /// Counts this client's RPCs, their failures and durations in
+    /// `metrics`, by server address and method (default: not counted).
+    pub fn metrics(mut self, metrics: ClientMetrics) -> Builder {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> Builder {
@@ -360,9 +374,15 @@ impl Builder {
         let seed = self.seed.unwrap_or_else(|| {
             self.clock.now().as_nanos() as u64 ^ (u64::from(std::process::id()) << 32) ^ n
         });
-        let transport = self
+        let mut transport = self
             .transport
             .unwrap_or_else(|| Arc::new(Grpc::new(self.rpc_timeout)));
+        if let Some(metrics) = self.metrics {
+            transport = Arc::new(metrics::Metered {
+                inner: transport,
+                metrics,
+            });
+        }
         let shared = Arc::new(Shared {
             id,
             config: Config {
@@ -409,6 +429,7 @@ impl Client {
             max_redirects: 3,
             clock: Arc::new(SystemClock),
             transport: None,
+            metrics: None,
             seed: None,
         }
     }

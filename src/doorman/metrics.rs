@@ -1,7 +1,7 @@
 //! The server's Prometheus metrics, under the names the Go server used so
 //! existing dashboards keep working.
 
-use prometheus::{CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry};
+use prometheus::{CounterVec, Encoder as _, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry};
 
 /// Request counters and per-resource gauges, in their own registry.
 #[derive(Debug, Clone)]
@@ -81,12 +81,17 @@ impl Metrics {
 
     /// The registry in Prometheus' text exposition format.
     pub fn encode(&self) -> String {
-        let mut buf = Vec::new();
-        prometheus::TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("encoding metrics to memory cannot fail");
-        String::from_utf8(buf).expect("the text format is UTF-8")
+        encode(&self.registry)
     }
+}
+
+/// `registry` in Prometheus' text exposition format.
+pub(crate) fn encode(registry: &Registry) -> String {
+    let mut buf = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .expect("encoding metrics to memory cannot fail");
+    String::from_utf8(buf).expect("the text format is UTF-8")
 }
 
 impl Default for Metrics {
