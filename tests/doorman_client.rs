@@ -106,6 +106,12 @@ async fn wait_for(
     found.unwrap_or_else(|| panic!("{what}: still {:?}", *rx.borrow()))
 }
 
+/// An address nothing listens on (the port was bound, then let go).
+async fn dead_address() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
 fn granted(c: &Capacity, value: f64) -> bool {
     c.source == Source::Lease && c.capacity == value
 }
@@ -114,10 +120,7 @@ fn granted(c: &Capacity, value: f64) -> bool {
 async fn three_clients_share_fairly_and_grow_when_one_releases() {
     let (running, addr) = serve(FAIR).await;
     // The first client also has a dead address first: it must fail over.
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let dead = dead_address().await;
     let clients = [client(&[&dead, &addr]), client(&[&addr]), client(&[&addr])];
     let ids: Vec<&str> = clients.iter().map(Client::id).collect();
     assert!(
@@ -356,10 +359,7 @@ fn metric(metrics: &ClientMetrics, metric: &str, server: &str, method: &str) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_each_rpc_by_server_and_method_failures_included() {
     let (running, addr) = serve(FAIR).await;
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let dead = dead_address().await;
     let metrics = ClientMetrics::new();
     let c = Client::builder()
         .servers([dead.clone(), addr.clone()])
