@@ -37,9 +37,9 @@ use crate::sync::Arc;
 ///
 /// Acquires take tokens from a per-thread, cache-padded slice of the active
 /// pool with one compare-exchange: no lock, no clock read and no write to a
-/// shared cache line on the fast path. Blocked callers sleep on a futex and
-/// are woken only as many as new tokens admit. See the crate docs for the
-/// design.
+/// shared cache line on the fast path. Blocked callers wait in one FIFO
+/// queue, each parked on its own, and are woken only once their tokens
+/// have been handed to them. See the crate docs for the design.
 ///
 /// `RateLimiter` is `Send + Sync`: share it by reference or in an `Arc`.
 ///
@@ -122,6 +122,9 @@ impl Builder {
     /// 500 µs: half the 1 ms active pool of high rates, so a fill that comes
     /// somewhat late still fits in it rather than spilling into the
     /// backlog). Callers fill by themselves when a fill is an interval late.
+    /// The active pool covers at least one and a half intervals, so any
+    /// interval (100 µs to 1 s and beyond) holds the rate; a longer one
+    /// only makes ops start in larger bursts.
     pub fn fill_interval(mut self, interval: Duration) -> Builder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self
@@ -190,6 +193,28 @@ fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()
 /// 250 µs, 8 callers blocked at 1M ops/s cost 200-280 ns of CPU per op on
 /// a loaded 2-core machine, against 140-160 ns at 500 µs.
 const DEFAULT_FILL_INTERVAL: Duration = Duration::from_micros(500);
+
+/// The fast paths: the thread's budget, then its slice.
+#[inline]
+fn take_fast(core: &Arc<Core>, need: u64) -> bool {
+    #[cfg(not(tollgate_loom))]
+    {
+        budget::try_take(core, need) || budget::refill(core, need)
+    }
+    #[cfg(tollgate_loom)]
+    {
+        core.try_take_fast(need)
+    }
+}
+
+/// Keeps tokens a served wait was handed beyond its need in the thread's
+/// budget (the loom build hands none: it has no budgets).
+fn keep_extra(core: &Arc<Core>, extra: u64) {
+    #[cfg(not(tollgate_loom))]
+    budget::deposit(core, extra);
+    #[cfg(tollgate_loom)]
+    core.return_extra(extra);
+}
 
 /// Panics with a clear message on a weight the pool cannot represent.
 #[inline]
@@ -261,23 +286,11 @@ impl RateLimiter {
     #[inline]
     pub fn acquire_n(&self, n: u64) -> Duration {
         let need = tokens(n);
-        if need != 0 && !self.take_fast(need) {
-            self.core.acquire_blocking(need);
+        if need != 0 && !take_fast(&self.core, need) {
+            let extra = self.core.acquire_blocking(need);
+            keep_extra(&self.core, extra);
         }
         self.core.lateness()
-    }
-
-    /// The fast paths: the thread's budget, then its slice.
-    #[inline]
-    fn take_fast(&self, need: u64) -> bool {
-        #[cfg(not(tollgate_loom))]
-        {
-            budget::try_take(&self.core, need) || budget::refill(&self.core, need)
-        }
-        #[cfg(tollgate_loom)]
-        {
-            self.core.try_take_fast(need)
-        }
     }
 
     /// Takes one op's tokens if they are there now.
@@ -295,7 +308,7 @@ impl RateLimiter {
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> bool {
         let need = tokens(n);
-        need == 0 || self.take_fast(need) || self.core.try_acquire_slow(need)
+        need == 0 || take_fast(&self.core, need) || self.core.try_acquire_slow(need)
     }
 
     /// Like [`acquire_n`](RateLimiter::acquire_n), but waits at most
@@ -310,24 +323,20 @@ impl RateLimiter {
     /// # Panics
     ///
     /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
-    #[cfg(not(tollgate_loom))]
     pub fn acquire_timeout(&self, n: u64, max_wait: Duration) -> Result<Duration, TimeoutError> {
         let need = tokens(n);
-        if need == 0 || self.take_fast(need) {
+        if need == 0 || take_fast(&self.core, need) {
             return Ok(self.core.lateness());
         }
-        let now = self.core_now();
+        let now = self.core.now_ns();
         let wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        if self.core.acquire_until(need, now.saturating_add(wait)) {
-            Ok(self.core.lateness())
-        } else {
-            Err(TimeoutError { max_wait })
+        match self.core.acquire_until(need, now.saturating_add(wait)) {
+            Some(extra) => {
+                keep_extra(&self.core, extra);
+                Ok(self.core.lateness())
+            }
+            None => Err(TimeoutError { max_wait }),
         }
-    }
-
-    #[cfg(not(tollgate_loom))]
-    fn core_now(&self) -> u64 {
-        self.core.now_ns()
     }
 
     /// Waits for one op without blocking the thread; resolves to how late

@@ -84,6 +84,27 @@ pub(crate) fn try_take(core: &Core, need: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// Keeps `tokens` handed to the current thread by a served wait (wait.rs)
+/// in its budget for `core`; gives them back if the thread cannot keep them.
+pub(crate) fn deposit(core: &Arc<Core>, tokens: u64) {
+    if tokens == 0 {
+        return;
+    }
+    let kept = LOCAL
+        .try_with(|local| {
+            if local.owner.get() != core.id() {
+                local.give_back();
+                local.owner.set(core.id());
+                *local.core.borrow_mut() = Arc::downgrade(core);
+            }
+            local.tokens.set(local.tokens.get() + tokens);
+        })
+        .is_ok();
+    if !kept {
+        core.return_extra(tokens);
+    }
+}
+
 /// Takes `need` tokens from the caller's slice, and a batch more into the
 /// thread's budget when the slice holds them. `false` sends the caller to
 /// the slow path.

@@ -40,11 +40,11 @@ use super::pool::Pool;
 use super::slice::{move_home, Slices, Take};
 use super::spec::{RateSpec, Verb};
 use super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
-use super::wait::WaitQueue;
+use super::wait::{Cancel, Source, WaitQueue, Waiter};
 use crate::clock::Clock;
 use crate::sync::{
-    fence, lock, try_lock, AtomicU64, Mutex,
-    Ordering::{Relaxed, SeqCst},
+    current, lock, park, park_timeout, static_counter, try_lock, AtomicU64, Mutex,
+    Ordering::Relaxed,
 };
 
 /// Counters of a limiter, taken at one moment.
@@ -83,6 +83,14 @@ pub struct Ledger {
 
 /// The most ops a thread-local budget holds.
 const MAX_BATCH_OPS: u64 = 64;
+/// The most ops one hand-off gives a waiter beyond its need (wait.rs).
+const MAX_HANDOFF_OPS: u64 = 64;
+/// A head waiter whose fill is due within this many nanoseconds spins
+/// instead of parking: a park and unpark cost more than the wait.
+const SPIN_NS: u64 = 5_000;
+/// The shortest sleep of a head waiter that found the fill due but could
+/// not do it (another thread holds the fill lock and will serve the queue).
+const MIN_PARK_NS: u64 = 20_000;
 
 /// State only fills and reconfiguration touch, behind the fill lock.
 #[derive(Debug)]
@@ -121,6 +129,8 @@ struct Published {
     all_or_nothing: AtomicU64,
     /// Tokens a thread-local budget takes beyond its need (see budget.rs).
     batch: AtomicU64,
+    /// Tokens a served waiter is handed beyond its need (see wait.rs).
+    handoff: AtomicU64,
 }
 
 /// The shared core of a [`RateLimiter`](crate::RateLimiter).
@@ -159,14 +169,19 @@ impl Core {
         fill_interval: Duration,
         max_backlog: Option<Duration>,
     ) -> Core {
+        let fill_interval_ns = u64::try_from(fill_interval.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
         let meter = Meter::new(spec.nano_ops_per_sec());
-        let sizing = Sizing::new(&meter, spec.burst_ppm());
+        let sizing = sizing_for(&meter, spec.burst_ppm(), fill_interval_ns);
         let now = clock.now_ns();
-        /// Source of limiter ids; 0 means "none".
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        static_counter! {
+            /// Source of limiter ids; 0 means "none".
+            static NEXT_ID = 1;
+        }
         let core = Core {
             // Relaxed: only uniqueness matters.
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id: NEXT_ID.fetch_add(1, Relaxed),
             slices: Slices::new(slices),
             central: CachePadded::new(AtomicU64::new(0)),
             published: CachePadded::new(Published {
@@ -175,6 +190,7 @@ impl Core {
                 chunk: AtomicU64::new(0),
                 all_or_nothing: AtomicU64::new(0),
                 batch: AtomicU64::new(0),
+                handoff: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),
             waiters: WaitQueue::new(),
@@ -196,9 +212,7 @@ impl Core {
                 backlog_ns: 0,
             }),
             clock,
-            fill_interval_ns: u64::try_from(fill_interval.as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            fill_interval_ns,
         };
         {
             let mut st = lock(&core.schedule);
@@ -299,32 +313,34 @@ impl Core {
         self.central.load(Relaxed) + self.slices.total()
     }
 
-    /// Returns tokens to `central` and wakes waiters they can admit.
+    /// Returns tokens to `central` and serves the waiters.
     fn put_back(&self, tokens: u64) {
         if tokens == 0 {
             return;
         }
-        // Relaxed: the fence in `wake_for_returned` orders it before the
+        // Relaxed: the fence in `WaitQueue::serve` orders it before the
         // waiter check.
         self.central.fetch_add(tokens, Relaxed);
-        self.wake_for_returned();
+        self.serve();
     }
 
-    /// After tokens return to the pool (or a woken waiter succeeds): if
-    /// anyone waits and the pool admits an op, wake one waiter. Tokens
-    /// taken out and put back are invisible in between, so a waiter may
-    /// have re-checked in that window and gone to sleep; this is the
-    /// store-load pattern of `wait.rs`, with the return as the store. One
-    /// is enough: a woken waiter that succeeds calls this again, so the
-    /// wake-up chains through the waiters one at a time, and no thread is
-    /// woken only to find the tokens gone.
+    /// Hands what the pool holds to the waiters, in queue order.
+    fn serve(&self) {
+        self.waiters.serve(self, self.handoff_tokens());
+    }
+
+    /// After tokens went out of sight of the pool and came back (a chunk
+    /// kept in the home slice): a waiter may have re-checked meanwhile and
+    /// queued; serve it.
     fn wake_for_returned(&self) {
-        // SeqCst fence: pairs with the registration fence in
-        // `WaitQueue::begin_sleep`/`park`.
-        fence(SeqCst);
-        if self.waiters.has_waiters() && self.available() >= TOKENS_PER_OP {
-            self.waiters.notify(1);
-        }
+        self.serve();
+    }
+
+    /// Tokens a served waiter is handed beyond its need; 0 in the loom
+    /// build, which has no thread budgets to keep them in.
+    fn handoff_tokens(&self) -> u64 {
+        // Relaxed: a size hint written under the fill lock.
+        self.published.handoff.load(Relaxed)
     }
 
     fn partial_for(&self, need: u64) -> Partial {
@@ -375,30 +391,25 @@ impl Core {
         }
     }
 
-    /// Blocks until `need` tokens are taken.
-    pub(crate) fn acquire_blocking(&self, need: u64) {
-        let partial = self.partial_for(need);
-        let mut held = 0;
-        let mut slept = false;
+    /// The pool, then a late fill, before a caller queues: `true` when the
+    /// request completed.
+    fn complete_before_queueing(&self, need: u64, held: &mut u64, partial: Partial) -> bool {
         loop {
-            if self.try_complete(need, &mut held, partial) {
-                break;
+            if self.try_complete(need, held, partial) {
+                return true;
             }
-            if self.fill_if_late() {
-                continue;
+            if !self.fill_if_late() {
+                return false;
             }
-            let epoch = self.waiters.begin_sleep();
-            self.filler.kick();
-            if self.try_complete(need, &mut held, partial) {
-                self.waiters.end_sleep();
-                break;
-            }
-            self.waiters.sleep(epoch);
-            self.waiters.end_sleep();
-            slept = true;
         }
-        if slept {
-            self.wake_for_returned();
+    }
+
+    /// Blocks until `need` tokens are taken; returns the tokens handed
+    /// beyond the need, for the caller's thread budget.
+    pub(crate) fn acquire_blocking(&self, need: u64) -> u64 {
+        match self.wait(need, None) {
+            Some(extra) => extra,
+            None => panic!("limiter: an acquire without a deadline timed out"),
         }
     }
 
@@ -411,53 +422,87 @@ impl Core {
         self.fill_if_late() && self.try_complete(need, &mut held, Partial::No)
     }
 
-    /// Blocks until `need` tokens are taken or the clock reaches
-    /// `deadline_ns`; on failure nothing is taken.
-    #[cfg(not(tollgate_loom))]
-    pub(crate) fn acquire_until(&self, need: u64, deadline_ns: u64) -> bool {
-        use std::sync::Arc as StdArc;
-        use std::task::{Wake, Waker};
+    /// Blocks until `need` tokens are taken (`Some(extra)`, with the tokens
+    /// handed beyond the need) or the clock reaches `deadline_ns` (`None`;
+    /// nothing is taken).
+    pub(crate) fn acquire_until(&self, need: u64, deadline_ns: u64) -> Option<u64> {
+        self.wait(need, Some(deadline_ns))
+    }
 
-        struct Unparker(std::thread::Thread);
-        impl Wake for Unparker {
-            fn wake(self: StdArc<Self>) {
-                self.0.unpark();
-            }
-        }
-
+    /// The blocking wait: queue a node for this thread and park until it is
+    /// granted. The queue's head parks only until the next fill is due (a
+    /// quarter interval of grace for the filler thread) and then fills by
+    /// itself.
+    fn wait(&self, need: u64, deadline: Option<u64>) -> Option<u64> {
         let partial = self.partial_for(need);
         let mut held = 0;
-        let waker = Waker::from(StdArc::new(Unparker(std::thread::current())));
-        let id = self.waiters.new_id();
-        loop {
-            if self.try_complete(need, &mut held, partial) {
-                return true;
+        if self.complete_before_queueing(need, &mut held, partial) {
+            return Some(0);
+        }
+        if let Some(deadline) = deadline {
+            let now = self.clock.now_ns();
+            if now >= deadline || !self.could_gather_within(need - held, deadline - now) {
+                self.abandon(held);
+                return None;
             }
-            if self.fill_if_late() {
-                continue;
+        }
+        let node = std::sync::Arc::new(Waiter::thread(
+            need,
+            matches!(partial, Partial::Yes),
+            held,
+            current(),
+        ));
+        self.waiters.enqueue(&node, self, self.handoff_tokens());
+        self.filler.kick();
+        loop {
+            if let Some(extra) = node.granted() {
+                return Some(extra);
             }
             let now = self.clock.now_ns();
-            if now >= deadline_ns || !self.could_gather_within(need - held, deadline_ns - now) {
-                self.abandon(held);
-                return false;
-            }
-            self.waiters.park(id, &waker);
-            self.filler.kick();
-            if self.try_complete(need, &mut held, partial) {
-                if !self.waiters.unpark(id) {
-                    self.wake_for_returned();
+            let mut sleep = None;
+            if let Some(deadline) = deadline {
+                if now >= deadline {
+                    return match self.waiters.cancel(&node, self, self.handoff_tokens()) {
+                        Cancel::Granted(extra) => Some(extra),
+                        Cancel::Left => None,
+                    };
                 }
-                return true;
+                sleep = Some(deadline - now);
             }
-            std::thread::park_timeout(Duration::from_nanos(deadline_ns - now));
-            self.waiters.unpark(id);
+            if node.is_head() {
+                let due = self.head_fill_due();
+                let until = if now >= due {
+                    if self.fill_if_late() {
+                        continue;
+                    }
+                    MIN_PARK_NS
+                } else {
+                    due - now
+                };
+                if until <= SPIN_NS {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                sleep = Some(sleep.map_or(until, |s: u64| s.min(until)));
+            }
+            match sleep {
+                Some(ns) => park_timeout(Duration::from_nanos(ns)),
+                None => park(),
+            }
         }
+    }
+
+    /// When the head waiter fills by itself: a quarter interval after the
+    /// filler thread's fill was due.
+    fn head_fill_due(&self) -> u64 {
+        // Relaxed: a hint; the fill reads its time under the lock.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        last.saturating_add(self.fill_interval_ns + self.fill_interval_ns / 4)
     }
 
     /// Whether `missing` tokens could arrive within `ns`: what the active
     /// pool holds plus the most the schedule can deliver in that time (at
     /// the burst rate), with one fill interval of slack.
-    #[cfg(not(tollgate_loom))]
     fn could_gather_within(&self, missing: u64, ns: u64) -> bool {
         let st = lock(&self.schedule);
         if !st.started {
@@ -470,49 +515,61 @@ impl Core {
     }
 
     /// One poll of an async acquire; see [`AcquireFuture`](super::future::AcquireFuture).
+    /// `Some(extra)` when complete, with the tokens handed beyond the need.
     pub(crate) fn poll_acquire(
         &self,
         need: u64,
         held: &mut u64,
-        id: &mut Option<u64>,
+        node: &mut Option<std::sync::Arc<Waiter>>,
         waker: &std::task::Waker,
-    ) -> bool {
+    ) -> Option<u64> {
+        if let Some(queued) = node {
+            if let Some(extra) = queued.granted() {
+                *node = None;
+                return Some(extra);
+            }
+            queued.set_waker(waker);
+            // Re-check: a grant made before the new waker was stored woke
+            // the old one.
+            let extra = queued.granted()?;
+            *node = None;
+            return Some(extra);
+        }
         let partial = self.partial_for(need);
-        loop {
-            if self.try_complete(need, held, partial) {
-                if let Some(id) = id.take() {
-                    if !self.waiters.unpark(id) {
-                        self.wake_for_returned();
-                    }
-                }
-                return true;
-            }
-            if !self.fill_if_late() {
-                break;
-            }
+        if self.complete_before_queueing(need, held, partial) {
+            return Some(0);
         }
-        let key = *id.get_or_insert_with(|| self.waiters.new_id());
-        self.waiters.park(key, waker);
+        let queued = std::sync::Arc::new(Waiter::task(
+            need,
+            matches!(partial, Partial::Yes),
+            *held,
+            waker.clone(),
+        ));
+        *held = 0;
+        self.waiters.enqueue(&queued, self, self.handoff_tokens());
+        if let Some(extra) = queued.granted() {
+            return Some(extra);
+        }
         self.filler.kick();
-        if self.try_complete(need, held, partial) {
-            *id = None;
-            if !self.waiters.unpark(key) {
-                self.wake_for_returned();
-            }
-            return true;
-        }
-        false
+        *node = Some(queued);
+        None
     }
 
-    /// Cleans up after an async acquire dropped before completing.
-    pub(crate) fn cancel_acquire(&self, held: u64, id: Option<u64>) {
-        if let Some(id) = id {
-            if !self.waiters.unpark(id) {
-                // A notification chose this waiter; hand it on.
-                self.wake_for_returned();
+    /// Cleans up after an async acquire dropped before completing: gives
+    /// back what it gathered, or what it was handed if a grant raced the drop.
+    pub(crate) fn cancel_acquire(&self, held: u64, node: Option<std::sync::Arc<Waiter>>) {
+        if let Some(node) = node {
+            if let Cancel::Granted(extra) = self.waiters.cancel(&node, self, self.handoff_tokens())
+            {
+                self.put_back(node.need() + extra);
             }
         }
         self.abandon(held);
+    }
+
+    /// Takes back tokens handed to a waiter that had no budget to keep them in.
+    pub(crate) fn return_extra(&self, extra: u64) {
+        self.put_back(extra);
     }
 
     // ----- filling -----------------------------------------------------
@@ -529,10 +586,10 @@ impl Core {
         let Some(mut st) = try_lock(&self.schedule) else {
             return false;
         };
-        let (added, ops) = self.fill_locked(&mut st, now);
+        let added = self.fill_locked(&mut st, now);
         drop(st);
         if added > 0 {
-            self.waiters.notify(ops);
+            self.serve();
         }
         added > 0
     }
@@ -541,10 +598,10 @@ impl Core {
     pub(crate) fn fill_and_wake(&self) {
         let now = self.clock.now_ns();
         let mut st = lock(&self.schedule);
-        let (added, ops) = self.fill_locked(&mut st, now);
+        let added = self.fill_locked(&mut st, now);
         drop(st);
         if added > 0 {
-            self.waiters.notify(ops);
+            self.serve();
         }
     }
 
@@ -557,17 +614,17 @@ impl Core {
     }
 
     /// The fill (spec §2) on a snapshot of the active pool. Returns the
-    /// tokens added to the active pool and how many single ops it now admits.
-    fn fill_locked(&self, st: &mut Schedule, now: u64) -> (u64, u64) {
+    /// tokens added to the active pool.
+    fn fill_locked(&self, st: &mut Schedule, now: u64) -> u64 {
         if now <= st.last_fill_ns {
-            return (0, 0);
+            return 0;
         }
         let elapsed = now - st.last_fill_ns;
         st.last_fill_ns = now;
         // Relaxed: a hint for `fill_if_late`.
         self.published.last_fill_ns.store(now, Relaxed);
         if !st.started {
-            return (0, 0);
+            return 0;
         }
         let tokens = st.meter.tokens_for(elapsed, &mut st.carry);
         st.filled += tokens;
@@ -579,7 +636,7 @@ impl Core {
         st.dropped += pool.cap_waiting(st.max_waiting);
         st.waiting = pool.waiting;
         if added > 0 {
-            // Relaxed: published to waiters by the notify that follows.
+            // Relaxed: published to waiters by the serve that follows.
             self.central.fetch_add(added, Relaxed);
         }
         // Integrate the wait of the ops admitted since the last fill at the
@@ -591,7 +648,7 @@ impl Core {
         st.backlog_ns = st.meter.nanos_for(st.waiting);
         // Relaxed: a gauge.
         self.published.backlog_ns.store(st.backlog_ns, Relaxed);
-        (added, pool.active / TOKENS_PER_OP)
+        added
     }
 
     fn admitted_tokens(&self, st: &Schedule, active: u128) -> u128 {
@@ -609,7 +666,7 @@ impl Core {
         // Relaxed: a hint.
         self.published.last_fill_ns.store(now, Relaxed);
         st.filled += u128::from(TOKENS_PER_OP);
-        // Relaxed: published by the caller's notify.
+        // Relaxed: published to waiters by the caller's serve.
         self.central.fetch_add(TOKENS_PER_OP, Relaxed);
     }
 
@@ -629,7 +686,7 @@ impl Core {
     /// clamped to the new `A + B` (the excess joins the backlog).
     fn reschedule_locked(&self, st: &mut Schedule, spec: RateSpec) {
         let meter = Meter::new(spec.nano_ops_per_sec());
-        let sizing = Sizing::new(&meter, spec.burst_ppm());
+        let sizing = sizing_for(&meter, spec.burst_ppm(), self.fill_interval_ns);
         // Relaxed: tokens carry no data.
         let active = u128::from(self.central.swap(0, Relaxed) + self.slices.drain());
         let rescaled_active = st.meter.rescale(active, &meter);
@@ -660,9 +717,18 @@ impl Core {
         } else {
             batch
         };
+        // A waiter served by hand-off takes whole ops beyond its need, up
+        // to a quarter of the active pool (wait.rs), where budgets exist.
+        let handoff_ops = (st.sizing.active / 4 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
+        let handoff = if cfg!(tollgate_loom) {
+            0
+        } else {
+            handoff_ops * TOKENS_PER_OP
+        };
         // Relaxed: size hints; see `Published`.
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
+        self.published.handoff.store(handoff, Relaxed);
         self.published
             .all_or_nothing
             .store(st.sizing.active, Relaxed);
@@ -699,7 +765,7 @@ impl Core {
         };
         drop(st);
         if woke {
-            self.waiters.notify_all();
+            self.serve();
         }
     }
 
@@ -744,6 +810,74 @@ impl Core {
             in_flight: u128::from(self.in_flight.load(Relaxed)),
             tokens_per_op: TOKENS_PER_OP,
         }
+    }
+}
+
+impl Source for Core {
+    fn take_exact(&self, need: u64) -> bool {
+        if self.available() < need {
+            return false;
+        }
+        let mut got = take_up_to(&self.central, need);
+        if got < need {
+            got += self.slices.steal_all(need - got);
+        }
+        if got == need {
+            return true;
+        }
+        self.put_raw(got);
+        false
+    }
+
+    fn take_up_to(&self, max: u64) -> u64 {
+        let got = take_up_to(&self.central, max);
+        if got < max {
+            got + self.slices.steal_all(max - got)
+        } else {
+            got
+        }
+    }
+
+    fn put_raw(&self, tokens: u64) {
+        if tokens > 0 {
+            // Relaxed: tokens carry no data; the queue's serve orders them.
+            self.central.fetch_add(tokens, Relaxed);
+        }
+    }
+
+    fn in_flight(&self, add: u64, sub: u64) {
+        // Relaxed: a ledger count; see `Core::ledger`.
+        if add > 0 {
+            self.in_flight.fetch_add(add, Relaxed);
+        }
+        if sub > 0 {
+            self.in_flight.fetch_sub(sub, Relaxed);
+        }
+    }
+}
+
+/// The pool sizes for a spec, with the active pool widened to cover at
+/// least one and a half fill intervals, so a fill that comes up to half an
+/// interval late still fits instead of spilling into the backlog (at a
+/// 1K rate and a 10 ms interval, a 1 ms pool would admit under 200 ops a
+/// second). The burst headroom keeps its ratio to the active pool.
+fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -> Sizing {
+    let base = Sizing::new(meter, burst_ppm);
+    let span = fill_interval_ns.saturating_add(fill_interval_ns / 2);
+    let wide = meter.tokens_floor(span);
+    if wide <= u128::from(base.active) {
+        return base;
+    }
+    // As in `Sizing::new`: A + B stays below 2^62.
+    let active = u64::try_from(wide).unwrap_or(u64::MAX).min(u64::MAX >> 3);
+    let burst = mul_div(
+        u128::from(active),
+        u128::from(burst_ppm.saturating_sub(1_000_000)),
+        1_000_000,
+    );
+    Sizing {
+        active,
+        burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
     }
 }
 

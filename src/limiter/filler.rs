@@ -1,27 +1,33 @@
 //! The filler thread: adds measured time to the pool while anyone waits,
-//! and sleeps on a futex while no one does.
+//! and parks while no one does.
 //!
 //! # Implementation notes
 //!
 //! The thread is a fallback, not the source of time: every fill measures
-//! the clock, so a late fill delivers more tokens, never fewer, and callers
+//! the clock, so a late fill delivers more tokens, never fewer; callers
 //! that find the pool short and the last fill overdue do the fill
-//! themselves (`Core::fill_if_late`). The thread exists to wake sleeping
-//! waiters, so it runs only while someone waits: with no waiter it parks
-//! on [`FillerSignal`] (an idle limiter costs nothing), and a waiter kicks
-//! it awake before sleeping.
+//! themselves (`Core::fill_if_late`), and the thread waiting at the head
+//! of the queue fills when the filler is late (wait.rs). The thread exists
+//! to serve waiters that cannot time themselves (async tasks, threads
+//! behind the head), so it runs only while someone waits: with no waiter
+//! it parks (an idle limiter costs nothing), and a waiter kicks it awake
+//! after queueing.
 //!
-//! `state` word: `RUNNING` (filling every interval), `IDLE` (parked on the
-//! futex, to be kicked), `STOPPED` (the limiter was dropped; exit). The
-//! idle hand-off is a store-load pattern with the waiters' registration:
-//! the thread stores `IDLE`, fences, then checks for waiters; a waiter
-//! registers, fences (in `WaitQueue::begin_sleep`/`park`), then loads the
-//! state; with `SeqCst` fences on both sides one always sees the other.
+//! `state` word: `RUNNING` (filling every interval), `IDLE` (parked, to be
+//! kicked), `STOPPED` (the limiter was dropped; exit). Between fills the
+//! thread parks with a timeout, so `stop` (which unparks it) ends it at
+//! once however long the interval: dropping a limiter never waits for a
+//! fill. The idle hand-off is a store-load pattern with the waiters'
+//! registration: the thread stores `IDLE`, fences, then checks for
+//! waiters; a waiter registers, fences (in `WaitQueue::enqueue`), then
+//! loads the state; with `SeqCst` on both sides one always sees the other.
 
 use std::time::Duration;
 
 use super::core::Core;
-use crate::sync::{fence, Arc, Futex, Ordering::SeqCst};
+use crate::sync::{
+    current, fence, lock, park, park_timeout, Arc, AtomicU32, Mutex, Ordering::SeqCst, Thread,
+};
 
 const RUNNING: u32 = 0;
 const IDLE: u32 = 1;
@@ -30,40 +36,49 @@ const STOPPED: u32 = 2;
 /// Wakes and stops the filler thread.
 #[derive(Debug)]
 pub(crate) struct FillerSignal {
-    state: Futex,
+    /// `RUNNING`, `IDLE` or `STOPPED` (module notes).
+    state: AtomicU32,
+    /// The filler thread, once it has started.
+    thread: Mutex<Option<Thread>>,
 }
 
 impl FillerSignal {
     pub(crate) fn new() -> FillerSignal {
         FillerSignal {
-            state: Futex::new(RUNNING),
+            state: AtomicU32::new(RUNNING),
+            thread: Mutex::new(None),
         }
     }
 
     /// Wakes the thread if it is idle. Call after registering as a waiter.
     pub(crate) fn kick(&self) {
         // SeqCst: the load side of the idle hand-off (module notes).
-        if self.state.word().load(SeqCst) == IDLE
+        if self.state.load(SeqCst) == IDLE
             && self
                 .state
-                .word()
                 .compare_exchange(IDLE, RUNNING, SeqCst, SeqCst)
                 .is_ok()
         {
-            self.state.wake_one();
+            self.unpark();
         }
     }
 
-    /// Tells the thread to exit.
+    /// Tells the thread to exit, and wakes it so it does so now.
     pub(crate) fn stop(&self) {
-        // SeqCst: seen by the thread's next state check.
-        self.state.word().store(STOPPED, SeqCst);
-        self.state.wake_one();
+        // SeqCst: seen by the thread's next state check, after the unpark.
+        self.state.store(STOPPED, SeqCst);
+        self.unpark();
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = &*lock(&self.thread) {
+            thread.unpark();
+        }
     }
 
     fn state(&self) -> u32 {
         // SeqCst: the thread's side of the hand-off.
-        match self.state.word().load(SeqCst) {
+        match self.state.load(SeqCst) {
             state @ (RUNNING | IDLE | STOPPED) => state,
             other => panic!("filler: impossible state {other}"),
         }
@@ -73,11 +88,14 @@ impl FillerSignal {
 /// The thread's body: fill every `interval` while anyone waits.
 pub(crate) fn run(core: Arc<Core>, interval: Duration) {
     let signal = core.filler_signal();
+    // Registered before the first state check: the thread goes `IDLE` only
+    // after this, so every kick that finds it idle can unpark it.
+    *lock(&signal.thread) = Some(current());
     loop {
         match signal.state() {
             STOPPED => return,
             IDLE => {
-                signal.state.wait(IDLE);
+                park();
                 continue;
             }
             _ => {}
@@ -86,7 +104,6 @@ pub(crate) fn run(core: Arc<Core>, interval: Duration) {
             // SeqCst: the store side of the idle hand-off.
             if signal
                 .state
-                .word()
                 .compare_exchange(RUNNING, IDLE, SeqCst, SeqCst)
                 .is_ok()
                 && {
@@ -95,14 +112,16 @@ pub(crate) fn run(core: Arc<Core>, interval: Duration) {
                     core.has_waiters()
                 }
             {
-                let _ = signal
-                    .state
-                    .word()
-                    .compare_exchange(IDLE, RUNNING, SeqCst, SeqCst);
+                let _ = signal.state.compare_exchange(IDLE, RUNNING, SeqCst, SeqCst);
             }
             continue;
         }
-        std::thread::sleep(core.until_next_fill(interval));
+        let wait = core.until_next_fill(interval);
+        if !wait.is_zero() {
+            // Woken early by `stop` or a kick: the loop re-checks.
+            park_timeout(wait);
+            continue;
+        }
         core.fill_and_wake();
     }
 }

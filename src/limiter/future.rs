@@ -6,31 +6,38 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::core::Core;
+use super::wait::Waiter;
+use crate::sync::Arc;
 
 /// Waits for tokens without blocking a thread; resolves to how late the op
 /// starts versus its schedule slot.
 ///
+/// A pending future is one node in the limiter's wait queue, woken only
+/// when its tokens have been handed to it; polling it again does not touch
+/// any lock other waiters share.
+///
 /// # Cancel safety
 ///
 /// Dropping the future before it resolves loses no tokens: whatever it had
-/// gathered returns to the pool, and a wake-up meant for it is handed on.
+/// gathered, or was handed by a grant that raced the drop, returns to the
+/// pool and serves the next waiter.
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
 pub struct AcquireFuture<'a> {
-    core: &'a Core,
+    core: &'a Arc<Core>,
     need: u64,
     held: u64,
-    id: Option<u64>,
+    node: Option<std::sync::Arc<Waiter>>,
     done: bool,
 }
 
 impl<'a> AcquireFuture<'a> {
-    pub(crate) fn new(core: &'a Core, need: u64) -> AcquireFuture<'a> {
+    pub(crate) fn new(core: &'a Arc<Core>, need: u64) -> AcquireFuture<'a> {
         AcquireFuture {
             core,
             need,
             held: 0,
-            id: None,
+            node: None,
             done: need == 0,
         }
     }
@@ -41,23 +48,31 @@ impl Future for AcquireFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Duration> {
         let this = self.get_mut();
-        if this.done
-            || this.core.try_take_fast(this.need)
-            || this
-                .core
-                .poll_acquire(this.need, &mut this.held, &mut this.id, cx.waker())
-        {
+        if this.done {
+            return Poll::Ready(this.core.lateness());
+        }
+        if this.node.is_none() && super::take_fast(this.core, this.need) {
             this.done = true;
             return Poll::Ready(this.core.lateness());
         }
-        Poll::Pending
+        match this
+            .core
+            .poll_acquire(this.need, &mut this.held, &mut this.node, cx.waker())
+        {
+            Some(extra) => {
+                this.done = true;
+                super::keep_extra(this.core, extra);
+                Poll::Ready(this.core.lateness())
+            }
+            None => Poll::Pending,
+        }
     }
 }
 
 impl Drop for AcquireFuture<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.core.cancel_acquire(self.held, self.id.take());
+            self.core.cancel_acquire(self.held, self.node.take());
         }
     }
 }

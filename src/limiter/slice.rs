@@ -23,13 +23,23 @@ use std::cell::Cell;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{static_counter, thread_local, AtomicU64, Ordering::Relaxed};
 
-/// A hint, not state: which slice the current thread calls home.
-static NEXT_HOME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static_counter! {
+    /// A hint, not state: the home index the next thread is given.
+    static NEXT_HOME = 0;
+}
 
 thread_local! {
-    static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// Which slice the current thread calls home (`usize::MAX`: not yet).
+    static HOME: Cell<usize> = Cell::new(usize::MAX);
+}
+
+/// The next home index (before masking).
+fn next_home() -> usize {
+    // Relaxed: only spreads threads over slices; no ordering needed.
+    // Truncation on 32-bit targets is harmless: the index is masked.
+    NEXT_HOME.fetch_add(1, Relaxed) as usize
 }
 
 /// The current thread's home index (before masking).
@@ -40,8 +50,7 @@ fn home_hint() -> usize {
         if index != usize::MAX {
             return index;
         }
-        // Relaxed: only spreads threads over slices; no ordering needed.
-        let index = NEXT_HOME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let index = next_home();
         home.set(index);
         index
     })
@@ -49,8 +58,7 @@ fn home_hint() -> usize {
 
 /// Moves the current thread to another home after contention on its own.
 pub(crate) fn move_home() {
-    // Relaxed: a hint, as in `home_hint`.
-    let index = NEXT_HOME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let index = next_home();
     HOME.with(|home| home.set(index));
 }
 
@@ -136,6 +144,19 @@ impl Slices {
         let home = self.home_index();
         let mut taken = 0;
         for step in 1..self.slots.len() {
+            if taken == max {
+                break;
+            }
+            taken += self.take_up_to_at((home + step) & self.mask, max - taken);
+        }
+        taken
+    }
+
+    /// Takes up to `max` tokens from all slices, home first.
+    pub(crate) fn steal_all(&self, max: u64) -> u64 {
+        let home = self.home_index();
+        let mut taken = 0;
+        for step in 0..self.slots.len() {
             if taken == max {
                 break;
             }

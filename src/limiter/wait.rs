@@ -1,187 +1,490 @@
-//! Blocking and async waiting for tokens, and waking only as many waiters
-//! as new tokens can admit.
+//! The waiters of one limiter: a FIFO queue of per-waiter nodes, served by
+//! direct hand-off.
 //!
 //! # Implementation notes
 //!
-//! Two kinds of waiter share one queue:
+//! Every blocked acquire, sync or async, is one [`Waiter`] node in one FIFO
+//! queue behind a mutex. A node has its own state word and its own way to
+//! be woken: the parked thread (`Thread::unpark`) or the task's `Waker`.
+//! No waiter sleeps on a word another waiter's wake touches, so there is no
+//! herd and no futile wake-up.
 //!
-//! - *Sleepers* (plain blocking acquires) sleep on a futex word, `epoch`,
-//!   which every notification bumps. `sleepers` counts threads between
-//!   [`WaitQueue::begin_sleep`] and [`WaitQueue::end_sleep`].
-//! - *Parked* waiters (acquires with a deadline, and futures) sit in a FIFO
-//!   list as a `Waker` (for a thread, one that unparks it); `parked` counts
-//!   them.
+//! Hand-off: whoever adds tokens to the pool (a fill, a return, a cancelled
+//! waiter) then *serves* the queue: under the queue lock it takes each
+//! front node's tokens out of the pool for it, marks the node `GRANTED`,
+//! and wakes it after the lock is released. A woken waiter therefore
+//! always finds its tokens: they are already its own. Serving stops at the
+//! first node the pool cannot satisfy, so order is strictly FIFO among
+//! waiters (an acquire that never waits may still take tokens ahead of
+//! them on the lock-free fast path, bounded by what fills leave after
+//! serving the queue, since fills serve the queue first).
 //!
-//! A waiter registers (a store), then re-checks for tokens (loads), then
-//! sleeps; a notifier adds tokens and bumps `epoch` (stores), then reads the
-//! counts (a load). Each side puts a `SeqCst` fence between its store and
-//! its load, so of the two fences one comes first in the single total
-//! order: either the notifier sees the registration (and wakes the waiter)
-//! or the waiter's re-check sees the tokens and the new epoch (a futex wait
-//! on a stale epoch returns at once). This is the store-load (Dekker)
-//! pattern; without the fences a wake-up could be lost. Fences rather than
-//! `SeqCst` accesses alone, because fences are what loom models exactly.
+//! Batching: a served node may also be handed up to `batch` tokens beyond
+//! its need, which the woken caller keeps in its thread's budget
+//! (budget.rs) and spends without waiting again. One wake-up then admits
+//! many ops, which is what makes waiting cheap at high rates; the cost is
+//! that the ops of one fill start in bursts (all within that fill, which
+//! the pool's semantics allow), so later nodes wait up to one more fill.
 //!
-//! [`WaitQueue::notify`] wakes at most `n` waiters, where the caller passes
-//! how many single ops the available tokens can admit, and at most four
-//! per core: each woken caller takes a chunk of ops, so more would mostly
-//! wake to find nothing. A woken waiter that succeeds and still sees tokens
-//! and waiters wakes one more, so the wake-up chains on to the others, and
-//! a wake never gets stuck on a waiter that lost the race.
+//! The head: the front node is flagged `head` when it reaches the front
+//! (and a parked thread is unparked once to learn it). A head thread
+//! sleeps with a timeout: only until the next fill is due, then fills by
+//! itself if the filler thread is late (core.rs), so a descheduled filler
+//! never turns elapsed time into backlog while callers sleep.
+//!
+//! Lost wake-ups: a waiter pushes its node and increments `queued`, then
+//! (still under the lock, after a `SeqCst` fence) serves the queue itself,
+//! which re-checks the pool. A notifier adds tokens, fences, then reads
+//! `queued` and serves only if it is non-zero. Of the two fences one comes
+//! first in the single total order: either the notifier sees the node, or
+//! the waiter's own serve sees the tokens (the store-load pattern).
+//!
+//! Cancellation (a timeout, a dropped future) takes the lock: a node still
+//! `WAITING` becomes `CANCELLED` and gives back what a large request had
+//! gathered; a node already `GRANTED` reports what it was handed, which
+//! the caller keeps (a timed wait that was granted just succeeded) or
+//! returns (a dropped future). Cancelled nodes are skipped by the next
+//! serve and compacted away when they are the majority: memory stays
+//! bounded by twice the live waiters.
 
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::sync::{fence, lock, AtomicU32, Futex, Mutex, Ordering::SeqCst};
+use crate::sync::{
+    fence, lock, AtomicBool, AtomicU32, AtomicU64, Mutex,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+    Thread,
+};
+
+/// Node state: queued, nothing handed yet.
+const WAITING: u32 = 0;
+/// Final: the tokens (`need` plus `extra`) are the waiter's.
+const GRANTED: u32 = 1;
+/// Final: the waiter left; the node is skipped.
+const CANCELLED: u32 = 2;
+
+/// Where the queue takes tokens from: the limiter's active pool.
+pub(crate) trait Source {
+    /// Takes exactly `need` tokens if the pool holds them; on `false`
+    /// nothing was taken.
+    fn take_exact(&self, need: u64) -> bool;
+    /// Takes up to `max` tokens; returns how many.
+    fn take_up_to(&self, max: u64) -> u64;
+    /// Puts tokens back without serving the queue (the caller serves).
+    fn put_raw(&self, tokens: u64);
+    /// Counts tokens gathered by, or released from, large requests.
+    fn in_flight(&self, add: u64, sub: u64);
+}
+
+/// How a waiter is woken.
+#[derive(Debug)]
+enum Wake {
+    /// A parked thread.
+    Thread(Thread),
+    /// A task; the lock is this node's own, never shared between waiters.
+    Task(Mutex<Option<Waker>>),
+}
+
+/// One blocked acquire.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    /// `WAITING`, then `GRANTED` or `CANCELLED`, each set once, under the
+    /// queue lock.
+    state: AtomicU32,
+    /// Tokens the acquire needs.
+    need: u64,
+    /// Whether it gathers tokens as they come (larger than the active pool).
+    partial: bool,
+    /// Tokens a partial request has gathered (written under the queue lock).
+    held: AtomicU64,
+    /// Tokens handed beyond `need`; written before `GRANTED` is published.
+    extra: AtomicU64,
+    /// Set once the node reaches the front of the queue.
+    head: AtomicBool,
+    wake: Wake,
+}
+
+impl Waiter {
+    /// A node for the current thread.
+    pub(crate) fn thread(need: u64, partial: bool, held: u64, thread: Thread) -> Waiter {
+        Waiter::new(need, partial, held, Wake::Thread(thread))
+    }
+
+    /// A node for a task.
+    pub(crate) fn task(need: u64, partial: bool, held: u64, waker: Waker) -> Waiter {
+        Waiter::new(need, partial, held, Wake::Task(Mutex::new(Some(waker))))
+    }
+
+    fn new(need: u64, partial: bool, held: u64, wake: Wake) -> Waiter {
+        Waiter {
+            state: AtomicU32::new(WAITING),
+            need,
+            partial,
+            held: AtomicU64::new(held),
+            extra: AtomicU64::new(0),
+            head: AtomicBool::new(false),
+            wake,
+        }
+    }
+
+    /// The tokens handed beyond the need, once granted; `None` before.
+    pub(crate) fn granted(&self) -> Option<u64> {
+        // Acquire: pairs with the Release store of GRANTED in `serve_locked`,
+        // so `extra` written before it is visible.
+        match self.state.load(Acquire) {
+            GRANTED => Some(self.extra.load(Relaxed)),
+            WAITING | CANCELLED => None,
+            other => panic!("wait queue: impossible node state {other}"),
+        }
+    }
+
+    /// Whether the node is (or was) at the front of the queue.
+    pub(crate) fn is_head(&self) -> bool {
+        // Relaxed: a hint for how long to sleep; a stale value only makes
+        // the waiter sleep without a timeout until its next wake.
+        self.head.load(Relaxed)
+    }
+
+    /// The tokens the acquire needs.
+    pub(crate) fn need(&self) -> u64 {
+        self.need
+    }
+
+    /// Replaces a task's waker (a later poll may come from another task
+    /// context). Re-check [`Waiter::granted`] afterwards.
+    pub(crate) fn set_waker(&self, waker: &Waker) {
+        if let Wake::Task(slot) = &self.wake {
+            let mut slot = lock(slot);
+            match &mut *slot {
+                Some(current) if current.will_wake(waker) => {}
+                other => *other = Some(waker.clone()),
+            }
+        }
+    }
+
+    fn wake(&self) {
+        match &self.wake {
+            Wake::Thread(thread) => thread.unpark(),
+            Wake::Task(slot) => {
+                let waker = lock(slot).take();
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+/// What [`WaitQueue::cancel`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// The node left the queue; anything it had gathered is back in the pool.
+    Left,
+    /// The node had been granted: its `need` plus this many tokens are the
+    /// caller's to keep or return.
+    Granted(u64),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    nodes: VecDeque<std::sync::Arc<Waiter>>,
+    /// `CANCELLED` nodes still in `nodes`.
+    cancelled: usize,
+}
 
 /// The waiters of one limiter.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct WaitQueue {
-    /// Futex word: bumped (wrapping) by every notification.
-    epoch: Futex,
-    /// Threads registered to sleep on `epoch`.
-    sleepers: AtomicU32,
-    /// Entries in `list`, readable without the lock.
-    parked: AtomicU32,
-    /// Parked waiters in arrival order, by id.
-    list: Mutex<VecDeque<(u64, Waker)>>,
-    /// Source of parked-waiter ids (under `list`'s lock).
-    next_id: Mutex<u64>,
-    /// The most waiters one notification wakes: four per core.
-    max_wake: u64,
+    /// `WAITING` nodes in the queue, readable without the lock (the
+    /// store-load pattern of the module notes).
+    queued: AtomicU64,
+    inner: Mutex<Inner>,
 }
 
 impl WaitQueue {
     pub(crate) fn new() -> WaitQueue {
-        WaitQueue {
-            epoch: Futex::new(0),
-            sleepers: AtomicU32::new(0),
-            parked: AtomicU32::new(0),
-            list: Mutex::new(VecDeque::new()),
-            next_id: Mutex::new(0),
-            max_wake: 4 * std::thread::available_parallelism().map_or(2, |n| n.get() as u64),
-        }
+        WaitQueue::default()
     }
 
-    /// Whether anyone waits (sleeping or parked).
-    /// Callers that need the store-load guarantee fence before calling.
+    /// Whether anyone waits. Callers that need the store-load guarantee
+    /// fence before calling.
     pub(crate) fn has_waiters(&self) -> bool {
-        // SeqCst: ordered with the registrations in `begin_sleep`/`park`
-        // by the callers' fences (see the module notes).
-        self.sleepers.load(SeqCst) > 0 || self.parked.load(SeqCst) > 0
+        // SeqCst: the load side of the store-load pattern (module notes).
+        self.queued.load(SeqCst) > 0
     }
 
-    /// Registers the current thread as a sleeper; returns the epoch to pass
-    /// to [`WaitQueue::sleep`]. Re-check for tokens after this call.
-    pub(crate) fn begin_sleep(&self) -> u32 {
-        // SeqCst: the store side of the store-load pattern; pairs with the
-        // notifier's `epoch` bump and `sleepers` load.
-        self.sleepers.fetch_add(1, SeqCst);
-        // SeqCst fence: orders the registration before the re-check; pairs
-        // with the fence in `notify` (module notes).
+    /// Queues `node` and serves the queue (which may grant `node` at once:
+    /// check [`Waiter::granted`]).
+    pub(crate) fn enqueue(&self, node: &std::sync::Arc<Waiter>, source: &impl Source, batch: u64) {
+        let mut inner = lock(&self.inner);
+        inner.nodes.push_back(std::sync::Arc::clone(node));
+        // SeqCst: the store side of the store-load pattern.
+        self.queued.fetch_add(1, SeqCst);
+        // SeqCst fence: orders the registration before the re-check of the
+        // pool in `serve_locked`; pairs with the fence in `serve`.
         fence(SeqCst);
-        self.epoch.word().load(SeqCst)
-    }
-
-    /// Sleeps until a notification after `epoch` (or spuriously).
-    pub(crate) fn sleep(&self, epoch: u32) {
-        self.epoch.wait(epoch);
-    }
-
-    /// Ends a registration made by [`WaitQueue::begin_sleep`].
-    pub(crate) fn end_sleep(&self) {
-        // SeqCst: keeps the count in the same total order as its readers.
-        let before = self.sleepers.fetch_sub(1, SeqCst);
-        if before == 0 {
-            panic!("wait queue: more sleepers ended than began");
-        }
-    }
-
-    /// A fresh id for a parked waiter.
-    pub(crate) fn new_id(&self) -> u64 {
-        let mut next = lock(&self.next_id);
-        *next += 1;
-        *next
-    }
-
-    /// Adds (or replaces) a parked waiter. Re-check for tokens after this call.
-    pub(crate) fn park(&self, id: u64, waker: &Waker) {
-        let mut list = lock(&self.list);
-        if let Some(entry) = list.iter_mut().find(|(entry, _)| *entry == id) {
-            entry.1.clone_from(waker);
-            return;
-        }
-        list.push_back((id, waker.clone()));
-        // SeqCst: the store side of the store-load pattern, as in `begin_sleep`.
-        self.parked.fetch_add(1, SeqCst);
-        drop(list);
-        // SeqCst fence: orders the registration before the caller's re-check;
-        // pairs with the fence in `notify`.
-        fence(SeqCst);
-    }
-
-    /// Removes a parked waiter; `false` if a notification already took it.
-    pub(crate) fn unpark(&self, id: u64) -> bool {
-        let mut list = lock(&self.list);
-        match list.iter().position(|(entry, _)| *entry == id) {
-            Some(at) => {
-                list.remove(at);
-                // SeqCst: as in `park`.
-                self.parked.fetch_sub(1, SeqCst);
-                true
+        let woken = self.serve_locked(&mut inner, source, batch);
+        drop(inner);
+        for waiter in woken {
+            if !std::sync::Arc::ptr_eq(&waiter, node) {
+                waiter.wake();
             }
-            None => false,
         }
     }
 
-    /// Call after adding tokens that admit `n` single ops: wakes at most
-    /// `n` waiters, and at most four per core (sleepers first, then parked
-    /// ones in arrival order).
-    pub(crate) fn notify(&self, n: u64) {
-        self.wake(n.min(self.max_wake));
-    }
-
-    /// Wakes everyone (used when the limiter's state changes wholesale).
-    pub(crate) fn notify_all(&self) {
-        self.wake(u64::MAX);
-    }
-
-    fn wake(&self, n: u64) {
-        // SeqCst: the bump publishes the tokens added before it and is the
-        // store side the waiters' `begin_sleep` load pairs with.
-        self.epoch.word().fetch_add(1, SeqCst);
-        if n == 0 {
+    /// Hands tokens to waiters in queue order and wakes them. Call after
+    /// adding tokens to the pool.
+    pub(crate) fn serve(&self, source: &impl Source, batch: u64) {
+        // SeqCst fence: orders the tokens just added before the load of
+        // `queued`; pairs with the fence in `enqueue`.
+        fence(SeqCst);
+        if !self.has_waiters() {
             return;
         }
-        // SeqCst fence: orders the tokens and the bump before reading the
-        // counts; pairs with the fences in `begin_sleep` and `park`.
-        fence(SeqCst);
-        // SeqCst: the load side of the store-load pattern.
-        let sleepers = u64::from(self.sleepers.load(SeqCst));
-        let mut left = n;
-        if sleepers > 0 {
-            if n >= sleepers {
-                self.epoch.wake_all();
-                left -= sleepers;
-            } else {
-                for _ in 0..n {
-                    self.epoch.wake_one();
+        let woken = {
+            let mut inner = lock(&self.inner);
+            self.serve_locked(&mut inner, source, batch)
+        };
+        for waiter in woken {
+            waiter.wake();
+        }
+    }
+
+    /// The hand-off; returns the nodes to wake once the lock is released.
+    fn serve_locked(
+        &self,
+        inner: &mut Inner,
+        source: &impl Source,
+        batch: u64,
+    ) -> Vec<std::sync::Arc<Waiter>> {
+        let mut woken = Vec::new();
+        while let Some(front) = inner.nodes.front() {
+            // Relaxed: every state change happens under the queue lock.
+            match front.state.load(Relaxed) {
+                WAITING => {}
+                CANCELLED => {
+                    inner.nodes.pop_front();
+                    inner.cancelled -= 1;
+                    continue;
                 }
-                left = 0;
+                other => panic!("wait queue: node in state {other} still queued"),
             }
-        }
-        // SeqCst: as for `sleepers`.
-        if left > 0 && self.parked.load(SeqCst) > 0 {
-            let mut list = lock(&self.list);
-            while left > 0 {
-                let Some((_, waker)) = list.pop_front() else {
+            let extra = if front.partial {
+                // Relaxed: `held` is written only under the queue lock.
+                let held = front.held.load(Relaxed);
+                let got = source.take_up_to(front.need - held);
+                if held + got < front.need {
+                    front.held.store(held + got, Relaxed);
+                    source.in_flight(got, 0);
                     break;
-                };
-                // SeqCst: as in `park`.
-                self.parked.fetch_sub(1, SeqCst);
-                waker.wake();
-                left -= 1;
+                }
+                front.held.store(0, Relaxed);
+                source.in_flight(0, held);
+                0
+            } else if source.take_exact(front.need) {
+                if batch > 0 {
+                    source.take_up_to(batch)
+                } else {
+                    0
+                }
+            } else {
+                break;
+            };
+            // Relaxed: published by the Release store of the state below.
+            front.extra.store(extra, Relaxed);
+            // Release: pairs with the Acquire in `Waiter::granted`.
+            front.state.store(GRANTED, Release);
+            // SeqCst: keeps the count in the same total order as its readers.
+            self.queued.fetch_sub(1, SeqCst);
+            if let Some(node) = inner.nodes.pop_front() {
+                woken.push(node);
             }
         }
+        if let Some(front) = inner.nodes.front() {
+            // Relaxed: a hint (see `Waiter::is_head`); the unpark that
+            // follows orders it for the woken thread.
+            if !front.head.swap(true, Relaxed) && matches!(front.wake, Wake::Thread(_)) {
+                woken.push(std::sync::Arc::clone(front));
+            }
+        }
+        woken
+    }
+
+    /// Takes `node` out of the queue, or reports that it was granted.
+    pub(crate) fn cancel(
+        &self,
+        node: &std::sync::Arc<Waiter>,
+        source: &impl Source,
+        batch: u64,
+    ) -> Cancel {
+        let mut inner = lock(&self.inner);
+        // Relaxed: state changes happen under the queue lock, which we hold.
+        match node.state.load(Relaxed) {
+            GRANTED => return Cancel::Granted(node.extra.load(Relaxed)),
+            WAITING => {}
+            other => panic!("wait queue: cancelling a node in state {other}"),
+        }
+        node.state.store(CANCELLED, Relaxed);
+        // SeqCst: as in `serve_locked`.
+        self.queued.fetch_sub(1, SeqCst);
+        inner.cancelled += 1;
+        let held = node.held.swap(0, Relaxed);
+        if held > 0 {
+            source.in_flight(0, held);
+            source.put_raw(held);
+        }
+        if inner.cancelled > 16 && inner.cancelled * 2 > inner.nodes.len() {
+            // Relaxed: under the lock.
+            inner
+                .nodes
+                .retain(|waiter| waiter.state.load(Relaxed) == WAITING);
+            inner.cancelled = 0;
+        }
+        // The node may have been the front that blocked the others, and
+        // what it gathered is back in the pool: serve.
+        let woken = self.serve_locked(&mut inner, source, batch);
+        drop(inner);
+        for waiter in woken {
+            waiter.wake();
+        }
+        Cancel::Left
+    }
+
+    /// Queued nodes, cancelled ones included (for tests of the bound).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.inner).nodes.len()
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    /// A pool of plain tokens.
+    #[derive(Default)]
+    struct Pool {
+        tokens: Cell<u64>,
+        in_flight: Cell<u64>,
+    }
+
+    impl Source for Pool {
+        fn take_exact(&self, need: u64) -> bool {
+            if self.tokens.get() < need {
+                return false;
+            }
+            self.tokens.set(self.tokens.get() - need);
+            true
+        }
+        fn take_up_to(&self, max: u64) -> u64 {
+            let got = self.tokens.get().min(max);
+            self.tokens.set(self.tokens.get() - got);
+            got
+        }
+        fn put_raw(&self, tokens: u64) {
+            self.tokens.set(self.tokens.get() + tokens);
+        }
+        fn in_flight(&self, add: u64, sub: u64) {
+            self.in_flight.set(self.in_flight.get() + add - sub);
+        }
+    }
+
+    fn node(need: u64) -> Arc<Waiter> {
+        Arc::new(Waiter::task(need, false, 0, Waker::noop().clone()))
+    }
+
+    #[test]
+    fn serves_in_fifo_order_and_stops_at_the_first_it_cannot_satisfy() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let (a, b, c) = (node(2), node(5), node(1));
+        for n in [&a, &b, &c] {
+            queue.enqueue(n, &pool, 0);
+            assert_eq!(n.granted(), None);
+        }
+        assert!(a.is_head() && !b.is_head());
+        pool.put_raw(4);
+        queue.serve(&pool, 0);
+        assert_eq!(a.granted(), Some(0));
+        assert_eq!(b.granted(), None, "5 > 2 left");
+        assert_eq!(c.granted(), None, "FIFO: c waits behind b");
+        assert!(b.is_head());
+        assert_eq!(pool.tokens.get(), 2);
+        pool.put_raw(4);
+        queue.serve(&pool, 0);
+        assert_eq!((b.granted(), c.granted()), (Some(0), Some(0)));
+        assert_eq!(pool.tokens.get(), 0);
+        assert!(!queue.has_waiters());
+    }
+
+    #[test]
+    fn a_served_waiter_is_handed_a_batch() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let (a, b) = (node(2), node(2));
+        queue.enqueue(&a, &pool, 3);
+        queue.enqueue(&b, &pool, 3);
+        pool.put_raw(6);
+        queue.serve(&pool, 3);
+        assert_eq!(a.granted(), Some(3));
+        assert_eq!(b.granted(), None, "the batch went to the first waiter");
+        assert_eq!(pool.tokens.get(), 1);
+    }
+
+    #[test]
+    fn a_cancelled_waiter_returns_what_it_gathered_and_unblocks_the_next() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let big = Arc::new(Waiter::task(10, true, 0, Waker::noop().clone()));
+        let small = node(1);
+        queue.enqueue(&big, &pool, 0);
+        queue.enqueue(&small, &pool, 0);
+        pool.put_raw(4);
+        queue.serve(&pool, 0);
+        assert_eq!((pool.tokens.get(), pool.in_flight.get()), (0, 4));
+        assert_eq!(queue.cancel(&big, &pool, 0), Cancel::Left);
+        assert_eq!(small.granted(), Some(0), "served from what big gave back");
+        assert_eq!((pool.tokens.get(), pool.in_flight.get()), (3, 0));
+        assert_eq!(queue.cancel(&small, &pool, 0), Cancel::Granted(0));
+    }
+
+    #[test]
+    fn cancelled_nodes_are_compacted() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let blocker = node(1);
+        queue.enqueue(&blocker, &pool, 0);
+        for _ in 0..1000 {
+            let n = node(1);
+            queue.enqueue(&n, &pool, 0);
+            assert_eq!(queue.cancel(&n, &pool, 0), Cancel::Left);
+        }
+        assert!(queue.len() <= 40, "{} nodes kept", queue.len());
+        assert!(queue.has_waiters());
+    }
+
+    #[test]
+    fn a_granted_task_is_woken_once_with_its_tokens() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::Wake as _;
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.wake_by_ref();
+            }
+            fn wake_by_ref(self: &Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let n = Arc::new(Waiter::task(1, false, 0, waker.clone()));
+        queue.enqueue(&n, &pool, 0);
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "not woken when queued");
+        n.set_waker(&waker);
+        pool.put_raw(1);
+        queue.serve(&pool, 0);
+        queue.serve(&pool, 0);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(n.granted(), Some(0));
     }
 }
