@@ -84,7 +84,7 @@ pub struct Ledger {
 /// The most ops a thread-local budget holds.
 const MAX_BATCH_OPS: u64 = 64;
 /// The most ops one hand-off gives a waiter beyond its need (wait.rs).
-const MAX_HANDOFF_OPS: u64 = 64;
+const MAX_HANDOFF_OPS: u64 = 256;
 /// A head waiter whose fill is due within this many nanoseconds spins
 /// instead of parking: a park and unpark cost more than the wait.
 const SPIN_NS: u64 = 5_000;
@@ -492,12 +492,14 @@ impl Core {
         }
     }
 
-    /// When the head waiter fills by itself: a quarter interval after the
-    /// filler thread's fill was due.
+    /// When the head waiter fills by itself: when the next fill is due.
+    /// While a thread heads the queue, the filler thread stands back (see
+    /// `until_next_fill`), so the head's wake-up is the fill, and a head
+    /// served by its own fill needs no other wake.
     fn head_fill_due(&self) -> u64 {
         // Relaxed: a hint; the fill reads its time under the lock.
         let last = self.published.last_fill_ns.load(Relaxed);
-        last.saturating_add(self.fill_interval_ns + self.fill_interval_ns / 4)
+        last.saturating_add(self.fill_interval_ns)
     }
 
     /// Whether `missing` tokens could arrive within `ns`: what the active
@@ -605,12 +607,19 @@ impl Core {
         }
     }
 
-    /// How long the filler thread sleeps before its next fill.
+    /// How long the filler thread sleeps before its next fill: until it is
+    /// due, or, while a parked thread heads the queue and fills on time by
+    /// itself, three intervals more (the filler is then only a backup).
     pub(crate) fn until_next_fill(&self, interval: Duration) -> Duration {
         // Relaxed: a hint.
         let last = self.published.last_fill_ns.load(Relaxed);
         let since = self.clock.now_ns().saturating_sub(last);
-        interval.saturating_sub(Duration::from_nanos(since))
+        let wait = if self.waiters.has_timed_head() {
+            interval.saturating_mul(4)
+        } else {
+            interval
+        };
+        wait.saturating_sub(Duration::from_nanos(since))
     }
 
     /// The fill (spec §2) on a snapshot of the active pool. Returns the

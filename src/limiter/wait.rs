@@ -198,6 +198,9 @@ pub(crate) struct WaitQueue {
     /// `WAITING` nodes in the queue, readable without the lock (the
     /// store-load pattern of the module notes).
     queued: AtomicU64,
+    /// Whether the front node is a parked thread, which times the next fill
+    /// itself (so the filler thread can stand back).
+    timed_head: AtomicBool,
     inner: Mutex<Inner>,
 }
 
@@ -211,6 +214,13 @@ impl WaitQueue {
     pub(crate) fn has_waiters(&self) -> bool {
         // SeqCst: the load side of the store-load pattern (module notes).
         self.queued.load(SeqCst) > 0
+    }
+
+    /// Whether a parked thread heads the queue and times the fills.
+    pub(crate) fn has_timed_head(&self) -> bool {
+        // Relaxed: a hint for the filler thread's sleep; the head fills by
+        // itself whatever the filler does.
+        self.timed_head.load(Relaxed)
     }
 
     /// Queues `node` and serves the queue (which may grant `node` at once:
@@ -300,13 +310,17 @@ impl WaitQueue {
                 woken.push(node);
             }
         }
+        let mut timed = false;
         if let Some(front) = inner.nodes.front() {
+            timed = matches!(front.wake, Wake::Thread(_));
             // Relaxed: a hint (see `Waiter::is_head`); the unpark that
             // follows orders it for the woken thread.
-            if !front.head.swap(true, Relaxed) && matches!(front.wake, Wake::Thread(_)) {
+            if !front.head.swap(true, Relaxed) && timed {
                 woken.push(std::sync::Arc::clone(front));
             }
         }
+        // Relaxed: a hint; see `has_timed_head`.
+        self.timed_head.store(timed, Relaxed);
         woken
     }
 
