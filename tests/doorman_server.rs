@@ -734,3 +734,36 @@ resources:
     assert_eq!(h.get("c", "other", 50.0, None).await.gets.capacity, 50.0);
     assert_eq!(h.get("c", "other", 5.0, None).await.gets.capacity, 5.0);
 }
+
+#[tokio::test]
+async fn a_reload_that_shortens_the_lease_length_cuts_existing_leases() {
+    let mut h = start().await;
+    // `fair`: 100 units, 20 s leases.
+    assert_eq!(h.get("a", "fair", 40.0, None).await.gets.capacity, 40.0);
+    let shorter = CONFIG.replace(
+        "algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5, learning_mode_duration: 0}",
+        "algorithm: {kind: FAIR_SHARE, lease_length: 5, refresh_interval: 5, learning_mode_duration: 0}",
+    );
+    h.server.reload(Config::from_yaml(&shorter).unwrap());
+    let leases = h.server.leases("fair").unwrap();
+    assert_eq!(leases[0].1.expiry, Duration::from_secs(T0 + 5));
+    // Past the new length, a's 40 no longer count: b gets everything.
+    h.clock.advance(Duration::from_secs(6));
+    assert_eq!(h.get("b", "fair", 100.0, None).await.gets.capacity, 100.0);
+    assert_eq!(h.sum_has("fair"), 100.0);
+}
+
+#[tokio::test]
+async fn learning_mode_grants_at_most_the_capacity() {
+    let mut h = start().await;
+    // `learning`: capacity 100, in learning mode for 10 s.
+    let liar = h.get("liar", "learning", 50.0, Some(1e308)).await;
+    assert_eq!(liar.gets.capacity, 100.0);
+    let other = h.get("other", "learning", 50.0, Some(1e308)).await;
+    assert_eq!(other.gets.capacity, 100.0);
+    // An honest client's echo is exact, whatever the liars said.
+    let honest = h.get("honest", "learning", 50.0, Some(20.0)).await;
+    assert_eq!(honest.gets.capacity, 20.0);
+    assert_eq!(h.sum_has("learning"), 220.0);
+    assert!(h.sum_has("learning").is_finite());
+}

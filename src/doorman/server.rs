@@ -10,8 +10,17 @@
 //!
 //! Each entry remembers the template it was matched to and the configuration
 //! generation it came from. A reload swaps the configuration and bumps the
-//! generation; entries rebind lazily (on their next request or sweep), so a
-//! reload never blocks requests and always keeps the leases.
+//! generation; the reload then rebinds every entry, one lock at a time (a
+//! request that races it rebinds its entry itself), so a reload never blocks
+//! requests for long and keeps the leases, cut to the new lease length when
+//! that is shorter: a lease must never outlive what the configuration in
+//! force allows.
+//!
+//! Learning mode echoes a client's `has`, capped at the resource's capacity
+//! (for NO_ALGORITHM, at its wants). No lease from an earlier master can have
+//! exceeded the capacity, so anything more cannot be justified; the cap is
+//! per client rather than "what others leave" so that a client reporting an
+//! absurd `has` cannot starve an honest one for the rest of learning mode.
 //!
 //! Mastership comes from an [`Election`]'s watch channel, checked on every
 //! request (a shared lock and the channel's version counter on the fast
@@ -274,8 +283,9 @@ impl Server {
     }
 
     /// Replaces the configuration, keeping every lease. Resources rebind to
-    /// the new templates on their next request or sweep; a resource that no
-    /// longer matches any template is dropped then.
+    /// the new templates at once: a lease that would outlive the new lease
+    /// length from now is cut to it, and a resource that no longer matches
+    /// any template loses its leases (and is dropped by the next sweep).
     pub fn reload(&self, config: Config) {
         let mut slot = self
             .inner
@@ -283,8 +293,20 @@ impl Server {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let generation = slot.generation + 1;
-        *slot = Arc::new(Snapshot { config, generation });
+        let snapshot = Arc::new(Snapshot { config, generation });
+        *slot = snapshot.clone();
+        drop(slot);
         info!(generation, "configuration reloaded");
+        // Rebind now rather than on the next request, so that a shorter
+        // lease length cuts the leases from the moment of the reload.
+        let now = self.inner.clock.now();
+        for (id, entry) in self.entries() {
+            let mut state = lock(&entry.state);
+            if state.generation != snapshot.generation && state.rebind(&id, &snapshot, now).is_err()
+            {
+                state.store = Resource::new();
+            }
+        }
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
@@ -406,7 +428,7 @@ impl Server {
                 continue;
             }
             if state.generation != snapshot.generation {
-                state.rebind(id, snapshot)?;
+                state.rebind(id, snapshot, self.inner.clock.now())?;
             }
             return Ok(f(&mut state));
         }
@@ -587,7 +609,8 @@ impl Server {
         let mut idle = Vec::new();
         for (id, entry) in entries {
             let mut state = lock(&entry.state);
-            if state.generation != snapshot.generation && state.rebind(&id, &snapshot).is_err() {
+            if state.generation != snapshot.generation && state.rebind(&id, &snapshot, now).is_err()
+            {
                 state.store = Resource::new();
             }
             state.store.sweep(now);
@@ -752,10 +775,27 @@ struct Subtree {
 }
 
 impl EntryState {
-    /// Rebinds to the template `snapshot` gives `id`.
-    fn rebind(&mut self, id: &str, snapshot: &Snapshot) -> Result<(), RequestError> {
+    /// Rebinds to the template `snapshot` gives `id`. Leases that would
+    /// outlive the new lease length from `now` are cut to it.
+    fn rebind(
+        &mut self,
+        id: &str,
+        snapshot: &Snapshot,
+        now: Timestamp,
+    ) -> Result<(), RequestError> {
         match snapshot.config.find(id) {
             Some(t) => {
+                let cut = self
+                    .store
+                    .cap_expiry(now.saturating_add(t.algorithm.lease_length));
+                if cut > 0 {
+                    info!(
+                        resource = id,
+                        leases = cut,
+                        lease_length = ?t.algorithm.lease_length,
+                        "reload shortened the lease length; leases cut to it"
+                    );
+                }
                 self.template = t.clone();
                 self.generation = snapshot.generation;
                 Ok(())
@@ -861,16 +901,32 @@ impl EntryState {
     ) -> (ClientLease, f64) {
         let template = &self.template;
         match upstream {
-            None => (
-                self.store.decide(
-                    &template.algorithm,
+            None => {
+                // Learning mode grants at most one whole capacity: no lease
+                // of an earlier master can have been larger, so more is a
+                // lie or a stale configuration. The cap is the capacity and
+                // not what others leave, so a liar cannot starve an honest
+                // client's echo. (NO_ALGORITHM ignores capacity: its cap is
+                // the wants, all it would grant anyway.)
+                let cap = match template.algorithm.kind {
+                    Kind::NoAlgorithm => request.wants,
+                    _ => template.capacity,
+                };
+                let capped = Request {
+                    has: request.has.min(cap),
+                    ..*request
+                };
+                (
+                    self.store.decide(
+                        &template.algorithm,
+                        template.capacity,
+                        &capped,
+                        now,
+                        learning,
+                    ),
                     template.capacity,
-                    request,
-                    now,
-                    learning,
-                ),
-                template.capacity,
-            ),
+                )
+            }
             Some((upstream, id)) => {
                 let (algorithm, capacity) = upstream.effective(id, template, now);
                 if self.priorities.get(request.client) != Some(&priority) {
