@@ -425,14 +425,47 @@ async fn bad_requests_are_invalid_arguments() {
 }
 
 #[tokio::test]
-async fn unmatched_resource_id_is_an_error_not_a_crash() {
+async fn the_catch_all_matches_ids_with_slashes_and_other_globs_keep_their_rules() {
     let mut h = start().await;
-    // `*` does not match `/`, so nothing matches this id.
-    let status = h.refused(req("a", vec![ask("a/b", 1.0, None)])).await;
-    assert_eq!(status.code(), Code::NotFound);
-    assert!(status.message().contains("a/b"), "{status:?}");
-    // The server carries on, with unicode ids too.
+    // The catch-all `*` (PROPORTIONAL_SHARE, capacity 1000) takes `svc/method`.
+    assert_eq!(
+        h.get("a", "svc/method", 700.0, None).await.gets.capacity,
+        700.0
+    );
+    // `static-*` (STATIC, capacity 50) stops at `/`: the catch-all decides.
+    assert_eq!(h.get("a", "static-x", 70.0, None).await.gets.capacity, 50.0);
+    assert_eq!(
+        h.get("a", "static-x/y", 70.0, None).await.gets.capacity,
+        70.0
+    );
+    let status = h.server.status();
+    let glob = |id: &str| {
+        status
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.glob.clone())
+            .unwrap()
+    };
+    assert_eq!(glob("svc/method"), "*");
+    assert_eq!(glob("static-x/y"), "*");
+    assert_eq!(glob("static-x"), "static-*");
+    // Unicode ids too.
     assert_eq!(h.get("a", "ресурс-🦀", 3.0, None).await.gets.capacity, 3.0);
+}
+
+#[tokio::test]
+async fn release_ignores_empty_and_unknown_ids_and_releases_the_rest() {
+    let mut h = start().await;
+    assert_eq!(h.get("a", "fair", 40.0, None).await.gets.capacity, 40.0);
+    // What Go's client library sends on Close(): empty ids first.
+    h.client
+        .release_capacity(pb::ReleaseCapacityRequest {
+            client_id: "a".into(),
+            resource_id: vec![String::new(), String::new(), "nope".into(), "fair".into()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.sum_has("fair"), 0.0);
 }
 
 fn band(num_clients: i64, wants: f64) -> pb::PriorityBandAggregate {

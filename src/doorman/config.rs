@@ -256,13 +256,37 @@ impl Config {
     }
 
     /// The template for resource `id`: one whose glob is exactly `id` first,
-    /// else the first glob that matches, in order. `None` when nothing
-    /// matches (possible because `*` does not match `/`).
+    /// else the first glob that matches, in order, else the catch-all.
+    ///
+    /// The catch-all template, `identifier_glob: "*"`, matches every id,
+    /// ids with `/` included: users write `*` meaning "everything else".
+    /// Every other glob keeps Go's `path.Match` rules, where `*` stops at
+    /// `/` (so `svc-*` does not match `svc-a/get`, which falls through to
+    /// the catch-all). Go's server panics on an id with `/` under `*`.
+    /// A validated configuration always has a catch-all, so this returns
+    /// `None` only for a configuration built without one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::doorman::config::Config;
+    ///
+    /// let config = Config::from_yaml(
+    ///     "resources:\n\
+    ///      - {identifier_glob: 'svc-*', capacity: 5, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n\
+    ///      - {identifier_glob: '*', capacity: 9, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n",
+    /// )?;
+    /// assert_eq!(config.find("svc-a").unwrap().capacity, 5.0);
+    /// assert_eq!(config.find("svc-a/get").unwrap().capacity, 9.0);
+    /// assert_eq!(config.find("a/b/c").unwrap().capacity, 9.0);
+    /// # Ok::<(), tollgate::doorman::config::ConfigError>(())
+    /// ```
     pub fn find(&self, id: &str) -> Option<&Arc<Template>> {
         self.templates
             .iter()
             .find(|t| t.glob.as_str() == id)
             .or_else(|| self.templates.iter().find(|t| t.glob.matches(id)))
+            .or_else(|| self.templates.iter().find(|t| t.glob.as_str() == "*"))
     }
 }
 
@@ -415,7 +439,7 @@ resources:
         assert_eq!(p.learning_mode(), Duration::from_secs(15));
         assert_eq!(c.find("fair").unwrap().algorithm.kind, Kind::FairShare);
         assert_eq!(c.find("other").unwrap().glob.as_str(), "*");
-        assert!(c.find("a/b").is_none());
+        assert_eq!(c.find("a/b").unwrap().glob.as_str(), "*");
     }
 
     #[test]

@@ -560,7 +560,7 @@ impl Server {
             });
         }
         validate::release_capacity(&self.inner.limits, &req)?;
-        for id in &req.resource_id {
+        for id in req.resource_id.iter().filter(|id| !id.is_empty()) {
             let entry = self
                 .inner
                 .resources
