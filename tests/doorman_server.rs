@@ -65,6 +65,7 @@ struct Harness {
     server: Server,
     client: CapacityClient<Channel>,
     clock: Arc<ManualClock>,
+    channel: Channel,
 }
 
 async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
@@ -73,13 +74,17 @@ async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
-    let client = CapacityClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let client = CapacityClient::new(channel.clone());
     Harness {
         server,
         client,
         clock,
+        channel,
     }
 }
 
@@ -799,4 +804,62 @@ async fn learning_mode_grants_at_most_the_capacity() {
     assert_eq!(honest.gets.capacity, 20.0);
     assert_eq!(h.sum_has("learning"), 220.0);
     assert!(h.sum_has("learning").is_finite());
+}
+
+/// `ResourceRequest` with its required fields optional, to leave them out.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LooseResource {
+    #[prost(string, optional, tag = "1")]
+    resource_id: Option<String>,
+    #[prost(int64, optional, tag = "2")]
+    priority: Option<i64>,
+    #[prost(double, optional, tag = "4")]
+    wants: Option<f64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct LooseRequest {
+    #[prost(string, optional, tag = "1")]
+    client_id: Option<String>,
+    #[prost(message, repeated, tag = "2")]
+    resource: Vec<LooseResource>,
+}
+
+#[tokio::test]
+async fn missing_required_wants_or_priority_is_invalid_argument() {
+    let h = start().await;
+    let grpc = tonic::client::Grpc::new(h.channel.clone());
+    let call = |priority: Option<i64>, wants: Option<f64>| {
+        let request = LooseRequest {
+            client_id: Some("a".into()),
+            resource: vec![LooseResource {
+                resource_id: Some("fair".into()),
+                priority,
+                wants,
+            }],
+        };
+        let mut grpc = grpc.clone();
+        async move {
+            grpc.ready().await.unwrap();
+            grpc.unary::<_, pb::GetCapacityResponse, _>(
+                tonic::Request::new(request),
+                "/doorman.Capacity/GetCapacity".parse().unwrap(),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+        }
+    };
+    let status = call(Some(0), None).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("required field wants is missing"),
+        "{status:?}"
+    );
+    let status = call(None, Some(5.0)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("priority"), "{status:?}");
+    // Nothing was granted; zero values that are present are fine.
+    assert!(h.server.status().is_empty());
+    let ok = call(Some(0), Some(0.0)).await.unwrap().into_inner();
+    assert_eq!(ok.response[0].gets.capacity, 0.0);
 }
