@@ -62,11 +62,15 @@ use super::transport::{Grpc, Transport};
 
 mod grpc;
 mod hold;
+mod limits;
 mod parent;
 #[cfg(test)]
 mod testing;
 mod validate;
 
+pub use limits::{
+    ConnInfo, Guarded, InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits,
+};
 pub use parent::Parent;
 pub use validate::Limits;
 
@@ -744,7 +748,8 @@ impl Server {
         Some(leases)
     }
 
-    /// Serves gRPC on `listener` until `shutdown` completes.
+    /// Serves gRPC on `listener` with the default [`ServerLimits`] until
+    /// `shutdown` completes.
     ///
     /// # Errors
     ///
@@ -754,14 +759,26 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(pb::capacity_server::CapacityServer::new(
-                grpc::Service::new(self),
-            ))
-            .serve_with_incoming_shutdown(incoming, shutdown)
+        self.serve_with(listener, ServerLimits::default(), shutdown)
             .await
+    }
+
+    /// Serves gRPC on `listener` with `limits` until `shutdown` completes,
+    /// then drains in-flight RPCs for at most `limits.drain_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// A transport error from tonic.
+    pub async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        limits: ServerLimits,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
+            .max_decoding_message_size(limits.max_message_bytes);
+        let router = limits.builder().add_service(service);
+        limits.serve(router, listener, shutdown).await
     }
 }
 
