@@ -391,3 +391,87 @@ async fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
         .unwrap();
     assert!(server.alive());
 }
+
+/// Sends `signal` to the server.
+fn kill(server: &Server, signal: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; the pid is our
+    // child's, which has not been reaped.
+    assert_eq!(
+        unsafe { libc::kill(server.pid() as libc::pid_t, signal) },
+        0
+    );
+}
+
+/// Waits for the server to exit; returns its status.
+fn exit_status(server: &mut Server) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_without_config_is_logged_and_ignored() {
+    let mut server = Server::start("", &[]);
+    kill(&server, libc::SIGHUP);
+    tokio::time::timeout(HANG, async {
+        while !server.logged("SIGHUP ignored") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("SIGHUP is logged");
+    assert!(server.alive());
+    server.client().await.get_capacity(ask("a")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_with_config_reloads() {
+    let dir = std::env::temp_dir().join(format!("tollgate-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        "resources:\n  - {identifier_glob: '*', capacity: 7, algorithm: {kind: STATIC, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}}\n",
+    )
+    .unwrap();
+    let mut server = Server::start("", &["--config", path.to_str().unwrap()]);
+    kill(&server, libc::SIGHUP);
+    tokio::time::timeout(HANG, async {
+        while !server.logged("SIGHUP: reloading configuration") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("SIGHUP reloads");
+    assert!(server.alive());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// SIGTERM and SIGINT: stop accepting, drain, close what is left at the
+/// drain deadline (a silent connection, a stream stuck mid-message) and
+/// exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_and_sigint_exit_cleanly_despite_stuck_connections() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut server = Server::start("", &["--drain-timeout", "1s"]);
+        server.client().await.get_capacity(ask("a")).await.unwrap();
+        let _silent = TcpStream::connect(&server.addr).await.unwrap();
+        let _stuck = partial_streams(&server.addr, 1, 1_000, 10).await;
+        kill(&server, signal);
+        let status = tokio::task::block_in_place(|| exit_status(&mut server));
+        assert!(status.success(), "signal {signal}: {status:?}");
+        assert!(server.logged("shutting down"));
+        // The stuck stream kept the drain going until its deadline.
+        assert!(server.logged("drain deadline passed"));
+        // Nothing listens any more.
+        assert!(TcpStream::connect(&server.addr).await.is_err());
+    }
+}
