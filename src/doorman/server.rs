@@ -55,7 +55,7 @@ use super::clock::Clock;
 use super::config::{Config, Template};
 use super::election::{Election, Mastership};
 use super::error::RequestError;
-use super::metrics::Metrics;
+use super::metrics::{Gauges, Metrics, ResourceGauges};
 use super::pb;
 use super::store::{ClientLease, Resource, Timestamp};
 use super::transport::{Grpc, Transport};
@@ -641,6 +641,15 @@ impl Server {
                 removed += 1;
             }
         }
+        // A map never shrinks by itself: give back what a burst of
+        // resources left behind.
+        if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+            map.shrink_to_fit();
+        }
+        drop(map);
+        if removed >= TRIM_AFTER {
+            release_memory();
+        }
         removed
     }
 
@@ -728,6 +737,28 @@ impl Server {
         out
     }
 
+    /// Every metric in Prometheus' text format, as `/metrics` serves it:
+    /// the request metrics, then one gauge per resource for its sum of
+    /// `has`, its subclients and its sum of `wants`. Costs one lock per
+    /// resource and memory of the order of the output.
+    pub fn metrics_text(&self) -> String {
+        let entries = self.entries();
+        let mut gauges = ResourceGauges::with_capacity(entries.len());
+        for (id, entry) in entries {
+            let state = lock(&entry.state);
+            let row = Gauges {
+                has: state.store.sum_has(),
+                wants: state.store.sum_wants(),
+                subclients: state.store.count(),
+            };
+            drop(state);
+            gauges.push(id, row);
+        }
+        let mut out = self.inner.metrics.encode();
+        gauges.write(&mut out);
+        out
+    }
+
     /// The leases on resource `id`, sorted by client, or `None` for a
     /// resource the server does not know.
     pub fn leases(&self, id: &str) -> Option<Vec<(String, ClientLease)>> {
@@ -779,6 +810,24 @@ impl Server {
             .max_decoding_message_size(limits.max_message_bytes);
         let router = limits.builder().add_service(service);
         limits.serve(router, listener, shutdown).await
+    }
+}
+
+/// A sweep that removes at least this many resources hands freed memory
+/// back to the operating system.
+const TRIM_AFTER: usize = 1_000;
+
+/// Hands freed heap memory back to the operating system. glibc's malloc
+/// keeps what the many small allocations of a large resource map used,
+/// long after the resources are gone (measured: 383 MiB kept after every one
+/// of 100K resources was swept); `malloc_trim` returns it. A no-op with
+/// other allocators.
+fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only walks glibc's own
+    // heap under glibc's own locks.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
