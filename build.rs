@@ -8,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // prost plus a check that proto2 required fields are present.
+        .codec_path("crate::doorman::pb::codec::Checked")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -719,3 +719,114 @@ async fn mastership_survives_a_stall_shorter_than_the_lease_and_ends_with_it() {
     drop(node);
     drop(etcd);
 }
+
+/// A `tollgate serve` process in an etcd election; killed on drop.
+struct ServeProcess {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServeProcess {
+    fn start(endpoint: &str, key: &str, ttl: Duration) -> ServeProcess {
+        use std::io::{BufRead as _, BufReader};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--debug-port",
+                "0",
+            ])
+            .args(["--etcd-endpoints", endpoint, "--election-key", key])
+            .args(["--election-ttl", &ttl.as_secs().to_string()])
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tollgate runs");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Drain the log for as long as the server runs.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let (Some(at), true) = (line.find("addr="), line.contains("gRPC listening")) {
+                    if let Some(tx) = tx.take() {
+                        let addr = line[at + 5..].split_whitespace().next().unwrap();
+                        let _ = tx.send(addr.to_owned());
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server logs its address");
+        ServeProcess { child, addr }
+    }
+
+    async fn is_master(&self) -> bool {
+        let Ok(mut c) = CapacityClient::connect(format!("http://{}", self.addr)).await else {
+            return false;
+        };
+        c.discovery(pb::DiscoveryRequest {})
+            .await
+            .is_ok_and(|r| r.into_inner().is_master)
+    }
+}
+
+/// SIGTERM makes a master resign at once: a follower takes over long before
+/// the etcd lease (10 s) would lapse, and the old master exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_resigns_mastership_at_once() {
+    let etcd = start_etcd();
+    let ttl = Duration::from_secs(10);
+    let key = "/tollgate/sigterm";
+    let mut nodes = [
+        ServeProcess::start(&etcd.endpoint, key, ttl),
+        ServeProcess::start(&etcd.endpoint, key, ttl),
+    ];
+    let start = Instant::now();
+    let master = loop {
+        if nodes[0].is_master().await {
+            break 0;
+        }
+        if nodes[1].is_master().await {
+            break 1;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no master");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let follower = 1 - master;
+    // SAFETY: kill has no memory-safety preconditions; the pid is our
+    // child's, not yet reaped.
+    let sent = unsafe { libc::kill(nodes[master].child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(sent, 0);
+    let signalled = Instant::now();
+    while !nodes[follower].is_master().await {
+        assert!(
+            signalled.elapsed() < ttl,
+            "no takeover within the etcd TTL: the master did not resign"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let takeover = signalled.elapsed();
+    println!(
+        "SIGTERM: follower is master after {:.3} s",
+        takeover.as_secs_f64()
+    );
+    // Resigning, not the lease lapsing, ended the term: well under the TTL.
+    assert!(takeover < ttl / 2, "takeover took {takeover:?}");
+    let status = tokio::task::block_in_place(|| nodes[master].child.wait().unwrap());
+    assert!(status.success(), "{status:?}");
+    drop(etcd);
+}

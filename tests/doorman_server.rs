@@ -65,6 +65,7 @@ struct Harness {
     server: Server,
     client: CapacityClient<Channel>,
     clock: Arc<ManualClock>,
+    channel: Channel,
 }
 
 async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
@@ -73,13 +74,17 @@ async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
-    let client = CapacityClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let client = CapacityClient::new(channel.clone());
     Harness {
         server,
         client,
         clock,
+        channel,
     }
 }
 
@@ -425,14 +430,47 @@ async fn bad_requests_are_invalid_arguments() {
 }
 
 #[tokio::test]
-async fn unmatched_resource_id_is_an_error_not_a_crash() {
+async fn the_catch_all_matches_ids_with_slashes_and_other_globs_keep_their_rules() {
     let mut h = start().await;
-    // `*` does not match `/`, so nothing matches this id.
-    let status = h.refused(req("a", vec![ask("a/b", 1.0, None)])).await;
-    assert_eq!(status.code(), Code::NotFound);
-    assert!(status.message().contains("a/b"), "{status:?}");
-    // The server carries on, with unicode ids too.
+    // The catch-all `*` (PROPORTIONAL_SHARE, capacity 1000) takes `svc/method`.
+    assert_eq!(
+        h.get("a", "svc/method", 700.0, None).await.gets.capacity,
+        700.0
+    );
+    // `static-*` (STATIC, capacity 50) stops at `/`: the catch-all decides.
+    assert_eq!(h.get("a", "static-x", 70.0, None).await.gets.capacity, 50.0);
+    assert_eq!(
+        h.get("a", "static-x/y", 70.0, None).await.gets.capacity,
+        70.0
+    );
+    let status = h.server.status();
+    let glob = |id: &str| {
+        status
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.glob.clone())
+            .unwrap()
+    };
+    assert_eq!(glob("svc/method"), "*");
+    assert_eq!(glob("static-x/y"), "*");
+    assert_eq!(glob("static-x"), "static-*");
+    // Unicode ids too.
     assert_eq!(h.get("a", "ресурс-🦀", 3.0, None).await.gets.capacity, 3.0);
+}
+
+#[tokio::test]
+async fn release_ignores_empty_and_unknown_ids_and_releases_the_rest() {
+    let mut h = start().await;
+    assert_eq!(h.get("a", "fair", 40.0, None).await.gets.capacity, 40.0);
+    // What Go's client library sends on Close(): empty ids first.
+    h.client
+        .release_capacity(pb::ReleaseCapacityRequest {
+            client_id: "a".into(),
+            resource_id: vec![String::new(), String::new(), "nope".into(), "fair".into()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.sum_has("fair"), 0.0);
 }
 
 fn band(num_clients: i64, wants: f64) -> pb::PriorityBandAggregate {
@@ -733,4 +771,95 @@ resources:
     h.get("c", "other", 50.0, None).await;
     assert_eq!(h.get("c", "other", 50.0, None).await.gets.capacity, 50.0);
     assert_eq!(h.get("c", "other", 5.0, None).await.gets.capacity, 5.0);
+}
+
+#[tokio::test]
+async fn a_reload_that_shortens_the_lease_length_cuts_existing_leases() {
+    let mut h = start().await;
+    // `fair`: 100 units, 20 s leases.
+    assert_eq!(h.get("a", "fair", 40.0, None).await.gets.capacity, 40.0);
+    let shorter = CONFIG.replace(
+        "algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5, learning_mode_duration: 0}",
+        "algorithm: {kind: FAIR_SHARE, lease_length: 5, refresh_interval: 5, learning_mode_duration: 0}",
+    );
+    h.server.reload(Config::from_yaml(&shorter).unwrap());
+    let leases = h.server.leases("fair").unwrap();
+    assert_eq!(leases[0].1.expiry, Duration::from_secs(T0 + 5));
+    // Past the new length, a's 40 no longer count: b gets everything.
+    h.clock.advance(Duration::from_secs(6));
+    assert_eq!(h.get("b", "fair", 100.0, None).await.gets.capacity, 100.0);
+    assert_eq!(h.sum_has("fair"), 100.0);
+}
+
+#[tokio::test]
+async fn learning_mode_grants_at_most_the_capacity() {
+    let mut h = start().await;
+    // `learning`: capacity 100, in learning mode for 10 s.
+    let liar = h.get("liar", "learning", 50.0, Some(1e308)).await;
+    assert_eq!(liar.gets.capacity, 100.0);
+    let other = h.get("other", "learning", 50.0, Some(1e308)).await;
+    assert_eq!(other.gets.capacity, 100.0);
+    // An honest client's echo is exact, whatever the liars said.
+    let honest = h.get("honest", "learning", 50.0, Some(20.0)).await;
+    assert_eq!(honest.gets.capacity, 20.0);
+    assert_eq!(h.sum_has("learning"), 220.0);
+    assert!(h.sum_has("learning").is_finite());
+}
+
+/// `ResourceRequest` with its required fields optional, to leave them out.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LooseResource {
+    #[prost(string, optional, tag = "1")]
+    resource_id: Option<String>,
+    #[prost(int64, optional, tag = "2")]
+    priority: Option<i64>,
+    #[prost(double, optional, tag = "4")]
+    wants: Option<f64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct LooseRequest {
+    #[prost(string, optional, tag = "1")]
+    client_id: Option<String>,
+    #[prost(message, repeated, tag = "2")]
+    resource: Vec<LooseResource>,
+}
+
+#[tokio::test]
+async fn missing_required_wants_or_priority_is_invalid_argument() {
+    let h = start().await;
+    let grpc = tonic::client::Grpc::new(h.channel.clone());
+    let call = |priority: Option<i64>, wants: Option<f64>| {
+        let request = LooseRequest {
+            client_id: Some("a".into()),
+            resource: vec![LooseResource {
+                resource_id: Some("fair".into()),
+                priority,
+                wants,
+            }],
+        };
+        let mut grpc = grpc.clone();
+        async move {
+            grpc.ready().await.unwrap();
+            grpc.unary::<_, pb::GetCapacityResponse, _>(
+                tonic::Request::new(request),
+                "/doorman.Capacity/GetCapacity".parse().unwrap(),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+        }
+    };
+    let status = call(Some(0), None).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("required field wants is missing"),
+        "{status:?}"
+    );
+    let status = call(None, Some(5.0)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("priority"), "{status:?}");
+    // Nothing was granted; zero values that are present are fine.
+    assert!(h.server.status().is_empty());
+    let ok = call(Some(0), Some(0.0)).await.unwrap().into_inner();
+    assert_eq!(ok.response[0].gets.capacity, 0.0);
 }

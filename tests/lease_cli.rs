@@ -59,3 +59,124 @@ async fn lease_prints_refreshes_and_releases() {
         assert_eq!(r.sum_has, 0.0, "{}", r.id);
     }
 }
+
+/// Kills a child process when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Lines a child writes to stdout, as they come.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::{BufRead as _, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The first line from `rx` containing `text`, waiting at most a minute
+/// (a guard against hanging, not an assertion about time).
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no line with {text:?}: {e}"),
+        }
+    }
+}
+
+fn signal(child: &std::process::Child, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; the pid is our
+    // child's, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// A server that stops answering mid-refresh: the pessimistic mode takes
+/// effect when the lease expires, although the refresh's deadline (600 s)
+/// is far away; the CLI then exits cleanly on SIGINT.
+#[test]
+fn a_paused_server_cannot_keep_a_lease_in_force() {
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("tollgate-lease-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "resources:\n  - {identifier_glob: '*', capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 3, refresh_interval: 1, learning_mode_duration: 0}}\n",
+    )
+    .unwrap();
+    let mut server = Killed(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--debug-port",
+                "0",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let server_log = lines_of(&mut server.0);
+    let listening = wait_line(&server_log, "gRPC listening");
+    let at = listening.find("addr=").unwrap();
+    let addr = listening[at + 5..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    // Keep draining the server's log.
+    std::thread::spawn(move || while server_log.recv().is_ok() {});
+
+    let mut cli = Killed(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["lease", "res", "--wants", "10", "--mode", "pessimistic"])
+            .args(["--timeout", "600", "--server", &addr])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines_of(&mut cli.0);
+    wait_line(&out, "capacity=10 source=lease");
+    signal(&server.0, libc::SIGSTOP);
+    let expired = wait_line(&out, "source=expired");
+    assert!(expired.contains("capacity=0 "), "{expired}");
+    signal(&server.0, libc::SIGCONT);
+    signal(&cli.0, libc::SIGINT);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = cli.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI ignored SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -18,6 +18,18 @@
 //!
 //! [`Config::from_yaml`] parses and validates; every error names the template
 //! (its index and glob) and the field at fault.
+//!
+//! # Bounds
+//!
+//! | field | accepted | why |
+//! |---|---|---|
+//! | `capacity`, `safe_capacity` | finite, `0 ..= 1e15` ([`MAX_CAPACITY`]) | sums of grants stay exact to the unit (below 2^53) and never overflow |
+//! | `algorithm.refresh_interval` | `1 ..= lease_length` s | a client must be able to renew before its lease lapses |
+//! | `algorithm.lease_length` | `1 ..= 86400` s ([`MAX_LEASE_LENGTH`]) | a lease is what ends a client's use when the server is gone; one that outlives a day never does |
+//! | `algorithm.learning_mode_duration` | `..= 86400` s; `<= 0` disables | learning mode is as long as the longest lease an earlier master may have granted, no more |
+//!
+//! Go's server accepted any value; a lease length of `i64::MAX` seconds there
+//! grants leases that never expire.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -38,6 +50,12 @@ resources:
     description: default catch-all (built in)
     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 15}
 ";
+
+/// The longest lease length and learning-mode duration accepted: one day.
+pub const MAX_LEASE_LENGTH: Duration = Duration::from_secs(86_400);
+
+/// The largest capacity (and safe capacity) accepted.
+pub const MAX_CAPACITY: f64 = 1e15;
 
 /// A validated resource configuration.
 #[derive(Debug, Clone)]
@@ -199,8 +217,10 @@ impl Config {
     ///
     /// [`ConfigError::Parse`] for malformed YAML or unknown keys;
     /// [`ConfigError::Template`] for a missing required field, a malformed
-    /// glob, a negative or non-finite capacity, `refresh_interval < 1`,
-    /// `lease_length < 1` or `lease_length < refresh_interval`;
+    /// glob, a capacity or safe capacity outside `0..=`[`MAX_CAPACITY`],
+    /// `refresh_interval < 1`, `lease_length` outside
+    /// `refresh_interval..=`[`MAX_LEASE_LENGTH`], or a
+    /// `learning_mode_duration` above [`MAX_LEASE_LENGTH`];
     /// [`ConfigError::Repository`] when the `"*"` template is missing or not
     /// last.
     ///
@@ -236,13 +256,46 @@ impl Config {
     }
 
     /// The template for resource `id`: one whose glob is exactly `id` first,
-    /// else the first glob that matches, in order. `None` when nothing
-    /// matches (possible because `*` does not match `/`).
+    /// else the first glob that matches, in order, else the catch-all.
+    ///
+    /// The catch-all template, `identifier_glob: "*"`, matches every id,
+    /// ids with `/` included: users write `*` meaning "everything else".
+    /// Every other glob keeps Go's `path.Match` rules, where `*` stops at
+    /// `/` (so `svc-*` does not match `svc-a/get`, which falls through to
+    /// the catch-all). Go's server panics on an id with `/` under `*`.
+    /// A validated configuration always has a catch-all, so this returns
+    /// `None` only for a configuration built without one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::doorman::config::Config;
+    ///
+    /// let config = Config::from_yaml(
+    ///     "resources:\n\
+    ///      - {identifier_glob: 'svc-*', capacity: 5, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n\
+    ///      - {identifier_glob: '*', capacity: 9, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n",
+    /// )?;
+    /// assert_eq!(config.find("svc-a").unwrap().capacity, 5.0);
+    /// assert_eq!(config.find("svc-a/get").unwrap().capacity, 9.0);
+    /// assert_eq!(config.find("a/b/c").unwrap().capacity, 9.0);
+    /// # Ok::<(), tollgate::doorman::config::ConfigError>(())
+    /// ```
     pub fn find(&self, id: &str) -> Option<&Arc<Template>> {
         self.templates
             .iter()
             .find(|t| t.glob.as_str() == id)
             .or_else(|| self.templates.iter().find(|t| t.glob.matches(id)))
+            .or_else(|| self.templates.iter().find(|t| t.glob.as_str() == "*"))
+    }
+}
+
+/// `x` for a message: huge values in exponent form.
+fn num(x: f64) -> String {
+    if x.abs() >= 1e16 {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
     }
 }
 
@@ -262,17 +315,23 @@ fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ConfigErr
         .ok_or_else(|| missing("identifier_glob"))?;
     let glob = Glob::new(pattern).map_err(|e| err("identifier_glob", e.to_string()))?;
     let capacity = t.capacity.ok_or_else(|| missing("capacity"))?;
-    if !(capacity.is_finite() && capacity >= 0.0) {
+    if !(capacity.is_finite() && (0.0..=MAX_CAPACITY).contains(&capacity)) {
         return Err(err(
             "capacity",
-            format!("{capacity} is not a finite number >= 0"),
+            format!(
+                "{} is not a finite number in 0..={MAX_CAPACITY:e}",
+                num(capacity)
+            ),
         ));
     }
     if let Some(safe) = t.safe_capacity {
-        if !(safe.is_finite() && safe >= 0.0) {
+        if !(safe.is_finite() && (0.0..=MAX_CAPACITY).contains(&safe)) {
             return Err(err(
                 "safe_capacity",
-                format!("{safe} is not a finite number >= 0"),
+                format!(
+                    "{} is not a finite number in 0..={MAX_CAPACITY:e}",
+                    num(safe)
+                ),
             ));
         }
     }
@@ -296,11 +355,26 @@ fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ConfigErr
             format!("{lease} is less than 1 second"),
         ));
     }
+    let max_lease = MAX_LEASE_LENGTH.as_secs() as i64;
+    if lease > max_lease {
+        return Err(err(
+            "algorithm.lease_length",
+            format!("{lease} is more than {max_lease} seconds (one day)"),
+        ));
+    }
     if lease < refresh {
         return Err(err(
             "algorithm.lease_length",
             format!("{lease} is shorter than refresh_interval {refresh}"),
         ));
+    }
+    if let Some(learning) = a.learning_mode_duration {
+        if learning > max_lease {
+            return Err(err(
+                "algorithm.learning_mode_duration",
+                format!("{learning} is more than {max_lease} seconds (one day)"),
+            ));
+        }
     }
     let secs = |s: i64| Duration::from_secs(s.max(0).unsigned_abs());
     Ok(Template {
@@ -365,7 +439,7 @@ resources:
         assert_eq!(p.learning_mode(), Duration::from_secs(15));
         assert_eq!(c.find("fair").unwrap().algorithm.kind, Kind::FairShare);
         assert_eq!(c.find("other").unwrap().glob.as_str(), "*");
-        assert!(c.find("a/b").is_none());
+        assert_eq!(c.find("a/b").unwrap().glob.as_str(), "*");
     }
 
     #[test]
@@ -400,6 +474,32 @@ resources:
         assert_eq!(c.templates()[0].learning_mode(), Duration::ZERO);
     }
 
+    #[test]
+    fn unbounded_values_are_refused() {
+        assert_eq!(
+            error("{identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 9223372036854775807, refresh_interval: 5}}"),
+            "resources[0] (\"a\"): algorithm.lease_length: 9223372036854775807 is more than 86400 seconds (one day)"
+        );
+        assert_eq!(
+            error("{identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 9223372036854775807}}"),
+            "resources[0] (\"a\"): algorithm.lease_length: 60 is shorter than refresh_interval 9223372036854775807"
+        );
+        assert_eq!(
+            error("{identifier_glob: a, capacity: 1e300, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5}}"),
+            "resources[0] (\"a\"): capacity: 1e300 is not a finite number in 0..=1e15"
+        );
+        assert_eq!(
+            error("{identifier_glob: a, capacity: 1, safe_capacity: 1e16, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5}}"),
+            "resources[0] (\"a\"): safe_capacity: 1e16 is not a finite number in 0..=1e15"
+        );
+        assert_eq!(
+            error("{identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 86401}}"),
+            "resources[0] (\"a\"): algorithm.learning_mode_duration: 86401 is more than 86400 seconds (one day)"
+        );
+        // The bounds themselves are accepted.
+        Config::from_yaml("resources: [{identifier_glob: '*', capacity: 1e15, algorithm: {kind: STATIC, lease_length: 86400, refresh_interval: 86400, learning_mode_duration: 86400}}]").unwrap();
+    }
+
     fn error(yaml_template: &str) -> String {
         let yaml = format!(
             "resources:\n  - {yaml_template}\n  - {{identifier_glob: '*', capacity: 1, algorithm: {{kind: STATIC, lease_length: 5, refresh_interval: 5}}}}\n"
@@ -420,7 +520,7 @@ resources:
         );
         assert_eq!(
             error(&format!("{{identifier_glob: a, capacity: -1, {algo}}}")),
-            "resources[0] (\"a\"): capacity: -1 is not a finite number >= 0"
+            "resources[0] (\"a\"): capacity: -1 is not a finite number in 0..=1e15"
         );
         assert_eq!(
             error("{identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 0}}"),

@@ -134,22 +134,9 @@ async fn resources(
 }
 
 async fn metrics(State(server): State<Server>) -> Response {
-    let m = server.metrics();
-    // Per-resource gauges are filled at scrape time: no cost per request, and
-    // swept resources disappear from the output.
-    m.has.reset();
-    m.wants.reset();
-    m.subclients.reset();
-    for r in server.status() {
-        m.has.with_label_values(&[r.id.as_str()]).set(r.sum_has);
-        m.wants.with_label_values(&[r.id.as_str()]).set(r.sum_wants);
-        m.subclients
-            .with_label_values(&[r.id.as_str()])
-            .set(r.subclients as f64);
-    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        m.encode(),
+        server.metrics_text(),
     )
         .into_response()
 }

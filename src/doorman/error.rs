@@ -52,6 +52,13 @@ pub enum RequestError {
     },
     /// No template matches the resource id.
     UnknownResource(String),
+    /// A proto2 `required` field is missing from the request.
+    MissingField {
+        /// The resource it belongs to (empty when unnamed).
+        resource: String,
+        /// The field, e.g. `wants`.
+        field: &'static str,
+    },
 }
 
 impl fmt::Display for RequestError {
@@ -91,6 +98,12 @@ impl fmt::Display for RequestError {
             ),
             RequestError::UnknownResource(id) => {
                 write!(f, "no resource template matches resource id {id:?}")
+            }
+            RequestError::MissingField { resource, field } => {
+                write!(
+                    f,
+                    "resource {resource:?}: required field {field} is missing"
+                )
             }
         }
     }

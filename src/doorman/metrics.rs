@@ -1,18 +1,115 @@
 //! The server's Prometheus metrics, under the names the Go server used so
 //! existing dashboards keep working.
+//!
+//! # Implementation notes
+//!
+//! The request metrics (a few series per method) live in a prometheus
+//! registry. The per-resource gauges (`doorman_server_has`, `_wants`,
+//! `_subclients`, one series per resource) do not: at 100K resources,
+//! filling gauge vectors and gathering them built hundreds of thousands of
+//! small allocations per scrape, and glibc kept the memory after the
+//! resources were gone. Instead [`ResourceGauges`] writes them straight
+//! into the scrape's text, in the text exposition format, from one pass
+//! over the resources: the cost of a scrape is the output itself.
 
-use prometheus::{CounterVec, Encoder as _, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry};
+use std::fmt::Write as _;
 
-/// Request counters and per-resource gauges, in their own registry.
+use prometheus::{CounterVec, Encoder as _, HistogramOpts, HistogramVec, Opts, Registry};
+
+/// Request counters and durations, in their own registry.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
     pub(crate) requests: CounterVec,
     pub(crate) request_errors: CounterVec,
     pub(crate) request_durations: HistogramVec,
-    pub(crate) has: GaugeVec,
-    pub(crate) wants: GaugeVec,
-    pub(crate) subclients: GaugeVec,
+}
+
+/// One resource's gauges, as written by [`ResourceGauges`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Gauges {
+    pub(crate) has: f64,
+    pub(crate) wants: f64,
+    pub(crate) subclients: u64,
+}
+
+/// The per-resource gauge families, written as text.
+#[derive(Debug, Default)]
+pub(crate) struct ResourceGauges {
+    rows: Vec<(String, Gauges)>,
+}
+
+impl ResourceGauges {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        ResourceGauges {
+            rows: Vec::with_capacity(n),
+        }
+    }
+
+    pub(crate) fn push(&mut self, resource: String, gauges: Gauges) {
+        self.rows.push((resource, gauges));
+    }
+
+    /// Appends the three families to `out`.
+    pub(crate) fn write(&self, out: &mut String) {
+        let ids: usize = self.rows.iter().map(|(id, _)| id.len()).sum();
+        // Per row: the name, `{resource="`, the id, `"} `, a number.
+        out.reserve(3 * ids + self.rows.len() * 3 * 64 + 512);
+        let families: [(&str, &str, fn(&Gauges) -> f64); 3] = [
+            (
+                "doorman_server_has",
+                "All capacity assigned to clients for a resource.",
+                |g| g.has,
+            ),
+            (
+                "doorman_server_subclients",
+                "Number of clients requesting this resource.",
+                |g| g.subclients as f64,
+            ),
+            (
+                "doorman_server_wants",
+                "All capacity requested by clients for a resource.",
+                |g| g.wants,
+            ),
+        ];
+        for (name, help, value) in families {
+            if self.rows.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (id, g) in &self.rows {
+                out.push_str(name);
+                out.push_str("{resource=\"");
+                escape_label(id, out);
+                out.push_str("\"} ");
+                write_value(value(g), out);
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// Escapes a label value for the text format: `\\`, `\"` and `\n`.
+fn escape_label(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// A sample value as the text format writes it.
+fn write_value(v: f64, out: &mut String) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{v}");
+    }
 }
 
 impl Metrics {
@@ -25,13 +122,6 @@ impl Metrics {
                 .register(Box::new(c.clone()))
                 .expect("unique metric");
             c
-        };
-        let gauge = |name: &str, help: &str| {
-            let g = GaugeVec::new(Opts::new(name, help), &["resource"]).expect("valid metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
         };
         let requests = counter(
             "doorman_server_requests",
@@ -56,26 +146,11 @@ impl Metrics {
         registry
             .register(Box::new(request_durations.clone()))
             .expect("unique metric");
-        let has = gauge(
-            "doorman_server_has",
-            "All capacity assigned to clients for a resource.",
-        );
-        let wants = gauge(
-            "doorman_server_wants",
-            "All capacity requested by clients for a resource.",
-        );
-        let subclients = gauge(
-            "doorman_server_subclients",
-            "Number of clients requesting this resource.",
-        );
         Metrics {
             registry,
             requests,
             request_errors,
             request_durations,
-            has,
-            wants,
-            subclients,
         }
     }
 
@@ -92,6 +167,43 @@ pub(crate) fn encode(registry: &Registry) -> String {
         .encode(&registry.gather(), &mut buf)
         .expect("encoding metrics to memory cannot fail");
     String::from_utf8(buf).expect("the text format is UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_gauges_are_written_in_the_text_format() {
+        let mut g = ResourceGauges::with_capacity(2);
+        let gauges = |has, wants, subclients| Gauges {
+            has,
+            wants,
+            subclients,
+        };
+        g.push("a".into(), gauges(1.5, 2.0, 3));
+        g.push("q\"x\\y\nz".into(), gauges(0.0, 1e21, 0));
+        let mut out = String::new();
+        g.write(&mut out);
+        assert_eq!(
+            out,
+            "# HELP doorman_server_has All capacity assigned to clients for a resource.\n\
+             # TYPE doorman_server_has gauge\n\
+             doorman_server_has{resource=\"a\"} 1.5\n\
+             doorman_server_has{resource=\"q\\\"x\\\\y\\nz\"} 0\n\
+             # HELP doorman_server_subclients Number of clients requesting this resource.\n\
+             # TYPE doorman_server_subclients gauge\n\
+             doorman_server_subclients{resource=\"a\"} 3\n\
+             doorman_server_subclients{resource=\"q\\\"x\\\\y\\nz\"} 0\n\
+             # HELP doorman_server_wants All capacity requested by clients for a resource.\n\
+             # TYPE doorman_server_wants gauge\n\
+             doorman_server_wants{resource=\"a\"} 2\n\
+             doorman_server_wants{resource=\"q\\\"x\\\\y\\nz\"} 1000000000000000000000\n"
+        );
+        let mut empty = String::new();
+        ResourceGauges::default().write(&mut empty);
+        assert_eq!(empty, "");
+    }
 }
 
 impl Default for Metrics {

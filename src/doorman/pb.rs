@@ -16,6 +16,8 @@
 
 tonic::include_proto!("doorman");
 
+pub mod codec;
+
 use super::algorithm::{AlgorithmConfig, Kind};
 use super::store::ClientLease;
 

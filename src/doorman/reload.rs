@@ -36,18 +36,38 @@ fn mtime(path: &std::path::Path) -> Option<SystemTime> {
 /// The file's modification time is read before this returns, so any later
 /// change triggers a reload.
 pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
+    #[cfg(unix)]
+    let hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
+            None
+        }
+    };
+    #[cfg(not(unix))]
+    let hup = None;
+    spawn_inner(server, path, poll, hup);
+}
+
+/// As [`spawn`], with a SIGHUP listener the caller installed earlier (so
+/// that SIGHUP was handled from the process's first moments).
+#[cfg(unix)]
+pub fn spawn_on(server: Server, path: PathBuf, poll: Duration, hup: tokio::signal::unix::Signal) {
+    spawn_inner(server, path, poll, Some(hup));
+}
+
+#[cfg(unix)]
+type Hangup = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangup = std::convert::Infallible;
+
+fn spawn_inner(server: Server, path: PathBuf, poll: Duration, hup: Option<Hangup>) {
     let mut last = mtime(&path);
+    #[cfg_attr(not(unix), allow(unused_mut, unused_variables))]
+    let mut hup = hup;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        #[cfg(unix)]
-        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
-                None
-            }
-        };
         loop {
             #[cfg(unix)]
             let hangup = async {

@@ -198,6 +198,32 @@ impl Resource {
         dropped
     }
 
+    /// Shortens every lease that expires after `latest` to expire at
+    /// `latest` (their holds end with them); returns how many.
+    ///
+    /// For a reload that shortens the lease length: a lease granted under
+    /// the old length must not outlive one granted under the new.
+    pub fn cap_expiry(&mut self, latest: Timestamp) -> usize {
+        let late: Vec<Slot> = self
+            .expiries
+            .iter()
+            .rev()
+            .take_while(|&&(expiry, _)| expiry > latest)
+            .map(|&(_, slot)| slot)
+            .collect();
+        for &slot in &late {
+            let Some(entry) = self.entries[slot as usize].as_ref() else {
+                unreachable!("slot {slot} is free");
+            };
+            let lease = ClientLease {
+                expiry: latest,
+                ..entry.lease
+            };
+            self.set(slot, lease);
+        }
+        late.len()
+    }
+
     /// Removes `client`'s lease; returns whether it had one.
     pub fn release(&mut self, client: &str) -> bool {
         match self.ids.get(client) {

@@ -115,10 +115,26 @@ async fn lease(args: Args) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => break,
         }
     }
+    // Release everything at once, for at most one RPC deadline (and a
+    // second to spare); a second Ctrl-C exits without waiting.
+    let mut releases = tokio::task::JoinSet::new();
     for r in resources {
-        if let Err(e) = r.release().await {
-            eprintln!("{e}");
+        releases.spawn(r.release());
+    }
+    let drain = async {
+        while let Some(done) = releases.join_next().await {
+            if let Ok(Err(e)) = done {
+                eprintln!("{e}");
+            }
         }
+    };
+    tokio::select! {
+        r = tokio::time::timeout(timeout + Duration::from_secs(1), drain) => {
+            if r.is_err() {
+                eprintln!("release not acknowledged within {timeout:?}; exiting");
+            }
+        }
+        _ = tokio::signal::ctrl_c() => eprintln!("interrupted again: exiting without releasing"),
     }
     Ok(())
 }

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tollgate::doorman::clock::SystemClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::election::Election;
-use tollgate::doorman::server::{Parent, Server};
+use tollgate::doorman::server::{Parent, Server, ServerLimits};
 use tollgate::doorman::{debug, reload};
-use tracing::info;
+use tracing::{info, warn};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -67,6 +68,102 @@ pub(crate) struct Args {
     /// Tokio worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Largest gRPC request message, in bytes.
+    #[arg(long, default_value_t = ServerLimits::default().max_message_bytes)]
+    max_message_bytes: usize,
+    /// Most concurrent HTTP/2 streams (RPCs) per connection.
+    #[arg(long, default_value_t = ServerLimits::default().max_concurrent_streams)]
+    max_concurrent_streams: u32,
+    /// Most connections open at once; more are accepted and closed at once.
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
+    max_connections: usize,
+    /// How long one RPC may take, reading its request included (e.g. `10s`).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    /// How long a new connection may take to send the HTTP/2 preface.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
+    /// How long a connection may stay open with no RPC in flight.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// HTTP/2 PING interval.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    keepalive_interval: Duration,
+    /// How long a PING may go unanswered before the connection is closed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    keepalive_timeout: Duration,
+    /// On SIGTERM or SIGINT: how long in-flight RPCs may take to finish
+    /// before every connection is closed and the server exits.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    drain_timeout: Duration,
+}
+
+impl Args {
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_message_bytes: self.max_message_bytes,
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_connections: self.max_connections,
+            request_timeout: self.request_timeout,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
+            drain_timeout: self.drain_timeout,
+            ..ServerLimits::default()
+        }
+    }
+}
+
+/// The signals `serve` handles, registered before anything else so that
+/// none of them can kill the process with its default action.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: each connection
+/// is a file descriptor.
+fn raise_fd_limit(want: usize) {
+    // SAFETY: getrlimit and setrlimit only read and write the struct
+    // passed by pointer, which lives on this stack frame.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            }
+        }
+        let have = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+        if have < want.saturating_add(64) {
+            warn!(
+                open_files = have,
+                max_connections = want,
+                "the open-file limit is below --max-connections: accept will back off on EMFILE"
+            );
+        }
+    }
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -83,6 +180,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    let mut signals = Signals::install()?;
+    let limits = args.limits();
+    raise_fd_limit(limits.max_connections);
     let config = match &args.config {
         Some(path) => {
             Config::from_file(path).with_context(|| format!("loading {}", path.display()))?
@@ -135,20 +235,45 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     };
     server.spawn_background(Duration::from_secs(args.sweep_interval.max(1)));
-    if let Some(path) = args.config.clone() {
-        reload::spawn(
+    match args.config.clone() {
+        Some(path) => reload::spawn_on(
             server.clone(),
             path,
             Duration::from_secs(args.reload_interval.max(1)),
-        );
+            signals.hup,
+        ),
+        None => {
+            let mut hup = signals.hup;
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    info!("SIGHUP ignored: serving without --config, nothing to reload");
+                }
+            });
+        }
     }
+    let (resigned_tx, resigned) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
-        let _ = tokio::signal::ctrl_c().await;
-        info!("shutting down");
-        // Hand mastership over first: draining connections may take a while.
+        let which = tokio::select! {
+            _ = signals.term.recv() => "SIGTERM",
+            _ = signals.int.recv() => "SIGINT",
+        };
+        info!(signal = which, "shutting down");
+        // Hand mastership over first, at once: followers take over while
+        // this server drains.
         if let Some(etcd) = etcd {
             etcd.resign().await;
+            info!("resigned mastership");
         }
+        let _ = resigned_tx.send(());
+        // A second signal ends the drain at once.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = signals.term.recv() => {}
+                _ = signals.int.recv() => {}
+            }
+            warn!("second signal: exiting without draining");
+            std::process::exit(1);
+        });
     };
     if args.debug_port != 0 {
         let daddr = SocketAddr::new(args.host, args.debug_port);
@@ -163,7 +288,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    info!(addr = %local, "gRPC listening");
-    server.serve(listener, shutdown).await?;
+    info!(addr = %local, limits = ?limits, "gRPC listening");
+    server.serve_with(listener, limits, shutdown).await?;
+    if resigned.await.is_ok() {
+        info!("stopped");
+    }
     Ok(())
 }

@@ -22,13 +22,30 @@
 //! client's [`Clock`](crate::doorman::clock::Clock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
 //! matching clock drive it in tests.
+//!
+//! Expiry is enforced by time, not by RPC progress: while a round is in
+//! flight (a server that accepted the call and went silent holds it for the
+//! whole RPC deadline), the loop races the round against the earliest
+//! expiry and applies the expiry mode at that instant, then goes on
+//! waiting for the round.
+//!
+//! Every deadline computed from a server's values saturates
+//! ([`after`]): a refresh interval or an expiry of `i64::MAX` seconds
+//! means "far in the future", never an overflow. The next refresh is also
+//! never later than the earliest lease expiry, so a lease with an absurd
+//! refresh interval is still renewed before it lapses.
+//!
+//! The loop runs in a child task watched by [`run`]: should it ever panic,
+//! the panic is logged at `error` and the loop restarts after a second with
+//! the same resources, so the client never stops silently while its
+//! handles keep showing a stale lease.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, Lease, Source};
@@ -188,8 +205,59 @@ struct Task {
     origin: Instant,
 }
 
-/// Runs the client until it is closed.
+/// How long a panicked loop waits before it starts again.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// About thirty years: what "never" means for a deadline (tokio's own
+/// choice for a far-future instant).
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// The tokio instant `d` from now, saturating at [`FAR_FUTURE`] rather
+/// than overflowing on a huge server-provided duration.
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d.min(FAR_FUTURE))
+        .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(now)
+}
+
+/// Sleeps until `at`, or forever when there is no deadline.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the client until it is closed, restarting the loop if it panics.
 pub(crate) async fn run(shared: Arc<Shared>) {
+    loop {
+        let attempt = tokio::spawn(run_once(shared.clone()));
+        match attempt.await {
+            Ok(()) => return,
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                error!(
+                    client = shared.id.as_str(),
+                    panic = message.as_str(),
+                    restart_in = ?RESTART_DELAY,
+                    "lease client task panicked; restarting it"
+                );
+                tokio::time::sleep(RESTART_DELAY).await;
+            }
+            // Cancelled: the runtime is shutting down.
+            Err(_) => return,
+        }
+    }
+}
+
+/// One life of the client's loop.
+async fn run_once(shared: Arc<Shared>) {
     let config = &shared.config;
     let mut task = Task {
         conn: Conn {
@@ -232,10 +300,24 @@ impl Task {
                 next_refresh = Instant::now();
             }
             if !slots.is_empty() && Instant::now() >= next_refresh {
-                next_refresh = match self.round(&slots).await {
+                let shared = self.shared.clone();
+                let outcome = {
+                    let round = self.round(&slots);
+                    tokio::pin!(round);
+                    loop {
+                        // Expiry does not wait for a slow or silent server.
+                        let wake = expire(&shared, &slots);
+                        tokio::select! {
+                            biased;
+                            r = &mut round => break r,
+                            () = sleep_until(wake) => {}
+                        }
+                    }
+                };
+                next_refresh = match outcome {
                     Ok(interval) => {
                         self.retry.reset();
-                        Instant::now() + interval
+                        after(interval)
                     }
                     Err(e) => {
                         let delay = self.retry.next_delay();
@@ -246,13 +328,11 @@ impl Task {
                             retry_in = ?delay,
                             "capacity refresh failed"
                         );
-                        Instant::now() + delay
+                        after(delay)
                     }
                 };
             }
-            let wake = self
-                .expire(&slots)
-                .map_or(next_refresh, |e| e.min(next_refresh));
+            let wake = expire(&self.shared, &slots).map_or(next_refresh, |e| e.min(next_refresh));
             if slots.is_empty() {
                 self.shared.wake.notified().await;
             } else {
@@ -263,35 +343,6 @@ impl Task {
                 }
             }
         }
-    }
-
-    /// Publishes the capacity of every slot whose lease has expired and
-    /// returns the earliest future expiry as a tokio deadline.
-    fn expire(&self, slots: &[Arc<Slot>]) -> Option<Instant> {
-        let now = self.shared.config.clock.now();
-        let mut earliest: Option<Instant> = None;
-        for slot in slots {
-            let held = lock(&slot.held);
-            match held.lease {
-                Some(l) if l.expiry > now => {
-                    let at = Instant::now() + (l.expiry - now);
-                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
-                }
-                _ => {
-                    let capacity = held.capacity(slot, now);
-                    if slot.tx.borrow().source == Source::Lease {
-                        info!(
-                            resource = slot.id.as_str(),
-                            mode = ?slot.mode,
-                            capacity = capacity.capacity,
-                            "lease expired without renewal"
-                        );
-                        publish(slot, capacity);
-                    }
-                }
-            }
-        }
-        earliest
     }
 
     /// One refresh round; returns the interval until the next.
@@ -408,7 +459,11 @@ impl Task {
                 );
             }
             if let Some(l) = lock(&slot.held).lease {
-                interval = Some(interval.map_or(l.refresh_interval, |i| i.min(l.refresh_interval)));
+                // Ask again before the lease lapses, whatever the server's
+                // refresh interval (`min_refresh` still bounds the rate).
+                let until_expiry = l.expiry.saturating_sub(now);
+                let due = l.refresh_interval.min(until_expiry);
+                interval = Some(interval.map_or(due, |i| i.min(due)));
             }
         }
         interval
@@ -458,6 +513,35 @@ impl Task {
     }
 }
 
+/// Publishes the capacity of every slot whose lease has expired and
+/// returns the earliest future expiry as a tokio deadline.
+fn expire(shared: &Shared, slots: &[Arc<Slot>]) -> Option<Instant> {
+    let now = shared.config.clock.now();
+    let mut earliest: Option<Instant> = None;
+    for slot in slots {
+        let held = lock(&slot.held);
+        match held.lease {
+            Some(l) if l.expiry > now => {
+                let at = after(l.expiry - now);
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            }
+            _ => {
+                let capacity = held.capacity(slot, now);
+                if slot.tx.borrow().source == Source::Lease {
+                    info!(
+                        resource = slot.id.as_str(),
+                        mode = ?slot.mode,
+                        capacity = capacity.capacity,
+                        "lease expired without renewal"
+                    );
+                    publish(slot, capacity);
+                }
+            }
+        }
+    }
+    earliest
+}
+
 /// Publishes `capacity` on the slot's channel, after its hook.
 fn publish(slot: &Slot, capacity: Capacity) {
     if let Some(hook) = &slot.hook {
@@ -465,3 +549,6 @@ fn publish(slot: &Slot, capacity: Capacity) {
     }
     slot.tx.send_replace(capacity);
 }
+
+#[cfg(test)]
+mod tests;
