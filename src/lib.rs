@@ -46,5 +46,6 @@ mod limiter;
 mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
 pub use limiter::spec::{RateSpec, SpecError, Verb};
 pub use limiter::{AcquireFuture, Builder, Ledger, RateLimiter, Stats, TimeoutError};
