@@ -233,14 +233,26 @@ impl State {
     /// Nanoseconds until `debt` tokens are earned from now: the least `t`
     /// with `tokens_for(t, carry) >= debt`.
     fn nanos_until(&self, debt: u128) -> u64 {
-        // nanos_for rounds down, so it is either exact or one short.
-        let t = self.meter.nanos_for(debt);
-        let mut carry = self.carry;
-        if t == u64::MAX || self.meter.tokens_for(t, &mut carry) >= debt {
-            t
-        } else {
-            t + 1
+        let enough = |t: u64| self.meter.tokens_for(t, &mut self.carry.clone()) >= debt;
+        // `nanos_for(debt) + 1` always earns the debt; the carry (under one
+        // token) may make up to one token's time less enough. Binary search
+        // that range: at most about 20 steps, at 0.001 ops/s.
+        let hi = self.meter.nanos_for(debt).saturating_add(1);
+        let mut lo = hi.saturating_sub(self.meter.nanos_for(1).saturating_add(2));
+        let mut hi = hi;
+        if !enough(hi) {
+            return hi; // saturated: beyond any cap
         }
+        // Invariant: enough(hi); lo == 0 or !enough(lo).
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if enough(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        hi
     }
 }
 
@@ -507,6 +519,20 @@ mod tests {
         assert_eq!(b.reserve(1), Ok(850 * MS));
         clock.advance(Duration::from_secs(10));
         assert_eq!(b.available(), 5); // full again, not 5 + the surplus
+    }
+
+    #[test]
+    fn a_carried_fraction_shortens_the_wait_exactly() {
+        let (b, clock) = bucket(10.0, 1, 10_000);
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO));
+        assert_eq!(b.reserve(1), Ok(100 * MS));
+        // 60 ms earn 0.6 ops, 629145.6 tokens: the fraction is carried.
+        clock.advance(60 * MS);
+        assert_eq!(b.reserve(1), Ok(140 * MS));
+        let (b, clock) = bucket(0.001, 1, u64::MAX / 2_000_000);
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO));
+        clock.advance(Duration::from_nanos(123_456_789_123));
+        assert_eq!(b.reserve(1), Ok(Duration::from_nanos(876_543_210_877)));
     }
 
     #[test]
