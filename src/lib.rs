@@ -43,6 +43,7 @@
 mod clock;
 pub mod doorman;
 mod limiter;
+pub mod quota;
 mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
