@@ -12,7 +12,10 @@
 //! The parts: [`config`] (the reference's YAML format), [`names`] (name
 //! rules), [`Registry`] (live buckets, reload, idle removal), [`Quota`]
 //! (the Allow operation and its statuses), [`metrics`] (Prometheus),
-//! [`reaper`] (the idle-removal task).
+//! [`reaper`] (the idle-removal task), [`reload`] (configuration hot
+//! reload), and the two edges: [`grpc`] (`quotaservice.QuotaService/Allow`,
+//! wire-compatible with the reference) and [`http`] (JSON Allow, bucket
+//! listing and metrics on the debug port).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -27,10 +30,15 @@
 //! ```
 
 pub mod config;
+pub mod grpc;
+pub mod http;
 pub mod metrics;
 pub mod names;
+#[doc(hidden)]
+pub mod pb;
 pub mod reaper;
 mod registry;
+pub mod reload;
 mod service;
 
 pub use registry::{resolve, Kind, Limits, Registry, Slot, TooManyBuckets};

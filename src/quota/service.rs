@@ -43,6 +43,21 @@ pub enum Status {
     RejectedServerError,
 }
 
+impl Status {
+    /// The status's name on the wire, as in the reference's enum.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::RejectedTimeout => "REJECTED_TIMEOUT",
+            Status::RejectedNoBucket => "REJECTED_NO_BUCKET",
+            Status::RejectedTooManyBuckets => "REJECTED_TOO_MANY_BUCKETS",
+            Status::RejectedTooManyTokensRequested => "REJECTED_TOO_MANY_TOKENS_REQUESTED",
+            Status::RejectedInvalidRequest => "REJECTED_INVALID_REQUEST",
+            Status::RejectedServerError => "REJECTED_SERVER_ERROR",
+        }
+    }
+}
+
 /// One Allow request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {

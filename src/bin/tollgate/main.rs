@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod lease;
 mod load;
 mod pace;
+mod quota;
 mod serve;
 mod simulate;
 
@@ -28,6 +29,8 @@ enum Command {
     Lease(lease::Args),
     /// Simulate a server tree's convergence on a virtual clock.
     Simulate(simulate::Args),
+    /// Run a quotaservice-compatible Allow server.
+    Quota(quota::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::run(args),
         Command::Lease(args) => lease::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Quota(args) => quota::run(args),
     }
 }
 
