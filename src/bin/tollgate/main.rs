@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod lease;
 mod load;
+mod load_allow;
 mod pace;
 mod quota;
 mod serve;
@@ -23,7 +24,8 @@ enum Command {
     Pace(pace::Args),
     /// Run a Doorman-compatible capacity lease server.
     Serve(serve::Args),
-    /// Load-test a capacity server with many simulated clients.
+    /// Load-test a capacity server with many simulated clients, or a quota
+    /// server with Allow calls (`--mode allow`).
     Load(load::Args),
     /// Ask a capacity server for leases and print them as they refresh.
     Lease(lease::Args),
