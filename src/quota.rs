@@ -15,7 +15,8 @@
 //! [`reaper`] (the idle-removal task), [`reload`] (configuration hot
 //! reload), and the two edges: [`grpc`] (`quotaservice.QuotaService/Allow`,
 //! wire-compatible with the reference) and [`http`] (JSON Allow, bucket
-//! listing and metrics on the debug port).
+//! listing and metrics on the debug port). [`client`] holds the naive and
+//! smart clients and their tower layer.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -29,6 +30,7 @@
 //! # Ok::<(), tollgate::quota::config::ConfigError>(())
 //! ```
 
+pub mod client;
 pub mod config;
 pub mod grpc;
 pub mod http;
