@@ -16,7 +16,8 @@
 //! reload), and the two edges: [`grpc`] (`quotaservice.QuotaService/Allow`,
 //! wire-compatible with the reference) and [`http`] (JSON Allow, bucket
 //! listing and metrics on the debug port). [`client`] holds the naive and
-//! smart clients and their tower layer.
+//! smart clients and their tower layer; [`cluster`] shares each bucket's
+//! rate between several quota servers through Doorman leases.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -31,6 +32,7 @@
 //! ```
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod grpc;
 pub mod http;

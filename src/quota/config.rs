@@ -75,6 +75,25 @@ impl BucketConfig {
             .max_debt(self.max_debt)
             .max_wait(self.wait_timeout)
     }
+
+    /// The settings for a share of this bucket filled at `rate` tokens per
+    /// second (a cluster member's lease): the size shrinks in proportion,
+    /// to at least one token, so the members' bursts add up to about the
+    /// configured size. A rate below the lowest representable one (0.001/s)
+    /// is raised to it.
+    pub fn share_settings(&self, rate: f64) -> BucketSettings {
+        let rate = if rate.is_finite() {
+            rate.clamp(RateSpec::MIN_OPS_PER_SEC, self.fill_rate)
+        } else {
+            RateSpec::MIN_OPS_PER_SEC
+        };
+        let spec = RateSpec::new(rate).unwrap_or(self.rate);
+        let size = ((self.size as f64) * rate / self.fill_rate).ceil().max(1.0) as u64;
+        BucketSettings::new(spec)
+            .size(size.min(self.size))
+            .max_debt(self.max_debt)
+            .max_wait(self.wait_timeout)
+    }
 }
 
 /// One namespace's validated configuration.

@@ -102,9 +102,17 @@ pub struct Slot {
     /// reloads (Relaxed: a plain value read by the reaper, which tolerates a
     /// stale one for one sweep).
     max_idle_ms: AtomicU64,
+    /// Tokens asked for, granted or not (Relaxed: a counter read by the
+    /// cluster task to measure demand).
+    demand: AtomicU64,
 }
 
 impl Slot {
+    /// Counts `tokens` asked for.
+    pub(crate) fn record_demand(&self, tokens: u64) {
+        self.demand.fetch_add(tokens, Ordering::Relaxed);
+    }
+
     /// The bucket.
     pub fn bucket(&self) -> &TokenBucket {
         &self.bucket
@@ -154,6 +162,15 @@ impl Default for Limits {
 
 type Shard = HashMap<Box<str>, Arc<Slot>>;
 
+/// The settings of a bucket under `config`, or under its share if it has
+/// one.
+fn effective(config: &BucketConfig, share: Option<f64>) -> crate::BucketSettings {
+    match share {
+        Some(rate) => config.share_settings(rate),
+        None => config.settings(),
+    }
+}
+
 /// The live buckets and the configuration they follow.
 #[derive(Debug)]
 pub struct Registry {
@@ -165,6 +182,8 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
     limits: Limits,
     metrics: Metrics,
+    /// Fill rates that replace the configured ones, by key (cluster mode).
+    shares: RwLock<HashMap<String, f64>>,
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -201,6 +220,7 @@ impl Registry {
             clock,
             limits,
             metrics,
+            shares: RwLock::new(HashMap::new()),
         }
     }
 
@@ -260,10 +280,12 @@ impl Registry {
             }
             *count += 1;
         }
+        let share = read(&self.shares).get(k.as_str()).copied();
         let slot = Arc::new(Slot {
-            bucket: TokenBucket::with_clock(bucket.settings(), Arc::clone(&self.clock)),
+            bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
             max_idle_ms: AtomicU64::new(u64::MAX),
+            demand: AtomicU64::new(0),
         });
         slot.set_max_idle(bucket.max_idle);
         map.insert(k.into_boxed_str(), Arc::clone(&slot));
@@ -297,6 +319,7 @@ impl Registry {
     /// were removed.
     pub fn reload(&self, new: Config) -> usize {
         let mut config = write(&self.config);
+        let shares = read(&self.shares).clone();
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut map = write(shard);
@@ -320,7 +343,8 @@ impl Registry {
                 };
                 match keep {
                     Some(b) => {
-                        slot.bucket.set_settings(b.settings());
+                        slot.bucket
+                            .set_settings(effective(b, shares.get(&**k).copied()));
                         slot.set_max_idle(b.max_idle);
                         true
                     }
@@ -355,6 +379,54 @@ impl Registry {
             });
         }
         removed
+    }
+
+    /// Gives the bucket kept under (`namespace`, `name`) a fill rate of
+    /// `rate` instead of its configured one (its lease share in cluster
+    /// mode), or restores the configured one with `None`. Applies to the
+    /// live bucket, keeping its state, and to the bucket made on next use.
+    pub fn set_share(&self, namespace: &str, name: &str, rate: Option<f64>) {
+        let config = self.config();
+        let k = key(namespace, name);
+        match rate {
+            Some(r) => write(&self.shares).insert(k.clone(), r),
+            None => write(&self.shares).remove(&k),
+        };
+        let Some(slot) = read(self.shard(&k)).get(k.as_str()).cloned() else {
+            return;
+        };
+        let bucket = if namespace == GLOBAL_NAMESPACE {
+            config.global_default_bucket.as_ref()
+        } else {
+            config.namespaces.get(namespace).and_then(|ns| {
+                if name == DEFAULT_BUCKET_NAME {
+                    ns.default_bucket.as_ref()
+                } else {
+                    ns.buckets.get(name).or(ns.dynamic_bucket_template.as_ref())
+                }
+            })
+        };
+        if let Some(b) = bucket {
+            slot.bucket.set_settings(effective(b, rate));
+        }
+    }
+
+    /// Tokens asked of the bucket kept under (`namespace`, `name`) since it
+    /// was made, granted or not; 0 if it is not alive.
+    pub fn demand(&self, namespace: &str, name: &str) -> u64 {
+        let k = key(namespace, name);
+        read(self.shard(&k))
+            .get(k.as_str())
+            .map_or(0, |s| s.demand.load(Ordering::Relaxed))
+    }
+
+    /// The settings of the bucket kept under (`namespace`, `name`), if it
+    /// is alive.
+    pub fn settings(&self, namespace: &str, name: &str) -> Option<crate::BucketSettings> {
+        let k = key(namespace, name);
+        read(self.shard(&k))
+            .get(k.as_str())
+            .map(|s| s.bucket.settings())
     }
 
     /// How many buckets are alive.

@@ -201,6 +201,7 @@ impl Quota {
             }
         };
         let ops = tokens.unsigned_abs();
+        slot.record_demand(ops);
         let reserved = match req.max_wait_millis {
             Some(ms) => slot
                 .bucket()

@@ -1,6 +1,9 @@
 //! `tollgate quota`: the quotaservice-compatible Allow server, its debug
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
+//! With `--lease-servers`, buckets take their rates as Doorman leases
+//! (cluster mode, see `tollgate::quota::cluster`).
+//!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
 //! scaling (a quota server is stateless across restarts and scaled out; a
@@ -12,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
 use tracing::info;
@@ -41,6 +45,15 @@ pub(crate) struct Args {
     /// How often the configuration file is checked for changes, in seconds.
     #[arg(long, default_value_t = 5)]
     reload_interval: u64,
+    /// Cluster mode: lease each named and default bucket's rate from the
+    /// Doorman lease server(s) at these `host:port` addresses
+    /// (comma-separated), whose resources `namespace:bucket` have the
+    /// buckets' fill rates as capacity.
+    #[arg(long, value_delimiter = ',')]
+    lease_servers: Vec<String>,
+    /// Cluster mode: how often demand is sent and leases applied, in ms.
+    #[arg(long, default_value_t = 1000)]
+    cluster_interval_ms: u64,
     /// Tokio worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -83,6 +96,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.config.clone(),
         Duration::from_secs(args.reload_interval.max(1)),
     );
+    if !args.lease_servers.is_empty() {
+        let client = tollgate::doorman::client::Client::builder()
+            .servers(args.lease_servers.clone())
+            .build()
+            .context("building the lease client")?;
+        info!(servers = ?args.lease_servers, "cluster mode: bucket rates leased");
+        tokio::spawn(cluster::run(
+            Arc::clone(&quota),
+            client,
+            ClusterOptions::default().interval(Duration::from_millis(args.cluster_interval_ms)),
+        ));
+    }
     let addr = SocketAddr::new(args.host, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
