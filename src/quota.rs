@@ -17,7 +17,8 @@
 //! wire-compatible with the reference) and [`http`] (JSON Allow, bucket
 //! listing and metrics on the debug port). [`client`] holds the naive and
 //! smart clients and their tower layer; [`cluster`] shares each bucket's
-//! rate between several quota servers through Doorman leases.
+//! rate between several quota servers through Doorman leases; [`admin`]
+//! edits namespaces and buckets at run time, kept in the config file.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -31,6 +32,7 @@
 //! # Ok::<(), tollgate::quota::config::ConfigError>(())
 //! ```
 
+pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod config;

@@ -37,7 +37,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::names::{check_name, NameError};
 use crate::limiter::reservation::BucketSettings;
@@ -178,63 +178,70 @@ impl std::error::Error for ConfigError {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A configuration file as written: the reference's keys, unvalidated.
+/// [`Document::validate`] turns it into a [`Config`]; the admin API edits
+/// it and writes it back, so a restart keeps what was changed.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    global_default_bucket: Option<RawBucket>,
-    #[serde(default)]
-    namespaces: Option<BTreeMap<String, RawNamespace>>,
-    // Keys of the reference's file that this server ignores.
-    #[serde(default)]
-    #[allow(dead_code)]
+pub struct Document {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) global_default_bucket: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) namespaces: Option<BTreeMap<String, RawNamespace>>,
+    // Keys of the reference's file that this server ignores but keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     version: Option<serde_norway::Value>,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     metrics_enabled: Option<serde_norway::Value>,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     admin_port: Option<serde_norway::Value>,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     filler_frequency_millis: Option<serde_norway::Value>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawNamespace {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    default_bucket: Option<RawBucket>,
-    #[serde(default)]
-    dynamic_bucket_template: Option<RawBucket>,
-    #[serde(default)]
-    max_dynamic_buckets: i64,
-    #[serde(default)]
-    buckets: Option<BTreeMap<String, RawBucket>>,
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
 }
 
-#[derive(Debug, Deserialize)]
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// One namespace as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct RawBucket {
-    #[serde(default)]
-    #[allow(dead_code)]
+pub struct RawNamespace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     name: Option<String>,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_bucket: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dynamic_bucket_template: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    max_dynamic_buckets: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) buckets: Option<BTreeMap<String, RawBucket>>,
+}
+
+/// One bucket as written; 0 or absent means the default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBucket {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     namespace: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
     size: i64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     fill_rate: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
     wait_timeout_millis: i64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
     max_idle_millis: i64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
     max_debt_millis: i64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
     max_tokens_per_request: i64,
 }
 
@@ -343,51 +350,34 @@ fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> Co
     }
 }
 
-impl Config {
-    /// Parses and validates a configuration.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::quota::config::Config;
-    ///
-    /// let config = Config::from_yaml(
-    ///     "namespaces:\n  db:\n    buckets:\n      users: {fill_rate: 0.5, wait_timeout_millis: 20}\n",
-    /// )?;
-    /// let users = &config.namespaces["db"].buckets["users"];
-    /// assert_eq!((users.size, users.fill_rate), (100, 0.5));
-    /// assert_eq!(users.wait_timeout, Duration::from_millis(20));
-    ///
-    /// let err = Config::from_yaml("namespaces:\n  db:\n    buckets:\n      users: {size: -3}\n")
-    ///     .unwrap_err();
-    /// assert_eq!(
-    ///     err.to_string(),
-    ///     "namespace \"db\": bucket \"users\": size: must be between 1 and 8796093022207, got -3"
-    /// );
-    /// # Ok::<(), tollgate::quota::config::ConfigError>(())
-    /// ```
+impl Document {
+    /// Parses a configuration file's text without validating it.
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`] for malformed YAML or unknown keys,
-    /// [`ConfigError::Invalid`] for values out of range, invalid names, or a
-    /// namespace with both a default bucket and a dynamic template.
-    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = if text.trim().is_empty() {
-            RawConfig {
-                global_default_bucket: None,
-                namespaces: None,
-                version: None,
-                metrics_enabled: None,
-                admin_port: None,
-                filler_frequency_millis: None,
-            }
-        } else {
-            serde_norway::from_str(text).map_err(ConfigError::Parse)?
-        };
+    /// [`ConfigError::Parse`] for malformed YAML or unknown keys.
+    pub fn from_yaml(text: &str) -> Result<Document, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Document::default());
+        }
+        serde_norway::from_str(text).map_err(ConfigError::Parse)
+    }
+
+    /// The document as YAML, in the reference's format.
+    pub fn to_yaml(&self) -> String {
+        serde_norway::to_string(self).unwrap_or_default()
+    }
+
+    /// Validates the document.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::from_yaml`].
+    pub fn validate(&self) -> Result<Config, ConfigError> {
+        let raw = self;
         let global_default_bucket = raw
             .global_default_bucket
+            .clone()
             .map(|b| {
                 b.validate(&Place {
                     namespace: None,
@@ -396,7 +386,7 @@ impl Config {
             })
             .transpose()?;
         let mut namespaces = BTreeMap::new();
-        for (ns_name, ns) in raw.namespaces.unwrap_or_default() {
+        for (ns_name, ns) in raw.namespaces.clone().unwrap_or_default() {
             check_name(&ns_name).map_err(|e| name_error(Some(&ns_name), None, e))?;
             let invalid = |field: &'static str, problem: String| ConfigError::Invalid {
                 namespace: Some(ns_name.clone()),
@@ -460,6 +450,41 @@ impl Config {
             global_default_bucket,
             namespaces,
         })
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::quota::config::Config;
+    ///
+    /// let config = Config::from_yaml(
+    ///     "namespaces:\n  db:\n    buckets:\n      users: {fill_rate: 0.5, wait_timeout_millis: 20}\n",
+    /// )?;
+    /// let users = &config.namespaces["db"].buckets["users"];
+    /// assert_eq!((users.size, users.fill_rate), (100, 0.5));
+    /// assert_eq!(users.wait_timeout, Duration::from_millis(20));
+    ///
+    /// let err = Config::from_yaml("namespaces:\n  db:\n    buckets:\n      users: {size: -3}\n")
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "namespace \"db\": bucket \"users\": size: must be between 1 and 8796093022207, got -3"
+    /// );
+    /// # Ok::<(), tollgate::quota::config::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] for malformed YAML or unknown keys,
+    /// [`ConfigError::Invalid`] for values out of range, invalid names, or a
+    /// namespace with both a default bucket and a dynamic template.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        Document::from_yaml(text)?.validate()
     }
 
     /// Reads, parses and validates a configuration file.

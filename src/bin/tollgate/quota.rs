@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
@@ -54,6 +55,10 @@ pub(crate) struct Args {
     /// Cluster mode: how often demand is sent and leases applied, in ms.
     #[arg(long, default_value_t = 1000)]
     cluster_interval_ms: u64,
+    /// Serve the admin API (/api/admin/...: list, add, update, delete
+    /// namespaces and buckets, written to --config) on the debug port.
+    #[arg(long)]
+    admin: bool,
     /// Tokio worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -119,9 +124,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;
         info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
-        let q = Arc::clone(&quota);
+        let mut router = http::router(Arc::clone(&quota));
+        if args.admin {
+            let admin = Admin::new(Arc::clone(&quota), args.config.clone())
+                .with_context(|| format!("loading {}", args.config.display()))?;
+            router = router.merge(admin::router(Arc::new(admin)));
+            info!("admin API on the debug port");
+        }
         tokio::spawn(async move {
-            if let Err(e) = http::serve(q, dl, std::future::pending()).await {
+            if let Err(e) = axum::serve(dl, router).await {
                 tracing::error!(error = %e, "debug HTTP server failed");
             }
         });
