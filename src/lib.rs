@@ -43,8 +43,10 @@
 mod clock;
 pub mod doorman;
 mod limiter;
+pub mod quota;
 mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
 pub use limiter::spec::{RateSpec, SpecError, Verb};
 pub use limiter::{AcquireFuture, Builder, Ledger, RateLimiter, Stats, TimeoutError};

@@ -11,6 +11,7 @@ mod core;
 mod filler;
 mod future;
 mod pool;
+pub(crate) mod reservation;
 mod slice;
 pub(crate) mod spec;
 mod units;

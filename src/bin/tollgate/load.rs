@@ -1,5 +1,6 @@
 //! `tollgate load`: many simulated clients refreshing leases against a
-//! capacity server, reporting RPC/s and latency percentiles.
+//! capacity server, reporting RPC/s and latency percentiles; with `--mode
+//! allow`, Allow calls against a quota server (see `load_allow.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -9,11 +10,33 @@ use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tonic::transport::{Channel, Endpoint};
 
+/// What `tollgate load` drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Doorman GetCapacity from many clients.
+    Lease,
+    /// quotaservice Allow calls.
+    Allow,
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The server's gRPC address, `host:port`.
-    #[arg(long, default_value = "127.0.0.1:15000")]
-    server: String,
+    /// What to load: a lease server or a quota server.
+    #[arg(long, value_enum, default_value_t = Mode::Lease)]
+    mode: Mode,
+    /// The server's gRPC address, `host:port` (default: 127.0.0.1:15000 for
+    /// leases, 127.0.0.1:15100 for Allow).
+    #[arg(long)]
+    server: Option<String>,
+    /// Allow mode: the namespace asked.
+    #[arg(long, default_value = "load")]
+    namespace: String,
+    /// Allow mode: distinct bucket names (`b0`, `b1`, ...), asked round robin.
+    #[arg(long, default_value_t = 1)]
+    buckets: usize,
+    /// Allow mode: tokens per request.
+    #[arg(long, default_value_t = 1)]
+    tokens: i64,
     /// Number of simulated clients (distinct client ids).
     #[arg(long, default_value_t = 1000)]
     clients: usize,
@@ -46,7 +69,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if let Some(n) = args.threads {
         rt.worker_threads(n);
     }
-    rt.enable_all().build()?.block_on(load(args))
+    let rt = rt.enable_all().build()?;
+    if args.mode == Mode::Allow {
+        return rt.block_on(crate::load_allow::load(crate::load_allow::Params {
+            server: args.server.unwrap_or_else(|| "127.0.0.1:15100".to_owned()),
+            namespace: args.namespace,
+            buckets: args.buckets,
+            tokens: args.tokens,
+            duration: args.duration,
+            concurrency: args.concurrency,
+            connections: args.connections,
+        }));
+    }
+    rt.block_on(load(args))
 }
 
 /// What one worker measured.
@@ -90,10 +125,14 @@ fn granted(r: &pb::GetCapacityResponse) -> Option<f64> {
 }
 
 async fn load(args: Args) -> anyhow::Result<()> {
-    let uri = if args.server.contains("://") {
-        args.server.clone()
+    let server = args
+        .server
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1:15000".to_owned());
+    let uri = if server.contains("://") {
+        server.clone()
     } else {
-        format!("http://{}", args.server)
+        format!("http://{server}")
     };
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
@@ -101,7 +140,7 @@ async fn load(args: Args) -> anyhow::Result<()> {
             .tcp_nodelay(true)
             .connect()
             .await
-            .with_context(|| format!("connecting to {}", args.server))?;
+            .with_context(|| format!("connecting to {server}"))?;
         channels.push(ch);
     }
     let workers = args.concurrency.min(args.clients);

@@ -4,7 +4,9 @@ use clap::{Parser, Subcommand};
 
 mod lease;
 mod load;
+mod load_allow;
 mod pace;
+mod quota;
 mod serve;
 mod simulate;
 
@@ -22,12 +24,15 @@ enum Command {
     Pace(pace::Args),
     /// Run a Doorman-compatible capacity lease server.
     Serve(serve::Args),
-    /// Load-test a capacity server with many simulated clients.
+    /// Load-test a capacity server with many simulated clients, or a quota
+    /// server with Allow calls (`--mode allow`).
     Load(load::Args),
     /// Ask a capacity server for leases and print them as they refresh.
     Lease(lease::Args),
     /// Simulate a server tree's convergence on a virtual clock.
     Simulate(simulate::Args),
+    /// Run a quotaservice-compatible Allow server.
+    Quota(quota::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::run(args),
         Command::Lease(args) => lease::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Quota(args) => quota::run(args),
     }
 }
 

@@ -1,0 +1,470 @@
+//! The live buckets: lookup in the design's order, lazy creation under the
+//! dynamic-bucket caps, reload that keeps state, and idle removal.
+//!
+//! # Implementation notes
+//!
+//! Buckets live in a map keyed `namespace:bucket` (names cannot contain
+//! `:`), split into [`SHARDS`] shards each behind its own `RwLock`, so that
+//! concurrent lookups of different buckets rarely share a lock and never
+//! take one exclusively. A bucket is created on first use; its
+//! [`TokenBucket`] owns no thread, so a hundred thousand dynamic buckets cost
+//! memory (a few hundred bytes each) and nothing else.
+//!
+//! The configuration sits behind one `RwLock`. A request holds its read
+//! guard from lookup to reservation; [`Registry::reload`] takes the write
+//! guard, swaps the configuration and walks every bucket before letting
+//! requests in again, so no request creates a bucket from a configuration
+//! that is gone. Locks are always taken in the order configuration, shard,
+//! dynamic counts.
+//!
+//! Dynamic buckets are counted per namespace; the count only changes under
+//! a shard's write lock together with the map, so it is exact. Reaching the
+//! cap refuses new names until idle buckets are removed.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
+use super::metrics::Metrics;
+use crate::clock::Clock;
+use crate::limiter::reservation::TokenBucket;
+
+/// How many shards the bucket map is split into.
+pub(crate) const SHARDS: usize = 64;
+
+/// Which configuration a live bucket follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A bucket named in the namespace's `buckets`.
+    Named,
+    /// The namespace's default bucket.
+    NamespaceDefault,
+    /// A bucket made from the namespace's dynamic template.
+    Dynamic,
+    /// The global default bucket.
+    GlobalDefault,
+}
+
+impl Kind {
+    /// The lower-case name used in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Named => "named",
+            Kind::NamespaceDefault => "namespace_default",
+            Kind::Dynamic => "dynamic",
+            Kind::GlobalDefault => "global_default",
+        }
+    }
+}
+
+/// The bucket that serves a (namespace, name) pair under a configuration,
+/// in the design's lookup order: the named bucket, the namespace's default
+/// bucket, a dynamic bucket from the namespace's template, the global
+/// default bucket. `None`: no bucket.
+///
+/// Returns the kind, the namespace and bucket name it is kept under, and
+/// its configuration.
+pub fn resolve<'a>(
+    config: &'a Config,
+    namespace: &'a str,
+    name: &'a str,
+) -> Option<(Kind, &'a str, &'a str, &'a BucketConfig)> {
+    if let Some(ns) = config.namespaces.get(namespace) {
+        if let Some(b) = ns.buckets.get(name) {
+            return Some((Kind::Named, namespace, name, b));
+        }
+        if let Some(b) = &ns.default_bucket {
+            return Some((Kind::NamespaceDefault, namespace, DEFAULT_BUCKET_NAME, b));
+        }
+        if let Some(b) = &ns.dynamic_bucket_template {
+            return Some((Kind::Dynamic, namespace, name, b));
+        }
+    }
+    config.global_default_bucket.as_ref().map(|b| {
+        (
+            Kind::GlobalDefault,
+            GLOBAL_NAMESPACE,
+            DEFAULT_BUCKET_NAME,
+            b,
+        )
+    })
+}
+
+/// One live bucket.
+#[derive(Debug)]
+pub struct Slot {
+    bucket: TokenBucket,
+    kind: Kind,
+    /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
+    /// reloads (Relaxed: a plain value read by the reaper, which tolerates a
+    /// stale one for one sweep).
+    max_idle_ms: AtomicU64,
+    /// Tokens asked for, granted or not (Relaxed: a counter read by the
+    /// cluster task to measure demand).
+    demand: AtomicU64,
+}
+
+impl Slot {
+    /// Counts `tokens` asked for.
+    pub(crate) fn record_demand(&self, tokens: u64) {
+        self.demand.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &TokenBucket {
+        &self.bucket
+    }
+
+    /// Which configuration it follows.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn set_max_idle(&self, max_idle: Option<Duration>) {
+        let ms = max_idle.map_or(u64::MAX, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+        });
+        self.max_idle_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn is_idle(&self) -> bool {
+        // Relaxed: see the field.
+        let ms = self.max_idle_ms.load(Ordering::Relaxed);
+        ms != u64::MAX && self.bucket.idle() >= Duration::from_millis(ms)
+    }
+}
+
+/// A namespace's dynamic-bucket cap was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyBuckets {
+    /// The cap.
+    pub cap: u64,
+}
+
+/// Server-wide limits that the configuration cannot raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The cap on dynamic buckets of a namespace whose `max_dynamic_buckets`
+    /// is 0 (the reference's "unlimited"; default 100 000).
+    pub default_max_dynamic_buckets: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            default_max_dynamic_buckets: 100_000,
+        }
+    }
+}
+
+type Shard = HashMap<Box<str>, Arc<Slot>>;
+
+/// The settings of a bucket under `config`, or under its share if it has
+/// one.
+fn effective(config: &BucketConfig, share: Option<f64>) -> crate::BucketSettings {
+    match share {
+        Some(rate) => config.share_settings(rate),
+        None => config.settings(),
+    }
+}
+
+/// The live buckets and the configuration they follow.
+#[derive(Debug)]
+pub struct Registry {
+    config: RwLock<Arc<Config>>,
+    shards: Box<[RwLock<Shard>]>,
+    /// Live dynamic buckets per namespace.
+    dynamic: Mutex<HashMap<Box<str>, u64>>,
+    hasher: std::collections::hash_map::RandomState,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    metrics: Metrics,
+    /// Fill rates that replace the configured ones, by key (cluster mode).
+    shares: RwLock<HashMap<String, f64>>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    let mut k = String::with_capacity(namespace.len() + 1 + name.len());
+    k.push_str(namespace);
+    k.push(':');
+    k.push_str(name);
+    k
+}
+
+impl Registry {
+    /// An empty registry following `config`.
+    pub fn new(
+        config: Config,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+        metrics: Metrics,
+    ) -> Registry {
+        Registry {
+            config: RwLock::new(Arc::new(config)),
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            dynamic: Mutex::new(HashMap::new()),
+            hasher: std::collections::hash_map::RandomState::new(),
+            clock,
+            limits,
+            metrics,
+            shares: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The configuration, read-locked: hold the guard while using a bucket
+    /// found under it.
+    pub fn config(&self) -> RwLockReadGuard<'_, Arc<Config>> {
+        read(&self.config)
+    }
+
+    fn shard(&self, key: &str) -> &RwLock<Shard> {
+        let mut h = self.hasher.build_hasher();
+        key.hash(&mut h);
+        &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    fn cap(&self, config: &Config, namespace: &str) -> u64 {
+        match config.namespaces.get(namespace) {
+            Some(ns) if ns.max_dynamic_buckets > 0 => ns.max_dynamic_buckets,
+            _ => self.limits.default_max_dynamic_buckets,
+        }
+    }
+
+    /// The bucket kept under (`namespace`, `name`), created from `bucket` if
+    /// it is not there. `config` must be the guard from
+    /// [`Registry::config`].
+    ///
+    /// # Errors
+    ///
+    /// [`TooManyBuckets`] when a dynamic bucket would exceed its
+    /// namespace's cap.
+    pub fn get_or_create(
+        &self,
+        config: &Config,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        bucket: &BucketConfig,
+    ) -> Result<Arc<Slot>, TooManyBuckets> {
+        let k = key(namespace, name);
+        let shard = self.shard(&k);
+        if let Some(slot) = read(shard).get(k.as_str()) {
+            return Ok(Arc::clone(slot));
+        }
+        let mut map = write(shard);
+        if let Some(slot) = map.get(k.as_str()) {
+            return Ok(Arc::clone(slot));
+        }
+        if kind == Kind::Dynamic {
+            let cap = self.cap(config, namespace);
+            let mut counts = self
+                .dynamic
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let count = counts.entry(namespace.into()).or_insert(0);
+            if *count >= cap {
+                return Err(TooManyBuckets { cap });
+            }
+            *count += 1;
+        }
+        let share = read(&self.shares).get(k.as_str()).copied();
+        let slot = Arc::new(Slot {
+            bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
+            kind,
+            max_idle_ms: AtomicU64::new(u64::MAX),
+            demand: AtomicU64::new(0),
+        });
+        slot.set_max_idle(bucket.max_idle);
+        map.insert(k.into_boxed_str(), Arc::clone(&slot));
+        self.metrics.created.with_label_values(&[namespace]).inc();
+        self.metrics.buckets.inc();
+        Ok(slot)
+    }
+
+    /// Counts a removed bucket.
+    fn removed(&self, key: &str, slot: &Slot) {
+        let namespace = key.split(':').next().unwrap_or(key);
+        if slot.kind == Kind::Dynamic {
+            let mut counts = self
+                .dynamic
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(count) = counts.get_mut(namespace) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    counts.remove(namespace);
+                }
+            }
+        }
+        self.metrics.removed.with_label_values(&[namespace]).inc();
+        self.metrics.buckets.dec();
+    }
+
+    /// Replaces the configuration. Buckets that still resolve to the same
+    /// kind keep their state (tokens and debt) under the new settings; the
+    /// others are removed and made afresh on next use. Returns how many
+    /// were removed.
+    pub fn reload(&self, new: Config) -> usize {
+        let mut config = write(&self.config);
+        let shares = read(&self.shares).clone();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut map = write(shard);
+            map.retain(|k, slot| {
+                let (namespace, name) = k.split_once(':').unwrap_or((k, ""));
+                let keep = match slot.kind {
+                    Kind::GlobalDefault => new.global_default_bucket.as_ref(),
+                    Kind::NamespaceDefault => new
+                        .namespaces
+                        .get(namespace)
+                        .and_then(|ns| ns.default_bucket.as_ref()),
+                    Kind::Named => new
+                        .namespaces
+                        .get(namespace)
+                        .and_then(|ns| ns.buckets.get(name)),
+                    Kind::Dynamic => new
+                        .namespaces
+                        .get(namespace)
+                        .filter(|ns| !ns.buckets.contains_key(name))
+                        .and_then(|ns| ns.dynamic_bucket_template.as_ref()),
+                };
+                match keep {
+                    Some(b) => {
+                        slot.bucket
+                            .set_settings(effective(b, shares.get(&**k).copied()));
+                        slot.set_max_idle(b.max_idle);
+                        true
+                    }
+                    None => {
+                        self.removed(k, slot);
+                        removed += 1;
+                        false
+                    }
+                }
+            });
+        }
+        *config = Arc::new(new);
+        removed
+    }
+
+    /// Removes the buckets idle longer than their max idle time; returns
+    /// how many. A removed bucket is made afresh (full) on next use.
+    pub fn reap(&self) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            if !read(shard).values().any(|s| s.is_idle()) {
+                continue;
+            }
+            write(shard).retain(|k, slot| {
+                if slot.is_idle() {
+                    self.removed(k, slot);
+                    removed += 1;
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        removed
+    }
+
+    /// Gives the bucket kept under (`namespace`, `name`) a fill rate of
+    /// `rate` instead of its configured one (its lease share in cluster
+    /// mode), or restores the configured one with `None`. Applies to the
+    /// live bucket, keeping its state, and to the bucket made on next use.
+    pub fn set_share(&self, namespace: &str, name: &str, rate: Option<f64>) {
+        let config = self.config();
+        let k = key(namespace, name);
+        match rate {
+            Some(r) => write(&self.shares).insert(k.clone(), r),
+            None => write(&self.shares).remove(&k),
+        };
+        let Some(slot) = read(self.shard(&k)).get(k.as_str()).cloned() else {
+            return;
+        };
+        let bucket = if namespace == GLOBAL_NAMESPACE {
+            config.global_default_bucket.as_ref()
+        } else {
+            config.namespaces.get(namespace).and_then(|ns| {
+                if name == DEFAULT_BUCKET_NAME {
+                    ns.default_bucket.as_ref()
+                } else {
+                    ns.buckets.get(name).or(ns.dynamic_bucket_template.as_ref())
+                }
+            })
+        };
+        if let Some(b) = bucket {
+            slot.bucket.set_settings(effective(b, rate));
+        }
+    }
+
+    /// Tokens asked of the bucket kept under (`namespace`, `name`) since it
+    /// was made, granted or not; 0 if it is not alive.
+    pub fn demand(&self, namespace: &str, name: &str) -> u64 {
+        let k = key(namespace, name);
+        read(self.shard(&k))
+            .get(k.as_str())
+            .map_or(0, |s| s.demand.load(Ordering::Relaxed))
+    }
+
+    /// The settings of the bucket kept under (`namespace`, `name`), if it
+    /// is alive.
+    pub fn settings(&self, namespace: &str, name: &str) -> Option<crate::BucketSettings> {
+        let k = key(namespace, name);
+        read(self.shard(&k))
+            .get(k.as_str())
+            .map(|s| s.bucket.settings())
+    }
+
+    /// How many buckets are alive.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| read(s).len()).sum()
+    }
+
+    /// Whether no bucket is alive.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many dynamic buckets of `namespace` are alive.
+    pub fn dynamic_count(&self, namespace: &str) -> u64 {
+        let counts = self
+            .dynamic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// The live buckets as (namespace, bucket, kind, tokens on hand), sorted,
+    /// at most `limit` of them.
+    pub fn list(&self, limit: usize) -> Vec<(String, String, Kind, i64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (k, slot) in read(shard).iter() {
+                let (ns, name) = k.split_once(':').unwrap_or((k, ""));
+                out.push((
+                    ns.to_owned(),
+                    name.to_owned(),
+                    slot.kind,
+                    slot.bucket.available(),
+                ));
+            }
+        }
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out.truncate(limit);
+        out
+    }
+}

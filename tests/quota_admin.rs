@@ -1,0 +1,144 @@
+//! The admin HTTP API: changes are validated, written to the config file
+//! (so a restart keeps them) and applied keeping bucket state.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tollgate::quota::admin::{self, Admin};
+use tollgate::quota::config::Config;
+use tollgate::quota::{Limits, Quota, Request, Status};
+use tollgate::ManualClock;
+
+/// One HTTP/1.1 request; returns the status code and the body.
+async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let msg = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(msg.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_owned();
+    (code, body)
+}
+
+const CONFIG: &str =
+    "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";
+
+#[tokio::test]
+async fn admin_changes_are_validated_persisted_and_keep_state() {
+    let dir = std::env::temp_dir().join(format!("tollgate-quota-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("quota.yaml");
+    std::fs::write(&path, CONFIG).unwrap();
+    let quota = Arc::new(Quota::new(
+        Config::from_file(&path).unwrap(),
+        Limits::default(),
+        Arc::new(ManualClock::new()),
+    ));
+    let admin = Arc::new(Admin::new(Arc::clone(&quota), path.clone()).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, admin::router(admin)).await });
+
+    let allow = |b: &str, n| {
+        quota
+            .allow(&Request::new("svc", b, n).max_wait_millis(0))
+            .status
+    };
+    assert_eq!(allow("db", 2), Status::Ok); // db is now empty
+    assert_eq!(allow("cache", 1), Status::RejectedNoBucket);
+
+    // Add a bucket: served at once, written to the file, db still empty.
+    let (code, _) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/cache",
+        r#"{"size": 5, "fill_rate": 5}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(allow("cache", 5), Status::Ok);
+    assert_eq!(allow("db", 1), Status::RejectedTimeout);
+    let on_disk = Config::from_file(&path).unwrap();
+    assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
+    assert_eq!(on_disk.namespaces["svc"].buckets["db"].size, 2);
+
+    // An invalid change names the field and changes nothing.
+    let (code, body) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/cache",
+        r#"{"size": -1}"#,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        body.contains("namespace \\\"svc\\\": bucket \\\"cache\\\": size"),
+        "{body}"
+    );
+    assert_eq!(Config::from_file(&path).unwrap(), on_disk);
+    let (code, _) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/cache",
+        r#"{"sise": 1}"#,
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, _) = http(&addr, "PUT", "/api/admin/namespaces/s:v/buckets/x", "{}").await;
+    assert_eq!(code, 400);
+
+    // A new namespace, listed; then deletions.
+    let (code, _) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/logins",
+        r#"{"max_dynamic_buckets": 10, "dynamic_bucket_template": {"size": 1}}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        quota.allow(&Request::new("logins", "u1", 1)).status,
+        Status::Ok
+    );
+    let (code, body) = http(&addr, "GET", "/api/admin/config", "").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["namespaces"]["logins"]["max_dynamic_buckets"], 10);
+    assert_eq!(v["metrics_enabled"], true);
+    let (code, _) = http(
+        &addr,
+        "DELETE",
+        "/api/admin/namespaces/svc/buckets/cache",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(allow("cache", 1), Status::RejectedNoBucket);
+    let (code, _) = http(
+        &addr,
+        "DELETE",
+        "/api/admin/namespaces/svc/buckets/cache",
+        "",
+    )
+    .await;
+    assert_eq!(code, 404);
+    let (code, _) = http(&addr, "DELETE", "/api/admin/namespaces/logins", "").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        quota.allow(&Request::new("logins", "u1", 1)).status,
+        Status::RejectedNoBucket
+    );
+    // What a restart would load.
+    let restarted = Config::from_file(&path).unwrap();
+    assert!(!restarted.namespaces.contains_key("logins"));
+    assert_eq!(restarted.namespaces["svc"].buckets.len(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

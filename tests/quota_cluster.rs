@@ -1,0 +1,137 @@
+//! Cluster mode: three quota servers under one lease server, uneven load.
+//! The combined granted rate stays within the configured rate (+2%), and
+//! the busy server holds the larger share within two refresh intervals.
+//!
+//! This test runs in real time (the lease protocol's refresh interval is at
+//! least a second), but every assertion is an upper bound or an ordering
+//! that a slow, loaded machine only makes easier to meet.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::doorman::client::Client;
+use tollgate::doorman::clock::SystemClock as DoormanClock;
+use tollgate::doorman::config::Config as DoormanConfig;
+use tollgate::doorman::election::single::Single;
+use tollgate::doorman::server::Server;
+use tollgate::quota::cluster::{self, ClusterOptions};
+use tollgate::quota::config::Config;
+use tollgate::quota::{Limits, Quota, Request, Status};
+
+const RATE: f64 = 1000.0;
+const SIZE: u64 = 100;
+
+const LEASES: &str = "\
+resources:
+  - identifier_glob: \"svc:api\"
+    capacity: 1000
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+  - identifier_glob: \"*\"
+    capacity: 0
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+";
+
+const QUOTA: &str = "\
+namespaces:
+  svc:
+    buckets:
+      api: {size: 100, fill_rate: 1000, max_tokens_per_request: 1000}
+";
+
+fn rate_of(q: &Quota) -> f64 {
+    q.registry()
+        .settings("svc", "api")
+        .map_or(0.0, |s| s.rate().ops_per_sec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_share_one_rate_by_demand() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let lease_addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(lease_addr.clone()));
+    let server = Server::new(
+        DoormanConfig::from_yaml(LEASES).unwrap(),
+        &election,
+        Arc::new(DoormanClock),
+    );
+    tokio::spawn(server.serve(listener, std::future::pending()));
+
+    let mut quotas = Vec::new();
+    for _ in 0..3 {
+        let quota = Arc::new(Quota::new(
+            Config::from_yaml(QUOTA).unwrap(),
+            Limits::default(),
+            Arc::new(tollgate::SystemClock::new()),
+        ));
+        // Make the shared bucket exist before the load starts.
+        quota.allow(&Request::new("svc", "api", 1).max_wait_millis(0));
+        let client = Client::builder()
+            .server(lease_addr.clone())
+            .build()
+            .unwrap();
+        tokio::spawn(cluster::run(
+            Arc::clone(&quota),
+            client,
+            ClusterOptions::default().interval(Duration::from_millis(200)),
+        ));
+        quotas.push(quota);
+    }
+
+    // Uneven load: 20, 3 and 1 requests every 10 ms (2000, 300, 100 per s
+    // if the machine keeps up), each granted only from tokens on hand.
+    let granted: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    for (i, per_tick) in [20, 3, 1].into_iter().enumerate() {
+        let quota = Arc::clone(&quotas[i]);
+        let granted = Arc::clone(&granted);
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                for _ in 0..per_tick {
+                    let d = quota.allow(&Request::new("svc", "api", 1).max_wait_millis(0));
+                    if d.status == Status::Ok {
+                        granted[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+
+    // Two refresh intervals (1 s each), plus one demand measurement.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let rates: Vec<f64> = quotas.iter().map(|q| rate_of(q)).collect();
+    assert!(
+        rates[0] > rates[1] && rates[0] > rates[2],
+        "the busy server should hold the largest share: {rates:?}"
+    );
+    assert!(rates.iter().sum::<f64>() <= RATE * 1.02, "{rates:?}");
+
+    // The combined granted rate over a window, tokens on hand at its start
+    // included (at most the configured size, split between the servers).
+    let before: u64 = granted.iter().map(|g| g.load(Ordering::Relaxed)).sum();
+    let start = Instant::now();
+    let mut max_sum: f64 = 0.0;
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let sum: f64 = quotas.iter().map(|q| rate_of(q)).sum();
+        max_sum = max_sum.max(sum);
+    }
+    let after: u64 = granted.iter().map(|g| g.load(Ordering::Relaxed)).sum();
+    let window = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let total = (after - before) as f64;
+    let sizes = SIZE as f64 + 3.0;
+    assert!(
+        total <= RATE * window * 1.02 + sizes,
+        "granted {total} in {window:.2} s"
+    );
+    assert!(max_sum <= RATE * 1.02, "shares summed to {max_sum}");
+    let last: Vec<f64> = quotas.iter().map(|q| rate_of(q)).collect();
+    eprintln!(
+        "shares after 2 refreshes: {rates:?}, at the end: {last:?}; granted {total} in {window:.2} s ({:.0}/s)",
+        total / window
+    );
+}

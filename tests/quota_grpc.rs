@@ -1,0 +1,270 @@
+//! The quota service on the wire: golden bytes encoded by hand from the
+//! reference's field table, Allow over real gRPC on 127.0.0.1:0, the JSON
+//! Allow and metrics on the debug port, and reload from a file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tollgate::quota::config::Config;
+use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
+use tollgate::quota::pb::{allow_response, AllowRequest, AllowResponse};
+use tollgate::quota::{grpc, http, reload, Limits, Quota};
+use tollgate::ManualClock;
+
+/// namespace = 1 (string), bucket_name = 2 (string), tokens_requested = 3
+/// (int64), max_wait_millis_override = 4 (int64), max_wait_time_override = 5
+/// (bool): tags are (field << 3) | wire type, 2 for strings, 0 for varints.
+const REQUEST: &[u8] = &[
+    0x0a, 0x02, b'n', b's', // 1: "ns"
+    0x12, 0x01, b'b', // 2: "b"
+    0x18, 0x03, // 3: 3
+    0x20, 0xfa, 0x01, // 4: 250 = 0b1_1111010 -> 0xfa 0x01
+    0x28, 0x01, // 5: true
+];
+
+/// tokens_requested = -1: an int64 varint of ten bytes.
+const NEGATIVE: &[u8] = &[
+    0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+];
+
+/// status = 0 (OK) is the default and not sent; tokens_granted = 2 (int64)
+/// = 3; wait_millis = 3 (int64) = 100.
+const OK_RESPONSE: &[u8] = &[0x10, 0x03, 0x18, 0x64];
+/// status = 1 (enum) = REJECTED_TIMEOUT.
+const TIMEOUT_RESPONSE: &[u8] = &[0x08, 0x01];
+/// status = 6 = REJECTED_SERVER_ERROR, the last value.
+const SERVER_ERROR_RESPONSE: &[u8] = &[0x08, 0x06];
+
+#[test]
+fn golden_bytes_match_the_field_table() {
+    let req = AllowRequest {
+        namespace: "ns".into(),
+        bucket_name: "b".into(),
+        tokens_requested: 3,
+        max_wait_millis_override: 250,
+        max_wait_time_override: true,
+    };
+    assert_eq!(req.encode_to_vec(), REQUEST);
+    assert_eq!(AllowRequest::decode(REQUEST).unwrap(), req);
+    let neg = AllowRequest::decode(NEGATIVE).unwrap();
+    assert_eq!(neg.tokens_requested, -1);
+    assert_eq!(neg.encode_to_vec(), NEGATIVE);
+
+    let ok = AllowResponse {
+        status: allow_response::Status::Ok as i32,
+        tokens_granted: 3,
+        wait_millis: 100,
+    };
+    assert_eq!(ok.encode_to_vec(), OK_RESPONSE);
+    assert_eq!(AllowResponse::decode(OK_RESPONSE).unwrap(), ok);
+    let timeout = AllowResponse::decode(TIMEOUT_RESPONSE).unwrap();
+    assert_eq!(timeout.status(), allow_response::Status::RejectedTimeout);
+    let last = AllowResponse::decode(SERVER_ERROR_RESPONSE).unwrap();
+    assert_eq!(last.status(), allow_response::Status::RejectedServerError);
+    let names = [
+        (0, "OK"),
+        (1, "REJECTED_TIMEOUT"),
+        (2, "REJECTED_NO_BUCKET"),
+        (3, "REJECTED_TOO_MANY_BUCKETS"),
+        (4, "REJECTED_TOO_MANY_TOKENS_REQUESTED"),
+        (5, "REJECTED_INVALID_REQUEST"),
+        (6, "REJECTED_SERVER_ERROR"),
+    ];
+    for (n, name) in names {
+        let s = allow_response::Status::try_from(n).unwrap();
+        assert_eq!(s.as_str_name(), name);
+        assert_eq!(tollgate::quota::Status::from(s).name(), name);
+    }
+    assert_eq!(
+        tollgate::quota::pb::quota_service_server::SERVICE_NAME,
+        "quotaservice.QuotaService"
+    );
+}
+
+const CONFIG: &str = "\
+namespaces:
+  ns:
+    buckets:
+      b: {size: 3, fill_rate: 10, wait_timeout_millis: 1000}
+  logins:
+    max_dynamic_buckets: 2
+    dynamic_bucket_template: {size: 1, fill_rate: 1}
+";
+
+async fn start(yaml: &str) -> (Arc<Quota>, ManualClock, String, String) {
+    let clock = ManualClock::new();
+    let quota = Arc::new(Quota::new(
+        Config::from_yaml(yaml).unwrap(),
+        Limits::default(),
+        Arc::new(clock.clone()),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(grpc::serve(
+        Arc::clone(&quota),
+        listener,
+        std::future::pending(),
+    ));
+    let dl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let daddr = dl.local_addr().unwrap().to_string();
+    tokio::spawn(http::serve(Arc::clone(&quota), dl, std::future::pending()));
+    (quota, clock, addr, daddr)
+}
+
+fn req(ns: &str, b: &str, tokens: i64) -> AllowRequest {
+    AllowRequest {
+        namespace: ns.into(),
+        bucket_name: b.into(),
+        tokens_requested: tokens,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn allow_over_grpc() {
+    let (_quota, clock, addr, _) = start(CONFIG).await;
+    let client = QuotaServiceClient::connect(addr).await.unwrap();
+    let call = |r: AllowRequest| {
+        let mut c = client.clone();
+        async move {
+            let resp = c.allow(r).await.unwrap().into_inner();
+            (resp.status(), resp.tokens_granted, resp.wait_millis)
+        }
+    };
+    use allow_response::Status as S;
+    assert_eq!(call(req("ns", "b", 3)).await, (S::Ok, 3, 0));
+    assert_eq!(call(req("ns", "b", 0)).await, (S::Ok, 1, 100));
+    // The override lowers the 1000 ms timeout to 150 ms: 200 ms is too long.
+    let mut lowered = req("ns", "b", 1);
+    lowered.max_wait_time_override = true;
+    lowered.max_wait_millis_override = 150;
+    assert_eq!(call(lowered.clone()).await, (S::RejectedTimeout, 0, 0));
+    // Without the flag the override is ignored.
+    lowered.max_wait_time_override = false;
+    assert_eq!(call(lowered).await, (S::Ok, 1, 200));
+    clock.advance(Duration::from_millis(300));
+    assert_eq!(call(req("ns", "b", 1)).await, (S::Ok, 1, 0));
+    // Bad input: the right status, never a gRPC error.
+    assert_eq!(call(req("nope", "b", 1)).await, (S::RejectedNoBucket, 0, 0));
+    assert_eq!(
+        call(req("ns", "b:c", 1)).await,
+        (S::RejectedInvalidRequest, 0, 0)
+    );
+    assert_eq!(
+        call(req("", "", 1)).await,
+        (S::RejectedInvalidRequest, 0, 0)
+    );
+    assert_eq!(
+        call(req("ns", "b", -5)).await,
+        (S::RejectedInvalidRequest, 0, 0)
+    );
+    assert_eq!(
+        call(req("ns", "b", i64::MAX)).await,
+        (S::RejectedTooManyTokensRequested, 0, 0)
+    );
+    assert_eq!(call(req("logins", "u1", 1)).await, (S::Ok, 1, 0));
+    assert_eq!(call(req("logins", "u2", 1)).await, (S::Ok, 1, 0));
+    assert_eq!(
+        call(req("logins", "u3", 1)).await,
+        (S::RejectedTooManyBuckets, 0, 0)
+    );
+    // Raw golden bytes on the wire decode to the same request.
+    let golden = AllowRequest::decode(NEGATIVE).unwrap();
+    assert_eq!(call(golden).await, (S::RejectedInvalidRequest, 0, 0));
+}
+
+/// One HTTP/1.1 request; returns the status code and the body.
+async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let msg = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(msg.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_owned();
+    (code, body)
+}
+
+#[tokio::test]
+async fn json_allow_and_metrics_on_the_debug_port() {
+    let (_quota, _clock, _, daddr) = start(CONFIG).await;
+    let (code, body) = http(
+        &daddr,
+        "POST",
+        "/api/allow",
+        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"status": "OK", "tokens_granted": 2, "wait_millis": 0})
+    );
+    let (_, body) = http(
+        &daddr,
+        "POST",
+        "/api/allow",
+        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2,"max_wait_time_override":true,"max_wait_millis_override":50}"#,
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "REJECTED_TIMEOUT");
+    let (code, body) = http(&daddr, "POST", "/api/allow", "{not json").await;
+    assert_eq!(code, 400);
+    assert!(body.contains("REJECTED_INVALID_REQUEST"));
+    let (code, body) = http(&daddr, "GET", "/api/buckets", "").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!([{"namespace": "ns", "bucket_name": "b", "kind": "named", "tokens_available": 1}])
+    );
+    let (code, body) = http(&daddr, "GET", "/metrics", "").await;
+    assert_eq!(code, 200);
+    assert!(body.contains("tollgate_quota_requests_served{namespace=\"ns\",waited=\"false\"} 1"));
+    assert!(body.contains("tollgate_quota_tokens_served{namespace=\"ns\"} 2"));
+    assert!(body.contains("tollgate_quota_timeouts{namespace=\"ns\"} 1"));
+    assert!(body.contains("tollgate_quota_buckets_created{namespace=\"ns\"} 1"));
+}
+
+#[test]
+fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
+    let dir = std::env::temp_dir().join(format!("tollgate-quota-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("quota.yaml");
+    std::fs::write(&path, CONFIG).unwrap();
+    let clock = ManualClock::new();
+    let quota = Quota::new(
+        Config::from_file(&path).unwrap(),
+        Limits::default(),
+        Arc::new(clock),
+    );
+    let r = tollgate::quota::Request::new("ns", "b", 3);
+    assert_eq!(quota.allow(&r).wait_millis(), 0);
+    std::fs::write(
+        &path,
+        "namespaces:\n  ns:\n    buckets:\n      b: {size: -1}\n",
+    )
+    .unwrap();
+    assert!(!reload::reload(&quota, &path));
+    std::fs::write(&path, CONFIG.replace("fill_rate: 10,", "fill_rate: 20,")).unwrap();
+    assert!(reload::reload(&quota, &path));
+    // Still empty after the reload; one token is now 50 ms away.
+    assert_eq!(
+        quota
+            .allow(&tollgate::quota::Request::new("ns", "b", 1))
+            .wait_millis(),
+        50
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
