@@ -44,6 +44,8 @@ mod clock;
 pub mod doorman;
 mod limiter;
 mod sync;
+#[cfg(not(tollgate_loom))]
+pub mod throttle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::spec::{RateSpec, SpecError, Verb};

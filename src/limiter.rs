@@ -10,10 +10,10 @@ mod core;
 #[cfg_attr(tollgate_loom, allow(dead_code))]
 mod filler;
 mod future;
-mod pool;
+pub(crate) mod pool;
 mod slice;
 pub(crate) mod spec;
-mod units;
+pub(crate) mod units;
 mod wait;
 
 use std::fmt;
