@@ -38,6 +38,7 @@ mod gcra;
 mod policy;
 mod sliding_counter;
 mod sliding_log;
+mod store;
 mod token_pool;
 
 pub use error::LimitError;
@@ -46,4 +47,5 @@ pub use gcra::{Gcra, GcraState};
 pub use policy::{Policy, Verdict};
 pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use store::{Evictions, KeyedLimiter};
 pub use token_pool::{TokenPool, TokenPoolState};

@@ -60,14 +60,27 @@ pub struct TokenPool {
     backlog_cap: u128,
 }
 
-/// The state of one key under a [`TokenPool`].
+/// The state of one key under a [`TokenPool`]: 40 bytes.
+///
+/// The core's pool is stored narrowed: the backlog is capped below 2^64
+/// tokens and the meter's carry is below its denominator (at most 10^18).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenPoolState {
-    pool: Pool,
-    carry: u128,
+    active: u64,
+    waiting: u64,
+    carry: u64,
     last_ns: u64,
     /// Tokens charged by post-accounting beyond what the pool held.
     debt: u64,
+}
+
+impl TokenPoolState {
+    fn pool(&self) -> Pool {
+        Pool {
+            active: self.active,
+            waiting: u128::from(self.waiting),
+        }
+    }
 }
 
 impl TokenPool {
@@ -96,8 +109,11 @@ impl TokenPool {
     }
 
     fn tokens_for_duration(&self, d: Duration) -> u128 {
-        self.meter
-            .tokens_floor(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        let tokens = self
+            .meter
+            .tokens_floor(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        // The state stores the backlog in 64 bits.
+        tokens.min(u128::from(u64::MAX))
     }
 
     /// Fills the state with the time elapsed since its last fill.
@@ -107,14 +123,21 @@ impl TokenPool {
         }
         let elapsed = now_ns - s.last_ns;
         s.last_ns = now_ns;
-        let mut tokens = self.meter.tokens_for(elapsed, &mut s.carry);
+        let mut carry = u128::from(s.carry);
+        let mut tokens = self.meter.tokens_for(elapsed, &mut carry);
+        // The carry is below the meter's denominator, at most 1e18.
+        s.carry = carry as u64;
         let repaid = tokens.min(u128::from(s.debt));
         // repaid <= debt, a u64.
         s.debt -= repaid as u64;
         tokens -= repaid;
         if tokens > 0 {
-            s.pool.fill(tokens, &self.sizing);
-            s.pool.cap_waiting(Some(self.backlog_cap));
+            let mut pool = s.pool();
+            pool.fill(tokens, &self.sizing);
+            pool.cap_waiting(Some(self.backlog_cap));
+            s.active = pool.active;
+            // Capped at backlog_cap, which fits in a u64.
+            s.waiting = pool.waiting as u64;
         }
     }
 
@@ -131,11 +154,11 @@ impl TokenPool {
     fn retry_after(&self, s: &TokenPoolState, need: u64) -> u64 {
         let (a, b) = (self.sizing.active, self.sizing.burst);
         let tokens = if need <= a {
-            u128::from(need - s.pool.active)
+            u128::from(need - s.active)
         } else {
             // One fill of at least A moves the whole headroom B, provided
             // the overflow left in the backlog covers it.
-            u128::from(a.max(a - s.pool.active.min(a) + b))
+            u128::from(a.max(a - s.active.min(a) + b))
         };
         self.ceil_ns(tokens + u128::from(s.debt))
     }
@@ -146,10 +169,9 @@ impl Policy for TokenPool {
 
     fn new_state(&self, now_ns: u64) -> TokenPoolState {
         TokenPoolState {
-            pool: Pool {
-                active: self.sizing.max_over(),
-                waiting: self.backlog_cap,
-            },
+            active: self.sizing.max_over(),
+            // Capped at u64::MAX by `tokens_for_duration`.
+            waiting: self.backlog_cap as u64,
             carry: 0,
             last_ns: now_ns,
             debt: 0,
@@ -164,10 +186,10 @@ impl Policy for TokenPool {
             };
         }
         let need = cost * TOKENS_PER_OP;
-        if s.pool.active >= need {
-            s.pool.active -= need;
+        if s.active >= need {
+            s.active -= need;
             Verdict::Admit {
-                remaining: s.pool.active / TOKENS_PER_OP,
+                remaining: s.active / TOKENS_PER_OP,
             }
         } else {
             Verdict::Reject {
@@ -180,18 +202,14 @@ impl Policy for TokenPool {
         self.advance(s, now_ns);
         let tokens = delta.unsigned_abs().saturating_mul(TOKENS_PER_OP);
         if delta >= 0 {
-            let taken = tokens.min(s.pool.active);
-            s.pool.active -= taken;
+            let taken = tokens.min(s.active);
+            s.active -= taken;
             s.debt = s.debt.saturating_add(tokens - taken);
         } else {
             let repaid = tokens.min(s.debt);
             s.debt -= repaid;
             let back = tokens - repaid;
-            s.pool.active = s
-                .pool
-                .active
-                .saturating_add(back)
-                .min(self.sizing.max_over());
+            s.active = s.active.saturating_add(back).min(self.sizing.max_over());
         }
     }
 
@@ -315,7 +333,7 @@ mod tests {
                 .with_burst_ratio(ratio_pct as f64 / 100.0).unwrap();
             let p = TokenPool::new(spec);
             let mut s = p.new_state(7);
-            let mut r = Reference { pool: p.new_state(7).pool, t0: 7, last: 7 };
+            let mut r = Reference { pool: p.new_state(7).pool(), t0: 7, last: 7 };
             let mut now = 7u64;
             for (dt, cost) in steps {
                 now += dt;
@@ -330,7 +348,7 @@ mod tests {
                 let admitted = need <= p.sizing.max_over() && r.pool.active >= need;
                 if admitted { r.pool.active -= need; }
                 prop_assert_eq!(v.is_admitted(), admitted);
-                prop_assert_eq!(s.pool, r.pool);
+                prop_assert_eq!(s.pool(), r.pool);
             }
         }
 
