@@ -52,7 +52,8 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// use tollgate::throttle::{FixedWindow, KeyedLimiter};
 /// use std::time::Duration;
 ///
-/// let limiter = KeyedLimiter::new(FixedWindow::new(1, Duration::from_secs(1))?, 10_000);
+/// let limiter: KeyedLimiter<FixedWindow> =
+///     KeyedLimiter::new(FixedWindow::new(1, Duration::from_secs(1))?, 10_000);
 /// assert!(limiter.check("alice", 0, 1).is_admitted());
 /// assert!(limiter.check("bob", 0, 1).is_admitted());
 /// assert!(!limiter.check("alice", 1, 1).is_admitted());
