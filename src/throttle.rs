@@ -32,20 +32,30 @@
 //! # Ok::<(), tollgate::throttle::LimitError>(())
 //! ```
 
+mod cost;
 mod error;
 mod fixed_window;
 mod gcra;
+mod metrics;
 mod policy;
+mod queue;
+mod rules;
 mod sliding_counter;
 mod sliding_log;
 mod store;
+mod throttler;
 mod token_pool;
 
 pub use error::LimitError;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use policy::{Policy, Verdict};
+pub use queue::Criticality;
+pub use rules::{Extract, Limit, Mode, PeerAddr, RequestHead, Rule, UserId};
 pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use store::{Evictions, KeyedLimiter};
+pub use throttler::{
+    CostModel, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
+};
 pub use token_pool::{TokenPool, TokenPoolState};

@@ -92,7 +92,6 @@ pub struct Evictions {
 }
 
 /// The outcome of a check with a ban.
-#[allow(dead_code)] // The throttler's rules use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BanCheck {
     pub(crate) verdict: Verdict,
@@ -163,7 +162,6 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     /// Like [`check`](Self::check), but a rejection bans the key until the
     /// policy would admit it again plus `ban_ns`; while banned, every
     /// request is rejected without consulting the policy.
-    #[allow(dead_code)] // The throttler's rules use it.
     pub(crate) fn check_with_ban<Q>(&self, key: &Q, now_ns: u64, cost: u64, ban_ns: u64) -> BanCheck
     where
         K: Borrow<Q>,
