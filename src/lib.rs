@@ -45,6 +45,8 @@ pub mod doorman;
 mod limiter;
 pub mod quota;
 mod sync;
+#[cfg(not(tollgate_loom))]
+pub mod throttle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};

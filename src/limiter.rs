@@ -10,11 +10,11 @@ mod core;
 #[cfg_attr(tollgate_loom, allow(dead_code))]
 mod filler;
 mod future;
-mod pool;
+pub(crate) mod pool;
 pub(crate) mod reservation;
 mod slice;
 pub(crate) mod spec;
-mod units;
+pub(crate) mod units;
 mod wait;
 
 use std::fmt;

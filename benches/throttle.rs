@@ -1,0 +1,117 @@
+//! Keyed decision throughput: tollgate's `KeyedLimiter<TokenPool>` against
+//! governor's keyed limiter (DashMap, GCRA), in one run, on two threads.
+//!
+//! Two workloads: every decision on one hot key, and decisions spread over
+//! one million distinct keys (both stores pre-filled, so the loop measures
+//! steady-state lookups rather than inserts). Both limiters are set far
+//! above what the loop can issue, so every decision is an admission and
+//! each measures the limiter's own cost. Each decision reads the clock
+//! (tollgate: its quanta `SystemClock`; governor: its default quanta clock).
+//!
+//! A third figure, random reads from a 64 MiB array (the size of a
+//! million entries), is the machine's memory floor for the spread workload.
+//!
+//! The machine is shared and noisy: read the tollgate/governor ratio within
+//! one workload, not the absolute numbers. Each figure is the best of five
+//! rounds.
+//!
+//! `cargo bench --bench throttle` (under a minute).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use governor::{Quota, RateLimiter as Governor};
+use tollgate::throttle::{KeyedLimiter, TokenPool};
+use tollgate::{Clock, RateSpec, SystemClock};
+
+const THREADS: usize = 2;
+const ITERS: u64 = 4_000_000;
+const KEYS: u64 = 1_000_000;
+const ROUNDS: usize = 5;
+
+/// Runs `op(thread, i)` `ITERS` times on each thread, released together;
+/// returns the wall time from the first start to the last end.
+fn run<F: Fn(usize, u64) + Sync>(op: F) -> Duration {
+    let start = Barrier::new(THREADS);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (start, op) = (&start, &op);
+                scope.spawn(move || {
+                    start.wait();
+                    let began = Instant::now();
+                    for i in 0..ITERS {
+                        op(t, i);
+                    }
+                    (began, Instant::now())
+                })
+            })
+            .collect();
+        let spans: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let first = spans.iter().map(|s| s.0).min().unwrap();
+        let last = spans.iter().map(|s| s.1).max().unwrap();
+        last - first
+    })
+}
+
+/// Decisions per second, best of `ROUNDS`.
+fn best<F: Fn(usize, u64) + Sync>(op: F) -> f64 {
+    (0..ROUNDS)
+        .map(|_| (THREADS as u64 * ITERS) as f64 / run(&op).as_secs_f64())
+        .fold(0.0, f64::max)
+}
+
+/// A key in `0..KEYS` for decision `i` of thread `t`: a multiplicative
+/// hash, so consecutive decisions hit unrelated keys.
+fn spread(t: usize, i: u64) -> u64 {
+    (i.wrapping_add(t as u64 * 7_919)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> 11)
+        % KEYS
+}
+
+fn main() {
+    let spec: RateSpec = "1T".parse().expect("a valid spec");
+    let clock = SystemClock::new();
+    let quota = Quota::per_second(NonZeroU32::MAX);
+
+    let mut rows = Vec::new();
+    for (name, keys) in [("one hot key", 1u64), ("1M distinct keys", KEYS)] {
+        let ours: KeyedLimiter<TokenPool, u64> =
+            KeyedLimiter::new(TokenPool::new(spec), 2 * KEYS as usize);
+        let gov = Governor::dashmap(quota);
+        for k in 0..keys {
+            ours.check(&k, clock.now_ns(), 1);
+            let _ = gov.check_key(&k);
+        }
+        let key = |t, i| if keys == 1 { 0 } else { spread(t, i) };
+        let t = best(|th, i| {
+            black_box(ours.check(&key(th, i), clock.now_ns(), 1));
+        });
+        let g = best(|th, i| {
+            black_box(gov.check_key(&key(th, i)).is_ok());
+        });
+        rows.push((name, t, g));
+    }
+    // The machine's floor for a store larger than its caches: one
+    // dependent-free random read per decision from a 64 MiB array, the
+    // size of a million keyed entries.
+    let array: Vec<u64> = (0..8 * KEYS).collect();
+    let floor = best(|th, i| {
+        black_box(array[(spread(th, i) * 8 + (i & 7)) as usize]);
+    });
+
+    println!(
+        "keyed decisions/s on {THREADS} threads (best of {ROUNDS} rounds of {ITERS} per thread)"
+    );
+    println!(
+        "{:<18} {:>14} {:>14} {:>8}",
+        "workload", "tollgate", "governor", "ratio"
+    );
+    for (name, t, g) in rows {
+        println!("{name:<18} {:>14.0} {:>14.0} {:>8.2}", t, g, t / g);
+    }
+    println!("random reads of a 64 MiB array: {floor:.0}/s (the memory floor for 1M keys)");
+}

@@ -1,0 +1,147 @@
+//! The throttler's Prometheus metrics: decisions as counters, state (keys,
+//! bans, queue) as gauges computed when scraped.
+//!
+//! # Implementation notes
+//!
+//! Decision counters are incremented on the decision path (one labelled
+//! counter lookup each). The state gauges are read from the throttler only
+//! when the registry is gathered, by a collector holding a weak reference
+//! (the throttler owns the registry, so a strong one would be a cycle).
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use super::throttler::Inner;
+
+/// The throttler's metrics, in their own registry.
+#[derive(Debug, Clone)]
+pub(crate) struct ThrottleMetrics {
+    registry: Registry,
+    decisions: IntCounterVec,
+    queue: IntCounterVec,
+    state: Arc<StateCollector>,
+}
+
+#[derive(Debug)]
+struct StateCollector {
+    throttler: OnceLock<Weak<Inner>>,
+    keys: IntGaugeVec,
+    banned: IntGaugeVec,
+    queued_cost: IntGauge,
+    queued: IntGauge,
+}
+
+impl ThrottleMetrics {
+    pub(crate) fn new() -> ThrottleMetrics {
+        let registry = Registry::new();
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "tollgate_throttle_decisions_total",
+                "Throttle decisions by rule and outcome (admitted, delayed, rejected, banned, \
+                 ban_started, soft_exceeded, shadow_rejected, shadow_banned).",
+            ),
+            &["rule", "outcome"],
+        )
+        .expect("valid metric");
+        let queue = IntCounterVec::new(
+            Opts::new(
+                "tollgate_throttle_queue_total",
+                "Admission queue outcomes (immediate, queued, evicted, full).",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
+        let state = Arc::new(StateCollector {
+            throttler: OnceLock::new(),
+            keys: IntGaugeVec::new(
+                Opts::new("tollgate_throttle_keys", "Keys held per rule (hard limit)."),
+                &["rule"],
+            )
+            .expect("valid metric"),
+            banned: IntGaugeVec::new(
+                Opts::new("tollgate_throttle_banned_keys", "Keys banned now per rule."),
+                &["rule"],
+            )
+            .expect("valid metric"),
+            queued_cost: IntGauge::new(
+                "tollgate_throttle_queued_cost",
+                "Cost waiting in the admission queue.",
+            )
+            .expect("valid metric"),
+            queued: IntGauge::new(
+                "tollgate_throttle_queued_requests",
+                "Requests waiting in the admission queue.",
+            )
+            .expect("valid metric"),
+        });
+        for c in [
+            Box::new(decisions.clone()) as Box<dyn Collector>,
+            Box::new(queue.clone()),
+            Box::new(SharedCollector(state.clone())),
+        ] {
+            registry.register(c).expect("unique metric");
+        }
+        ThrottleMetrics {
+            registry,
+            decisions,
+            queue,
+            state,
+        }
+    }
+
+    pub(crate) fn watch(&self, throttler: Weak<Inner>) {
+        let _ = self.state.throttler.set(throttler);
+    }
+
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub(crate) fn decision(&self, rule: &str, outcome: &str) {
+        self.decisions.with_label_values(&[rule, outcome]).inc();
+    }
+
+    pub(crate) fn queue(&self, outcome: &str) {
+        self.queue.with_label_values(&[outcome]).inc();
+    }
+}
+
+struct SharedCollector(Arc<StateCollector>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        let s = &self.0;
+        let mut d = s.keys.desc();
+        d.extend(s.banned.desc());
+        d.extend(s.queued_cost.desc());
+        d.extend(s.queued.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let s = &self.0;
+        if let Some(inner) = s.throttler.get().and_then(Weak::upgrade) {
+            let now = inner.now_ns();
+            for rule in &inner.rules {
+                s.keys
+                    .with_label_values(&[&*rule.name])
+                    .set(rule.hard.len() as i64);
+                s.banned
+                    .with_label_values(&[&*rule.name])
+                    .set(rule.hard.banned(now) as i64);
+            }
+            if let Some((cost, len)) = inner.queue_state() {
+                s.queued_cost.set(cost as i64);
+                s.queued.set(len as i64);
+            }
+        }
+        let mut out = s.keys.collect();
+        out.extend(s.banned.collect());
+        out.extend(s.queued_cost.collect());
+        out.extend(s.queued.collect());
+        out
+    }
+}

@@ -1,0 +1,103 @@
+//! The [`Policy`] trait: one rate-limiting algorithm applied to the small
+//! state of one key, and its [`Verdict`].
+//!
+//! # Implementation notes
+//!
+//! A policy holds the configuration shared by every key of a rule; the
+//! per-key `State` is a plain value the keyed store keeps under its shard
+//! lock, so a policy is pure arithmetic on `(state, now, cost)`: no atomics,
+//! no clock, no allocation beyond the state's own (the sliding log's ring).
+//! Tests drive it with explicit nanosecond times and assert exact numbers.
+//!
+//! Contracts every policy keeps (the property tests check them):
+//!
+//! - A rejected check leaves the state as a check never made, except where
+//!   the policy documents otherwise (the sliding log can log rejections).
+//! - Time never runs backwards: a `now` below the state's last time is
+//!   treated as that last time.
+//! - A state untouched for [`Policy::idle_ns`] decides exactly like a fresh
+//!   one, so the keyed store may evict it then without changing any
+//!   decision.
+
+use std::fmt;
+
+/// What a policy decided for one request of some cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted now; `remaining` more units of cost would be admitted now.
+    Admit {
+        /// Units of cost still available at once after this request.
+        remaining: u64,
+    },
+    /// Admitted, but only after waiting `delay_ns` in the policy's queue;
+    /// the cost is already charged.
+    Delay {
+        /// How long the request must wait before it proceeds.
+        delay_ns: u64,
+    },
+    /// Rejected; nothing was charged.
+    Reject {
+        /// When a retry of the same cost would be admitted if nothing else
+        /// arrives; `u64::MAX` when never (the cost exceeds the policy's
+        /// capacity).
+        retry_after_ns: u64,
+    },
+}
+
+impl Verdict {
+    /// Whether the request may proceed (now or after a delay).
+    pub fn is_admitted(&self) -> bool {
+        !matches!(self, Verdict::Reject { .. })
+    }
+}
+
+/// One rate-limiting algorithm over a per-key state.
+///
+/// Implementations: [`TokenPool`](super::TokenPool),
+/// [`Gcra`](super::Gcra), [`FixedWindow`](super::FixedWindow),
+/// [`SlidingLog`](super::SlidingLog),
+/// [`SlidingWindowCounter`](super::SlidingWindowCounter).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::throttle::{FixedWindow, Policy, Verdict};
+/// use std::time::Duration;
+///
+/// let policy = FixedWindow::new(2, Duration::from_secs(1))?;
+/// let mut state = policy.new_state(0);
+/// assert!(policy.check(&mut state, 0, 1).is_admitted());
+/// assert!(policy.check(&mut state, 10, 1).is_admitted());
+/// assert_eq!(
+///     policy.check(&mut state, 20, 1),
+///     Verdict::Reject { retry_after_ns: 999_999_980 }
+/// );
+/// # Ok::<(), tollgate::throttle::LimitError>(())
+/// ```
+pub trait Policy: Send + Sync + fmt::Debug + 'static {
+    /// The state of one key.
+    type State: Send + fmt::Debug + 'static;
+
+    /// The state of a key first seen at `now_ns`.
+    fn new_state(&self, now_ns: u64) -> Self::State;
+
+    /// Decides a request of `cost` units at `now_ns`, charging it if admitted.
+    fn check(&self, state: &mut Self::State, now_ns: u64, cost: u64) -> Verdict;
+
+    /// Post-accounting: charges `delta` more units (or refunds `-delta`)
+    /// after a request's real cost is known. Never rejects; a charge beyond
+    /// what is available becomes debt repaid before later requests.
+    fn settle(&self, state: &mut Self::State, now_ns: u64, delta: i64);
+
+    /// The most cost admitted at once from a fresh state (the burst or the
+    /// window's limit): the `RateLimit-Limit` a client sees.
+    fn quota(&self) -> u64;
+
+    /// After this long untouched a state decides exactly like a fresh one.
+    fn idle_ns(&self) -> u64;
+}
+
+/// Rounds `ns` (a `u128`) into a `u64`, saturating.
+pub(crate) fn sat_u64(ns: u128) -> u64 {
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,279 @@
+//! The admission queue: a cost-bounded FIFO drained at a fixed cost rate,
+//! where a CRITICAL request may evict queued NOT_CRITICAL ones.
+//!
+//! # Implementation notes
+//!
+//! The queue is a leaky bucket in cost: it releases requests at
+//! `rate` units of cost per second, in arrival order. `next` is the time
+//! (in the core's exact tokens, as in GCRA) at which the head may leave;
+//! each departure moves it on by the departing request's cost. A request
+//! arriving to an empty queue at or after `next` passes at once. Otherwise
+//! it waits in the queue if the queued cost plus its own fits the
+//! capacity.
+//!
+//! When it does not fit, a NOT_CRITICAL request is rejected at once. A
+//! CRITICAL one evicts queued NOT_CRITICAL requests, most recent first,
+//! until it fits; the evicted are handed back to be rejected at once. If
+//! even evicting every NOT_CRITICAL request would not make room, nothing
+//! is evicted and the CRITICAL request is rejected.
+//!
+//! The queue is pure: the caller passes the time and wakes the released
+//! requests (the throttler does, from a driver task that sleeps until
+//! [`AdmissionQueue::next_release_ns`]). A driver that wakes late releases
+//! every overdue request at once.
+
+use std::collections::VecDeque;
+
+use crate::limiter::units::{Meter, TOKENS_PER_OP};
+
+/// How important a request is to serve when the server is overloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Criticality {
+    /// Must be served if at all possible: may evict NOT_CRITICAL requests
+    /// from a full queue.
+    Critical,
+    /// May be shed first.
+    #[default]
+    NotCritical,
+}
+
+impl Criticality {
+    /// Parses `CRITICAL` or `NOT_CRITICAL` (any case, `-` or `_`).
+    pub fn parse(s: &str) -> Option<Criticality> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("critical") {
+            Some(Criticality::Critical)
+        } else if s.eq_ignore_ascii_case("not_critical") || s.eq_ignore_ascii_case("not-critical") {
+            Some(Criticality::NotCritical)
+        } else {
+            None
+        }
+    }
+}
+
+/// What happened to an offered request.
+#[derive(Debug)]
+pub(crate) enum Offer<T> {
+    /// Passes now.
+    Now(T),
+    /// Waits in the queue; `evicted` were removed to make room and must be
+    /// rejected.
+    Queued { evicted: Vec<T> },
+    /// Rejected: the queue is full.
+    Full(T),
+}
+
+#[derive(Debug)]
+struct Queued<T> {
+    item: T,
+    cost: u64,
+    criticality: Criticality,
+}
+
+/// A cost-bounded FIFO drained at a fixed cost rate.
+#[derive(Debug)]
+pub(crate) struct AdmissionQueue<T> {
+    items: VecDeque<Queued<T>>,
+    queued_cost: u64,
+    capacity: u64,
+    meter: Meter,
+    /// When the head may leave, in tokens since the clock's origin.
+    next: u128,
+}
+
+impl<T> AdmissionQueue<T> {
+    /// A queue holding up to `capacity` units of cost, drained at the rate
+    /// of `nano_units_per_sec` (units per second times 1e9).
+    pub(crate) fn new(capacity: u64, nano_units_per_sec: u128) -> AdmissionQueue<T> {
+        AdmissionQueue {
+            items: VecDeque::new(),
+            queued_cost: 0,
+            capacity,
+            meter: Meter::new(nano_units_per_sec),
+            next: 0,
+        }
+    }
+
+    fn tokens(cost: u64) -> u128 {
+        u128::from(cost) * u128::from(TOKENS_PER_OP)
+    }
+
+    /// Offers a request of `cost` at `now_ns`.
+    pub(crate) fn offer(
+        &mut self,
+        item: T,
+        cost: u64,
+        criticality: Criticality,
+        now_ns: u64,
+    ) -> Offer<T> {
+        let t = self.meter.tokens_floor(now_ns);
+        if self.items.is_empty() && self.next <= t {
+            self.next = t + Self::tokens(cost);
+            return Offer::Now(item);
+        }
+        if cost > self.capacity {
+            return Offer::Full(item);
+        }
+        let mut evicted = Vec::new();
+        let over = (self.queued_cost + cost).saturating_sub(self.capacity);
+        if over > 0 {
+            if criticality == Criticality::NotCritical {
+                return Offer::Full(item);
+            }
+            // Most recent NOT_CRITICAL first, until the excess is covered.
+            let mut chosen = Vec::new();
+            let mut freed = 0;
+            for (i, q) in self.items.iter().enumerate().rev() {
+                if freed >= over {
+                    break;
+                }
+                if q.criticality == Criticality::NotCritical {
+                    chosen.push(i);
+                    freed += q.cost;
+                }
+            }
+            if freed < over {
+                return Offer::Full(item);
+            }
+            // `chosen` is in descending index order: removals keep the
+            // remaining indices valid.
+            for i in chosen {
+                if let Some(q) = self.items.remove(i) {
+                    self.queued_cost -= q.cost;
+                    evicted.push(q.item);
+                }
+            }
+        }
+        self.queued_cost += cost;
+        self.items.push_back(Queued {
+            item,
+            cost,
+            criticality,
+        });
+        Offer::Queued { evicted }
+    }
+
+    /// Releases the requests whose turn has come by `now_ns`, in order.
+    /// Requests for which `live` is false (their caller has gone) leave
+    /// without using the rate.
+    pub(crate) fn release(&mut self, now_ns: u64, mut live: impl FnMut(&T) -> bool) -> Vec<T> {
+        let t = self.meter.tokens_floor(now_ns);
+        let mut out = Vec::new();
+        while let Some(head) = self.items.front() {
+            let alive = live(&head.item);
+            if alive && self.next > t {
+                break;
+            }
+            let Some(q) = self.items.pop_front() else {
+                break;
+            };
+            self.queued_cost -= q.cost;
+            if alive {
+                self.next += Self::tokens(q.cost);
+            }
+            out.push(q.item);
+        }
+        out
+    }
+
+    /// When the head may leave (nanoseconds, rounded up), if anything waits.
+    pub(crate) fn next_release_ns(&self) -> Option<u64> {
+        if self.items.is_empty() {
+            return None;
+        }
+        let ns = self.meter.nanos_for(self.next);
+        Some(if self.meter.tokens_floor(ns) >= self.next {
+            ns
+        } else {
+            ns.saturating_add(1)
+        })
+    }
+
+    /// The cost waiting in the queue.
+    pub(crate) fn queued_cost(&self) -> u64 {
+        self.queued_cost
+    }
+
+    /// The number of requests waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Criticality::{Critical, NotCritical};
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn queue(capacity: u64) -> AdmissionQueue<&'static str> {
+        // One unit of cost per second.
+        AdmissionQueue::new(capacity, 1_000_000_000)
+    }
+
+    #[test]
+    fn a_critical_request_evicts_exactly_the_most_recent_not_critical_one() {
+        let mut q = queue(3);
+        assert!(matches!(
+            q.offer("first", 1, NotCritical, 0),
+            Offer::Now("first")
+        ));
+        for name in ["a", "b", "c"] {
+            assert!(
+                matches!(q.offer(name, 1, NotCritical, 0), Offer::Queued { ref evicted } if evicted.is_empty())
+            );
+        }
+        assert!(matches!(q.offer("d", 1, NotCritical, 0), Offer::Full("d")));
+        match q.offer("urgent", 1, Critical, 0) {
+            Offer::Queued { evicted } => assert_eq!(evicted, vec!["c"]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(q.len(), 3);
+        // Departures one second apart, in order.
+        assert_eq!(q.next_release_ns(), Some(SEC));
+        assert!(q.release(SEC - 1, |_| true).is_empty());
+        assert_eq!(q.release(SEC, |_| true), vec!["a"]);
+        assert_eq!(q.release(3 * SEC, |_| true), vec!["b", "urgent"]);
+        assert_eq!(q.next_release_ns(), None);
+    }
+
+    #[test]
+    fn a_critical_request_evicts_nothing_when_eviction_cannot_make_room() {
+        let mut q = queue(2);
+        assert!(matches!(q.offer("first", 1, NotCritical, 0), Offer::Now(_)));
+        assert!(matches!(
+            q.offer("crit", 1, Critical, 0),
+            Offer::Queued { .. }
+        ));
+        assert!(matches!(
+            q.offer("not", 1, NotCritical, 0),
+            Offer::Queued { .. }
+        ));
+        // Needs 2 units; only 1 is NOT_CRITICAL.
+        assert!(matches!(q.offer("big", 2, Critical, 0), Offer::Full("big")));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.queued_cost(), 2);
+    }
+
+    #[test]
+    fn requests_whose_callers_left_do_not_use_the_rate() {
+        let mut q = queue(5);
+        assert!(matches!(q.offer("first", 1, NotCritical, 0), Offer::Now(_)));
+        assert!(matches!(
+            q.offer("gone", 1, NotCritical, 0),
+            Offer::Queued { .. }
+        ));
+        assert!(matches!(
+            q.offer("here", 1, NotCritical, 0),
+            Offer::Queued { .. }
+        ));
+        assert_eq!(q.release(SEC, |i| *i != "gone"), vec!["gone", "here"]);
+        // Only "here" used a slot: the next departure is at 2 s.
+        assert!(matches!(
+            q.offer("next", 1, NotCritical, SEC),
+            Offer::Queued { .. }
+        ));
+        assert_eq!(q.next_release_ns(), Some(2 * SEC));
+    }
+}

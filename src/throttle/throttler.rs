@@ -1,0 +1,622 @@
+//! [`Throttler`]: applies the rules to a request, then the admission
+//! queue, and hands back a [`Permit`] or a [`Rejection`].
+//!
+//! # Implementation notes
+//!
+//! A decision reads the cost (fixed, from a header, or predicted for the
+//! request's class) and the criticality, then walks the rules in order.
+//! For each rule that yields a key, the hard limit decides first (through
+//! the key's ban, if the rule bans); if it admits, the soft limit is
+//! checked and a warning recorded when it would reject. The first enforced
+//! rejection refunds what the earlier rules charged, so a rejected request
+//! costs nothing. Shadow rules decide and count but never reject.
+//!
+//! A request the rules admit after a delay (a GCRA queue) waits that
+//! delay, then enters the admission queue if one is configured: it passes
+//! at once when the queue is idle, otherwise waits for a driver task that
+//! releases requests at the queue's cost rate. An evicted or refused
+//! request is refunded too.
+//!
+//! The permit's `finish` does post-accounting: with predicted costs it
+//! records the measured cost for the class and charges (or refunds) the
+//! difference to every key the request was charged to.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::cost::CostPredictor;
+use super::metrics::ThrottleMetrics;
+use super::policy::Verdict;
+use super::queue::{AdmissionQueue, Criticality, Offer};
+use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
+use crate::{Clock, RateSpec, SystemClock};
+
+/// How much a request costs, in the units the rules' limits count.
+#[derive(Debug, Clone)]
+pub enum CostModel {
+    /// Every request costs the same.
+    Fixed(u64),
+    /// The cost is a header's integer value (or `default`).
+    Header {
+        /// The header (or gRPC metadata) name.
+        name: String,
+        /// The cost when the header is absent or not an integer.
+        default: u64,
+    },
+    /// Predicted from recent requests of the same class, measured when
+    /// they finish ([`Permit::finish`]); the difference is charged after.
+    Predicted {
+        /// The class of a request (e.g. [`Extract::method_and_path`]).
+        class: Extract,
+        /// The cost of a class not seen yet.
+        default: u64,
+    },
+}
+
+/// Why a request was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectionKind {
+    /// Over a rule's hard limit.
+    Limited,
+    /// The key is banned.
+    Banned,
+    /// The admission queue is full.
+    QueueFull,
+    /// Evicted from the admission queue by a CRITICAL request.
+    Evicted,
+}
+
+/// A rejected request.
+///
+/// Per-key limits and bans map to HTTP 429 / gRPC `RESOURCE_EXHAUSTED`
+/// (the client is over its quota); a full queue and an eviction map to
+/// HTTP 503 / gRPC `UNAVAILABLE` (the server shed load; retrying elsewhere
+/// or later is right).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    kind: RejectionKind,
+    rule: Option<Arc<str>>,
+    retry_after: Option<Duration>,
+}
+
+impl Rejection {
+    /// Why it was rejected.
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// The rule that rejected it, for limits and bans.
+    pub fn rule(&self) -> Option<&str> {
+        self.rule.as_deref()
+    }
+
+    /// When a retry may be admitted; `None` if never (the cost exceeds the
+    /// limit) or unknown.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The HTTP status: 429 or 503.
+    pub fn http_status(&self) -> axum::http::StatusCode {
+        match self.kind {
+            RejectionKind::Limited | RejectionKind::Banned => {
+                axum::http::StatusCode::TOO_MANY_REQUESTS
+            }
+            RejectionKind::QueueFull | RejectionKind::Evicted => {
+                axum::http::StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    /// The gRPC status code: `RESOURCE_EXHAUSTED` or `UNAVAILABLE`.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self.kind {
+            RejectionKind::Limited | RejectionKind::Banned => tonic::Code::ResourceExhausted,
+            RejectionKind::QueueFull | RejectionKind::Evicted => tonic::Code::Unavailable,
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = self.rule.as_deref().unwrap_or("");
+        match self.kind {
+            RejectionKind::Limited => write!(f, "rate limited by rule \"{rule}\""),
+            RejectionKind::Banned => write!(f, "banned by rule \"{rule}\""),
+            RejectionKind::QueueFull => f.write_str("admission queue full"),
+            RejectionKind::Evicted => {
+                f.write_str("evicted from the admission queue by a critical request")
+            }
+        }
+    }
+}
+
+impl Error for Rejection {}
+
+/// A soft limit a request went over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The rule whose soft limit was exceeded.
+    pub rule: Arc<str>,
+    /// The rule's hard quota (`RateLimit-Limit`).
+    pub limit: u64,
+    /// What the hard limit still admits at once (`RateLimit-Remaining`).
+    pub remaining: u64,
+}
+
+/// An admitted request. Call [`finish`](Permit::finish) with the measured
+/// cost when it completes to post-account a predicted cost; dropping it
+/// keeps the charge as predicted.
+#[derive(Debug)]
+pub struct Permit {
+    throttler: Throttler,
+    cost: u64,
+    class: Option<String>,
+    delay: Duration,
+    warnings: Vec<Warning>,
+    /// (rule index, key, soft limit charged too).
+    charged: Vec<(usize, String, bool)>,
+}
+
+impl Permit {
+    /// The cost charged.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// How long the rules delayed the request (already waited by
+    /// [`Throttler::admit`]; to be waited by callers of [`Throttler::check`]).
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Soft limits exceeded.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Post-accounting: records the request's measured cost for its class
+    /// (with [`CostModel::Predicted`]) and charges the difference from the
+    /// predicted cost to every key it was charged to (a refund if lower).
+    /// With other cost models it does nothing.
+    pub fn finish(self, measured: u64) {
+        let inner = &self.throttler.inner;
+        let (Some(predictor), Some(class)) = (&inner.predictor, &self.class) else {
+            return;
+        };
+        predictor.record(class, measured);
+        let delta = i64::try_from(measured)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(self.cost).unwrap_or(i64::MAX));
+        if delta == 0 {
+            return;
+        }
+        let now = inner.clock.now_ns();
+        for (i, key, soft) in &self.charged {
+            let rule = &inner.rules[*i];
+            rule.hard.settle(key, now, delta);
+            if let (true, Some(s)) = (*soft, &rule.soft) {
+                s.settle(key, now, delta);
+            }
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Result<(), RejectionKind>>;
+
+#[derive(Debug)]
+struct QueueState {
+    core: AdmissionQueue<Waiter>,
+    driving: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) rules: Vec<LiveRule>,
+    clock: Arc<dyn Clock>,
+    cost: CostModel,
+    predictor: Option<CostPredictor>,
+    criticality_header: String,
+    default_criticality: Criticality,
+    queue: Option<Mutex<QueueState>>,
+    pub(crate) metrics: ThrottleMetrics,
+}
+
+/// A server-side throttler: rules per key, an optional admission queue
+/// with criticality, soft and hard limits, bans and shadow mode.
+///
+/// Cloning is cheap and shares the state.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::throttle::{Extract, FixedWindow, Limit, RequestHead, Rule, Throttler};
+/// use std::time::Duration;
+///
+/// let throttler = Throttler::builder()
+///     .rule(Rule::new(
+///         "per-api-key",
+///         Extract::header("x-api-key"),
+///         Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(60))?),
+///     ))
+///     .build();
+/// let req = axum::http::Request::builder().header("x-api-key", "k1").body(())?;
+/// assert!(throttler.check(&RequestHead::of(&req)).is_ok());
+/// let err = throttler.check(&RequestHead::of(&req)).unwrap_err();
+/// assert_eq!(err.to_string(), "rate limited by rule \"per-api-key\"");
+/// assert_eq!(err.http_status(), 429);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Throttler {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`Throttler`].
+#[derive(Debug)]
+pub struct ThrottlerBuilder {
+    rules: Vec<Rule>,
+    clock: Option<Arc<dyn Clock>>,
+    cost: CostModel,
+    max_classes: usize,
+    criticality_header: String,
+    default_criticality: Criticality,
+    queue: Option<(u64, RateSpec)>,
+}
+
+impl ThrottlerBuilder {
+    /// Adds a rule; rules apply in the order added.
+    pub fn rule(mut self, rule: Rule) -> ThrottlerBuilder {
+        self.rules.push(rule);
+        self
+    }
+
+    /// The clock (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> ThrottlerBuilder {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// How requests are costed (default: 1 each).
+    pub fn cost(mut self, cost: CostModel) -> ThrottlerBuilder {
+        self.cost = cost;
+        self
+    }
+
+    /// The header (or gRPC metadata) holding `CRITICAL` / `NOT_CRITICAL`
+    /// (default `x-criticality`), and the criticality without it (default
+    /// NOT_CRITICAL).
+    pub fn criticality(mut self, header: &str, default: Criticality) -> ThrottlerBuilder {
+        self.criticality_header = header.to_ascii_lowercase();
+        self.default_criticality = default;
+        self
+    }
+
+    /// An admission queue holding up to `capacity` units of cost, released
+    /// at `rate` units per second (its burst ratio is unused).
+    pub fn queue(mut self, capacity: u64, rate: RateSpec) -> ThrottlerBuilder {
+        self.queue = Some((capacity, rate));
+        self
+    }
+
+    /// The throttler.
+    pub fn build(self) -> Throttler {
+        let predictor = match &self.cost {
+            CostModel::Predicted { default, .. } => {
+                Some(CostPredictor::new(*default, self.max_classes))
+            }
+            _ => None,
+        };
+        let rules: Vec<LiveRule> = self.rules.into_iter().map(LiveRule::new).collect();
+        let metrics = ThrottleMetrics::new();
+        let inner = Arc::new(Inner {
+            rules,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+            cost: self.cost,
+            predictor,
+            criticality_header: self.criticality_header,
+            default_criticality: self.default_criticality,
+            queue: self.queue.map(|(capacity, rate)| {
+                Mutex::new(QueueState {
+                    core: AdmissionQueue::new(capacity, rate.nano_ops_per_sec()),
+                    driving: false,
+                })
+            }),
+            metrics,
+        });
+        inner.metrics.watch(Arc::downgrade(&inner));
+        Throttler { inner }
+    }
+}
+
+impl Throttler {
+    /// A builder with no rules, unit costs and no queue.
+    pub fn builder() -> ThrottlerBuilder {
+        ThrottlerBuilder {
+            rules: Vec::new(),
+            clock: None,
+            cost: CostModel::Fixed(1),
+            max_classes: 10_000,
+            criticality_header: "x-criticality".to_owned(),
+            default_criticality: Criticality::NotCritical,
+            queue: None,
+        }
+    }
+
+    /// The throttler's Prometheus registry (decisions, keys, bans, queue).
+    pub fn registry(&self) -> &prometheus::Registry {
+        self.inner.metrics.registry()
+    }
+
+    /// The criticality of a request.
+    pub fn criticality(&self, head: &RequestHead<'_>) -> Criticality {
+        head.headers
+            .get(self.inner.criticality_header.as_str())
+            .and_then(|v| v.to_str().ok())
+            .and_then(Criticality::parse)
+            .unwrap_or(self.inner.default_criticality)
+    }
+
+    fn cost_of(&self, head: &RequestHead<'_>) -> (u64, Option<String>) {
+        match &self.inner.cost {
+            CostModel::Fixed(c) => (*c, None),
+            CostModel::Header { name, default } => (
+                head.headers
+                    .get(name.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(*default),
+                None,
+            ),
+            CostModel::Predicted { class, default } => match class.key(head) {
+                Some(c) => {
+                    let predicted = self
+                        .inner
+                        .predictor
+                        .as_ref()
+                        .map_or(*default, |p| p.predict(&c));
+                    (predicted, Some(c))
+                }
+                None => (*default, None),
+            },
+        }
+    }
+
+    /// Applies the rules only (no queue, no waiting): the permit's delay is
+    /// for the caller to wait.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] when an enforced rule rejects; nothing is charged.
+    pub fn check(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
+        let inner = &self.inner;
+        let (cost, class) = self.cost_of(head);
+        let now = inner.clock.now_ns();
+        let mut permit = Permit {
+            throttler: self.clone(),
+            cost,
+            class,
+            delay: Duration::ZERO,
+            warnings: Vec::new(),
+            charged: Vec::new(),
+        };
+        for (i, rule) in inner.rules.iter().enumerate() {
+            let Some(key) = rule.key.key(head) else {
+                continue;
+            };
+            let shadow = rule.mode == Mode::Shadow;
+            let c = rule.hard.check(&key, now, cost, rule.ban_ns);
+            let outcome = match c.verdict {
+                Verdict::Reject { retry_after_ns } => {
+                    let kind = if c.banned {
+                        RejectionKind::Banned
+                    } else {
+                        RejectionKind::Limited
+                    };
+                    inner.metrics.decision(&rule.name, kind_label(kind, shadow));
+                    if c.ban_started {
+                        inner.metrics.decision(&rule.name, "ban_started");
+                    }
+                    if shadow {
+                        continue;
+                    }
+                    self.refund(&permit, now);
+                    permit.charged.clear();
+                    return Err(Rejection {
+                        kind,
+                        rule: Some(rule.name.clone()),
+                        retry_after: (retry_after_ns != u64::MAX)
+                            .then(|| Duration::from_nanos(retry_after_ns)),
+                    });
+                }
+                Verdict::Delay { delay_ns } => {
+                    permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
+                    "delayed"
+                }
+                Verdict::Admit { .. } => "admitted",
+            };
+            inner.metrics.decision(&rule.name, outcome);
+            let mut soft_charged = false;
+            if let Some(soft) = &rule.soft {
+                if soft.check(&key, now, cost, None).verdict.is_admitted() {
+                    soft_charged = true;
+                } else {
+                    inner.metrics.decision(&rule.name, "soft_exceeded");
+                    permit.warnings.push(Warning {
+                        rule: rule.name.clone(),
+                        limit: rule.hard.quota(),
+                        remaining: match c.verdict {
+                            Verdict::Admit { remaining } => remaining,
+                            _ => 0,
+                        },
+                    });
+                }
+            }
+            permit.charged.push((i, key, soft_charged));
+        }
+        Ok(permit)
+    }
+
+    fn refund(&self, permit: &Permit, now: u64) {
+        let delta = -i64::try_from(permit.cost).unwrap_or(i64::MAX);
+        for (i, key, soft) in &permit.charged {
+            let rule = &self.inner.rules[*i];
+            rule.hard.settle(key, now, delta);
+            if let (true, Some(s)) = (*soft, &rule.soft) {
+                s.settle(key, now, delta);
+            }
+        }
+    }
+
+    /// Applies the rules, waits any delay they impose, then passes the
+    /// admission queue (if configured) in the request's criticality.
+    ///
+    /// Needs a tokio runtime when a queue is configured (its driver is a
+    /// task).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] from a rule, a full queue or an eviction; nothing
+    /// stays charged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while it waits keeps the rules' charge; a
+    /// queued request whose future is dropped leaves the queue without
+    /// using its rate.
+    pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
+        let permit = self.check(head)?;
+        if !permit.delay.is_zero() {
+            tokio::time::sleep(permit.delay).await;
+        }
+        let Some(queue) = &self.inner.queue else {
+            return Ok(permit);
+        };
+        let criticality = self.criticality(head);
+        let (tx, rx) = oneshot::channel();
+        let offer = {
+            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let offer = q
+                .core
+                .offer(tx, permit.cost, criticality, self.inner.clock.now_ns());
+            if matches!(offer, Offer::Queued { .. }) && !q.driving {
+                q.driving = true;
+                tokio::spawn(drive(self.inner.clone()));
+            }
+            offer
+        };
+        let result = match offer {
+            Offer::Now(_) => {
+                self.inner.metrics.queue("immediate");
+                Ok(())
+            }
+            Offer::Full(_) => {
+                self.inner.metrics.queue("full");
+                Err(RejectionKind::QueueFull)
+            }
+            Offer::Queued { evicted } => {
+                self.inner.metrics.queue("queued");
+                for waiter in evicted {
+                    self.inner.metrics.queue("evicted");
+                    let _ = waiter.send(Err(RejectionKind::Evicted));
+                }
+                rx.await.unwrap_or(Err(RejectionKind::QueueFull))
+            }
+        };
+        match result {
+            Ok(()) => Ok(permit),
+            Err(kind) => {
+                self.refund(&permit, self.inner.clock.now_ns());
+                let retry_after = queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .core
+                    .next_release_ns()
+                    .map(|at| Duration::from_nanos(at.saturating_sub(self.inner.clock.now_ns())));
+                Err(Rejection {
+                    kind,
+                    rule: None,
+                    retry_after,
+                })
+            }
+        }
+    }
+
+    /// Drops idle keys of every rule now (inserts also do this lazily).
+    pub fn sweep(&self) {
+        let now = self.inner.clock.now_ns();
+        for rule in &self.inner.rules {
+            rule.hard.sweep(now);
+            if let Some(s) = &rule.soft {
+                s.sweep(now);
+            }
+        }
+    }
+}
+
+fn kind_label(kind: RejectionKind, shadow: bool) -> &'static str {
+    match (kind, shadow) {
+        (RejectionKind::Banned, false) => "banned",
+        (RejectionKind::Banned, true) => "shadow_banned",
+        (_, false) => "rejected",
+        (_, true) => "shadow_rejected",
+    }
+}
+
+/// Releases queued requests at the queue's rate until it is empty.
+async fn drive(inner: Arc<Inner>) {
+    let Some(queue) = &inner.queue else {
+        return;
+    };
+    loop {
+        let wait = {
+            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let now = inner.clock.now_ns();
+            for waiter in q.core.release(now, |w| !w.is_closed()) {
+                let _ = waiter.send(Ok(()));
+            }
+            match q.core.next_release_ns() {
+                None => {
+                    q.driving = false;
+                    return;
+                }
+                Some(at) => at.saturating_sub(now),
+            }
+        };
+        tokio::time::sleep(Duration::from_nanos(wait.max(1))).await;
+    }
+}
+
+impl Inner {
+    /// The queue's waiting cost and length.
+    pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
+        self.queue.as_ref().map(|q| {
+            let q = q.lock().unwrap_or_else(|e| e.into_inner());
+            (q.core.queued_cost(), q.core.len())
+        })
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttler")
+            .field("rules", &self.rules)
+            .field("cost", &self.cost)
+            .field("criticality_header", &self.criticality_header)
+            .field("queue", &self.queue.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Throttler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}

@@ -1,0 +1,261 @@
+//! The throttler: rules, soft and hard limits, bans, shadow mode, cost
+//! prediction and the criticality queue, on a manual clock.
+
+use std::time::Duration;
+
+use axum::http::Request;
+use tollgate::throttle::{
+    CostModel, Criticality, Extract, FixedWindow, Limit, Mode, RejectionKind, RequestHead, Rule,
+    Throttler,
+};
+use tollgate::{ManualClock, RateSpec};
+
+fn req(key: &str) -> Request<()> {
+    Request::builder()
+        .uri("/items")
+        .header("x-api-key", key)
+        .body(())
+        .unwrap()
+}
+
+fn window(limit: u64, secs: u64) -> Limit {
+    Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(secs)).unwrap())
+}
+
+fn gathered(t: &Throttler) -> String {
+    use prometheus::Encoder;
+    let mut out = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&t.registry().gather(), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn soft_limit_warns_and_hard_limit_rejects_with_retry_after() {
+    let clock = ManualClock::new();
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .rule(Rule::new("key", Extract::header("x-api-key"), window(3, 60)).soft(window(1, 60)))
+        .build();
+    let r = req("a");
+    let head = RequestHead::of(&r);
+    assert!(t.check(&head).unwrap().warnings().is_empty());
+    let p = t.check(&head).unwrap();
+    assert_eq!(p.warnings().len(), 1);
+    assert_eq!(p.warnings()[0].limit, 3);
+    assert_eq!(p.warnings()[0].remaining, 1);
+    assert_eq!(t.check(&head).unwrap().warnings()[0].remaining, 0);
+    clock.advance(Duration::from_secs(15));
+    let err = t.check(&head).unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::Limited);
+    assert_eq!(err.http_status(), 429);
+    assert_eq!(err.grpc_code(), tonic::Code::ResourceExhausted);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(45)));
+    // Another key is independent; a request without the header is not
+    // subject to the rule.
+    assert!(t.check(&RequestHead::of(&req("b"))).is_ok());
+    let anonymous = Request::builder().body(()).unwrap();
+    for _ in 0..10 {
+        assert!(t.check(&RequestHead::of(&anonymous)).is_ok());
+    }
+    let text = gathered(&t);
+    assert!(
+        text.contains(r#"tollgate_throttle_decisions_total{outcome="soft_exceeded",rule="key"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="rejected",rule="key"} 1"#));
+    assert!(text.contains(r#"tollgate_throttle_keys{rule="key"} 2"#));
+}
+
+#[test]
+fn a_ban_lasts_past_the_limit_for_its_duration() {
+    let clock = ManualClock::new();
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .rule(
+            Rule::new("key", Extract::header("x-api-key"), window(1, 60))
+                .ban(Duration::from_secs(3600)),
+        )
+        .build();
+    let r = req("a");
+    let head = RequestHead::of(&r);
+    assert!(t.check(&head).is_ok());
+    clock.advance(Duration::from_secs(10));
+    let err = t.check(&head).unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::Limited);
+    // 50 s to the end of the window, then the hour.
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(3650)));
+    clock.advance(Duration::from_secs(3649));
+    let err = t.check(&head).unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::Banned);
+    assert_eq!(err.to_string(), "banned by rule \"key\"");
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
+    assert!(gathered(&t).contains(r#"tollgate_throttle_banned_keys{rule="key"} 1"#));
+    clock.advance(Duration::from_secs(1));
+    assert!(t.check(&head).is_ok());
+}
+
+#[test]
+fn shadow_mode_counts_but_admits() {
+    let t = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(Rule::new("dry", Extract::global(), window(2, 60)).mode(Mode::Shadow))
+        .build();
+    let r = req("a");
+    for _ in 0..5 {
+        assert!(t.check(&RequestHead::of(&r)).is_ok());
+    }
+    let text = gathered(&t);
+    assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="admitted",rule="dry"} 2"#));
+    assert!(text
+        .contains(r#"tollgate_throttle_decisions_total{outcome="shadow_rejected",rule="dry"} 3"#));
+}
+
+#[test]
+fn a_rejection_refunds_what_earlier_rules_charged() {
+    let t = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(Rule::new("global", Extract::global(), window(2, 60)))
+        .rule(Rule::new(
+            "key",
+            Extract::header("x-api-key"),
+            window(1, 60),
+        ))
+        .build();
+    assert!(t.check(&RequestHead::of(&req("a"))).is_ok());
+    // Rejected by "key": "global" must not keep the charge.
+    assert!(t.check(&RequestHead::of(&req("a"))).is_err());
+    assert!(t.check(&RequestHead::of(&req("b"))).is_ok());
+    assert_eq!(
+        t.check(&RequestHead::of(&req("c"))).unwrap_err().rule(),
+        Some("global")
+    );
+}
+
+#[test]
+fn predicted_costs_are_post_accounted() {
+    let t = Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .rule(Rule::new(
+            "key",
+            Extract::header("x-api-key"),
+            window(12, 60),
+        ))
+        .build();
+    let r = req("a");
+    let head = RequestHead::of(&r);
+    let p = t.check(&head).unwrap();
+    assert_eq!(p.cost(), 1);
+    // It really cost 6: 5 more are charged; the class now predicts 6.
+    p.finish(6);
+    let p = t.check(&head).unwrap();
+    assert_eq!(p.cost(), 6);
+    p.finish(6);
+    // 12 charged of 12: a request predicted at 6 no longer fits...
+    assert!(t.check(&head).is_err());
+    // ...while another key is unaffected.
+    assert_eq!(t.check(&RequestHead::of(&req("b"))).unwrap().cost(), 6);
+}
+
+#[test]
+fn header_costs_and_criticality() {
+    let t = Throttler::builder()
+        .cost(CostModel::Header {
+            name: "x-cost".into(),
+            default: 2,
+        })
+        .criticality("x-priority", Criticality::Critical)
+        .build();
+    let r = Request::builder()
+        .header("x-cost", "7")
+        .header("x-priority", "not_critical")
+        .body(())
+        .unwrap();
+    assert_eq!(t.check(&RequestHead::of(&r)).unwrap().cost(), 7);
+    assert_eq!(
+        t.criticality(&RequestHead::of(&r)),
+        Criticality::NotCritical
+    );
+    let plain = Request::builder().body(()).unwrap();
+    assert_eq!(t.check(&RequestHead::of(&plain)).unwrap().cost(), 2);
+    assert_eq!(
+        t.criticality(&RequestHead::of(&plain)),
+        Criticality::Critical
+    );
+}
+
+fn crit(c: &str) -> Request<()> {
+    Request::builder()
+        .header("x-criticality", c)
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
+    let clock = ManualClock::new();
+    // Three units of queue, released one per second.
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .queue(3, RateSpec::new(1.0).unwrap())
+        .build();
+    // The first passes the idle queue at once.
+    assert!(t
+        .admit(&RequestHead::of(&crit("NOT_CRITICAL")))
+        .await
+        .is_ok());
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let t = t.clone();
+        waiting.push(tokio::spawn(async move {
+            t.admit(&RequestHead::of(&crit("NOT_CRITICAL")))
+                .await
+                .map(|_| ())
+        }));
+        tokio::task::yield_now().await;
+    }
+    // Full: another NOT_CRITICAL is refused at once.
+    let full = t
+        .admit(&RequestHead::of(&crit("NOT_CRITICAL")))
+        .await
+        .unwrap_err();
+    assert_eq!(full.kind(), RejectionKind::QueueFull);
+    assert_eq!(full.http_status(), 503);
+    // A CRITICAL one evicts the most recent NOT_CRITICAL.
+    let t2 = t.clone();
+    let critical = tokio::spawn(async move {
+        t2.admit(&RequestHead::of(&crit("CRITICAL")))
+            .await
+            .map(|_| ())
+    });
+    tokio::task::yield_now().await;
+    // Rejected at once, not when the queue drains.
+    let evicted = tokio::time::timeout(Duration::from_millis(1), waiting.pop().unwrap())
+        .await
+        .expect("the evicted request is answered at once")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(evicted.kind(), RejectionKind::Evicted);
+    assert_eq!(evicted.http_status(), 503);
+    assert_eq!(evicted.grpc_code(), tonic::Code::Unavailable);
+    // The others are still queued; time releases them, critical last.
+    assert!(waiting.iter().all(|w| !w.is_finished()));
+    clock.advance(Duration::from_secs(3));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for w in waiting {
+        assert!(w.await.unwrap().is_ok());
+    }
+    assert!(critical.await.unwrap().is_ok());
+    let text = gathered(&t);
+    assert!(
+        text.contains(r#"tollgate_throttle_queue_total{outcome="evicted"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"tollgate_throttle_queue_total{outcome="full"} 1"#));
+    assert!(text.contains("tollgate_throttle_queued_requests 0"));
+}

@@ -1,0 +1,83 @@
+//! End to end: an axum server on 127.0.0.1:0 behind the throttle layer,
+//! driven over real TCP with plain HTTP/1.1 requests.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::{routing::get, Router};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+
+fn window(limit: u64) -> Limit {
+    Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(3600)).unwrap())
+}
+
+async fn serve(throttler: Throttler) -> SocketAddr {
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(ThrottleLayer::new(throttler));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    addr
+}
+
+/// Sends one request; returns the status and the lowercased head.
+async fn get_with(addr: SocketAddr, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut req = String::from("GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out.to_ascii_lowercase())
+}
+
+#[tokio::test]
+async fn throttles_per_api_key_and_per_ip_over_tcp() {
+    let throttler = Throttler::builder()
+        .rule(Rule::new("per-key", Extract::header("x-api-key"), window(2)).soft(window(1)))
+        .rule(Rule::new("per-ip", Extract::peer_ip(), window(5)))
+        .build();
+    let addr = serve(throttler.clone()).await;
+
+    let (status, head) = get_with(addr, &[("x-api-key", "a")]).await;
+    assert_eq!(status, 200);
+    assert!(head.ends_with("hello"));
+    assert!(!head.contains("ratelimit-warning"));
+    // Over the soft limit: admitted with a warning.
+    let (status, head) = get_with(addr, &[("x-api-key", "a")]).await;
+    assert_eq!(status, 200);
+    assert!(head.contains("ratelimit-limit: 2\r\n"), "{head}");
+    assert!(head.contains("ratelimit-remaining: 0\r\n"));
+    assert!(head.contains("ratelimit-warning: soft limit of rule \"per-key\" exceeded"));
+    // Over the hard limit: 429 with a retry-after, and the handler is not run.
+    let (status, head) = get_with(addr, &[("x-api-key", "a")]).await;
+    assert_eq!(status, 429);
+    assert!(head.contains("retry-after: "), "{head}");
+    assert!(!head.ends_with("hello"));
+    // Another key passes until the peer IP's limit of 5 admitted requests.
+    assert_eq!(get_with(addr, &[("x-api-key", "b")]).await.0, 200);
+    assert_eq!(get_with(addr, &[]).await.0, 200);
+    assert_eq!(get_with(addr, &[]).await.0, 200);
+    let (status, _) = get_with(addr, &[]).await;
+    assert_eq!(status, 429);
+
+    // A gRPC request gets a trailers-only RESOURCE_EXHAUSTED.
+    let (status, head) = get_with(addr, &[("content-type", "application/grpc")]).await;
+    assert_eq!(status, 200);
+    assert!(head.contains("grpc-status: 8\r\n"), "{head}");
+    assert!(head.contains("grpc-message: rate limited by rule \"per-ip\""));
+}

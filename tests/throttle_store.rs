@@ -1,0 +1,75 @@
+//! Bounded memory under key churn: a million distinct keys through a keyed
+//! limiter capped at 65,536 keys, with the heap measured by a counting
+//! allocator. (The only test in this binary, so nothing else allocates
+//! concurrently.)
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use tollgate::throttle::{KeyedLimiter, TokenPool};
+use tollgate::RateSpec;
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged; the counters only observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: the counters order nothing; the test reads them after
+        // its own allocations on the same thread.
+        let live =
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed) + layout.size() as isize;
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: forwarded from our caller, who upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded from our caller, who upholds `dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+#[test]
+fn a_million_keys_stay_under_the_cap() {
+    const MAX_KEYS: usize = 65_536;
+    // The budget: 192 bytes per key (a 56-byte entry, the key, its heap
+    // copy and the hash table's slack), 12 MiB in all.
+    const BUDGET: isize = (MAX_KEYS * 192) as isize;
+    let before = LIVE.load(Ordering::Relaxed);
+    let policy = TokenPool::new("100,1.5".parse::<RateSpec>().unwrap());
+    let store: KeyedLimiter<TokenPool> = KeyedLimiter::new(policy, MAX_KEYS);
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    let mut key = String::new();
+    for i in 0..1_000_000u64 {
+        use std::fmt::Write;
+        key.clear();
+        write!(key, "client-{i}").unwrap();
+        // One microsecond apart: no key goes idle (idle takes over a second).
+        assert!(store.check(key.as_str(), i * 1000, 1).is_admitted());
+    }
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    let peak = PEAK.load(Ordering::Relaxed) - before;
+    assert!(store.len() <= MAX_KEYS, "{} keys", store.len());
+    assert!(store.len() >= MAX_KEYS * 7 / 8, "{} keys", store.len());
+    let ev = store.evictions();
+    assert_eq!(ev.idle, 0);
+    assert_eq!(ev.full as usize + store.len(), 1_000_000);
+    println!(
+        "{} keys held in {} bytes ({} per key), peak {} bytes",
+        store.len(),
+        held,
+        held / store.len() as isize,
+        peak
+    );
+    assert!(held < BUDGET, "held {held} bytes, budget {BUDGET}");
+    assert!(peak < BUDGET, "peak {peak} bytes, budget {BUDGET}");
+    drop(store);
+}
