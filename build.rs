@@ -5,15 +5,19 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
-    let fds = protox::compile(
-        ["doorman/doorman.proto", "quotaservice/quotaservice.proto"],
-        ["proto"],
-    )?;
+    // Doorman's messages are proto2: its codec checks that the required
+    // fields are present.
+    let doorman = protox::compile(["doorman/doorman.proto"], ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        // prost plus a check that proto2 required fields are present.
         .codec_path("crate::doorman::pb::codec::Checked")
-        .compile_fds(fds)?;
+        .compile_fds(doorman)?;
+    // quotaservice's are proto3: plain prost.
+    let quota = protox::compile(["quotaservice/quotaservice.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(quota)?;
     Ok(())
 }
