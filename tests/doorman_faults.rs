@@ -465,12 +465,28 @@ async fn sigterm_and_sigint_exit_cleanly_despite_stuck_connections() {
         server.client().await.get_capacity(ask("a")).await.unwrap();
         let _silent = TcpStream::connect(&server.addr).await.unwrap();
         let _stuck = partial_streams(&server.addr, 1, 1_000, 10).await;
+        // Let the stuck stream's frames reach the server (not asserted).
+        tokio::time::sleep(Duration::from_millis(300)).await;
         kill(&server, signal);
         let status = tokio::task::block_in_place(|| exit_status(&mut server));
         assert!(status.success(), "signal {signal}: {status:?}");
-        assert!(server.logged("shutting down"));
+        // The log is read by another thread: wait for its last lines.
+        let logged = |text: &'static str| {
+            let server = &server;
+            async move {
+                tokio::time::timeout(HANG, async {
+                    while !server.logged(text) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await
+                .is_ok()
+            }
+        };
+        assert!(logged("shutting down").await);
         // The stuck stream kept the drain going until its deadline.
-        assert!(server.logged("drain deadline passed"));
+        assert!(logged("drain deadline passed").await);
+        assert!(logged("stopped").await);
         // Nothing listens any more.
         assert!(TcpStream::connect(&server.addr).await.is_err());
     }

@@ -70,6 +70,11 @@ fn line(id: &str, c: &Capacity) -> String {
 }
 
 async fn lease(args: Args) -> anyhow::Result<()> {
+    // One listener for the whole run, installed first: a fresh
+    // `ctrl_c()` per loop turn would miss a SIGINT that arrives between
+    // turns.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing the SIGINT handler")?;
     let timeout = Duration::try_from_secs_f64(args.timeout).context("--timeout")?;
     let mut builder = Client::builder().servers(args.servers).rpc_timeout(timeout);
     if let Some(id) = args.id {
@@ -112,7 +117,7 @@ async fn lease(args: Args) -> anyhow::Result<()> {
                 }
                 None => break,
             },
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
         }
     }
     // Release everything at once, for at most one RPC deadline (and a
@@ -134,7 +139,7 @@ async fn lease(args: Args) -> anyhow::Result<()> {
                 eprintln!("release not acknowledged within {timeout:?}; exiting");
             }
         }
-        _ = tokio::signal::ctrl_c() => eprintln!("interrupted again: exiting without releasing"),
+        _ = interrupt.recv() => eprintln!("interrupted again: exiting without releasing"),
     }
     Ok(())
 }
