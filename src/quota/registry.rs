@@ -105,6 +105,28 @@ pub struct Slot {
     /// Tokens asked for, granted or not (Relaxed: a counter read by the
     /// cluster task to measure demand).
     demand: AtomicU64,
+    /// Its namespace's counters, resolved once rather than per request.
+    pub(crate) counters: SlotCounters,
+}
+
+/// The counters an Allow on one bucket updates, labelled by its namespace.
+#[derive(Debug)]
+pub(crate) struct SlotCounters {
+    pub(crate) served_now: prometheus::Counter,
+    pub(crate) served_after_wait: prometheus::Counter,
+    pub(crate) tokens: prometheus::Counter,
+    pub(crate) timeouts: prometheus::Counter,
+}
+
+impl SlotCounters {
+    fn new(metrics: &Metrics, namespace: &str) -> SlotCounters {
+        SlotCounters {
+            served_now: metrics.served.with_label_values(&[namespace, "false"]),
+            served_after_wait: metrics.served.with_label_values(&[namespace, "true"]),
+            tokens: metrics.tokens_served.with_label_values(&[namespace]),
+            timeouts: metrics.timeouts.with_label_values(&[namespace]),
+        }
+    }
 }
 
 impl Slot {
@@ -286,6 +308,7 @@ impl Registry {
             kind,
             max_idle_ms: AtomicU64::new(u64::MAX),
             demand: AtomicU64::new(0),
+            counters: SlotCounters::new(&self.metrics, namespace),
         });
         slot.set_max_idle(bucket.max_idle);
         map.insert(k.into_boxed_str(), Arc::clone(&slot));

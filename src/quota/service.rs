@@ -210,12 +210,13 @@ impl Quota {
         };
         match reserved {
             Ok(wait) => {
-                let waited = if wait.is_zero() { "false" } else { "true" };
-                self.metrics.served.with_label_values(&[ns, waited]).inc();
-                self.metrics
-                    .tokens_served
-                    .with_label_values(&[ns])
-                    .inc_by(ops as f64);
+                let c = &slot.counters;
+                if wait.is_zero() {
+                    c.served_now.inc();
+                } else {
+                    c.served_after_wait.inc();
+                }
+                c.tokens.inc_by(ops as f64);
                 Decision {
                     status: Status::Ok,
                     tokens_granted: tokens,
@@ -227,7 +228,7 @@ impl Quota {
                     self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
                     return Decision::rejected(Status::RejectedTooManyTokensRequested);
                 }
-                self.metrics.timeouts.with_label_values(&[ns]).inc();
+                slot.counters.timeouts.inc();
                 Decision::rejected(Status::RejectedTimeout)
             }
         }
