@@ -15,15 +15,24 @@
 //! one workload, not the absolute numbers. Each figure is the best of five
 //! rounds.
 //!
-//! `cargo bench --bench throttle` (under a minute).
+//! The second part measures the tower layer's overhead in an axum
+//! hello-world under load: requests per second through the same server
+//! with and without [`ThrottleLayer`] (rules per API key and per peer IP
+//! on token pools set far above the load, so every request is admitted),
+//! from 16 keep-alive HTTP/1.1 connections on the same machine, two rounds
+//! each, alternating, best kept.
+//!
+//! `cargo bench --bench throttle` (about a minute).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use axum::{routing::get, Router};
 use governor::{Quota, RateLimiter as Governor};
-use tollgate::throttle::{KeyedLimiter, TokenPool};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tollgate::throttle::{Extract, KeyedLimiter, Limit, Rule, ThrottleLayer, Throttler, TokenPool};
 use tollgate::{Clock, RateSpec, SystemClock};
 
 const THREADS: usize = 2;
@@ -114,4 +123,92 @@ fn main() {
         println!("{name:<18} {:>14.0} {:>14.0} {:>8.2}", t, g, t / g);
     }
     println!("random reads of a 64 MiB array: {floor:.0}/s (the memory floor for 1M keys)");
+
+    layer_overhead(spec);
+}
+
+const CONNECTIONS: usize = 16;
+const LOAD: Duration = Duration::from_secs(3);
+
+/// Requests per second through an axum hello-world, with and without the
+/// layer.
+fn layer_overhead(spec: RateSpec) {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let throttler = Throttler::builder()
+        .rule(Rule::new(
+            "per-key",
+            Extract::header("x-api-key"),
+            Limit::TokenPool(TokenPool::new(spec)),
+        ))
+        .rule(Rule::new(
+            "per-ip",
+            Extract::peer_ip(),
+            Limit::TokenPool(TokenPool::new(spec)),
+        ))
+        .build();
+    let plain = Router::new().route("/", get(|| async { "hello" }));
+    let throttled = plain.clone().layer(ThrottleLayer::new(throttler));
+    let (mut without, mut with) = (0.0f64, 0.0f64);
+    for _ in 0..2 {
+        without = without.max(rt.block_on(load(plain.clone())));
+        with = with.max(rt.block_on(load(throttled.clone())));
+    }
+    println!("axum hello-world, {CONNECTIONS} keep-alive connections, best of 2 x {LOAD:?}");
+    println!("without layer {without:>10.0} req/s");
+    println!(
+        "with layer    {with:>10.0} req/s   ratio {:.3}",
+        with / without
+    );
+}
+
+/// Serves `app` on 127.0.0.1:0 and returns the responses per second.
+async fn load(app: Router) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await;
+    });
+    let deadline = tokio::time::Instant::now() + LOAD;
+    let clients: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let (read, mut write) = stream.into_split();
+                let mut read = BufReader::new(read);
+                let request =
+                    format!("GET / HTTP/1.1\r\nhost: bench\r\nx-api-key: key-{c}\r\n\r\n");
+                let (mut done, mut line, mut body) = (0u64, String::new(), Vec::new());
+                while tokio::time::Instant::now() < deadline {
+                    write.write_all(request.as_bytes()).await.expect("write");
+                    let mut length = 0;
+                    loop {
+                        line.clear();
+                        read.read_line(&mut line).await.expect("read");
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().expect("a length");
+                        }
+                    }
+                    body.resize(length, 0);
+                    read.read_exact(&mut body).await.expect("a body");
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for c in clients {
+        total += c.await.expect("a client");
+    }
+    server.abort();
+    total as f64 / LOAD.as_secs_f64()
 }

@@ -8,6 +8,14 @@
 //! curl http://127.0.0.1:3000/metrics
 //! ```
 //!
+//! With a second argument, the rules are read from that YAML file instead
+//! (the format is in `tollgate::throttle`'s `rules_from_yaml`) and
+//! reloaded whenever it changes:
+//!
+//! ```text
+//! cargo run --example throttled_axum -- 127.0.0.1:3000 rules.yaml
+//! ```
+//!
 //! Rules: each API key may make 5 requests per second on the core's token
 //! pool (burst ratio 2), with a soft limit of 3 per second (a sliding
 //! window counter) above which responses carry `ratelimit-*` warnings; each
@@ -22,7 +30,8 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use prometheus::Encoder as _;
 use tollgate::throttle::{
-    Extract, Limit, Rule, SlidingLog, SlidingWindowCounter, ThrottleLayer, Throttler, TokenPool,
+    rules_from_file, spawn_rules_reload, Extract, Limit, Rule, SlidingLog, SlidingWindowCounter,
+    ThrottleLayer, Throttler, TokenPool,
 };
 use tollgate::RateSpec;
 
@@ -55,6 +64,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .queue(50, RateSpec::new(100.0)?)
         .build();
+
+    if let Some(path) = std::env::args().nth(2) {
+        let path = std::path::PathBuf::from(path);
+        throttler.reload(rules_from_file(&path)?);
+        spawn_rules_reload(throttler.clone(), path, Duration::from_secs(1));
+    }
 
     let registry = throttler.registry().clone();
     let metrics = move || {

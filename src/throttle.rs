@@ -14,6 +14,21 @@
 //! Key state is created on demand, capped in number and evicted when idle
 //! (see [`KeyedLimiter`]), so memory stays bounded under key churn.
 //!
+//! Above a rule's optional soft limit requests are admitted with a
+//! [`Warning`]; above its hard limit they are rejected with a retry time
+//! (429 / `RESOURCE_EXHAUSTED`), and a rule may then ban the key for a
+//! while. Shadow rules only count. Costs may be fixed, read from a header,
+//! or predicted per class from recent measured costs and post-accounted
+//! ([`CostModel`]). An optional admission queue releases requests at a
+//! fixed cost rate, and a [`Criticality::Critical`] request evicts the most
+//! recent NOT_CRITICAL one when it is full (503 / `UNAVAILABLE`).
+//!
+//! [`ThrottleLayer`] puts a throttler in front of any tower HTTP service
+//! (axum, hyper, tonic). Decisions and state are Prometheus metrics
+//! ([`Throttler::registry`]); rules can come from YAML
+//! ([`rules_from_yaml`]) and reload when their file changes
+//! ([`spawn_rules_reload`]).
+//!
 //! Every policy is pure arithmetic on a per-key state and an explicit time
 //! in nanoseconds, so it can be tested to the exact number:
 //!
@@ -32,6 +47,7 @@
 //! # Ok::<(), tollgate::throttle::LimitError>(())
 //! ```
 
+mod config;
 mod cost;
 mod error;
 mod fixed_window;
@@ -47,7 +63,8 @@ mod store;
 mod throttler;
 mod token_pool;
 
-pub use error::LimitError;
+pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+pub use error::{LimitError, RulesError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use layer::{Throttle, ThrottleLayer};

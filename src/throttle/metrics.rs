@@ -125,7 +125,7 @@ impl Collector for SharedCollector {
         let s = &self.0;
         if let Some(inner) = s.throttler.get().and_then(Weak::upgrade) {
             let now = inner.now_ns();
-            for rule in &inner.rules {
+            for rule in inner.rules().iter() {
                 s.keys
                     .with_label_values(&[&*rule.name])
                     .set(rule.hard.len() as i64);

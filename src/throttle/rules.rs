@@ -316,6 +316,8 @@ impl Rule {
 /// A rule with its keyed state.
 #[derive(Debug)]
 pub(crate) struct LiveRule {
+    /// The rule's configuration as text, to recognise it on reload.
+    pub(crate) fingerprint: String,
     pub(crate) name: Arc<str>,
     pub(crate) key: Extract,
     pub(crate) hard: Box<dyn Keyed>,
@@ -327,6 +329,7 @@ pub(crate) struct LiveRule {
 impl LiveRule {
     pub(crate) fn new(rule: Rule) -> LiveRule {
         LiveRule {
+            fingerprint: format!("{rule:?}"),
             name: rule.name,
             key: rule.key,
             hard: rule.hard.keyed(rule.max_keys),

@@ -23,7 +23,7 @@
 
 use std::error::Error;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -158,6 +158,8 @@ pub struct Permit {
     class: Option<String>,
     delay: Duration,
     warnings: Vec<Warning>,
+    /// The rules in force when it was admitted.
+    rules: Rules,
     /// (rule index, key, soft limit charged too).
     charged: Vec<(usize, String, bool)>,
 }
@@ -197,7 +199,7 @@ impl Permit {
         }
         let now = inner.clock.now_ns();
         for (i, key, soft) in &self.charged {
-            let rule = &inner.rules[*i];
+            let rule = &self.rules[*i];
             rule.hard.settle(key, now, delta);
             if let (true, Some(s)) = (*soft, &rule.soft) {
                 s.settle(key, now, delta);
@@ -214,8 +216,11 @@ struct QueueState {
     driving: bool,
 }
 
+/// A set of live rules, swapped whole on reload.
+type Rules = Arc<[Arc<LiveRule>]>;
+
 pub(crate) struct Inner {
-    pub(crate) rules: Vec<LiveRule>,
+    rules: RwLock<Rules>,
     clock: Arc<dyn Clock>,
     cost: CostModel,
     predictor: Option<CostPredictor>,
@@ -310,10 +315,14 @@ impl ThrottlerBuilder {
             }
             _ => None,
         };
-        let rules: Vec<LiveRule> = self.rules.into_iter().map(LiveRule::new).collect();
+        let rules: Rules = self
+            .rules
+            .into_iter()
+            .map(|r| Arc::new(LiveRule::new(r)))
+            .collect();
         let metrics = ThrottleMetrics::new();
         let inner = Arc::new(Inner {
-            rules,
+            rules: RwLock::new(rules),
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
             cost: self.cost,
             predictor,
@@ -395,15 +404,17 @@ impl Throttler {
         let inner = &self.inner;
         let (cost, class) = self.cost_of(head);
         let now = inner.clock.now_ns();
+        let rules = inner.rules();
         let mut permit = Permit {
             throttler: self.clone(),
             cost,
             class,
             delay: Duration::ZERO,
             warnings: Vec::new(),
+            rules: rules.clone(),
             charged: Vec::new(),
         };
-        for (i, rule) in inner.rules.iter().enumerate() {
+        for (i, rule) in rules.iter().enumerate() {
             let Some(key) = rule.key.key(head) else {
                 continue;
             };
@@ -463,7 +474,7 @@ impl Throttler {
     fn refund(&self, permit: &Permit, now: u64) {
         let delta = -i64::try_from(permit.cost).unwrap_or(i64::MAX);
         for (i, key, soft) in &permit.charged {
-            let rule = &self.inner.rules[*i];
+            let rule = &permit.rules[*i];
             rule.hard.settle(key, now, delta);
             if let (true, Some(s)) = (*soft, &rule.soft) {
                 s.settle(key, now, delta);
@@ -545,10 +556,29 @@ impl Throttler {
         }
     }
 
+    /// Replaces the rules. A new rule identical to a current one (same
+    /// name, key, limits, ban, mode and key cap) keeps its keys' state;
+    /// every other rule starts with no keys. Requests admitted under the
+    /// old rules are post-accounted to them.
+    pub fn reload(&self, rules: Vec<Rule>) {
+        let old = self.inner.rules();
+        let new: Rules = rules
+            .into_iter()
+            .map(|rule| {
+                let fingerprint = format!("{rule:?}");
+                old.iter()
+                    .find(|live| live.fingerprint == fingerprint)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(LiveRule::new(rule)))
+            })
+            .collect();
+        *self.inner.rules.write().unwrap_or_else(|e| e.into_inner()) = new;
+    }
+
     /// Drops idle keys of every rule now (inserts also do this lazily).
     pub fn sweep(&self) {
         let now = self.inner.clock.now_ns();
-        for rule in &self.inner.rules {
+        for rule in self.inner.rules().iter() {
             rule.hard.sweep(now);
             if let Some(s) = &rule.soft {
                 s.sweep(now);
@@ -591,6 +621,11 @@ async fn drive(inner: Arc<Inner>) {
 }
 
 impl Inner {
+    /// The rules in force.
+    pub(crate) fn rules(&self) -> Rules {
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The queue's waiting cost and length.
     pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
         self.queue.as_ref().map(|q| {
