@@ -129,7 +129,11 @@ struct Outcome {
 }
 
 fn counters(n: usize) -> Arc<Vec<CachePadded<AtomicU64>>> {
-    Arc::new((0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect())
+    Arc::new(
+        (0..n)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+    )
 }
 
 fn total(counts: &[CachePadded<AtomicU64>]) -> u64 {
@@ -188,8 +192,7 @@ fn run_tasks(limiter: &Limiter, spec: RateSpec, tasks: usize, span: Duration) ->
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
-            let (limiter, counts, stop) =
-                (limiter.clone(), Arc::clone(&counts), Arc::clone(&stop));
+            let (limiter, counts, stop) = (limiter.clone(), Arc::clone(&counts), Arc::clone(&stop));
             runtime.spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Relaxed) {
@@ -284,7 +287,13 @@ fn main() {
             let (spec, both) = limiters("1M,1.1");
             for limiter in &both {
                 let out = run_threads(limiter, spec, threads, span);
-                report(&format!("{threads} threads, 1M/s"), limiter, spec, &out, true);
+                report(
+                    &format!("{threads} threads, 1M/s"),
+                    limiter,
+                    spec,
+                    &out,
+                    true,
+                );
             }
         }
     }

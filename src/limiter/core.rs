@@ -88,6 +88,8 @@ const MAX_HANDOFF_OPS: u64 = 256;
 /// A head waiter whose fill is due within this many nanoseconds spins
 /// instead of parking: a park and unpark cost more than the wait.
 const SPIN_NS: u64 = 5_000;
+/// How long the filler thread stays punctual after a late fill.
+const PUNCTUAL_NS: u64 = 200_000_000;
 /// The shortest sleep of a head waiter that found the fill due but could
 /// not do it (another thread holds the fill lock and will serve the queue).
 const MIN_PARK_NS: u64 = 20_000;
@@ -131,6 +133,10 @@ struct Published {
     batch: AtomicU64,
     /// Tokens a served waiter is handed beyond its need (see wait.rs).
     handoff: AtomicU64,
+    /// Until this clock reading the filler thread fills on time even while
+    /// a thread heads the queue: set when a fill comes late, i.e. when the
+    /// machine is too busy to wake the head on time.
+    punctual_until_ns: AtomicU64,
 }
 
 /// The shared core of a [`RateLimiter`](crate::RateLimiter).
@@ -191,6 +197,7 @@ impl Core {
                 all_or_nothing: AtomicU64::new(0),
                 batch: AtomicU64::new(0),
                 handoff: AtomicU64::new(0),
+                punctual_until_ns: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),
             waiters: WaitQueue::new(),
@@ -610,11 +617,15 @@ impl Core {
     /// How long the filler thread sleeps before its next fill: until it is
     /// due, or, while a parked thread heads the queue and fills on time by
     /// itself, three intervals more (the filler is then only a backup).
+    /// After a late fill the filler is punctual again for a while: two
+    /// timers are likelier than one to run on time on a busy machine.
     pub(crate) fn until_next_fill(&self, interval: Duration) -> Duration {
-        // Relaxed: a hint.
+        // Relaxed: hints.
         let last = self.published.last_fill_ns.load(Relaxed);
-        let since = self.clock.now_ns().saturating_sub(last);
-        let wait = if self.waiters.has_timed_head() {
+        let now = self.clock.now_ns();
+        let since = now.saturating_sub(last);
+        let punctual = now < self.published.punctual_until_ns.load(Relaxed);
+        let wait = if self.waiters.has_timed_head() && !punctual {
             interval.saturating_mul(4)
         } else {
             interval
@@ -630,6 +641,12 @@ impl Core {
         }
         let elapsed = now - st.last_fill_ns;
         st.last_fill_ns = now;
+        if elapsed > self.fill_interval_ns + self.fill_interval_ns / 2 && self.has_waiters() {
+            // Relaxed: a hint for `until_next_fill`.
+            self.published
+                .punctual_until_ns
+                .store(now.saturating_add(PUNCTUAL_NS), Relaxed);
+        }
         // Relaxed: a hint for `fill_if_late`.
         self.published.last_fill_ns.store(now, Relaxed);
         if !st.started {

@@ -207,7 +207,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         None
     };
     drop(reports);
-
     let summary = coordinate(&shared, &plan, &inbox, &mut printer, args.use_async);
     printer.summary(&summary);
     // Workers blocked in `acquire` at a very low rate may not return for a
@@ -247,12 +246,10 @@ impl Run<'_> {
     }
 
     fn receive(&mut self, report: &Report) {
-        self.open
-            .add(&report.histogram)
-            .expect("histograms auto-resize");
-        self.total
-            .add(&report.histogram)
-            .expect("histograms auto-resize");
+        if let Some(histogram) = &report.histogram {
+            self.open.add(histogram).expect("histograms auto-resize");
+            self.total.add(histogram).expect("histograms auto-resize");
+        }
         if let Some(pending) = &mut self.pending {
             if report.epoch == pending.epoch {
                 pending.seen += 1;
@@ -398,8 +395,11 @@ fn coordinate(
     let stats = limiter.stats();
     let backlog = limiter.backlog();
 
-    // The last (possibly partial) interval: wait for every worker's final
-    // histogram, but not for workers still blocked at a very low rate.
+    // The last (possibly partial) interval: wait briefly for every worker's
+    // final histogram, but not for workers still blocked in `acquire` (at a
+    // low rate with many threads most are; what they recorded before
+    // blocking is left out of the last line, and their next op would come
+    // after the end anyway).
     run.print_pending();
     if end.0 > last.0 + Duration::from_millis(1) {
         run.pending = Some(Pending {
@@ -408,7 +408,7 @@ fn coordinate(
             to: end,
             backlog,
             stalled: stall_seen,
-            deadline: end.0 + Duration::from_millis(200).max(grace(plan.interval)),
+            deadline: end.0 + grace(plan.interval),
             seen: 0,
         });
         while run.pending.is_some() {
@@ -416,7 +416,7 @@ fn coordinate(
             run.wait(inbox, deadline);
         }
     } else {
-        let deadline = run.now() + Duration::from_millis(200);
+        let deadline = run.now() + grace(plan.interval);
         while let Ok(report) = inbox.recv_timeout(deadline.saturating_sub(run.now())) {
             run.receive(&report);
         }

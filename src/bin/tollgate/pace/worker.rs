@@ -1,7 +1,7 @@
 //! The callers: threads or tokio tasks looping acquire, synthetic op.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -9,11 +9,19 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use tollgate::RateLimiter;
 
-/// How often a stalled caller looks at the control word again.
+/// How often a stalled task looks at the control word again (stalled
+/// threads sleep on the gate instead, woken when the stall ends).
 const STALL_POLL: Duration = Duration::from_micros(100);
+/// The longest a stalled thread sleeps on the gate before it looks again
+/// (a safety net: every change of the stall bit notifies the gate).
+const GATE_TIMEOUT: Duration = Duration::from_millis(100);
 /// A task yields to its runtime every this many ops, so tasks sharing a
 /// worker thread all run even when acquires never block.
 const YIELD_EVERY: u64 = 64;
+
+/// A caller thread's stack: it runs a short loop and keeps its histogram
+/// on the heap, so a small stack lets many thousands start quickly.
+const CALLER_STACK: usize = 64 << 10;
 
 /// Bit 0 of the control word: callers exit.
 const STOP: u64 = 1;
@@ -61,6 +69,9 @@ pub(super) struct Shared {
     /// never write a line another core writes.
     counts: Box<[CachePadded<AtomicU64>]>,
     op_time: Duration,
+    /// Where stalled threads sleep until the stall bit clears: thousands of
+    /// threads waiting to start must not poll.
+    gate: (Mutex<()>, Condvar),
 }
 
 impl Shared {
@@ -73,6 +84,7 @@ impl Shared {
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             op_time,
+            gate: (Mutex::new(()), Condvar::new()),
         }
     }
 
@@ -80,7 +92,29 @@ impl Shared {
         // Relaxed: the word carries no other data; callers only need to
         // see it soon (histograms travel through the channel, which orders
         // them).
-        self.control.store(control.encode(), Relaxed);
+        let before = Control::decode(self.control.swap(control.encode(), Relaxed));
+        if before.stalled != control.stalled || before.stop != control.stop {
+            // Taking the gate's lock orders the store before any sleeper's
+            // next check: a thread either saw the new word or is already
+            // waiting and gets the notification.
+            drop(self.gate.0.lock().unwrap_or_else(|e| e.into_inner()));
+            self.gate.1.notify_all();
+        }
+    }
+
+    /// Sleeps while the callers are stalled (and not stopped).
+    fn wait_unstalled(&self) {
+        let mut guard = self.gate.0.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let control = self.control();
+            if !control.stalled || control.stop {
+                return;
+            }
+            guard = match self.gate.1.wait_timeout(guard, GATE_TIMEOUT) {
+                Ok((guard, _)) => guard,
+                Err(e) => e.into_inner().0,
+            };
+        }
     }
 
     fn control(&self) -> Control {
@@ -119,7 +153,8 @@ pub(super) struct Report {
     /// The interval the histogram covers (or, for a caller blocked across
     /// boundaries, the first of those it covers).
     pub(super) epoch: u64,
-    pub(super) histogram: Histogram<u64>,
+    /// `None` when the caller recorded nothing in it.
+    pub(super) histogram: Option<Histogram<u64>>,
 }
 
 /// A histogram for lateness in nanoseconds (3 significant digits, grows
@@ -133,9 +168,12 @@ pub(super) fn new_histogram() -> Histogram<u64> {
 /// Consecutive ops mostly see the same lateness (the backlog changes only
 /// at fills), so equal values are counted in a run and recorded together:
 /// the histogram costs less than the acquire it measures.
+///
+/// The histogram is created on the first record: a caller that never got
+/// an op (thousands of threads at a low rate) costs no memory.
 struct Recorder {
     epoch: u64,
-    histogram: Histogram<u64>,
+    histogram: Option<Histogram<u64>>,
     reports: mpsc::Sender<Report>,
     /// The lateness of the current run of equal values, and its length.
     run_ns: u64,
@@ -146,7 +184,7 @@ impl Recorder {
     fn new(reports: mpsc::Sender<Report>) -> Recorder {
         Recorder {
             epoch: 0,
-            histogram: new_histogram(),
+            histogram: None,
             reports,
             run_ns: 0,
             run_len: 0,
@@ -158,7 +196,7 @@ impl Recorder {
     fn roll(&mut self, control: Control) {
         if control.epoch != self.epoch {
             self.flush();
-            let fresh = Histogram::new_from(&self.histogram);
+            let fresh = self.histogram.as_ref().map(Histogram::new_from);
             let histogram = std::mem::replace(&mut self.histogram, fresh);
             // The coordinator may have finished: nothing to do then.
             let _ = self.reports.send(Report {
@@ -188,8 +226,9 @@ impl Recorder {
         // `record_n` grows the histogram to fit (`saturating_record_n`
         // would clamp to its current, possibly tiny, range); it fails only
         // past what any histogram can hold.
-        if self.histogram.record_n(ns, n).is_err() {
-            self.histogram.saturating_record_n(ns, n);
+        let histogram = self.histogram.get_or_insert_with(new_histogram);
+        if histogram.record_n(ns, n).is_err() {
+            histogram.saturating_record_n(ns, n);
         }
     }
 }
@@ -205,7 +244,7 @@ fn run_thread(shared: &Shared, caller: usize, reports: mpsc::Sender<Report>) {
             return;
         }
         if control.stalled {
-            std::thread::sleep(STALL_POLL);
+            shared.wait_unstalled();
             continue;
         }
         let late = shared.limiter.acquire();
@@ -250,6 +289,7 @@ pub(super) fn spawn_threads(
         let reports = reports.clone();
         std::thread::Builder::new()
             .name(format!("pace-{caller}"))
+            .stack_size(CALLER_STACK)
             .spawn(move || run_thread(&shared, caller, reports))
             .with_context(|| format!("cannot start caller thread {caller}"))?;
     }
