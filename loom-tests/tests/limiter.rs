@@ -1,5 +1,7 @@
 //! Loom models: fills, takes, slice refills and steals neither create nor
-//! lose tokens, and a waiter blocked while tokens arrive is always woken.
+//! lose tokens; a waiter blocked while tokens arrive is always woken, with
+//! its tokens already handed to it; a waiter that times out or is dropped
+//! while a grant races it gives back what it was handed.
 //!
 //! Each model drives a limiter on a manual clock with no filler thread: a
 //! "filler" thread advances the clock and calls `backlog()`, which fills
@@ -135,5 +137,77 @@ fn an_async_waiter_is_woken_by_a_fill() {
         limiter.backlog();
         waiter.join().unwrap();
         assert_conserved(&limiter, 2);
+    });
+}
+
+#[test]
+fn a_sync_and_an_async_waiter_share_one_queue_and_are_both_served() {
+    loom::model(|| {
+        let (limiter, clock) = limiter(1);
+        assert!(limiter.try_acquire());
+        let sync = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                limiter.acquire();
+            })
+        };
+        let task = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                loom::future::block_on(limiter.acquire_async());
+            })
+        };
+        clock.advance(Duration::from_millis(2));
+        limiter.backlog();
+        sync.join().unwrap();
+        task.join().unwrap();
+        assert_conserved(&limiter, 3);
+    });
+}
+
+#[test]
+fn a_timed_out_waiter_keeps_nothing_it_was_not_granted() {
+    loom::model(|| {
+        let (limiter, clock) = limiter(1);
+        assert!(limiter.try_acquire());
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                u64::from(limiter.acquire_timeout(1, Duration::from_millis(1)).is_ok())
+            })
+        };
+        // Past the waiter's deadline, with one op of time: the grant and
+        // the timeout race.
+        clock.advance(Duration::from_millis(2));
+        limiter.backlog();
+        let admitted = 1 + waiter.join().unwrap();
+        assert_conserved(&limiter, admitted);
+    });
+}
+
+#[test]
+fn a_dropped_async_waiter_gives_back_a_racing_grant() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    loom::model(|| {
+        let (limiter, clock) = limiter(1);
+        assert!(limiter.try_acquire());
+        let dropper = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut fut = Box::pin(limiter.acquire_async());
+                let ready = matches!(fut.as_mut().poll(&mut cx), Poll::Ready(_));
+                drop(fut);
+                u64::from(ready)
+            })
+        };
+        clock.advance(Duration::from_millis(1));
+        limiter.backlog();
+        let admitted = 1 + dropper.join().unwrap();
+        assert_conserved(&limiter, admitted);
+        // Whatever the drop gave back is in the pool for the next caller.
+        assert_eq!(u64::from(limiter.try_acquire()), 2 - admitted);
     });
 }

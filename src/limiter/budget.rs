@@ -12,12 +12,17 @@
 //! slice chunk, and zero at rates whose active pool holds only a few ops,
 //! where every op takes from the slices as before).
 //!
+//! A thread that waited and was served by hand-off (wait.rs) keeps the
+//! ops it was handed beyond its need here too (`deposit`: at most 256 ops,
+//! at most a quarter of the active pool), so one wake-up admits many ops.
+//!
 //! Tokens in a budget have left the pool: the ledger counts them as
-//! admitted. Bounds: a thread holds at most one batch, for one limiter at
-//! a time. It gives the budget back to the limiter's central pool when it
-//! switches to another limiter and when it exits (the thread-local's
-//! destructor), so nothing is lost; while a thread is idle its budget (at
-//! most 64 ops) waits for it. A budget survives `restart`.
+//! admitted. Bounds: a thread holds at most one batch or one hand-off, for
+//! one limiter at a time. It gives the budget back to the limiter's
+//! central pool when it switches to another limiter and when it exits (the
+//! thread-local's destructor), so nothing is lost; while a thread is idle
+//! its budget (at most 256 ops, a quarter of the active pool) waits for
+//! it. A budget survives `restart`.
 //!
 //! Limiters are told apart by a unique id, never by address, so a budget
 //! can never be spent on a new limiter that reuses a dropped one's memory.
