@@ -478,7 +478,6 @@ mod tests {
     #[test]
     fn a_granted_task_is_woken_once_with_its_tokens() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::task::Wake as _;
         struct Count(AtomicUsize);
         impl std::task::Wake for Count {
             fn wake(self: Arc<Self>) {
