@@ -62,11 +62,14 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// ```
 pub struct KeyedLimiter<P: Policy, K = Box<str>> {
     policy: P,
-    shards: Box<[CachePadded<Mutex<Shard<K, P::State>>>]>,
+    shards: Shards<K, P::State>,
     hasher: foldhash::fast::RandomState,
     shard_cap: usize,
     idle_ns: u64,
 }
+
+/// The shards, each on its own cache line.
+type Shards<K, S> = Box<[CachePadded<Mutex<Shard<K, S>>>]>;
 
 struct Shard<K, S> {
     map: HashMap<K, Entry<S>, foldhash::fast::RandomState>,
