@@ -23,7 +23,8 @@
 //!
 //! The acquire fast path takes from a thread-local budget (no atomic), its
 //! refill from the caller's cache-padded slice of the pool (one
-//! compare-exchange); blocked callers sleep on a futex. See
+//! compare-exchange); blocked callers wait in one FIFO queue, each parked on
+//! its own, and are handed their tokens before they are woken. See
 //! [`RateLimiter`] for the whole API and `src/limiter/*.rs` for the design
 //! notes, invariants and memory orderings.
 //!
@@ -33,6 +34,18 @@
 //! server that divides each resource's capacity fairly between its clients
 //! (exact max-min fair share, proportional share, static, none) and a
 //! client that keeps leases fresh and enforces them with the limiter.
+//!
+//! # Quotas and throttling
+//!
+//! [`TokenBucket`] answers "may I, and how long must I wait?" without
+//! blocking: a lazily filled bucket on the same exact units, which may go
+//! into debt up to a cap and needs no filler thread. [`quota`] serves it
+//! over square's quotaservice protocol (`Allow`), with named, default and
+//! dynamic buckets, clients, and a cluster mode whose rates are Doorman
+//! leases. [`throttle`] is a server-side throttler for services: per-key
+//! limits (token pool, GCRA with a queue, fixed window, sliding log,
+//! sliding window counter), costs, criticality, soft and hard limits, bans
+//! and a tower layer.
 //!
 //! # Crate features
 //!
