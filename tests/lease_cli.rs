@@ -153,7 +153,7 @@ fn a_paused_server_cannot_keep_a_lease_in_force() {
     let mut cli = Killed(
         Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["lease", "res", "--wants", "10", "--mode", "pessimistic"])
-            .args(["--timeout", "600", "--server", &addr])
+            .args(["--timeout", "600s", "--server", &addr])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
