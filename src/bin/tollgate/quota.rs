@@ -38,9 +38,14 @@ pub(crate) struct Args {
     /// /healthz); 0 disables it.
     #[arg(long, default_value_t = 15150)]
     debug_port: u16,
-    /// Address to listen on.
+    /// Address the gRPC port listens on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
+    /// Address the debug HTTP port listens on: loopback unless opened on
+    /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
+    /// authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    debug_host: IpAddr,
     /// Cap on the dynamic buckets of a namespace whose
     /// `max_dynamic_buckets` is 0.
     #[arg(long, default_value_t = 100_000, value_parser = cli::positive::<u64>)]
@@ -115,7 +120,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
     if args.debug_port != 0 {
-        let daddr = SocketAddr::new(args.host, args.debug_port);
+        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
         let dl = tokio::net::TcpListener::bind(daddr)
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;

@@ -34,9 +34,14 @@ pub(crate) struct Args {
     /// HTTP debug port (/debug/status, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15050)]
     debug_port: u16,
-    /// Address to listen on.
+    /// Address the gRPC port listens on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
+    /// Address the debug HTTP port listens on: loopback unless opened on
+    /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
+    /// authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    debug_host: IpAddr,
     /// Address clients should use to reach this server, reported by
     /// Discovery (default: the listening address; set it when listening on
     /// 0.0.0.0, and with --etcd-endpoints, where followers redirect to it).
@@ -272,7 +277,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     };
     if args.debug_port != 0 {
-        let daddr = SocketAddr::new(args.host, args.debug_port);
+        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
         let dl = tokio::net::TcpListener::bind(daddr)
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;
