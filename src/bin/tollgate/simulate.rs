@@ -47,8 +47,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         println!(
             "scenario {} seed {seed}: handed out {:.2}% of the available capacity after \
-             learning mode ({:.2}% counting root outages); {} shortfall samples; \
-             overshoot max {:.2}%, mean {:.2}%",
+             learning mode ({:.2}% counting root outages); {} samples over capacity; \
+             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
             args.scenario,
             100.0 * r.mean_handed_out,
             100.0 * r.mean_handed_out_all,
@@ -66,8 +66,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let n = args.seeds as f64;
         println!(
             "over {} seeds: handed out {:.2}% of the available capacity on average \
-             ({:.2}% counting root outages); {} shortfall samples; \
-             overshoot max {:.2}%, mean over the shortfall samples {:.2}%",
+             ({:.2}% counting root outages); {} samples over capacity; \
+             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
             args.seeds,
             100.0 * totals.0 / n,
             100.0 * totals.4 / n,
