@@ -62,6 +62,8 @@ fn durations_share_one_grammar_and_refuse_negatives() {
     for args in [
         &["load", "--duration", "-1s"][..],
         &["load", "--duration", "-1"],
+        &["pace", "--duration", "-1s"],
+        &["pace", "--stall-at", "-1s", "--stall-for", "1s"],
         &["serve", "--sweep-interval", "-5s"],
         &["serve", "--request-timeout", "-1s"],
         &["lease", "a", "--timeout", "-2s"],
