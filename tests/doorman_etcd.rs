@@ -747,19 +747,19 @@ impl ServeProcess {
                 "0",
             ])
             .args(["--etcd-endpoints", endpoint, "--election-key", key])
-            .args(["--election-ttl", &ttl.as_secs().to_string()])
+            .args(["--election-ttl", &format!("{}s", ttl.as_secs())])
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("tollgate runs");
-        let stdout = child.stdout.take().unwrap();
+        let log = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         // Drain the log for as long as the server runs.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in BufReader::new(log).lines().map_while(Result::ok) {
                 if let (Some(at), true) = (line.find("addr="), line.contains("gRPC listening")) {
                     if let Some(tx) = tx.take() {
                         let addr = line[at + 5..].split_whitespace().next().unwrap();

@@ -74,11 +74,11 @@ impl Server {
         let mut child = command
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("tollgate runs");
-        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = log.clone();
@@ -86,7 +86,7 @@ impl Server {
         // on a full pipe.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains("gRPC listening") {
                     if let Some(tx) = tx.take() {
                         let at = line.find("addr=").unwrap();

@@ -70,13 +70,12 @@ impl Drop for Killed {
     }
 }
 
-/// Lines a child writes to stdout, as they come.
-fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+/// Lines a child writes to `stream` (its stdout or stderr), as they come.
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     use std::io::{BufRead as _, BufReader};
-    let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
                 break;
             }
@@ -134,12 +133,12 @@ fn a_paused_server_cannot_keep_a_lease_in_force() {
             .arg(&config)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    let server_log = lines_of(&mut server.0);
+    let server_log = lines_of(server.0.stderr.take().unwrap());
     let listening = wait_line(&server_log, "gRPC listening");
     let at = listening.find("addr=").unwrap();
     let addr = listening[at + 5..]
@@ -153,13 +152,13 @@ fn a_paused_server_cannot_keep_a_lease_in_force() {
     let mut cli = Killed(
         Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["lease", "res", "--wants", "10", "--mode", "pessimistic"])
-            .args(["--timeout", "600", "--server", &addr])
+            .args(["--timeout", "600s", "--server", &addr])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let out = lines_of(&mut cli.0);
+    let out = lines_of(cli.0.stdout.take().unwrap());
     wait_line(&out, "capacity=10 source=lease");
     signal(&server.0, libc::SIGSTOP);
     let expired = wait_line(&out, "source=expired");

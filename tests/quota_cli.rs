@@ -71,13 +71,13 @@ async fn quota_serves_allow() {
         .arg(&path)
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("tollgate runs");
-    let stdout = child.stdout.take().unwrap();
+    let log = child.stderr.take().unwrap();
     let _guard = Killed(child);
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let mut lines = BufReader::new(log).lines().map_while(Result::ok);
     let addr = tokio::task::block_in_place(|| logged_addr(&mut lines, "quota gRPC listening"));
     let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
         .await

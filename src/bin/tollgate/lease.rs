@@ -7,7 +7,12 @@ use anyhow::Context as _;
 use tokio::sync::watch;
 use tollgate::doorman::client::{Capacity, Client, ExpiryMode, ResourceOptions};
 
+use crate::cli;
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Examples:\n  tollgate lease api --wants 20 --server 127.0.0.1:15000\n  \
+    tollgate lease a b --count 4 --timeout 2s --server 10.0.0.1:15000 --server 10.0.0.2:15000")]
 pub(crate) struct Args {
     /// Resource ids to ask for.
     #[arg(required = true)]
@@ -30,20 +35,15 @@ pub(crate) struct Args {
     id: Option<String>,
     /// Stop after this many updates in all (default: run until Ctrl-C),
     /// releasing the leases.
-    #[arg(long)]
+    #[arg(long, value_parser = cli::positive::<u64>)]
     count: Option<u64>,
-    /// RPC deadline, in seconds.
-    #[arg(long, default_value_t = 5.0)]
-    timeout: f64,
+    /// Each RPC's deadline, and how long to wait for the server's first
+    /// answer before giving up with an error.
+    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    timeout: Duration,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
@@ -75,7 +75,8 @@ async fn lease(args: Args) -> anyhow::Result<()> {
     // turns.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("installing the SIGINT handler")?;
-    let timeout = Duration::try_from_secs_f64(args.timeout).context("--timeout")?;
+    let timeout = args.timeout;
+    let servers = args.servers.join(", ");
     let mut builder = Client::builder().servers(args.servers).rpc_timeout(timeout);
     if let Some(id) = args.id {
         builder = builder.id(id);
@@ -105,8 +106,17 @@ async fn lease(args: Args) -> anyhow::Result<()> {
     }
     drop(tx);
     let mut printed = 0u64;
+    // Until the first answer, --timeout bounds the whole wait: a server
+    // that is down or unreachable ends the command with an error.
+    let first_answer = tokio::time::sleep(timeout);
+    tokio::pin!(first_answer);
+    let mut gave_up = false;
     loop {
         tokio::select! {
+            () = &mut first_answer, if printed == 0 => {
+                gave_up = true;
+                break;
+            }
             l = rx.recv() => match l {
                 Some(l) => {
                     println!("{l}");
@@ -120,6 +130,12 @@ async fn lease(args: Args) -> anyhow::Result<()> {
             _ = interrupt.recv() => break,
         }
     }
+    anyhow::ensure!(
+        !gave_up,
+        "no answer from {servers} within {}: is the server running and reachable? \
+         (the warnings above give each failed try)",
+        humantime::format_duration(timeout)
+    );
     // Release everything at once, for at most one RPC deadline (and a
     // second to spare); a second Ctrl-C exits without waiting.
     let mut releases = tokio::task::JoinSet::new();

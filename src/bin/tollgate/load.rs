@@ -10,6 +10,8 @@ use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::cli;
+
 /// What `tollgate load` drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
@@ -20,6 +22,9 @@ enum Mode {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Examples:\n  tollgate load --server 127.0.0.1:15000 --clients 5000 --duration 30s\n  \
+    tollgate load --mode allow --server 127.0.0.1:15100 --buckets 100 --concurrency 256")]
 pub(crate) struct Args {
     /// What to load: a lease server or a quota server.
     #[arg(long, value_enum, default_value_t = Mode::Lease)]
@@ -32,39 +37,32 @@ pub(crate) struct Args {
     #[arg(long, default_value = "load")]
     namespace: String,
     /// Allow mode: distinct bucket names (`b0`, `b1`, ...), asked round robin.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<usize>)]
     buckets: usize,
     /// Allow mode: tokens per request.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<i64>)]
     tokens: i64,
     /// Number of simulated clients (distinct client ids).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = cli::positive::<usize>)]
     clients: usize,
     /// The resource every client asks for.
     #[arg(long, default_value = "load")]
     resource: String,
-    /// How long to run, in seconds (after every client asked once).
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
+    /// How long to run (after every client asked once).
+    #[arg(long, default_value = "10s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    duration: Duration,
     /// RPCs in flight at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = cli::positive::<usize>)]
     concurrency: usize,
     /// HTTP/2 connections the requests are spread over.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = cli::positive::<usize>)]
     connections: usize,
     /// Tokio worker threads (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
-    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
-    anyhow::ensure!(args.connections >= 1, "--connections must be at least 1");
-    anyhow::ensure!(
-        args.duration.is_finite() && args.duration > 0.0,
-        "--duration must be positive"
-    );
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         rt.worker_threads(n);
@@ -173,7 +171,7 @@ async fn load(args: Args) -> anyhow::Result<()> {
         prepared.push(t.await??);
     }
     eprintln!(
-        "{} clients registered in {:.2?}; running for {} s with {} in flight over {} connections",
+        "{} clients registered in {:.2?}; running for {:?} with {} in flight over {} connections",
         args.clients,
         warm.elapsed(),
         args.duration,
@@ -181,7 +179,7 @@ async fn load(args: Args) -> anyhow::Result<()> {
         channels.len()
     );
 
-    let deadline = Instant::now() + Duration::from_secs_f64(args.duration);
+    let deadline = Instant::now() + args.duration;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (mut client, mine, mut has) in prepared {

@@ -17,7 +17,7 @@ pub(crate) struct Params {
     pub(crate) namespace: String,
     pub(crate) buckets: usize,
     pub(crate) tokens: i64,
-    pub(crate) duration: f64,
+    pub(crate) duration: Duration,
     pub(crate) concurrency: usize,
     pub(crate) connections: usize,
 }
@@ -47,7 +47,7 @@ pub(crate) async fn load(p: Params) -> anyhow::Result<()> {
     }
     let names: std::sync::Arc<[String]> = (0..p.buckets).map(|i| format!("b{i}")).collect();
     eprintln!(
-        "Allow load on {} bucket name(s) in namespace {:?} for {} s, {} in flight over {} connections",
+        "Allow load on {} bucket name(s) in namespace {:?} for {:?}, {} in flight over {} connections",
         p.buckets,
         p.namespace,
         p.duration,
@@ -55,7 +55,7 @@ pub(crate) async fn load(p: Params) -> anyhow::Result<()> {
         channels.len()
     );
     let cpu_start = cpu_seconds();
-    let deadline = Instant::now() + Duration::from_secs_f64(p.duration);
+    let deadline = Instant::now() + p.duration;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..p.concurrency {

@@ -1,7 +1,10 @@
 //! The `tollgate` command.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
+mod cli;
 mod lease;
 mod load;
 mod load_allow;
@@ -15,6 +18,10 @@ mod simulate;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as text (colour only on a terminal) or as JSON objects;
+    /// always on stderr. `RUST_LOG` sets the level (e.g. `RUST_LOG=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = cli::LogFormat::Text)]
+    log_format: cli::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,14 +42,31 @@ enum Command {
     Quota(quota::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// Runs the command; an error is printed as one `error: ...` line (its
+/// causes joined by `: `), never with a backtrace, and exits with 1.
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Servers say what they do at info; tools keep stderr for trouble.
+    let level = match cli.command {
+        Command::Serve(_) | Command::Quota(_) => "info",
+        Command::Simulate(_) => "error",
+        Command::Pace(_) | Command::Load(_) | Command::Lease(_) => "warn",
+    };
+    cli::init_logging(cli.log_format, level);
+    let result = match cli.command {
         Command::Pace(args) => pace::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
         Command::Lease(args) => lease::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Quota(args) => quota::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

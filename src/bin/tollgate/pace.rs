@@ -49,19 +49,19 @@ pub(crate) struct Args {
     #[arg(short, long, default_value_t = 2, value_parser = parse_threads)]
     threads: usize,
     /// How long to run.
-    #[arg(short, long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(short, long, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Duration,
     /// The synthetic op: busy-wait this long after each acquire.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     op_time: Option<Duration>,
     /// Stall every caller for --stall-for, every this often.
-    #[arg(long, value_parser = parse_duration, requires = "stall_for")]
+    #[arg(long, value_parser = parse_duration, requires = "stall_for", allow_hyphen_values = true)]
     stall_every: Option<Duration>,
     /// Stall every caller for --stall-for once, this long into the run.
-    #[arg(long, value_parser = parse_duration, requires = "stall_for")]
+    #[arg(long, value_parser = parse_duration, requires = "stall_for", allow_hyphen_values = true)]
     stall_at: Option<Duration>,
     /// How long a stall lasts (with --stall-every or --stall-at).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     stall_for: Option<Duration>,
     /// Run the callers as tokio tasks using `acquire_async`.
     #[arg(long = "async")]
@@ -70,13 +70,13 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// How often to print a line.
-    #[arg(short, long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(short, long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     interval: Duration,
     /// Slices of the limiter's active pool (default: the library's choice).
     #[arg(long)]
     slices: Option<usize>,
-    /// The limiter's fill interval (default: the library's, 1ms).
-    #[arg(long, value_parser = parse_duration)]
+    /// The limiter's fill interval (default: the library's, 500us).
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     fill_interval: Option<Duration>,
     /// Measure an idle limiter instead: after 50 ms of acquires, no caller
     /// for --duration; report the process's CPU time.
@@ -96,8 +96,8 @@ fn parse_threads(text: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_duration(text: &str) -> Result<Duration, humantime::DurationError> {
-    humantime::parse_duration(text)
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::cli::duration(text)
 }
 
 /// When the callers stall: once at `at`, and/or every `every`, for `length`.

@@ -21,7 +21,12 @@ use tollgate::quota::config::Config;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
 use tracing::info;
 
+use crate::cli;
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Examples:\n  tollgate quota --config quotas.yaml\n  \
+    tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000")]
 pub(crate) struct Args {
     /// Bucket configuration in the reference quotaservice's YAML format.
     #[arg(long)]
@@ -33,47 +38,43 @@ pub(crate) struct Args {
     /// /healthz); 0 disables it.
     #[arg(long, default_value_t = 15150)]
     debug_port: u16,
-    /// Address to listen on.
+    /// Address the gRPC port listens on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
+    /// Address the debug HTTP port listens on: loopback unless opened on
+    /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
+    /// authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    debug_host: IpAddr,
     /// Cap on the dynamic buckets of a namespace whose
     /// `max_dynamic_buckets` is 0.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
-    /// How often idle buckets are removed, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    reap_interval_ms: u64,
-    /// How often the configuration file is checked for changes, in seconds.
-    #[arg(long, default_value_t = 5)]
-    reload_interval: u64,
+    /// How often idle buckets are removed.
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    reap_interval: Duration,
+    /// How often the configuration file is checked for changes.
+    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    reload_interval: Duration,
     /// Cluster mode: lease each named and default bucket's rate from the
     /// Doorman lease server(s) at these `host:port` addresses
     /// (comma-separated), whose resources `namespace:bucket` have the
     /// buckets' fill rates as capacity.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
-    /// Cluster mode: how often demand is sent and leases applied, in ms.
-    #[arg(long, default_value_t = 1000)]
-    cluster_interval_ms: u64,
+    /// Cluster mode: how often demand is sent and leases applied.
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    cluster_interval: Duration,
     /// Serve the admin API (/api/admin/...: list, add, update, delete
     /// namespaces and buckets, written to --config) on the debug port.
     #[arg(long)]
     admin: bool,
     /// Tokio worker threads (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    anyhow::ensure!(
-        args.max_dynamic_buckets >= 1,
-        "--max-dynamic-buckets must be at least 1"
-    );
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         rt.worker_threads(n);
@@ -94,12 +95,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     ));
     reaper::spawn(
         Arc::clone(&quota),
-        Duration::from_millis(args.reap_interval_ms.max(10)),
+        args.reap_interval.max(Duration::from_millis(10)),
     );
     reload::spawn(
         Arc::clone(&quota),
         args.config.clone(),
-        Duration::from_secs(args.reload_interval.max(1)),
+        args.reload_interval,
     );
     if !args.lease_servers.is_empty() {
         let client = tollgate::doorman::client::Client::builder()
@@ -110,7 +111,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         tokio::spawn(cluster::run(
             Arc::clone(&quota),
             client,
-            ClusterOptions::default().interval(Duration::from_millis(args.cluster_interval_ms)),
+            ClusterOptions::default().interval(args.cluster_interval),
         ));
     }
     let addr = SocketAddr::new(args.host, args.port);
@@ -119,7 +120,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
     if args.debug_port != 0 {
-        let daddr = SocketAddr::new(args.host, args.debug_port);
+        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
         let dl = tokio::net::TcpListener::bind(daddr)
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;

@@ -16,7 +16,13 @@ use tollgate::doorman::server::{Parent, Server, ServerLimits};
 use tollgate::doorman::{debug, reload};
 use tracing::{info, warn};
 
+use crate::cli;
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Examples:\n  tollgate serve --config doorman.yaml\n  \
+    tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
+    tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000")]
 pub(crate) struct Args {
     /// Resource configuration (Doorman's YAML format). Without it, every
     /// resource shares 1000 units by FAIR_SHARE.
@@ -28,20 +34,25 @@ pub(crate) struct Args {
     /// HTTP debug port (/debug/status, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15050)]
     debug_port: u16,
-    /// Address to listen on.
+    /// Address the gRPC port listens on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
+    /// Address the debug HTTP port listens on: loopback unless opened on
+    /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
+    /// authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    debug_host: IpAddr,
     /// Address clients should use to reach this server, reported by
     /// Discovery (default: the listening address; set it when listening on
     /// 0.0.0.0, and with --etcd-endpoints, where followers redirect to it).
     #[arg(long)]
     advertise: Option<String>,
-    /// How often expired leases and idle resources are swept, in seconds.
-    #[arg(long, default_value_t = 5)]
-    sweep_interval: u64,
-    /// How often the configuration file is checked for changes, in seconds.
-    #[arg(long, default_value_t = 5)]
-    reload_interval: u64,
+    /// How often expired leases and idle resources are swept.
+    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    sweep_interval: Duration,
+    /// How often the configuration file is checked for changes.
+    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    reload_interval: Duration,
     /// etcd endpoints (comma-separated `host:port`): elect a master among
     /// the servers sharing `--election-key` instead of always being master.
     #[arg(long, value_delimiter = ',')]
@@ -49,10 +60,10 @@ pub(crate) struct Args {
     /// The etcd election key (with --etcd-endpoints).
     #[arg(long, default_value = "/tollgate/master")]
     election_key: String,
-    /// The etcd lease TTL in seconds: how long a master that cannot reach
-    /// etcd keeps mastership.
-    #[arg(long, default_value_t = 10)]
-    election_ttl: u64,
+    /// The etcd lease TTL (whole seconds): how long a master that cannot
+    /// reach etcd keeps mastership.
+    #[arg(long, default_value = "10s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    election_ttl: Duration,
     /// Run as an intermediate server: ask the server at this `host:port` for
     /// capacity (GetServerCapacity) and share what it grants.
     #[arg(long)]
@@ -66,7 +77,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.5)]
     decay_factor: f64,
     /// Tokio worker threads (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     /// Largest gRPC request message, in bytes.
     #[arg(long, default_value_t = ServerLimits::default().max_message_bytes)]
@@ -78,23 +89,23 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = ServerLimits::default().max_connections)]
     max_connections: usize,
     /// How long one RPC may take, reading its request included (e.g. `10s`).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
     request_timeout: Duration,
     /// How long a new connection may take to send the HTTP/2 preface.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
     handshake_timeout: Duration,
     /// How long a connection may stay open with no RPC in flight.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = cli::duration, allow_hyphen_values = true)]
     idle_timeout: Duration,
     /// HTTP/2 PING interval.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = cli::duration, allow_hyphen_values = true)]
     keepalive_interval: Duration,
     /// How long a PING may go unanswered before the connection is closed.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
     keepalive_timeout: Duration,
     /// On SIGTERM or SIGINT: how long in-flight RPCs may take to finish
     /// before every connection is closed and the server exits.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = cli::duration, allow_hyphen_values = true)]
     drain_timeout: Duration,
 }
 
@@ -167,11 +178,6 @@ fn raise_fd_limit(want: usize) {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         rt.worker_threads(n);
@@ -205,7 +211,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(Etcd::start(EtcdConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
-            ttl: Duration::from_secs(args.election_ttl),
+            ttl: args.election_ttl,
             advertise: advertised.clone(),
         })?)
     };
@@ -234,14 +240,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             )
         }
     };
-    server.spawn_background(Duration::from_secs(args.sweep_interval.max(1)));
+    server.spawn_background(args.sweep_interval);
     match args.config.clone() {
-        Some(path) => reload::spawn_on(
-            server.clone(),
-            path,
-            Duration::from_secs(args.reload_interval.max(1)),
-            signals.hup,
-        ),
+        Some(path) => reload::spawn_on(server.clone(), path, args.reload_interval, signals.hup),
         None => {
             let mut hup = signals.hup;
             tokio::spawn(async move {
@@ -276,7 +277,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     };
     if args.debug_port != 0 {
-        let daddr = SocketAddr::new(args.host, args.debug_port);
+        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
         let dl = tokio::net::TcpListener::bind(daddr)
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;

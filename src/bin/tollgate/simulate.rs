@@ -7,6 +7,12 @@ use anyhow::Context as _;
 use tollgate::doorman::simulate;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Mishaps the simulated clients and servers meet are logged at info: \
+    RUST_LOG=tollgate::doorman::simulate=info lists them.\n\n\
+    Examples:\n  tollgate simulate --scenario 1 --out /tmp/sim\n  \
+    tollgate simulate --scenario 4 --seed 7 --seeds 10"
+)]
 pub(crate) struct Args {
     /// The scenario, 1 to 7 (see `tollgate::doorman::simulate`).
     #[arg(long)]
@@ -24,15 +30,6 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    // RUST_LOG=tollgate::doorman::simulate=info lists the mishaps.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // The clients' and servers' warnings about mishaps are expected.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut totals = (0.0, 0usize, 0.0f64, 0.0, 0.0);
@@ -50,8 +47,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         println!(
             "scenario {} seed {seed}: handed out {:.2}% of the available capacity after \
-             learning mode ({:.2}% counting root outages); {} shortfall samples; \
-             overshoot max {:.2}%, mean {:.2}%",
+             learning mode ({:.2}% counting root outages); {} samples over capacity; \
+             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
             args.scenario,
             100.0 * r.mean_handed_out,
             100.0 * r.mean_handed_out_all,
@@ -69,8 +66,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let n = args.seeds as f64;
         println!(
             "over {} seeds: handed out {:.2}% of the available capacity on average \
-             ({:.2}% counting root outages); {} shortfall samples; \
-             overshoot max {:.2}%, mean over the shortfall samples {:.2}%",
+             ({:.2}% counting root outages); {} samples over capacity; \
+             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
             args.seeds,
             100.0 * totals.0 / n,
             100.0 * totals.4 / n,

@@ -184,7 +184,7 @@ impl Conn {
                 self.fail(&address);
                 Err(RoundError::Rpc {
                     address,
-                    error: status.to_string(),
+                    error: describe(&status),
                 })
             }
             Err(_) => {
@@ -211,6 +211,31 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 /// About thirty years: what "never" means for a deadline (tokio's own
 /// choice for a far-future instant).
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// A failed RPC in one line: the code, the message and the innermost
+/// cause (e.g. `Unavailable: tcp connect error: Connection refused (os
+/// error 111)`), without tonic's Debug dump of metadata and sources.
+pub(crate) fn describe(status: &tonic::Status) -> String {
+    let mut line = format!("{:?}", status.code());
+    if !status.message().is_empty() {
+        line.push_str(": ");
+        line.push_str(status.message());
+    }
+    let mut cause = std::error::Error::source(status);
+    let mut innermost = None;
+    while let Some(c) = cause {
+        innermost = Some(c);
+        cause = c.source();
+    }
+    if let Some(c) = innermost {
+        let c = c.to_string();
+        if !line.ends_with(c.as_str()) {
+            line.push_str(": ");
+            line.push_str(&c);
+        }
+    }
+    line
+}
 
 /// The tokio instant `d` from now, saturating at [`FAR_FUTURE`] rather
 /// than overflowing on a huge server-provided duration.
@@ -375,7 +400,7 @@ impl Task {
                     self.conn.fail(&address);
                     return Err(RoundError::Rpc {
                         address,
-                        error: status.to_string(),
+                        error: describe(&status),
                     });
                 }
                 Err(_) => {

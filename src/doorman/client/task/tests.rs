@@ -223,3 +223,15 @@ async fn a_panicking_loop_is_restarted() {
     assert_eq!(transport.calls(), 2);
     assert_eq!(start.elapsed(), super::RESTART_DELAY);
 }
+
+#[test]
+fn a_failed_rpc_is_described_in_one_line() {
+    let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    let mut status = tonic::Status::unavailable("tcp connect error");
+    status.set_source(Arc::new(io));
+    assert_eq!(
+        super::describe(&status),
+        "Unavailable: tcp connect error: refused"
+    );
+    assert_eq!(super::describe(&tonic::Status::internal("")), "Internal");
+}

@@ -1,0 +1,106 @@
+//! What every subcommand shares: the logging setup and the value grammars
+//! (durations, counts) of its flags.
+//!
+//! # Implementation notes
+//!
+//! Logs go to stderr, always, so that stdout carries only a command's
+//! results; colour is used only when stderr is a terminal and `NO_COLOR`
+//! is unset. `RUST_LOG` overrides each subcommand's default level.
+//!
+//! Every duration flag reads humantime (`5s`, `250ms`, `1m30s`). clap
+//! would take `-5s` for a flag, so duration flags allow hyphen values and
+//! this parser refuses the sign with a message of its own.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the process's logger: stderr, `RUST_LOG` or `default` as the
+/// filter, colour only on a terminal.
+pub(crate) fn init_logging(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_ansi(colour).init();
+        }
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
+/// A duration flag: humantime, not negative.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.starts_with('-') {
+        return Err("a duration cannot be negative".to_owned());
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (durations read like 5s, 250ms or 1m30s)"))
+}
+
+/// A duration flag that must be more than zero.
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        Duration::ZERO => Err("must be more than zero".to_owned()),
+        d => Ok(d),
+    }
+}
+
+/// A count flag (threads, clients, connections): at least 1.
+pub(crate) fn positive<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialEq + Default,
+    T::Err: std::fmt::Display,
+{
+    let text = text.trim();
+    if text.starts_with('-') {
+        return Err("must be at least 1".to_owned());
+    }
+    match text.parse::<T>() {
+        Ok(n) if n == T::default() => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{duration, positive, positive_duration};
+
+    #[test]
+    fn durations_read_humantime_and_refuse_a_sign() {
+        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(
+            duration("-1s"),
+            Err("a duration cannot be negative".to_owned())
+        );
+        assert!(duration("5").unwrap_err().contains("5s, 250ms"));
+        assert!(positive_duration("0ms").is_err());
+        assert_eq!(positive_duration("2s"), Ok(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn counts_start_at_one() {
+        assert_eq!(positive::<usize>("3"), Ok(3));
+        assert!(positive::<usize>("0").is_err());
+        assert!(positive::<u64>("-2").is_err());
+        assert!(positive::<u64>("x").is_err());
+    }
+}

@@ -1,0 +1,196 @@
+//! The `tollgate` command as an operator meets it: bad input refused by the
+//! parser with a clear message, errors without backtraces, logs on stderr
+//! (JSON on request, no colour when redirected), help with examples, and a
+//! lease client that gives up on a dead server.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `tollgate ARGS` with `RUST_BACKTRACE=1` (as many users have it),
+/// killing it if it has not exited after a minute: a hang guard, not a
+/// timing assertion.
+fn tollgate(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("tollgate {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// A local address nothing listens on.
+fn dead_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[test]
+fn zero_counts_are_refused_by_the_parser() {
+    for args in [
+        &["serve", "--threads", "0"][..],
+        &["load", "--threads", "0"],
+        &["load", "--clients", "0"],
+        &["quota", "--config", "q.yaml", "--threads", "0"],
+        &["lease", "a", "--count", "0"],
+    ] {
+        let o = tollgate(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("must be at least 1"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn durations_share_one_grammar_and_refuse_negatives() {
+    for args in [
+        &["load", "--duration", "-1s"][..],
+        &["load", "--duration", "-1"],
+        &["pace", "--duration", "-1s"],
+        &["pace", "--stall-at", "-1s", "--stall-for", "1s"],
+        &["serve", "--sweep-interval", "-5s"],
+        &["serve", "--request-timeout", "-1s"],
+        &["lease", "a", "--timeout", "-2s"],
+        &["quota", "--config", "q.yaml", "--reap-interval", "-1s"],
+    ] {
+        let o = tollgate(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("cannot be negative"), "{args:?}: {err}");
+        assert!(!err.contains("tip:"), "{args:?}: {err}");
+    }
+    for args in [
+        &["lease", "a", "--timeout", "0s"][..],
+        &["serve", "--reload-interval", "0s"],
+    ] {
+        let o = tollgate(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("must be more than zero"), "{args:?}: {err}");
+    }
+    // A bare number has no unit: refused with the grammar in the message.
+    let o = tollgate(&["load", "--duration", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("5s, 250ms"), "{}", stderr(&o));
+    // `load --duration 5s` parses: the run fails later, on the dead server.
+    let dead = dead_address();
+    let o = tollgate(&["load", "--duration", "5s", "--server", &dead]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("connecting to {dead}")), "{err}");
+}
+
+#[test]
+fn user_errors_print_one_line_without_a_backtrace() {
+    let o = tollgate(&["simulate", "--scenario", "99", "--out", "target/cli-test"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim(),
+        "error: unknown scenario 99: the scenarios are 1 to 7"
+    );
+    let o = tollgate(&[
+        "serve",
+        "--config",
+        "/nonexistent/doorman.yaml",
+        "--port",
+        "0",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: loading /nonexistent/doorman.yaml: "),
+        "{err}"
+    );
+    assert!(!err.contains("backtrace"), "{err}");
+    assert!(!err.contains("Caused by"), "{err}");
+}
+
+#[test]
+fn every_subcommand_has_examples_in_its_help() {
+    for sub in ["pace", "serve", "load", "lease", "simulate", "quota"] {
+        let o = tollgate(&[sub, "--help"]);
+        let out = String::from_utf8(o.stdout).unwrap();
+        assert!(o.status.success(), "{sub}");
+        assert!(out.contains("Examples:"), "{sub}: {out}");
+        assert!(out.contains(&format!("tollgate {sub}")), "{sub}: {out}");
+        assert!(out.contains("--log-format"), "{sub}: {out}");
+    }
+}
+
+#[test]
+fn lease_gives_up_on_a_dead_server_with_one_line_warnings() {
+    let dead = dead_address();
+    let o = tollgate(&[
+        "lease",
+        "a",
+        "--server",
+        &dead,
+        "--count",
+        "1",
+        "--timeout",
+        "1s",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty(), "{err}");
+    let last = err.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "error: no answer from {dead} within 1s: is the server running and reachable? \
+             (the warnings above give each failed try)"
+        )
+    );
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert!(!warnings.is_empty(), "{err}");
+    for w in warnings {
+        assert!(w.contains("capacity refresh failed"), "{w}");
+        assert!(w.contains("Unavailable: tcp connect error"), "{w}");
+        assert!(!w.contains("tonic::transport"), "{w}");
+        assert!(!w.contains('\u{1b}'), "colour in a redirected log: {w}");
+    }
+}
+
+#[test]
+fn log_format_json_writes_one_object_a_line_on_stderr() {
+    let dead = dead_address();
+    let o = tollgate(&[
+        "--log-format",
+        "json",
+        "lease",
+        "a",
+        "--server",
+        &dead,
+        "--timeout",
+        "1s",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let events: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!events.is_empty(), "{err}");
+    for e in &events {
+        assert_eq!(e["level"], "WARN", "{e}");
+        assert_eq!(e["fields"]["message"], "capacity refresh failed", "{e}");
+    }
+}
