@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod pb;
 pub mod reload;
 pub mod server;
+mod session;
 pub mod simulate;
 pub mod store;
 mod transport;

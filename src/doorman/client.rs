@@ -90,6 +90,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use super::clock::{Clock, SystemClock};
 use super::transport::{self, Grpc, Transport};
 
+pub use super::session::SessionError;
 pub use backoff::Backoff;
 pub use gauge::{GaugeGuard, GaugeResource};
 pub use layer::{LeaseLayer, Leased, Rejected};
@@ -649,7 +650,7 @@ impl std::error::Error for ResourceError {}
 #[non_exhaustive]
 pub enum ReleaseError {
     /// No server answered the ReleaseCapacity.
-    Unreachable(String),
+    Unreachable(SessionError),
     /// The client's task had stopped.
     Closed,
 }
@@ -663,4 +664,11 @@ impl fmt::Display for ReleaseError {
     }
 }
 
-impl std::error::Error for ReleaseError {}
+impl std::error::Error for ReleaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReleaseError::Unreachable(e) => Some(e),
+            ReleaseError::Closed => None,
+        }
+    }
+}

@@ -8,13 +8,12 @@
 //! (4) sleeps until the next refresh or the earliest lease expiry, or until
 //! a handle wakes it.
 //!
-//! A round is one GetCapacity carrying every resource. The target is the
-//! known master; without one the task asks the current server address with
-//! Discovery (a server that does not implement Discovery is taken as the
-//! master). A response carrying `mastership` redirects at once to the named
-//! master, up to `max_redirects` times in one round; without an address the
-//! round fails. A failed RPC (error or deadline) forgets the master and
-//! moves to the next address, so an outage of one server costs one round.
+//! A round is one GetCapacity carrying every resource, made through the
+//! client's [`MasterSession`]: to the known master, else to the master that
+//! Discovery at the current server address names, following `mastership`
+//! redirects up to `max_redirects` times; a failed RPC (error or deadline)
+//! forgets the master and moves to the next address, so an outage of one
+//! server costs one round.
 //! After a failed round the next waits for the backoff; after a success, for
 //! the smallest refresh interval among the leases.
 //!
@@ -51,8 +50,8 @@ use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, Lease, Source};
 use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
 use crate::doorman::pb;
+use crate::doorman::session::{MasterSession, SessionError};
 use crate::doorman::store::Timestamp;
-use crate::doorman::transport::Transport;
 
 /// What the server last granted a resource.
 #[derive(Debug, Clone)]
@@ -102,105 +101,9 @@ impl Held {
     }
 }
 
-/// Why a round failed.
-#[derive(Debug)]
-enum RoundError {
-    Rpc { address: String, error: String },
-    NoMaster(String),
-    Redirects,
-}
-
-impl std::fmt::Display for RoundError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RoundError::Rpc { address, error } => write!(f, "{address}: {error}"),
-            RoundError::NoMaster(a) => write!(f, "{a} does not know the master"),
-            RoundError::Redirects => f.write_str("too many mastership redirects"),
-        }
-    }
-}
-
-/// The way to the servers and what the task knows about the master.
-#[derive(Debug)]
-struct Conn {
-    servers: Vec<String>,
-    /// The configured address to try next when the master is unknown.
-    next: usize,
-    master: Option<String>,
-    transport: Arc<dyn Transport>,
-    timeout: Duration,
-}
-
-impl Conn {
-    /// Forgets the master and, if `address` is the configured address in
-    /// use, moves on to the next one. (A master learnt from a redirect is
-    /// forgotten, and found again through the configured address.)
-    fn fail(&mut self, address: &str) {
-        self.transport.forget(address);
-        self.master = None;
-        if self.servers[self.next] == address {
-            self.next = (self.next + 1) % self.servers.len();
-        }
-    }
-
-    /// The master's address, asking Discovery if it is not known.
-    async fn master(&mut self) -> Result<String, RoundError> {
-        if let Some(m) = &self.master {
-            return Ok(m.clone());
-        }
-        let address = self.servers[self.next].clone();
-        let answer = tokio::time::timeout(self.timeout, self.transport.discovery(&address)).await;
-        match answer {
-            Ok(Ok(r)) => {
-                let named = r.mastership.master_address.filter(|a| !a.is_empty());
-                if r.is_master {
-                    // The server we reached is the master; its advertised
-                    // address may not be reachable from here, so keep ours.
-                    self.master = Some(address.clone());
-                    return Ok(address);
-                }
-                match named {
-                    Some(m) => {
-                        debug!(
-                            via = address.as_str(),
-                            master = m.as_str(),
-                            "discovered master"
-                        );
-                        self.master = Some(m.clone());
-                        Ok(m)
-                    }
-                    None => {
-                        self.fail(&address);
-                        Err(RoundError::NoMaster(address))
-                    }
-                }
-            }
-            // A server without Discovery answers capacity RPCs or redirects.
-            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
-                self.master = Some(address.clone());
-                Ok(address)
-            }
-            Ok(Err(status)) => {
-                self.fail(&address);
-                Err(RoundError::Rpc {
-                    address,
-                    error: describe(&status),
-                })
-            }
-            Err(_) => {
-                self.fail(&address);
-                Err(RoundError::Rpc {
-                    address,
-                    error: "deadline exceeded".to_owned(),
-                })
-            }
-        }
-    }
-}
-
 struct Task {
     shared: Arc<Shared>,
-    conn: Conn,
+    session: MasterSession,
     retry: Retry,
     origin: Instant,
 }
@@ -211,31 +114,6 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 /// About thirty years: what "never" means for a deadline (tokio's own
 /// choice for a far-future instant).
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
-
-/// A failed RPC in one line: the code, the message and the innermost
-/// cause (e.g. `Unavailable: tcp connect error: Connection refused (os
-/// error 111)`), without tonic's Debug dump of metadata and sources.
-pub(crate) fn describe(status: &tonic::Status) -> String {
-    let mut line = format!("{:?}", status.code());
-    if !status.message().is_empty() {
-        line.push_str(": ");
-        line.push_str(status.message());
-    }
-    let mut cause = std::error::Error::source(status);
-    let mut innermost = None;
-    while let Some(c) = cause {
-        innermost = Some(c);
-        cause = c.source();
-    }
-    if let Some(c) = innermost {
-        let c = c.to_string();
-        if !line.ends_with(c.as_str()) {
-            line.push_str(": ");
-            line.push_str(&c);
-        }
-    }
-    line
-}
 
 /// The tokio instant `d` from now, saturating at [`FAR_FUTURE`] rather
 /// than overflowing on a huge server-provided duration.
@@ -285,13 +163,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 async fn run_once(shared: Arc<Shared>) {
     let config = &shared.config;
     let mut task = Task {
-        conn: Conn {
-            servers: config.servers.clone(),
-            next: 0,
-            master: None,
-            transport: config.transport.clone(),
-            timeout: config.rpc_timeout,
-        },
+        session: MasterSession::new(
+            config.servers.clone(),
+            config.transport.clone(),
+            config.rpc_timeout,
+        )
+        .max_redirects(config.max_redirects),
         retry: Retry::new(config.backoff, config.seed),
         origin: Instant::now(),
         shared: shared.clone(),
@@ -371,7 +248,7 @@ impl Task {
     }
 
     /// One refresh round; returns the interval until the next.
-    async fn round(&mut self, slots: &[Arc<Slot>]) -> Result<Duration, RoundError> {
+    async fn round(&mut self, slots: &[Arc<Slot>]) -> Result<Duration, SessionError> {
         let now = self.shared.config.clock.now();
         let since = self.origin.elapsed();
         let mut resources = Vec::with_capacity(slots.len());
@@ -390,48 +267,11 @@ impl Task {
             client_id: self.shared.id.clone(),
             resource: resources,
         };
-        for _ in 0..=self.shared.config.max_redirects {
-            let address = self.conn.master().await?;
-            let call = self.conn.transport.get_capacity(&address, message.clone());
-            let answer = tokio::time::timeout(self.conn.timeout, call).await;
-            let response = match answer {
-                Ok(Ok(r)) => r,
-                Ok(Err(status)) => {
-                    self.conn.fail(&address);
-                    return Err(RoundError::Rpc {
-                        address,
-                        error: describe(&status),
-                    });
-                }
-                Err(_) => {
-                    self.conn.fail(&address);
-                    return Err(RoundError::Rpc {
-                        address,
-                        error: "deadline exceeded".to_owned(),
-                    });
-                }
-            };
-            if let Some(m) = response.mastership {
-                match m.master_address.filter(|a| !a.is_empty()) {
-                    Some(master) => {
-                        info!(
-                            from = address.as_str(),
-                            to = master.as_str(),
-                            "mastership redirect"
-                        );
-                        self.conn.master = Some(master);
-                        continue;
-                    }
-                    None => {
-                        self.conn.fail(&address);
-                        return Err(RoundError::NoMaster(address));
-                    }
-                }
-            }
-            return Ok(self.apply(slots, &response.response));
-        }
-        self.conn.master = None;
-        Err(RoundError::Redirects)
+        let response = self
+            .session
+            .call(|t, address| t.get_capacity(address, message.clone()))
+            .await?;
+        Ok(self.apply(slots, &response.response))
     }
 
     /// Applies a master's answers; returns the next refresh interval.
@@ -511,30 +351,16 @@ impl Task {
     }
 
     async fn release_ids(&mut self, ids: Vec<String>) -> Result<(), ReleaseError> {
-        let unreachable = |e: RoundError| ReleaseError::Unreachable(e.to_string());
-        let address = self.conn.master().await.map_err(unreachable)?;
-        let call = self.conn.transport.release_capacity(
-            &address,
-            pb::ReleaseCapacityRequest {
-                client_id: self.shared.id.clone(),
-                resource_id: ids,
-            },
-        );
-        match tokio::time::timeout(self.conn.timeout, call).await {
-            // A redirect needs no retry: the new master holds no lease of
-            // ours.
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => {
-                self.conn.fail(&address);
-                Err(ReleaseError::Unreachable(format!("{address}: {status}")))
-            }
-            Err(_) => {
-                self.conn.fail(&address);
-                Err(ReleaseError::Unreachable(format!(
-                    "{address}: deadline exceeded"
-                )))
-            }
-        }
+        let request = pb::ReleaseCapacityRequest {
+            client_id: self.shared.id.clone(),
+            resource_id: ids,
+        };
+        // A redirect needs no retry: the new master holds no lease of ours.
+        self.session
+            .send(|t, address| t.release_capacity(address, request.clone()))
+            .await
+            .map(drop)
+            .map_err(ReleaseError::Unreachable)
     }
 }
 

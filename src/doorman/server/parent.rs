@@ -54,6 +54,7 @@ use tracing::{debug, warn};
 use super::super::algorithm::{AlgorithmConfig, Kind};
 use super::super::config::Template;
 use super::super::pb;
+use super::super::session::{MasterSession, SessionError};
 use super::super::store::Timestamp;
 use super::super::transport::Transport;
 use super::{Inner, Server};
@@ -83,12 +84,11 @@ struct Grant {
 #[derive(Debug)]
 pub(super) struct Upstream {
     parent: Parent,
-    /// Where the parent's master is, after redirects.
-    address: Mutex<String>,
+    /// The way to the parent's master, after redirects.
+    session: MasterSession,
     grants: Mutex<HashMap<String, Grant>>,
     /// What was last sent per resource outside learning mode.
     sent: Mutex<HashMap<String, Sent>>,
-    transport: Arc<dyn Transport>,
 }
 
 /// One resource's request as last sent outside learning mode.
@@ -112,11 +112,12 @@ pub(super) const DEADLINE: Duration = Duration::from_secs(5);
 impl Upstream {
     pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> Upstream {
         Upstream {
-            address: Mutex::new(parent.address.clone()),
+            session: MasterSession::new(vec![parent.address.clone()], transport, DEADLINE)
+                .discover(false)
+                .max_redirects(2),
             parent,
             grants: Mutex::new(HashMap::new()),
             sent: Mutex::new(HashMap::new()),
-            transport,
         }
     }
 
@@ -377,7 +378,7 @@ pub(super) async fn poll(weak: Weak<Inner>) {
                 match ask(upstream, resources).await {
                     Ok(next) => next,
                     Err(e) => {
-                        warn!(error = e, "parent did not answer");
+                        warn!(error = %e, "parent did not answer");
                         IDLE
                     }
                 }
@@ -387,53 +388,22 @@ pub(super) async fn poll(weak: Weak<Inner>) {
     }
 }
 
-/// One GetServerCapacity round, following up to three redirects.
+/// One GetServerCapacity round at the parent's master, following up to
+/// two redirects; returns the wait until the next.
 async fn ask(
     upstream: &Upstream,
     resources: Vec<pb::ServerCapacityResourceRequest>,
-) -> Result<Duration, String> {
-    for _ in 0..3 {
-        let address = upstream
-            .address
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let call = upstream.transport.get_server_capacity(
-            &address,
-            pb::GetServerCapacityRequest {
-                server_id: upstream.parent.server_id.clone(),
-                resource: resources.clone(),
-            },
-        );
-        let response = match tokio::time::timeout(DEADLINE, call).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(status)) => {
-                upstream.transport.forget(&address);
-                return Err(format!("{address}: {status}"));
-            }
-            Err(_) => {
-                upstream.transport.forget(&address);
-                return Err(format!("{address}: deadline exceeded"));
-            }
-        };
-        match &response.mastership {
-            None => {
-                debug!(resources = response.response.len(), "parent granted");
-                return Ok(upstream.record(response));
-            }
-            Some(pb::Mastership {
-                master_address: Some(m),
-            }) => {
-                debug!(master = m, "parent redirects");
-                *upstream
-                    .address
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = m.clone();
-            }
-            Some(_) => return Err(format!("{address}: the parent's master is unknown")),
-        }
-    }
-    Err("too many redirects".into())
+) -> Result<Duration, SessionError> {
+    let request = pb::GetServerCapacityRequest {
+        server_id: upstream.parent.server_id.clone(),
+        resource: resources,
+    };
+    let response = upstream
+        .session
+        .call(|t, address| t.get_server_capacity(address, request.clone()))
+        .await?;
+    debug!(resources = response.response.len(), "parent granted");
+    Ok(upstream.record(response))
 }
 
 #[cfg(test)]

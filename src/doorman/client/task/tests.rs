@@ -230,8 +230,11 @@ fn a_failed_rpc_is_described_in_one_line() {
     let mut status = tonic::Status::unavailable("tcp connect error");
     status.set_source(Arc::new(io));
     assert_eq!(
-        super::describe(&status),
+        crate::doorman::session::describe(&status),
         "Unavailable: tcp connect error: refused"
     );
-    assert_eq!(super::describe(&tonic::Status::internal("")), "Internal");
+    assert_eq!(
+        crate::doorman::session::describe(&tonic::Status::internal("")),
+        "Internal"
+    );
 }
