@@ -94,7 +94,7 @@ pub use super::session::SessionError;
 pub use backoff::Backoff;
 pub use gauge::{GaugeGuard, GaugeResource};
 pub use layer::{LeaseLayer, Leased, Rejected};
-pub use lease::{Capacity, ExpiryMode, Lease, Source};
+pub use lease::{Capacity, ExpiryMode, Lease, ParseExpiryModeError, Source};
 pub use metrics::ClientMetrics;
 pub use rate::{RateOptions, RateResource};
 pub use wants::Smoothing;

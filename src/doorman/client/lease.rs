@@ -41,20 +41,63 @@ pub enum ExpiryMode {
     Safe,
 }
 
+/// Parses the mode's lowercase name.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::doorman::client::ExpiryMode;
+///
+/// assert_eq!("pessimistic".parse::<ExpiryMode>()?, ExpiryMode::Pessimistic);
+/// let e = "hopeful".parse::<ExpiryMode>().unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "unknown expiry mode \"hopeful\" (optimistic, pessimistic or safe)"
+/// );
+/// # Ok::<(), tollgate::doorman::client::ParseExpiryModeError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`ParseExpiryModeError`] for any other text.
 impl std::str::FromStr for ExpiryMode {
-    type Err = String;
+    type Err = ParseExpiryModeError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "optimistic" => Ok(ExpiryMode::Optimistic),
             "pessimistic" => Ok(ExpiryMode::Pessimistic),
             "safe" => Ok(ExpiryMode::Safe),
-            _ => Err(format!(
-                "unknown expiry mode {s:?} (optimistic, pessimistic or safe)"
-            )),
+            _ => Err(ParseExpiryModeError { text: s.to_owned() }),
         }
     }
 }
+
+/// Text that names no [`ExpiryMode`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseExpiryModeError {
+    text: String,
+}
+
+impl ParseExpiryModeError {
+    /// The text that was refused.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for ParseExpiryModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown expiry mode {:?} (optimistic, pessimistic or safe)",
+            self.text
+        )
+    }
+}
+
+/// A refused name has no underlying cause: `source()` is `None`.
+impl std::error::Error for ParseExpiryModeError {}
 
 /// A lease the server granted, checked.
 #[derive(Debug, Clone, Copy, PartialEq)]
