@@ -28,24 +28,28 @@
 //! term (learning mode) on every `is_master` value it sees, so a repeated
 //! "master" would wrongly restart learning mode.
 //!
-//! The etcd API is spoken with hand-written prost messages over tonic's
-//! generic client (the `wire` module): the messages are few and small, and
+//! The sessions and the observer live in `campaign`. The etcd API is
+//! spoken with hand-written prost messages over tonic's generic client
+//! (the `wire` module): the messages are few and small, and
 //! this keeps the build free of `protoc`, which the maintained `etcd-client`
 //! crate's build script needs.
 
+mod campaign;
+mod wire;
+
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, sleep_until, timeout, timeout_at, Instant};
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tokio::time::timeout;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::{Election, Mastership};
+use campaign::{replace_if_changed, shared, Campaigner, Shared};
+use wire::unary;
 
 /// How an [`Etcd`] election is set up.
 #[derive(Debug, Clone)]
@@ -125,21 +129,6 @@ impl fmt::Debug for Etcd {
             .field("mastership", &*self.tx.borrow())
             .finish_non_exhaustive()
     }
-}
-
-/// What the two tasks share.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Whether the current session won the campaign.
-    master: bool,
-    /// The current session's lease id.
-    lease: Option<i64>,
-    /// The leader's address as last observed.
-    observed: Option<String>,
-}
-
-fn shared(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Etcd {
@@ -246,336 +235,6 @@ impl Drop for Etcd {
 impl Election for Etcd {
     fn subscribe(&self) -> watch::Receiver<Mastership> {
         self.tx.subscribe()
-    }
-}
-
-fn replace_if_changed(slot: &mut Mastership, m: Mastership) -> bool {
-    if *slot == m {
-        false
-    } else {
-        *slot = m;
-        true
-    }
-}
-
-/// The state both tasks work with.
-#[derive(Debug, Clone)]
-struct Campaigner {
-    config: Arc<EtcdConfig>,
-    channel: Channel,
-    tx: Arc<watch::Sender<Mastership>>,
-    shared: Arc<Mutex<Shared>>,
-}
-
-/// Backoff between failed etcd calls outside a session.
-const RETRY: Duration = Duration::from_millis(500);
-
-impl Campaigner {
-    /// Publishes what [`Shared`] says, if it changed.
-    fn publish(&self) {
-        let m = {
-            let s = shared(&self.shared);
-            if s.master {
-                Mastership::master(Some(self.config.advertise.clone()))
-            } else {
-                Mastership::follower(s.observed.clone().filter(|a| *a != self.config.advertise))
-            }
-        };
-        let is_master = m.is_master;
-        if self.tx.send_if_modified(|slot| replace_if_changed(slot, m)) {
-            info!(is_master, "etcd election: mastership changed");
-        }
-    }
-
-    /// Runs sessions forever.
-    async fn run(self) {
-        loop {
-            let ttl = self.config.ttl.as_secs().max(1) as i64;
-            let sent = Instant::now();
-            let grant = unary::<wire::LeaseGrantRequest, wire::LeaseGrantResponse>(
-                &self.channel,
-                "/etcdserverpb.Lease/LeaseGrant",
-                wire::LeaseGrantRequest { ttl, id: 0 },
-            );
-            let lease = match timeout(self.config.ttl, grant).await {
-                Ok(Ok(r)) if r.ttl > 0 && r.error.is_empty() => r,
-                Ok(Ok(r)) => {
-                    warn!(error = r.error, "etcd refused a lease");
-                    sleep(RETRY).await;
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    debug!(error = %e, "etcd lease grant failed");
-                    sleep(RETRY).await;
-                    continue;
-                }
-                Err(_) => {
-                    debug!("etcd lease grant timed out");
-                    continue;
-                }
-            };
-            let deadline = sent + Duration::from_secs(lease.ttl as u64);
-            shared(&self.shared).lease = Some(lease.id);
-            debug!(lease = lease.id, ttl = lease.ttl, "etcd session starts");
-            tokio::select! {
-                () = self.keep_alive(lease.id, deadline) => {}
-                () = self.campaign(lease.id) => {}
-            }
-            {
-                let mut s = shared(&self.shared);
-                s.master = false;
-                s.lease = None;
-            }
-            self.publish();
-            info!(lease = lease.id, "etcd session ended");
-        }
-    }
-
-    /// Keeps lease `id` alive; returns when it has lapsed (locally: at
-    /// `deadline`, moved on by every answer) or etcd no longer knows it.
-    async fn keep_alive(&self, id: i64, mut deadline: Instant) {
-        let interval = self.config.refresh_interval();
-        let path = PathAndQuery::from_static("/etcdserverpb.Lease/LeaseKeepAlive");
-        while Instant::now() < deadline {
-            let (req_tx, req_rx) = mpsc::channel::<wire::LeaseKeepAliveRequest>(1);
-            let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-            let open = async {
-                grpc.ready().await.map_err(|e| e.to_string())?;
-                grpc.streaming(
-                    tonic::Request::new(ReceiverStream::new(req_rx)),
-                    path.clone(),
-                    tonic_prost::ProstCodec::<
-                        wire::LeaseKeepAliveRequest,
-                        wire::LeaseKeepAliveResponse,
-                    >::default(),
-                )
-                .await
-                .map_err(|e| e.to_string())
-            };
-            // The stream opens only once the first request is sent.
-            let _ = req_tx.try_send(wire::LeaseKeepAliveRequest { id });
-            let mut sent = Instant::now();
-            let mut stream = match timeout_at(deadline, open).await {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(e)) => {
-                    debug!(error = e, "etcd keep-alive stream failed to open");
-                    let _ = timeout_at(deadline, sleep(interval.min(RETRY))).await;
-                    continue;
-                }
-                Err(_) => return,
-            };
-            loop {
-                let wait = deadline.min(sent + interval);
-                match timeout_at(wait, stream.message()).await {
-                    Ok(Ok(Some(r))) if r.ttl <= 0 => {
-                        warn!(lease = id, "etcd lease is gone");
-                        return;
-                    }
-                    Ok(Ok(Some(r))) => {
-                        deadline = sent + Duration::from_secs(r.ttl as u64);
-                        sleep_until(sent + interval).await;
-                    }
-                    Ok(Ok(None)) | Ok(Err(_)) => {
-                        debug!(lease = id, "etcd keep-alive stream broke");
-                        break;
-                    }
-                    // No answer within the interval: ask again on the same
-                    // stream unless the lease has lapsed.
-                    Err(_) if Instant::now() >= deadline => return,
-                    Err(_) => {}
-                }
-                sent = Instant::now();
-                if req_tx
-                    .send(wire::LeaseKeepAliveRequest { id })
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-            let _ = timeout_at(deadline, sleep(interval.min(RETRY))).await;
-        }
-    }
-
-    /// Campaigns with lease `id` until elected, then stays master until the
-    /// session ends (this future never completes).
-    async fn campaign(&self, id: i64) {
-        loop {
-            let call = unary::<wire::CampaignRequest, wire::CampaignResponse>(
-                &self.channel,
-                "/v3electionpb.Election/Campaign",
-                wire::CampaignRequest {
-                    name: self.config.key.clone().into_bytes(),
-                    lease: id,
-                    value: self.config.advertise.clone().into_bytes(),
-                },
-            );
-            match call.await {
-                Ok(_) => break,
-                Err(e) => {
-                    debug!(error = %e, "etcd campaign failed; retrying");
-                    sleep(RETRY).await;
-                }
-            }
-        }
-        shared(&self.shared).master = true;
-        self.publish();
-        std::future::pending::<()>().await;
-    }
-
-    /// Follows the election key's leader forever.
-    async fn observe(self) {
-        let path = PathAndQuery::from_static("/v3electionpb.Election/Observe");
-        loop {
-            let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-            let open = async {
-                grpc.ready().await.map_err(|e| e.to_string())?;
-                grpc.server_streaming(
-                    tonic::Request::new(wire::LeaderRequest {
-                        name: self.config.key.clone().into_bytes(),
-                    }),
-                    path.clone(),
-                    tonic_prost::ProstCodec::<wire::LeaderRequest, wire::LeaderResponse>::default(),
-                )
-                .await
-                .map_err(|e| e.to_string())
-            };
-            match open.await {
-                Ok(stream) => {
-                    let mut stream = stream.into_inner();
-                    while let Ok(Some(r)) = stream.message().await {
-                        if let Some(kv) = r.kv {
-                            let leader = String::from_utf8_lossy(&kv.value).into_owned();
-                            debug!(leader, "etcd election: leader observed");
-                            shared(&self.shared).observed = Some(leader);
-                            self.publish();
-                        }
-                    }
-                }
-                Err(e) => debug!(error = e, "etcd observe failed"),
-            }
-            sleep(RETRY).await;
-        }
-    }
-}
-
-/// One unary call to etcd.
-async fn unary<Req, Resp>(
-    channel: &Channel,
-    path: &'static str,
-    request: Req,
-) -> Result<Resp, tonic::Status>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + Sync + 'static,
-{
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    grpc.unary(
-        tonic::Request::new(request),
-        PathAndQuery::from_static(path),
-        tonic_prost::ProstCodec::<Req, Resp>::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
-}
-
-/// The few etcd v3 messages the election speaks, field numbers from etcd's
-/// `rpc.proto`, `kv.proto` and `v3election.proto`. Response headers are left
-/// out: prost skips fields it does not know.
-#[allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
-mod wire {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseGrantRequest {
-        #[prost(int64, tag = "1")]
-        pub ttl: i64,
-        #[prost(int64, tag = "2")]
-        pub id: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseGrantResponse {
-        #[prost(int64, tag = "2")]
-        pub id: i64,
-        #[prost(int64, tag = "3")]
-        pub ttl: i64,
-        #[prost(string, tag = "4")]
-        pub error: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseKeepAliveRequest {
-        #[prost(int64, tag = "1")]
-        pub id: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseKeepAliveResponse {
-        #[prost(int64, tag = "2")]
-        pub id: i64,
-        #[prost(int64, tag = "3")]
-        pub ttl: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseRevokeRequest {
-        #[prost(int64, tag = "1")]
-        pub id: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaseRevokeResponse {}
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CampaignRequest {
-        #[prost(bytes = "vec", tag = "1")]
-        pub name: Vec<u8>,
-        #[prost(int64, tag = "2")]
-        pub lease: i64,
-        #[prost(bytes = "vec", tag = "3")]
-        pub value: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaderKey {
-        #[prost(bytes = "vec", tag = "1")]
-        pub name: Vec<u8>,
-        #[prost(bytes = "vec", tag = "2")]
-        pub key: Vec<u8>,
-        #[prost(int64, tag = "3")]
-        pub rev: i64,
-        #[prost(int64, tag = "4")]
-        pub lease: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CampaignResponse {
-        #[prost(message, optional, tag = "2")]
-        pub leader: Option<LeaderKey>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaderRequest {
-        #[prost(bytes = "vec", tag = "1")]
-        pub name: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct KeyValue {
-        #[prost(bytes = "vec", tag = "1")]
-        pub key: Vec<u8>,
-        #[prost(int64, tag = "6")]
-        pub lease: i64,
-        #[prost(bytes = "vec", tag = "5")]
-        pub value: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LeaderResponse {
-        #[prost(message, optional, tag = "2")]
-        pub kv: Option<KeyValue>,
     }
 }
 

@@ -1,0 +1,127 @@
+//! The etcd v3 API as the election speaks it: one generic unary call over
+//! tonic, and the few messages it sends and receives.
+//!
+//! # Implementation notes
+//!
+//! The messages are written by hand with prost's derive, field numbers
+//! from etcd's `rpc.proto`, `kv.proto` and `v3election.proto`. Response headers are left
+//! out: prost skips fields it does not know.
+
+#![allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
+
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+
+/// One unary call to etcd.
+pub(super) async fn unary<Req, Resp>(
+    channel: &Channel,
+    path: &'static str,
+    request: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    grpc.unary(
+        tonic::Request::new(request),
+        PathAndQuery::from_static(path),
+        tonic_prost::ProstCodec::<Req, Resp>::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseGrantRequest {
+    #[prost(int64, tag = "1")]
+    pub ttl: i64,
+    #[prost(int64, tag = "2")]
+    pub id: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseGrantResponse {
+    #[prost(int64, tag = "2")]
+    pub id: i64,
+    #[prost(int64, tag = "3")]
+    pub ttl: i64,
+    #[prost(string, tag = "4")]
+    pub error: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseKeepAliveRequest {
+    #[prost(int64, tag = "1")]
+    pub id: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseKeepAliveResponse {
+    #[prost(int64, tag = "2")]
+    pub id: i64,
+    #[prost(int64, tag = "3")]
+    pub ttl: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseRevokeRequest {
+    #[prost(int64, tag = "1")]
+    pub id: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseRevokeResponse {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CampaignRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    pub name: Vec<u8>,
+    #[prost(int64, tag = "2")]
+    pub lease: i64,
+    #[prost(bytes = "vec", tag = "3")]
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaderKey {
+    #[prost(bytes = "vec", tag = "1")]
+    pub name: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub key: Vec<u8>,
+    #[prost(int64, tag = "3")]
+    pub rev: i64,
+    #[prost(int64, tag = "4")]
+    pub lease: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CampaignResponse {
+    #[prost(message, optional, tag = "2")]
+    pub leader: Option<LeaderKey>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaderRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    pub name: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KeyValue {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(int64, tag = "6")]
+    pub lease: i64,
+    #[prost(bytes = "vec", tag = "5")]
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaderResponse {
+    #[prost(message, optional, tag = "2")]
+    pub kv: Option<KeyValue>,
+}
