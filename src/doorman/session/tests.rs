@@ -339,3 +339,24 @@ async fn no_configured_address_is_an_error_not_a_panic() {
     s.fail("a");
     assert!(fake.log().iter().all(|l| l.starts_with("forget")));
 }
+
+#[test]
+fn a_release_error_leads_through_the_session_error_to_the_status() {
+    use crate::doorman::client::ReleaseError;
+    let e = ReleaseError::Unreachable(SessionError::Rpc {
+        address: "a".into(),
+        status: tonic::Status::unavailable("down"),
+    });
+    assert_eq!(
+        e.to_string(),
+        "release not acknowledged: a: Unavailable: down"
+    );
+    let session = e.source().unwrap().downcast_ref::<SessionError>().unwrap();
+    assert_eq!(session.address(), Some("a"));
+    let status = session.source().unwrap().downcast_ref::<tonic::Status>();
+    assert_eq!(
+        status.map(tonic::Status::code),
+        Some(tonic::Code::Unavailable)
+    );
+    assert!(ReleaseError::Closed.source().is_none());
+}
