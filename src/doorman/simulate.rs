@@ -187,11 +187,25 @@ mod tests {
         // Learning mode: nothing is held, so nothing is granted.
         assert!(r.samples[..60].iter().all(|s| s.has == 0.0));
         // Then the root hands out what is wanted, up to its capacity.
-        assert!(r.max_overshoot <= 1.0 + 1e-9, "{}", r.max_overshoot);
-        assert_eq!(r.shortfall_samples, 0);
+        assert!(
+            r.max_has_over_capacity <= 1.0 + 1e-9,
+            "{}",
+            r.max_has_over_capacity
+        );
+        assert_eq!(r.samples_over_capacity, 0);
         for s in &r.samples[80..] {
             assert!(s.has >= 0.9 * s.wants.min(CAPACITY), "{s:?}");
         }
+        // The chart: round ticks over 600 s and up to the most wanted,
+        // and the capacity dashed on top of the lines it may hide under.
+        let svg = r.svg();
+        for tick in ["0", "100", "200", "300", "400", "500", "600"] {
+            assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
+        }
+        assert!(svg.contains(">time since start (s)</text>"));
+        let has = svg.find(r##"stroke="#1f77b4""##).unwrap();
+        let capacity = svg.find(r##"stroke="#d62728" stroke-width="1.6" stroke-dasharray"##);
+        assert!(capacity.unwrap() > has);
     }
 
     #[test]
@@ -223,13 +237,13 @@ mod tests {
             assert_eq!(s.has, 0.0, "{s:?}");
         }
         assert!(r.samples[260].has > 400.0);
-        assert_eq!(r.shortfall_samples, 0);
+        assert_eq!(r.samples_over_capacity, 0);
     }
 
     #[test]
     fn scenario_four_hands_out_through_a_region() {
         let r = run(4, 1).unwrap();
-        assert_eq!(r.shortfall_samples, 0);
+        assert_eq!(r.samples_over_capacity, 0);
         // The region passes on what its clients want, up to the capacity.
         for s in &r.samples[80..] {
             assert!(s.has >= 0.9 * s.wants.min(CAPACITY), "{s:?}");
@@ -246,7 +260,11 @@ mod tests {
                 "seed {seed}: {}",
                 r.mean_handed_out
             );
-            assert!(r.max_overshoot < 1.1, "seed {seed}: {}", r.max_overshoot);
+            assert!(
+                r.max_has_over_capacity < 1.1,
+                "seed {seed}: {}",
+                r.max_has_over_capacity
+            );
         }
     }
 

@@ -52,14 +52,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             args.scenario,
             100.0 * r.mean_handed_out,
             100.0 * r.mean_handed_out_all,
-            r.shortfall_samples,
-            100.0 * r.max_overshoot,
-            100.0 * r.mean_overshoot,
+            r.samples_over_capacity,
+            100.0 * r.max_has_over_capacity,
+            100.0 * r.mean_has_over_capacity_when_over,
         );
         totals.0 += r.mean_handed_out;
-        totals.1 += r.shortfall_samples;
-        totals.2 = totals.2.max(r.max_overshoot);
-        totals.3 += r.mean_overshoot * r.shortfall_samples as f64;
+        totals.1 += r.samples_over_capacity;
+        totals.2 = totals.2.max(r.max_has_over_capacity);
+        totals.3 += r.mean_has_over_capacity_when_over * r.samples_over_capacity as f64;
         totals.4 += r.mean_handed_out_all;
     }
     if args.seeds > 1 {

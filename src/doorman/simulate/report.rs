@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{CAPACITY, LEARNING};
+use crate::plot::{Chart, Figure, Series};
 
 /// One sample: what the chart plots.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,13 +38,13 @@ pub struct Report {
     pub mean_handed_out_all: f64,
     /// Samples (after the first learning mode) with `has` above the
     /// configured capacity.
-    pub shortfall_samples: usize,
+    pub samples_over_capacity: usize,
     /// Largest `has` over the configured capacity after the first learning
     /// mode.
-    pub max_overshoot: f64,
-    /// Mean `has` over the configured capacity, over the shortfall samples
+    pub max_has_over_capacity: f64,
+    /// Mean `has` over the configured capacity, over the samples over capacity
     /// (0 without any).
-    pub mean_overshoot: f64,
+    pub mean_has_over_capacity_when_over: f64,
 }
 
 impl Report {
@@ -64,17 +65,17 @@ impl Report {
             .copied()
             .filter(|&f| f > 1.0 + 1e-9)
             .collect();
-        let max_overshoot = fraction.iter().copied().fold(0.0, f64::max);
-        let mean_overshoot = mean(&over);
+        let max_has_over_capacity = fraction.iter().copied().fold(0.0, f64::max);
+        let mean_has_over_capacity_when_over = mean(&over);
         Report {
             scenario,
             seed,
             mean_handed_out: mean(&available),
             mean_handed_out_all: mean(&fraction),
             samples,
-            shortfall_samples: over.len(),
-            max_overshoot,
-            mean_overshoot,
+            samples_over_capacity: over.len(),
+            max_has_over_capacity,
+            mean_has_over_capacity_when_over,
         }
     }
     /// The samples as CSV: `t,capacity,total_wants,total_has`.
@@ -86,52 +87,31 @@ impl Report {
         out
     }
 
-    /// A line chart of capacity (red), total wants (green) and total has
-    /// (blue) over time, as SVG.
+    /// A chart of the root's capacity, the clients' total wants and what
+    /// they hold over time, as a self-contained SVG document. The capacity
+    /// is dashed and drawn last, so it shows where `has` equals it; wants
+    /// far above the capacity (scenario 7 adds 100 at a time) run along
+    /// the top of an axis that stops at twice the capacity or the most
+    /// handed out.
     pub fn svg(&self) -> String {
-        let (w, h, m) = (900.0, 400.0, 50.0);
-        let t_max = self.samples.last().map_or(1, |s| s.t).max(1) as f64;
-        // Wants may grow far past the capacity (scenario 7 adds 100 at a
-        // time); the axis stops at twice the capacity or the most handed
-        // out, and wants above it run along the top.
-        let top = |f: &dyn Fn(&Sample) -> f64| self.samples.iter().map(f).fold(1.0, f64::max);
-        let y_max = (top(&|s| s.capacity.max(s.wants).max(s.has)) * 1.1)
-            .min((2.0 * CAPACITY).max(top(&|s| s.has) * 1.1));
-        let x = |t: u64| m + (t as f64 / t_max) * (w - 2.0 * m);
-        let y = |v: f64| h - m - (v.min(y_max) / y_max) * (h - 2.0 * m);
-        let line = |f: &dyn Fn(&Sample) -> f64, colour: &str| {
-            let mut d = String::new();
-            for s in &self.samples {
-                let _ = write!(d, "{:.1},{:.1} ", x(s.t), y(f(s)));
-            }
-            format!(r#"<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{d}"/>"#)
+        let points = |f: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+            self.samples.iter().map(|s| (s.t as f64, f(s))).collect()
         };
-        let mut svg = format!(
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{m}" y="20">scenario {} (seed {}): capacity (red), total wants (green{clipped}), total has (blue)</text>
-<line x1="{m}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/>
-<line x1="{m}" y1="{m}" x2="{m}" y2="{b}" stroke="black"/>
-<text x="{m}" y="{lb}">0</text><text x="{r}" y="{lb}" text-anchor="end">{t_max} s</text>
-<text x="5" y="{m}">{y_max:.0}</text>
-"#,
-            self.scenario,
-            self.seed,
-            clipped = if top(&|s| s.wants) > y_max {
-                format!(", up to {:.0} off the chart", top(&|s| s.wants))
-            } else {
-                String::new()
-            },
-            b = h - m,
-            r = w - m,
-            lb = h - m + 15.0,
-        );
-        svg.push_str(&line(&|s| s.capacity, "red"));
-        svg.push('\n');
-        svg.push_str(&line(&|s| s.wants, "green"));
-        svg.push('\n');
-        svg.push_str(&line(&|s| s.has, "blue"));
-        svg.push_str("\n</svg>\n");
-        svg
+        let most_held = self.samples.iter().map(|s| s.has).fold(0.0, f64::max);
+        let chart = Chart::new(
+            "Capacity, total wants and total has",
+            "time since start (s)",
+            "capacity units",
+        )
+        .series(Series::new("total wants", "#2ca02c", points(|s| s.wants)))
+        .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
+        .series(Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed())
+        .y_limit((2.0 * CAPACITY).max(most_held * 1.1));
+        Figure::new(&format!(
+            "tollgate simulate: scenario {} (seed {})",
+            self.scenario, self.seed
+        ))
+        .chart(chart)
+        .svg()
     }
 }
