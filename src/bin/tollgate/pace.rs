@@ -43,7 +43,8 @@ use self::worker::{new_histogram, Control, Report, Shared};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms, 1m30s or 20us.\n\n\
     Examples:\n  tollgate pace\n  tollgate pace 1M --threads 8 --duration 3s --format json\n  \
-    tollgate pace 100K,1.5 --stall-at 1s --stall-for 1s --interval 250ms")]
+    tollgate pace 100K,1.5 --stall-at 1s --stall-for 1s --interval 250ms\n  \
+    tollgate pace 100K,1.5 --duration 3s --interval 100ms --plot pace.svg")]
 pub(crate) struct Args {
     /// The rate spec: `<rate>[,<burst_ratio>][,<verb>]`, e.g. `10M,1.1`,
     /// `2500,1.5` or `1000,1.05,restart`.
