@@ -304,6 +304,7 @@ impl Run<'_> {
         let target = self.plan.spec.ops_per_sec();
         let achieved = if span > 0.0 { ops as f64 / span } else { 0.0 };
         let histogram = std::mem::replace(&mut self.open, Histogram::new_from(&self.total));
+        let recorded = !histogram.is_empty();
         let line = Line {
             elapsed_s: p.to.0.as_secs_f64(),
             target_ops_per_s: target,
@@ -316,7 +317,7 @@ impl Run<'_> {
         };
         self.printer.line(&line);
         if let Some(history) = &mut self.history {
-            history.push(line);
+            history.push(line, recorded);
         }
     }
 

@@ -14,7 +14,9 @@ const KEEP: usize = 4096;
 /// length evenly.
 #[derive(Debug, Default)]
 pub(super) struct History {
-    lines: Vec<Line>,
+    /// Each line, and whether any caller recorded lateness in it (a
+    /// line without has no percentiles to draw).
+    lines: Vec<(Line, bool)>,
     /// Keep one line in `stride`.
     stride: usize,
     /// Lines offered so far.
@@ -22,7 +24,7 @@ pub(super) struct History {
 }
 
 impl History {
-    pub(super) fn push(&mut self, line: Line) {
+    pub(super) fn push(&mut self, line: Line, lateness_recorded: bool) {
         self.stride = self.stride.max(1);
         if self.seen % self.stride == 0 {
             if self.lines.len() == KEEP {
@@ -34,7 +36,7 @@ impl History {
                 self.stride *= 2;
             }
             if self.seen % self.stride == 0 {
-                self.lines.push(line);
+                self.lines.push((line, lateness_recorded));
             }
         }
         self.seen += 1;
@@ -44,9 +46,22 @@ impl History {
     /// lateness percentiles per interval, over time.
     pub(super) fn svg(&self, summary: &Summary) -> String {
         let at = |f: &dyn Fn(&Line) -> f64| -> Vec<(f64, f64)> {
-            self.lines.iter().map(|l| (l.elapsed_s, f(l))).collect()
+            self.lines
+                .iter()
+                .map(|(l, _)| (l.elapsed_s, f(l)))
+                .collect()
         };
-        let end = self.lines.last().map_or(summary.elapsed_s, |l| l.elapsed_s);
+        let late = |f: &dyn Fn(&Line) -> f64| -> Vec<(f64, f64)> {
+            self.lines
+                .iter()
+                .filter(|(_, recorded)| *recorded)
+                .map(|(l, _)| (l.elapsed_s, f(l)))
+                .collect()
+        };
+        let end = self
+            .lines
+            .last()
+            .map_or(summary.elapsed_s, |(l, _)| l.elapsed_s);
         let rate = Chart::new("Rate per interval", "time since start (s)", "rate (ops/s)")
             .series(Series::new(
                 "achieved",
@@ -64,7 +79,12 @@ impl History {
                 )
                 .dashed(),
             );
-        let most_backlog = self.lines.iter().map(|l| l.backlog_ns).max().unwrap_or(0);
+        let most_backlog = self
+            .lines
+            .iter()
+            .map(|(l, _)| l.backlog_ns)
+            .max()
+            .unwrap_or(0);
         let (b_div, b_unit) = time_unit(most_backlog as f64);
         let backlog = Chart::new(
             "Backlog at the end of each interval (ops due and not taken)",
@@ -76,7 +96,7 @@ impl History {
             "#9467bd",
             at(&|l| l.backlog_ns as f64 / b_div),
         ));
-        let most_late = self.lines.iter().map(|l| l.lag.max).max().unwrap_or(0);
+        let most_late = self.lines.iter().map(|(l, _)| l.lag.max).max().unwrap_or(0);
         let (l_div, l_unit) = time_unit(most_late as f64);
         let lateness = Chart::new(
             "Lateness per interval: how late ops started after their schedule",
@@ -88,17 +108,17 @@ impl History {
         .series(Series::new(
             "max",
             "#7f7f7f",
-            at(&|l| l.lag.max as f64 / l_div),
+            late(&|l| l.lag.max as f64 / l_div),
         ))
         .series(Series::new(
             "p99",
             "#ff7f0e",
-            at(&|l| l.lag.p99 as f64 / l_div),
+            late(&|l| l.lag.p99 as f64 / l_div),
         ))
         .series(Series::new(
             "p50",
             "#2ca02c",
-            at(&|l| l.lag.p50 as f64 / l_div),
+            late(&|l| l.lag.p50 as f64 / l_div),
         ));
         let mode = if summary.mode == "async" {
             "tasks"
@@ -142,21 +162,21 @@ mod tests {
     fn a_long_run_is_thinned_evenly_to_a_bounded_history() {
         let mut h = History::default();
         for t in 0..KEEP {
-            h.push(line(t));
+            h.push(line(t), true);
         }
         assert_eq!(h.lines.len(), KEEP);
-        h.push(line(KEEP));
+        h.push(line(KEEP), true);
         assert_eq!(h.lines.len(), KEEP / 2 + 1);
-        assert_eq!(h.lines[1].elapsed_s, 2.0);
-        assert_eq!(h.lines[KEEP / 2].elapsed_s, KEEP as f64);
+        assert_eq!(h.lines[1].0.elapsed_s, 2.0);
+        assert_eq!(h.lines[KEEP / 2].0.elapsed_s, KEEP as f64);
         for t in KEEP + 1..10 * KEEP {
-            h.push(line(t));
+            h.push(line(t), true);
         }
         assert!(h.lines.len() <= KEEP);
         let gaps: Vec<f64> = h
             .lines
             .windows(2)
-            .map(|w| w[1].elapsed_s - w[0].elapsed_s)
+            .map(|w| w[1].0.elapsed_s - w[0].0.elapsed_s)
             .collect();
         assert!(gaps.iter().all(|&g| g == gaps[0]), "{gaps:?}");
     }
