@@ -3,7 +3,7 @@
 
 use tollgate::plot::{time_unit, Chart, Figure, Series};
 
-use super::report::{Line, Summary};
+use super::report::{callers, Line, Summary};
 
 /// Most interval lines kept for the picture.
 const KEEP: usize = 4096;
@@ -120,11 +120,7 @@ impl History {
             "#2ca02c",
             late(&|l| l.lag.p50 as f64 / l_div),
         ));
-        let mode = if summary.mode == "async" {
-            "tasks"
-        } else {
-            "threads"
-        };
+        let mode = callers(summary);
         Figure::new(&format!(
             "tollgate pace {}: {} {mode}, {:.1} s, achieved/target {:.4}",
             summary.spec, summary.threads, summary.elapsed_s, summary.ratio

@@ -232,7 +232,7 @@ impl Printer {
                  \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}{warning}",
                 spec = s.spec,
                 threads = s.threads,
-                mode = if s.mode == "async" { "tasks" } else { "threads" },
+                mode = callers(s),
                 elapsed = s.elapsed_s,
                 ops = s.total_ops,
                 admitted = s.admitted,
@@ -279,6 +279,16 @@ impl Printer {
             Format::Json => json(&Record::Idle(s)),
         };
         emit(&text);
+    }
+}
+
+/// What ran the ops, as a word for `threads` of them: `thread`, `tasks`.
+pub(super) fn callers(s: &Summary) -> &'static str {
+    match (s.mode == "async", s.threads == 1) {
+        (true, true) => "task",
+        (true, false) => "tasks",
+        (false, true) => "thread",
+        (false, false) => "threads",
     }
 }
 
