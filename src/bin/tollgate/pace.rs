@@ -494,6 +494,7 @@ fn coordinate(
             achieved / target,
             elapsed,
             nanos(backlog),
+            active_pool_ns(&plan.spec),
             plan.stalls.is_some(),
         ),
     }
@@ -525,6 +526,12 @@ fn idle(limiter: &RateLimiter, plan: &Plan) -> IdleSummary {
         cpu_system_s: cpu.system.as_secs_f64(),
         cpu_core_pct: 100.0 * cpu.total().as_secs_f64() / elapsed,
     }
+}
+
+/// The most the limiter's active pool holds, in ns of schedule time:
+/// `max(1 ms, 2 ops) * burst_ratio` (the token pool's sizing).
+fn active_pool_ns(spec: &RateSpec) -> f64 {
+    (1e6f64).max(2e9 / spec.ops_per_sec()) * spec.burst_ratio()
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -559,6 +566,14 @@ mod tests {
         }
         assert!(help.contains("--fill-interval"));
         assert!(help.contains("the library's, 500us"), "{help}");
+    }
+
+    #[test]
+    fn the_active_pool_is_a_millisecond_or_two_ops() {
+        let fast: RateSpec = "10M,1.1".parse().unwrap();
+        assert_eq!(active_pool_ns(&fast), 1e6 * 1.1);
+        let slow: RateSpec = "1,2".parse().unwrap();
+        assert_eq!(active_pool_ns(&slow), 4e9);
     }
 
     #[test]

@@ -98,28 +98,33 @@ pub(super) struct Summary {
 }
 
 /// Why a run achieved less than 99 % of its target rate, or `None` if it
-/// did not.
+/// did not or if the shortfall fits in the active pool (`pool_ns`, its
+/// most: `max(1 ms, 2 ops) * burst_ratio`), as at very low rates where a
+/// run ends between two ops.
 ///
 /// The limiter's pools conserve schedule time: the active and waiting
 /// pools grow only by elapsed time and shrink only by what ops take. So
 /// the schedule the run missed, `elapsed * (1 - ratio)`, is still in the
-/// pools at the end, almost all of it as backlog (the active pool holds at
-/// most a few milliseconds), unless the limiter itself fell behind the
-/// clock. A backlog of at least half the missed schedule therefore means
-/// that ops were due and no caller came to take them: the callers, not
-/// the limiter, were the bottleneck (too few threads, a slow op, a busy
-/// machine, or the stalls asked for). A smaller backlog points at the
-/// limiter or at the measurement.
+/// pools at the end, and beyond what the active pool holds it is backlog,
+/// unless the limiter fell behind the clock. A backlog of at least half
+/// the missed schedule therefore means that ops were due and no caller
+/// came to take them: the callers, not the limiter, were the bottleneck
+/// (too few threads, a slow op, a busy machine, or the stalls asked for).
+/// A smaller backlog points at the limiter or at the measurement.
 pub(super) fn shortfall(
     ratio: f64,
     elapsed_s: f64,
     backlog_ns: u64,
+    pool_ns: f64,
     stalled: bool,
 ) -> Option<String> {
     if !(ratio < 0.99) || !(elapsed_s > 0.0) {
         return None;
     }
     let missed_ns = elapsed_s * (1.0 - ratio).min(1.0) * 1e9;
+    if missed_ns <= pool_ns {
+        return None;
+    }
     let percent = 100.0 * (1.0 - ratio);
     Some(if backlog_ns as f64 >= 0.5 * missed_ns {
         let why = if stalled {
@@ -135,7 +140,7 @@ pub(super) fn shortfall(
     } else {
         format!(
             "achieved {percent:.1}% below target although the limiter held only {} of backlog \
-             at the end (the run missed {}): the limiter fell behind the clock",
+             at the end (the run missed {}): the limiter or the measurement fell behind the clock",
             nanos(backlog_ns),
             nanos(missed_ns as u64)
         )
@@ -358,25 +363,30 @@ mod tests {
     #[test]
     fn a_shortfall_with_a_backlog_is_the_callers() {
         // On target, or within 1 %: nothing to say.
-        assert_eq!(shortfall(1.0, 5.0, 0, false), None);
-        assert_eq!(shortfall(0.991, 5.0, 45_000_000, false), None);
+        const POOL: f64 = 1.1e6;
+        assert_eq!(shortfall(1.0, 5.0, 0, POOL, false), None);
+        assert_eq!(shortfall(0.991, 5.0, 45_000_000, POOL, false), None);
+        // 2 ops in 2.5 s at 1 op/s: the missed 0.5 s is in the active pool
+        // (2 ops of time, 2.2 s with burst 1.1), not a bottleneck.
+        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, false), None);
         // 10 % short over 5 s misses 500 ms of schedule; 250 ms or more of
         // it still due at the end means no caller came for it.
-        let w = shortfall(0.9, 5.0, 250_000_000, false).unwrap();
+        let w = shortfall(0.9, 5.0, 250_000_000, POOL, false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target because the callers were the bottleneck, \
              not the limiter: 250.0ms of ops were due and not taken at the end; \
              more threads (--threads), a shorter --op-time or a less busy machine would help"
         );
-        let w = shortfall(0.9, 5.0, 400_000_000, true).unwrap();
+        let w = shortfall(0.9, 5.0, 400_000_000, POOL, true).unwrap();
         assert!(w.ends_with("the stalls left a backlog the burst ratio had not cleared by the end"));
         // Less than half of it due: the limiter fell behind.
-        let w = shortfall(0.9, 5.0, 249_000_000, false).unwrap();
+        let w = shortfall(0.9, 5.0, 249_000_000, POOL, false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target although the limiter held only 249.0ms of backlog \
-             at the end (the run missed 500.0ms): the limiter fell behind the clock"
+             at the end (the run missed 500.0ms): the limiter or the measurement fell behind \
+             the clock"
         );
     }
 
