@@ -56,6 +56,7 @@
 mod clock;
 pub mod doorman;
 mod limiter;
+pub mod plot;
 pub mod quota;
 mod sync;
 #[cfg(not(tollgate_loom))]

@@ -194,3 +194,61 @@ fn log_format_json_writes_one_object_a_line_on_stderr() {
         assert_eq!(e["fields"]["message"], "capacity refresh failed", "{e}");
     }
 }
+
+#[test]
+fn pace_plot_writes_an_svg_picture() {
+    let dir = std::env::temp_dir().join(format!("tollgate-cli-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("pace.svg");
+    let o = tollgate(&[
+        "pace",
+        "2K",
+        "--duration",
+        "300ms",
+        "--interval",
+        "100ms",
+        "--format",
+        "json",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim(), format!("wrote {}", path.display()));
+    let summary = String::from_utf8(o.stdout).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(summary.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert!(summary["mean_lateness_ns"].is_u64(), "{summary}");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Well formed: every element closed, one root.
+    let opened = svg.matches('<').count();
+    assert_eq!(opened, svg.matches('>').count());
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<svg").count(), 1);
+    for text in [
+        ">tollgate pace 2K,1.1: 2 threads",
+        ">Rate per interval</text>",
+        ">rate (ops/s)</text>",
+        ">achieved</text>",
+        ">target</text>",
+        ">backlog</text>",
+        ">p50</text>",
+        ">p99</text>",
+        ">max</text>",
+        ">time since start (s)</text>",
+        ">0</text>",
+    ] {
+        assert!(svg.contains(text), "{text} in {svg}");
+    }
+    // Three charts with a polyline per series: achieved, target, backlog,
+    // max, p99, p50.
+    assert_eq!(svg.matches("<polyline").count(), 6);
+}
+
+#[test]
+fn pace_plot_is_refused_with_idle() {
+    let o = tollgate(&["pace", "--idle", "--plot", "x.svg"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}

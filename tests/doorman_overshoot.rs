@@ -13,10 +13,10 @@ fn scenario_seven_hands_out_no_more_than_the_capacity() {
     for seed in [5, 7, 17] {
         let r = simulate::run(7, seed).unwrap();
         assert_eq!(
-            r.shortfall_samples, 0,
+            r.samples_over_capacity, 0,
             "seed {seed}: overshoot up to {}",
-            r.max_overshoot
+            r.max_has_over_capacity
         );
-        assert!(r.max_overshoot <= 1.0 + 1e-9, "seed {seed}");
+        assert!(r.max_has_over_capacity <= 1.0 + 1e-9, "seed {seed}");
     }
 }

@@ -22,17 +22,20 @@
 //! running, so the run's clock and the limiter's schedule begin together.
 
 mod cpu;
+mod plot;
 mod report;
 mod worker;
 
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure};
+use anyhow::{bail, ensure, Context as _};
 use hdrhistogram::Histogram;
 use tollgate::{RateLimiter, RateSpec, Verb};
 
 use self::cpu::{CpuTime, HostCpu};
+use self::plot::History;
 use self::report::{Format, IdleSummary, Lag, Line, Printer, Summary};
 use self::worker::{new_histogram, Control, Report, Shared};
 
@@ -40,10 +43,22 @@ use self::worker::{new_histogram, Control, Report, Shared};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms, 1m30s or 20us.\n\n\
     Examples:\n  tollgate pace\n  tollgate pace 1M --threads 8 --duration 3s --format json\n  \
-    tollgate pace 100K,1.5 --stall-at 1s --stall-for 1s --interval 250ms")]
+    tollgate pace 100K,1.5 --stall-at 1s --stall-for 1s --interval 250ms\n  \
+    tollgate pace 100K,1.5 --duration 3s --interval 100ms --plot pace.svg")]
 pub(crate) struct Args {
-    /// The rate spec: `<rate>[,<burst_ratio>]`, e.g. `10M,1.1` or `2500,1.5`.
-    #[arg(default_value = "10M,1.1")]
+    /// The rate spec: `<rate>[,<burst_ratio>][,<verb>]`, e.g. `10M,1.1`,
+    /// `2500,1.5` or `1000,1.05,restart`.
+    ///
+    /// `<rate>` is ops per second, as `12000`, `1.5K`, `10M` or `1E6`
+    /// (optionally followed by `/s`). `<burst_ratio>` (1 to 1000, default
+    /// 1.1) is how much faster than the rate the limiter admits ops while it
+    /// catches up on a backlog. The separators `,` `:` and `;` are alike.
+    /// `<verb>` is what applying the spec does: `configure` (set the rate,
+    /// do not start), `start` (the default: start if idle, else apply) or
+    /// `restart` (clear the pools and the backlog, as if new). pace builds a
+    /// new limiter and starts it once every caller runs, so here the verb
+    /// changes nothing.
+    #[arg(default_value = "10M,1.1", verbatim_doc_comment)]
     spec: RateSpec,
     /// Caller threads (tokio tasks with --async).
     #[arg(short, long, default_value_t = 2, value_parser = parse_threads)]
@@ -69,6 +84,11 @@ pub(crate) struct Args {
     /// Output: text for people, csv or json (one object a line) for plots.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Also draw the run in FILE as an SVG picture: achieved rate against
+    /// the target, the backlog, and lateness p50/p99/max per --interval,
+    /// over time.
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "idle")]
+    plot: Option<PathBuf>,
     /// How often to print a line.
     #[arg(short, long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     interval: Duration,
@@ -207,8 +227,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         None
     };
     drop(reports);
-    let summary = coordinate(&shared, &plan, &inbox, &mut printer, args.use_async);
+    let mut history = args.plot.as_ref().map(|_| History::default());
+    let summary = coordinate(
+        &shared,
+        &plan,
+        &inbox,
+        &mut printer,
+        history.as_mut(),
+        args.use_async,
+    );
     printer.summary(&summary);
+    if let (Some(path), Some(history)) = (&args.plot, &history) {
+        std::fs::write(path, history.svg(&summary))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     // Workers blocked in `acquire` at a very low rate may not return for a
     // long time: leave them to the process exit instead of joining them.
     if let Some(runtime) = runtime {
@@ -233,6 +266,8 @@ struct Pending {
 struct Run<'a> {
     plan: &'a Plan,
     printer: &'a mut Printer,
+    /// The lines kept for `--plot`.
+    history: Option<&'a mut History>,
     start: Instant,
     /// Histograms received since the last line was printed.
     open: Histogram<u64>,
@@ -269,7 +304,8 @@ impl Run<'_> {
         let target = self.plan.spec.ops_per_sec();
         let achieved = if span > 0.0 { ops as f64 / span } else { 0.0 };
         let histogram = std::mem::replace(&mut self.open, Histogram::new_from(&self.total));
-        self.printer.line(&Line {
+        let recorded = !histogram.is_empty();
+        let line = Line {
             elapsed_s: p.to.0.as_secs_f64(),
             target_ops_per_s: target,
             achieved_ops_per_s: achieved,
@@ -278,7 +314,11 @@ impl Run<'_> {
             backlog_ns: nanos(p.backlog),
             lag: Lag::of(&histogram),
             stalled: p.stalled,
-        });
+        };
+        self.printer.line(&line);
+        if let Some(history) = &mut self.history {
+            history.push(line, recorded);
+        }
     }
 
     /// Waits for reports until `until` (run time) or the pending line's
@@ -317,6 +357,7 @@ fn coordinate(
     plan: &Plan,
     inbox: &mpsc::Receiver<Report>,
     printer: &mut Printer,
+    history: Option<&mut History>,
     use_async: bool,
 ) -> Summary {
     let limiter = &shared.limiter;
@@ -327,6 +368,7 @@ fn coordinate(
     let mut run = Run {
         plan,
         printer,
+        history,
         start,
         open: new_histogram(),
         total: new_histogram(),
@@ -437,6 +479,7 @@ fn coordinate(
         lag: Lag::of(&run.total),
         admitted: stats.admitted,
         total_wait_ns: nanos(stats.total_wait),
+        mean_lateness_ns: nanos(stats.total_wait) / stats.admitted.max(1),
         backlog_ns: nanos(backlog),
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_system_s: cpu.system.as_secs_f64(),
@@ -447,6 +490,13 @@ fn coordinate(
         },
         cpu_cores: cpu.total().as_secs_f64() / elapsed,
         host_busy_cores: host_cores,
+        warning: report::shortfall(
+            achieved / target,
+            elapsed,
+            nanos(backlog),
+            active_pool_ns(&plan.spec),
+            plan.stalls.is_some(),
+        ),
     }
 }
 
@@ -478,6 +528,12 @@ fn idle(limiter: &RateLimiter, plan: &Plan) -> IdleSummary {
     }
 }
 
+/// The most the limiter's active pool holds, in ns of schedule time:
+/// `max(1 ms, 2 ops) * burst_ratio` (the token pool's sizing).
+fn active_pool_ns(spec: &RateSpec) -> f64 {
+    (1e6f64).max(2e9 / spec.ops_per_sec()) * spec.burst_ratio()
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -487,6 +543,38 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_help_gives_every_verb_of_the_spec_grammar() {
+        use clap::CommandFactory as _;
+
+        #[derive(clap::Parser)]
+        struct Pace {
+            #[command(flatten)]
+            args: Args,
+        }
+        let help = Pace::command().render_long_help().to_string();
+        assert!(help.contains("<rate>[,<burst_ratio>][,<verb>]"), "{help}");
+        for (name, verb) in [
+            ("configure", Verb::Configure),
+            ("start", Verb::Start),
+            ("restart", Verb::Restart),
+        ] {
+            assert!(help.contains(&format!("`{name}`")), "{name}: {help}");
+            let spec: RateSpec = format!("1000,1.05,{name}").parse().unwrap();
+            assert_eq!(spec.verb(), verb);
+        }
+        assert!(help.contains("--fill-interval"));
+        assert!(help.contains("the library's, 500us"), "{help}");
+    }
+
+    #[test]
+    fn the_active_pool_is_a_millisecond_or_two_ops() {
+        let fast: RateSpec = "10M,1.1".parse().unwrap();
+        assert_eq!(active_pool_ns(&fast), 1e6 * 1.1);
+        let slow: RateSpec = "1,2".parse().unwrap();
+        assert_eq!(active_pool_ns(&slow), 4e9);
+    }
 
     #[test]
     fn one_stall() {

@@ -47,34 +47,64 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         println!(
             "scenario {} seed {seed}: handed out {:.2}% of the available capacity after \
-             learning mode ({:.2}% counting root outages); {} samples over capacity; \
-             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
+             learning mode ({:.2}% counting root outages); {}",
             args.scenario,
             100.0 * r.mean_handed_out,
             100.0 * r.mean_handed_out_all,
-            r.shortfall_samples,
-            100.0 * r.max_overshoot,
-            100.0 * r.mean_overshoot,
+            over_capacity(
+                r.samples_over_capacity,
+                r.max_has_over_capacity,
+                r.mean_has_over_capacity_when_over
+            ),
         );
         totals.0 += r.mean_handed_out;
-        totals.1 += r.shortfall_samples;
-        totals.2 = totals.2.max(r.max_overshoot);
-        totals.3 += r.mean_overshoot * r.shortfall_samples as f64;
+        totals.1 += r.samples_over_capacity;
+        totals.2 = totals.2.max(r.max_has_over_capacity);
+        totals.3 += r.mean_has_over_capacity_when_over * r.samples_over_capacity as f64;
         totals.4 += r.mean_handed_out_all;
     }
     if args.seeds > 1 {
         let n = args.seeds as f64;
         println!(
             "over {} seeds: handed out {:.2}% of the available capacity on average \
-             ({:.2}% counting root outages); {} samples over capacity; \
-             max has/capacity {:.2}%, mean has/capacity over those samples {:.2}%",
+             ({:.2}% counting root outages); {}",
             args.seeds,
             100.0 * totals.0 / n,
             100.0 * totals.4 / n,
-            totals.1,
-            100.0 * totals.2,
-            100.0 * totals.3 / (totals.1.max(1) as f64),
+            over_capacity(totals.1, totals.2, totals.3 / (totals.1.max(1) as f64)),
         );
     }
     Ok(())
+}
+
+/// The figures about holding more than the capacity: `0 samples over
+/// capacity (max has/capacity 100.00%)`, or with the mean over those
+/// samples when there are any.
+fn over_capacity(samples: usize, max: f64, mean_when_over: f64) -> String {
+    let max = format!("max has/capacity {:.2}%", 100.0 * max);
+    match samples {
+        0 => format!("no sample over capacity ({max})"),
+        n => format!(
+            "{n} samples over capacity; {max}, mean has/capacity over those samples {:.2}%",
+            100.0 * mean_when_over
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_capacity_names_what_it_counts() {
+        assert_eq!(
+            over_capacity(0, 1.0, 0.0),
+            "no sample over capacity (max has/capacity 100.00%)"
+        );
+        assert_eq!(
+            over_capacity(3, 1.05, 1.02),
+            "3 samples over capacity; max has/capacity 105.00%, \
+             mean has/capacity over those samples 102.00%"
+        );
+    }
 }

@@ -73,8 +73,13 @@ pub(super) struct Summary {
     pub(super) lag: Lag,
     /// `stats().admitted` at the end of the run.
     pub(super) admitted: u64,
-    /// `stats().total_wait` at the end of the run.
+    /// `stats().total_wait` at the end of the run: the lateness of every
+    /// admitted op, summed.
     pub(super) total_wait_ns: u64,
+    /// `total_wait_ns / admitted`: how late an op started, on average.
+    pub(super) mean_lateness_ns: u64,
+    /// The limiter's backlog at the end of the run: schedule time due that
+    /// no op has taken yet.
     pub(super) backlog_ns: u64,
     pub(super) cpu_user_s: f64,
     pub(super) cpu_system_s: f64,
@@ -86,6 +91,60 @@ pub(super) struct Summary {
     /// included), where `/proc/stat` tells: a noise gauge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) host_busy_cores: Option<f64>,
+    /// Why the achieved rate fell short of the target, when it did (see
+    /// [`shortfall`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) warning: Option<String>,
+}
+
+/// Why a run achieved less than 99 % of its target rate, or `None` if it
+/// did not or if the shortfall fits in the active pool (`pool_ns`, its
+/// most: `max(1 ms, 2 ops) * burst_ratio`), as at very low rates where a
+/// run ends between two ops.
+///
+/// The limiter's pools conserve schedule time: the active and waiting
+/// pools grow only by elapsed time and shrink only by what ops take. So
+/// the schedule the run missed, `elapsed * (1 - ratio)`, is still in the
+/// pools at the end, and beyond what the active pool holds it is backlog,
+/// unless the limiter fell behind the clock. A backlog of at least half
+/// the missed schedule therefore means that ops were due and no caller
+/// came to take them: the callers, not the limiter, were the bottleneck
+/// (too few threads, a slow op, a busy machine, or the stalls asked for).
+/// A smaller backlog points at the limiter or at the measurement.
+pub(super) fn shortfall(
+    ratio: f64,
+    elapsed_s: f64,
+    backlog_ns: u64,
+    pool_ns: f64,
+    stalled: bool,
+) -> Option<String> {
+    if !(ratio < 0.99) || !(elapsed_s > 0.0) {
+        return None;
+    }
+    let missed_ns = elapsed_s * (1.0 - ratio).min(1.0) * 1e9;
+    if missed_ns <= pool_ns {
+        return None;
+    }
+    let percent = 100.0 * (1.0 - ratio);
+    Some(if backlog_ns as f64 >= 0.5 * missed_ns {
+        let why = if stalled {
+            "the stalls left a backlog the burst ratio had not cleared by the end"
+        } else {
+            "more threads (--threads), a shorter --op-time or a less busy machine would help"
+        };
+        format!(
+            "achieved {percent:.1}% below target because the callers were the bottleneck, \
+             not the limiter: {} of ops were due and not taken at the end; {why}",
+            nanos(backlog_ns)
+        )
+    } else {
+        format!(
+            "achieved {percent:.1}% below target although the limiter held only {} of backlog \
+             at the end (the run missed {}): the limiter or the measurement fell behind the clock",
+            nanos(backlog_ns),
+            nanos(missed_ns as u64)
+        )
+    })
 }
 
 /// An idle limiter's cost.
@@ -130,7 +189,7 @@ impl Printer {
     pub(super) fn line(&mut self, line: &Line) {
         let text = match self.format {
             Format::Text => format!(
-                "{:>8.2}s  target {:>9}  achieved {:>9}  x{:.4}  backlog {:>8}  lag p50 {:>8} p99 {:>8}{}",
+                "{:>8.2}s  target {:>9}  achieved {:>9}  x{:.4}  backlog {:>8}  lateness p50 {:>8} p99 {:>8}{}",
                 line.elapsed_s,
                 rate(line.target_ops_per_s),
                 rate(line.achieved_ops_per_s),
@@ -173,12 +232,12 @@ impl Printer {
                 "tollgate pace {spec}: {threads} {mode}, {elapsed:.3}s\n\
                  \x20 ops         {ops} (limiter admitted {admitted})\n\
                  \x20 rate        {achieved} achieved of {target} target: ratio {ratio:.5}\n\
-                 \x20 lag         p50 {p50}  p99 {p99}  max {max}\n\
-                 \x20 total wait  {wait}  (backlog at end {backlog})\n\
-                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}",
+                 \x20 lateness    p50 {p50}  p99 {p99}  max {max}  mean per op {mean}\n\
+                 \x20 backlog     {backlog} due and not taken at the end\n\
+                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}{warning}",
                 spec = s.spec,
                 threads = s.threads,
-                mode = if s.mode == "async" { "tasks" } else { "threads" },
+                mode = callers(s),
                 elapsed = s.elapsed_s,
                 ops = s.total_ops,
                 admitted = s.admitted,
@@ -188,7 +247,7 @@ impl Printer {
                 p50 = nanos(s.lag.p50),
                 p99 = nanos(s.lag.p99),
                 max = nanos(s.lag.max),
-                wait = nanos(s.total_wait_ns),
+                mean = nanos(s.mean_lateness_ns),
                 backlog = nanos(s.backlog_ns),
                 user = s.cpu_user_s,
                 sys = s.cpu_system_s,
@@ -198,6 +257,10 @@ impl Printer {
                     "\n  machine     {h:.2} cores busy in all (other processes: {:.2})",
                     (h - s.cpu_cores).max(0.0)
                 )),
+                warning = s
+                    .warning
+                    .as_ref()
+                    .map_or(String::new(), |w| format!("\n  warning     {w}")),
             ),
             Format::Csv => format!("# summary {}", key_values(&Record::Summary(s))),
             Format::Json => json(&Record::Summary(s)),
@@ -221,6 +284,16 @@ impl Printer {
             Format::Json => json(&Record::Idle(s)),
         };
         emit(&text);
+    }
+}
+
+/// What ran the ops, as a word for `threads` of them: `thread`, `tasks`.
+pub(super) fn callers(s: &Summary) -> &'static str {
+    match (s.mode == "async", s.threads == 1) {
+        (true, true) => "task",
+        (true, false) => "tasks",
+        (false, true) => "thread",
+        (false, false) => "threads",
     }
 }
 
@@ -285,6 +358,36 @@ mod tests {
         assert_eq!(nanos(999), "999ns");
         assert_eq!(nanos(12_340), "12.3µs");
         assert_eq!(nanos(2_500_000_000), "2.500s");
+    }
+
+    #[test]
+    fn a_shortfall_with_a_backlog_is_the_callers() {
+        // On target, or within 1 %: nothing to say.
+        const POOL: f64 = 1.1e6;
+        assert_eq!(shortfall(1.0, 5.0, 0, POOL, false), None);
+        assert_eq!(shortfall(0.991, 5.0, 45_000_000, POOL, false), None);
+        // 2 ops in 2.5 s at 1 op/s: the missed 0.5 s is in the active pool
+        // (2 ops of time, 2.2 s with burst 1.1), not a bottleneck.
+        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, false), None);
+        // 10 % short over 5 s misses 500 ms of schedule; 250 ms or more of
+        // it still due at the end means no caller came for it.
+        let w = shortfall(0.9, 5.0, 250_000_000, POOL, false).unwrap();
+        assert_eq!(
+            w,
+            "achieved 10.0% below target because the callers were the bottleneck, \
+             not the limiter: 250.0ms of ops were due and not taken at the end; \
+             more threads (--threads), a shorter --op-time or a less busy machine would help"
+        );
+        let w = shortfall(0.9, 5.0, 400_000_000, POOL, true).unwrap();
+        assert!(w.ends_with("the stalls left a backlog the burst ratio had not cleared by the end"));
+        // Less than half of it due: the limiter fell behind.
+        let w = shortfall(0.9, 5.0, 249_000_000, POOL, false).unwrap();
+        assert_eq!(
+            w,
+            "achieved 10.0% below target although the limiter held only 249.0ms of backlog \
+             at the end (the run missed 500.0ms): the limiter or the measurement fell behind \
+             the clock"
+        );
     }
 
     #[test]
