@@ -22,6 +22,7 @@ pub mod debug;
 pub mod election;
 pub mod error;
 pub mod glob;
+pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;

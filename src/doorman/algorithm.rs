@@ -139,7 +139,7 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
 }
 
 /// The capacity not held by other clients' unexpired leases and their holds
-/// (see [`Hold`](super::store::Hold)): `capacity - sum_has + occupied`,
+/// (see [`Hold`](super::lease::Hold)): `capacity - sum_has + occupied`,
 /// where `occupied` is the requester's own previous lease and hold. Every
 /// algorithm but `NoAlgorithm` and `Static` caps its grant with it, so a
 /// decision never pushes `sum_has` over `capacity`, nor further over when

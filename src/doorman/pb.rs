@@ -19,7 +19,7 @@ tonic::include_proto!("doorman");
 pub mod codec;
 
 use super::algorithm::{AlgorithmConfig, Kind};
-use super::store::ClientLease;
+use super::lease::ClientLease;
 
 impl From<Kind> for algorithm::Kind {
     fn from(kind: Kind) -> Self {

@@ -51,13 +51,14 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::algorithm::{Kind, Request};
-use super::clock::Clock;
+use super::clock::WallClock;
 use super::config::{Config, Template};
 use super::election::{Election, Mastership};
 use super::error::RequestError;
+use super::lease::{ClientLease, Timestamp};
 use super::metrics::{Gauges, Metrics, ResourceGauges};
 use super::pb;
-use super::store::{ClientLease, Resource, Timestamp};
+use super::store::Resource;
 use super::transport::{Grpc, Transport};
 
 mod grpc;
@@ -81,7 +82,7 @@ pub use validate::Limits;
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::doorman::clock::SystemClock;
+/// use tollgate::doorman::clock::SystemWallClock;
 /// use tollgate::doorman::config::Config;
 /// use tollgate::doorman::election::single::Single;
 /// use tollgate::doorman::server::Server;
@@ -90,7 +91,7 @@ pub use validate::Limits;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// let election = Single::new(Some(listener.local_addr()?.to_string()));
-/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemClock));
+/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
 /// server.spawn_background(Duration::from_secs(5));
 ///
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -113,7 +114,7 @@ struct Inner {
     config: RwLock<Arc<Snapshot>>,
     resources: RwLock<HashMap<String, Arc<Entry>>>,
     view: RwLock<View>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn WallClock>,
     limits: Limits,
     metrics: Metrics,
     /// Set on an intermediate server: its parent and what it granted.
@@ -199,7 +200,7 @@ impl Server {
     ///
     /// Call [`Server::spawn_background`] to sweep expired leases, and
     /// [`Server::serve`] to answer gRPC.
-    pub fn new(config: Config, election: &dyn Election, clock: Arc<dyn Clock>) -> Server {
+    pub fn new(config: Config, election: &dyn Election, clock: Arc<dyn WallClock>) -> Server {
         Server::with_limits(config, election, clock, Limits::default())
     }
 
@@ -207,7 +208,7 @@ impl Server {
     pub fn with_limits(
         config: Config,
         election: &dyn Election,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn WallClock>,
         limits: Limits,
     ) -> Server {
         Server::build(config, election, clock, limits, None)
@@ -220,7 +221,7 @@ impl Server {
     pub fn with_parent(
         config: Config,
         election: &dyn Election,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn WallClock>,
         parent: Parent,
     ) -> Server {
         let transport = Arc::new(Grpc::new(parent::DEADLINE));
@@ -231,7 +232,7 @@ impl Server {
     pub(crate) fn with_parent_via(
         config: Config,
         election: &dyn Election,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn WallClock>,
         parent: Parent,
         transport: Arc<dyn Transport>,
     ) -> Server {
@@ -247,7 +248,7 @@ impl Server {
     fn build(
         config: Config,
         election: &dyn Election,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn WallClock>,
         limits: Limits,
         upstream: Option<parent::Upstream>,
     ) -> Server {

@@ -53,11 +53,11 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::client::{Client, ExpiryMode, Resource, ResourceOptions};
-use super::clock::Clock;
+use super::clock::WallClock;
 use super::config::Config;
 use super::election::{Election, Mastership};
+use super::lease::Timestamp;
 use super::server::{Parent, Server};
-use super::store::Timestamp;
 use super::transport::InProcess;
 
 /// Unix time a simulation starts at.
@@ -275,7 +275,7 @@ struct VirtualClock {
     origin: Instant,
 }
 
-impl Clock for VirtualClock {
+impl WallClock for VirtualClock {
     fn now(&self) -> Timestamp {
         Duration::from_secs(T0) + self.origin.elapsed()
     }

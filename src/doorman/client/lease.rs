@@ -4,7 +4,7 @@
 //! # Implementation notes
 //!
 //! Everything here is pure: time comes in as arguments (Unix time from the
-//! client's [`Clock`](crate::doorman::clock::Clock)), so the rules for bad
+//! client's [`WallClock`](crate::doorman::clock::WallClock)), so the rules for bad
 //! input and for lease expiry are tested with exact numbers.
 //!
 //! A server's answer for one resource is checked field by field. Anything
@@ -20,8 +20,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
-use crate::doorman::store::Timestamp;
 
 /// What a client does with a resource whose lease has expired, or before it
 /// has had one, while it cannot get a lease from the server.

@@ -19,7 +19,7 @@
 //! the smallest refresh interval among the leases.
 //!
 //! Lease expiry times are Unix seconds from the server, compared with the
-//! client's [`Clock`](crate::doorman::clock::Clock); the wait until an
+//! client's [`WallClock`](crate::doorman::clock::WallClock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
 //! matching clock drive it in tests.
 //!
@@ -50,8 +50,8 @@ use tracing::{debug, error, info, warn};
 use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, Lease, Source};
 use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
+use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
-use crate::doorman::store::Timestamp;
 use crate::doorman::transport::Transport;
 
 /// What the server last granted a resource.

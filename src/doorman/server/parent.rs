@@ -53,8 +53,8 @@ use tracing::{debug, warn};
 
 use super::super::algorithm::{AlgorithmConfig, Kind};
 use super::super::config::Template;
+use super::super::lease::Timestamp;
 use super::super::pb;
-use super::super::store::Timestamp;
 use super::super::transport::Transport;
 use super::{Inner, Server};
 
@@ -551,7 +551,7 @@ mod tests {
         Server,
         Server,
         Switch,
-        std::sync::Arc<crate::doorman::clock::ManualClock>,
+        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
     ) {
         tree_learning(10)
     }
@@ -564,10 +564,10 @@ mod tests {
         Server,
         Server,
         Switch,
-        std::sync::Arc<crate::doorman::clock::ManualClock>,
+        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
     ) {
-        use crate::doorman::clock::ManualClock;
-        let clock = std::sync::Arc::new(ManualClock::new(Duration::from_secs(T)));
+        use crate::doorman::clock::ManualWallClock;
+        let clock = std::sync::Arc::new(ManualWallClock::new(Duration::from_secs(T)));
         let yaml = |capacity, learning| {
             format!(
                 r#"

@@ -30,7 +30,7 @@ impl Default for Limits {
 }
 
 /// Whether `x` is a finite number `>= 0`.
-fn non_negative(x: f64) -> bool {
+fn finite_non_negative(x: f64) -> bool {
     x.is_finite() && x >= 0.0
 }
 
@@ -83,7 +83,7 @@ fn resources<'a>(
 
 fn has(resource: &str, lease: Option<&pb::Lease>) -> Result<(), RequestError> {
     match lease {
-        Some(l) if !non_negative(l.capacity) => Err(RequestError::InvalidHas {
+        Some(l) if !finite_non_negative(l.capacity) => Err(RequestError::InvalidHas {
             resource: resource.to_owned(),
             has: l.capacity,
         }),
@@ -92,7 +92,7 @@ fn has(resource: &str, lease: Option<&pb::Lease>) -> Result<(), RequestError> {
 }
 
 fn wants(resource: &str, wants: f64) -> Result<(), RequestError> {
-    if non_negative(wants) {
+    if finite_non_negative(wants) {
         Ok(())
     } else {
         Err(RequestError::InvalidWants {
