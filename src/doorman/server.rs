@@ -42,9 +42,9 @@
 //! write lock, and a request that finds its entry removed looks it up again,
 //! so no lease is ever stored in an entry that has left the map.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -55,11 +55,15 @@ use super::clock::WallClock;
 use super::config::{Config, Template};
 use super::election::{Election, Mastership};
 use super::error::RequestError;
-use super::lease::{ClientLease, Timestamp};
+use super::lease::{
+    Answer, Band, CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest,
+    ServerGrant, Timestamp,
+};
 use super::metrics::{Gauges, Metrics, ResourceGauges};
 use super::pb;
 use super::store::Resource;
 use super::transport::{Grpc, Transport};
+use wire::Rules;
 
 mod grpc;
 mod hold;
@@ -67,13 +71,13 @@ mod limits;
 mod parent;
 #[cfg(test)]
 mod testing;
-mod validate;
+mod wire;
 
 pub use limits::{
     ConnInfo, Guarded, InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits,
 };
 pub use parent::Parent;
-pub use validate::Limits;
+pub use wire::Limits;
 
 /// The lease server. Cheap to clone: clones share state.
 ///
@@ -186,6 +190,33 @@ pub struct ResourceStatus {
     pub subclients: u64,
     /// Whether the resource is in learning mode.
     pub learning: bool,
+}
+
+/// A server that its own background tasks hold without keeping it alive.
+#[derive(Debug, Clone)]
+struct WeakServer(Weak<Inner>);
+
+impl WeakServer {
+    /// The server, unless it is gone.
+    fn upgrade(&self) -> Option<Server> {
+        self.0.upgrade().map(|inner| Server { inner })
+    }
+}
+
+/// One resource as an intermediate server reports it to its parent.
+#[derive(Debug)]
+struct Demand {
+    /// The resource id.
+    id: String,
+    /// Its unexpired leases' wants and subclients, one band per priority,
+    /// by priority; empty when no lease is left.
+    bands: Vec<Band>,
+    /// What its leases and holds occupy (`sum_has`).
+    held: f64,
+    /// When the last of its leases ends.
+    until: Option<Timestamp>,
+    /// Whether it is in learning mode.
+    learning: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -439,29 +470,61 @@ impl Server {
         }
     }
 
-    /// Handles a GetCapacity request.
+    /// Handles a GetCapacity request from the wire.
     pub(crate) fn get_capacity(
         &self,
         req: pb::GetCapacityRequest,
     ) -> Result<pb::GetCapacityResponse, RequestError> {
+        self.capacity(|rules| wire::capacity_request(rules, req))
+            .map(wire::capacity_response)
+    }
+
+    /// Handles a GetServerCapacity request from the wire.
+    pub(crate) fn get_server_capacity(
+        &self,
+        req: pb::GetServerCapacityRequest,
+    ) -> Result<pb::GetServerCapacityResponse, RequestError> {
+        self.server_capacity(|rules| wire::server_capacity_request(rules, req))
+            .map(wire::server_capacity_response)
+    }
+
+    /// Handles a ReleaseCapacity request from the wire.
+    pub(crate) fn release_capacity(
+        &self,
+        req: pb::ReleaseCapacityRequest,
+    ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
+        self.release(|limits| wire::release_request(limits, req))
+            .map(wire::release_response)
+    }
+
+    /// Handles a Discovery request from the wire.
+    pub(crate) fn discovery(&self) -> pb::DiscoveryResponse {
+        wire::discovery_response(&self.current_mastership())
+    }
+
+    /// Decides a client's request. `admit` checks it against the server's
+    /// rules; it runs only on the master, before anything changes, so a
+    /// follower redirects whatever it is sent.
+    fn capacity(
+        &self,
+        admit: impl FnOnce(&Rules<'_>) -> Result<CapacityRequest, RequestError>,
+    ) -> Result<Answer<Vec<Grant>>, RequestError> {
         let since = match self.mastership() {
             Ok(since) => since,
-            Err(m) => {
-                return Ok(pb::GetCapacityResponse {
-                    response: Vec::new(),
-                    mastership: Some((&m).into()),
-                })
-            }
+            Err(m) => return Ok(Answer::NotMaster(m)),
         };
         let snapshot = self.snapshot();
         // Validate everything before changing anything.
-        validate::get_capacity(&self.inner.limits, &snapshot.config, &req)?;
+        let req = admit(&Rules {
+            limits: &self.inner.limits,
+            config: &snapshot.config,
+        })?;
         let now = self.inner.clock.now();
-        let mut response = Vec::with_capacity(req.resource.len());
-        for r in &req.resource {
+        let mut grants = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
             let request = Request {
                 client: &req.client_id,
-                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
+                has: r.has.map_or(0.0, |h| h.capacity),
                 wants: r.wants,
                 subclients: 1,
             };
@@ -481,53 +544,46 @@ impl Server {
                 });
                 (lease, safe)
             })?;
-            response.push(pb::ResourceResponse {
-                resource_id: r.resource_id.clone(),
-                gets: (&lease).into(),
+            grants.push(Grant {
+                resource_id: r.resource_id,
+                lease: (&lease).into(),
                 safe_capacity: Some(safe),
             });
         }
-        Ok(pb::GetCapacityResponse {
-            response,
-            mastership: None,
-        })
+        Ok(Answer::Done(grants))
     }
 
-    /// Handles a GetServerCapacity request: each resource is one client
-    /// (the asking server) wanting the sum of its bands' wants on behalf of
-    /// the sum of their clients.
-    pub(crate) fn get_server_capacity(
+    /// Decides a server client's request: each resource is one client (the
+    /// asking server) wanting the sum of its bands' wants on behalf of the
+    /// sum of their clients. `admit` as for [`Server::capacity`].
+    fn server_capacity(
         &self,
-        req: pb::GetServerCapacityRequest,
-    ) -> Result<pb::GetServerCapacityResponse, RequestError> {
+        admit: impl FnOnce(&Rules<'_>) -> Result<ServerCapacityRequest, RequestError>,
+    ) -> Result<Answer<Vec<ServerGrant>>, RequestError> {
         let since = match self.mastership() {
             Ok(since) => since,
-            Err(m) => {
-                return Ok(pb::GetServerCapacityResponse {
-                    response: Vec::new(),
-                    mastership: Some((&m).into()),
-                })
-            }
+            Err(m) => return Ok(Answer::NotMaster(m)),
         };
         let snapshot = self.snapshot();
-        let totals = validate::get_server_capacity(&self.inner.limits, &snapshot.config, &req)?;
+        let req = admit(&Rules {
+            limits: &self.inner.limits,
+            config: &snapshot.config,
+        })?;
         let now = self.inner.clock.now();
-        let mut response = Vec::with_capacity(req.resource.len());
-        for (r, &(wants, subclients)) in req.resource.iter().zip(&totals) {
+        let mut grants = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
             let request = Request {
                 client: &req.server_id,
-                has: r.has.as_ref().map_or(0.0, |h| h.capacity),
-                wants,
-                subclients,
+                has: r.has.map_or(0.0, |h| h.capacity),
+                wants: r.wants(),
+                subclients: r.subclients(),
             };
             // One client with one priority: the most urgent of its bands.
-            let priority = r.wants.iter().map(|b| b.priority).max().unwrap_or(0);
+            let priority = r.priority();
             // Its `has` is what its subtree holds, until when at the latest.
             let subtree = Subtree {
                 reports: r.has.is_some(),
-                until: r.has.as_ref().map_or(Duration::ZERO, |h| {
-                    Duration::from_secs(h.expiry_time.max(0) as u64)
-                }),
+                until: r.has.map_or(Duration::ZERO, |h| h.expiry),
             };
             let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
                 let (lease, _) = state.decide(
@@ -538,34 +594,32 @@ impl Server {
                     self.upstream(&r.resource_id),
                     Some(subtree),
                 );
-                let algorithm = pb::Algorithm::from(&state.template.algorithm);
+                let algorithm = state.template.algorithm.clone();
                 (lease, algorithm, state.template.safe_capacity)
             })?;
-            response.push(pb::ServerCapacityResourceResponse {
-                resource_id: r.resource_id.clone(),
-                gets: (&lease).into(),
+            grants.push(ServerGrant {
+                grant: Grant {
+                    resource_id: r.resource_id,
+                    lease: (&lease).into(),
+                    safe_capacity: safe,
+                },
                 algorithm: Some(algorithm),
-                safe_capacity: safe,
             });
         }
-        Ok(pb::GetServerCapacityResponse {
-            response,
-            mastership: None,
-        })
+        Ok(Answer::Done(grants))
     }
 
-    /// Handles a ReleaseCapacity request; unknown resources are ignored.
-    pub(crate) fn release_capacity(
+    /// Releases a client's leases; unknown resources are ignored. `admit`
+    /// as for [`Server::capacity`].
+    fn release(
         &self,
-        req: pb::ReleaseCapacityRequest,
-    ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
+        admit: impl FnOnce(&Limits) -> Result<ReleaseRequest, RequestError>,
+    ) -> Result<Answer<()>, RequestError> {
         if let Err(m) = self.mastership() {
-            return Ok(pb::ReleaseCapacityResponse {
-                mastership: Some((&m).into()),
-            });
+            return Ok(Answer::NotMaster(m));
         }
-        validate::release_capacity(&self.inner.limits, &req)?;
-        for id in req.resource_id.iter().filter(|id| !id.is_empty()) {
+        let req = admit(&self.inner.limits)?;
+        for id in req.resource_ids.iter().filter(|id| !id.is_empty()) {
             let entry = self
                 .inner
                 .resources
@@ -577,7 +631,7 @@ impl Server {
                 lock(&entry.state).store.release(&req.client_id);
             }
         }
-        Ok(pb::ReleaseCapacityResponse { mastership: None })
+        Ok(Answer::Done(()))
     }
 
     /// On an intermediate server, its upstream state with the resource id.
@@ -585,12 +639,65 @@ impl Server {
         self.inner.upstream.as_ref().map(|u| (u, id))
     }
 
-    pub(crate) fn discovery(&self) -> pb::DiscoveryResponse {
-        let m = self.current_mastership();
-        pb::DiscoveryResponse {
-            mastership: (&m).into(),
-            is_master: m.is_master,
+    /// On an intermediate server, its link to its parent.
+    fn upstream_link(&self) -> Option<&parent::Upstream> {
+        self.inner.upstream.as_ref()
+    }
+
+    /// The time on the server's clock.
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// Each resource's demand at `now`, its expired leases dropped, with
+    /// when this server's current term began (`None` while not master).
+    /// Forgets the priorities of clients whose leases are gone.
+    fn demands(&self, now: Timestamp) -> (Option<Timestamp>, Vec<Demand>) {
+        let since = self
+            .inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .since;
+        let entries = self.entries();
+        let mut out = Vec::with_capacity(entries.len());
+        for (id, entry) in entries {
+            let mut state = lock(&entry.state);
+            state.store.sweep(now);
+            let mut bands: BTreeMap<i64, Band> = BTreeMap::new();
+            for (client, lease) in state.store.iter() {
+                let priority = state.priorities.get(client).copied().unwrap_or(0);
+                let band = bands.entry(priority).or_insert(Band {
+                    priority,
+                    num_clients: 0,
+                    wants: 0.0,
+                });
+                band.num_clients = band.num_clients.saturating_add(lease.subclients);
+                band.wants += lease.wants;
+            }
+            let EntryState {
+                store, priorities, ..
+            } = &mut *state;
+            priorities.retain(|client, _| store.get(client).is_some());
+            out.push(Demand {
+                bands: bands.into_values().collect(),
+                held: state.store.sum_has(),
+                until: state.store.last_expiry(),
+                learning: since.is_some_and(|s| state.learning(now, s)),
+                id,
+            });
         }
+        (since, out)
+    }
+
+    /// Whether a resource `id` would be in learning mode at `now` in a term
+    /// that began at `since`, by the template it matches (false when none
+    /// does).
+    fn learning_by_template(&self, id: &str, now: Timestamp, since: Timestamp) -> bool {
+        self.snapshot()
+            .config
+            .find(id)
+            .is_some_and(|t| now < since + t.learning_mode())
     }
 
     /// A snapshot of the resource map, so no one holds its lock while
@@ -661,7 +768,7 @@ impl Server {
     /// is dropped.
     pub fn spawn_background(&self, interval: Duration) {
         if self.inner.upstream.is_some() {
-            tokio::spawn(parent::poll(Arc::downgrade(&self.inner)));
+            tokio::spawn(parent::poll(WeakServer(Arc::downgrade(&self.inner))));
         }
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {

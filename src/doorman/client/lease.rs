@@ -71,8 +71,8 @@ impl Lease {
     /// The lease as sent back in `has`.
     pub(crate) fn to_pb(self) -> pb::Lease {
         pb::Lease {
-            expiry_time: i64::try_from(self.expiry.as_secs()).unwrap_or(i64::MAX),
-            refresh_interval: i64::try_from(self.refresh_interval.as_secs()).unwrap_or(i64::MAX),
+            expiry_time: pb::to_wire_secs(self.expiry),
+            refresh_interval: pb::to_wire_secs(self.refresh_interval),
             capacity: self.capacity,
         }
     }
