@@ -26,6 +26,7 @@ pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;
+mod poison;
 pub mod reload;
 pub mod server;
 pub mod simulate;

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lease::Timestamp;
+use super::poison::LockUnpoisoned;
 
 /// A source of Unix time.
 ///
@@ -57,13 +58,13 @@ impl ManualWallClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner()) += by;
+        *self.now.lock_unpoisoned() += by;
     }
 }
 
 impl WallClock for ManualWallClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+        *self.now.lock_unpoisoned()
     }
 }
 

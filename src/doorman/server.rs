@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -61,6 +61,7 @@ use super::lease::{
 };
 use super::metrics::{Gauges, Metrics, ResourceGauges};
 use super::pb;
+use super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::store::Resource;
 use super::transport::{Grpc, Transport};
 use wire::Rules;
@@ -219,12 +220,6 @@ struct Demand {
     learning: bool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a lock cannot leave a store half-updated in a way
-    // later requests would mind more than losing the server.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Server {
     /// A server with `config`, following `election`, reading time from
     /// `clock`.
@@ -302,11 +297,7 @@ impl Server {
             }),
         };
         {
-            let mut view = server
-                .inner
-                .view
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut view = server.inner.view.write_unpoisoned();
             let m = view.rx.borrow_and_update().clone();
             server.apply(&mut view, m);
         }
@@ -323,11 +314,7 @@ impl Server {
     /// length from now is cut to it, and a resource that no longer matches
     /// any template loses its leases (and is dropped by the next sweep).
     pub fn reload(&self, config: Config) {
-        let mut slot = self
-            .inner
-            .config
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self.inner.config.write_unpoisoned();
         let generation = slot.generation + 1;
         let snapshot = Arc::new(Snapshot { config, generation });
         *slot = snapshot.clone();
@@ -337,7 +324,7 @@ impl Server {
         // lease length cuts the leases from the moment of the reload.
         let now = self.inner.clock.now();
         for (id, entry) in self.entries() {
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock_unpoisoned();
             if state.generation != snapshot.generation && state.rebind(&id, &snapshot, now).is_err()
             {
                 state.store = Resource::new();
@@ -346,11 +333,7 @@ impl Server {
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.inner
-            .config
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.inner.config.read_unpoisoned().clone()
     }
 
     /// The current mastership, after bringing the server's state in line
@@ -363,20 +346,12 @@ impl Server {
     /// mastership in between.
     fn mastership(&self) -> Result<Timestamp, Mastership> {
         {
-            let view = self
-                .inner
-                .view
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
+            let view = self.inner.view.read_unpoisoned();
             if !view.rx.has_changed().unwrap_or(false) {
                 return view.answer();
             }
         }
-        let mut view = self
-            .inner
-            .view
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut view = self.inner.view.write_unpoisoned();
         if view.rx.has_changed().unwrap_or(false) {
             let m = view.rx.borrow_and_update().clone();
             self.apply(&mut view, m);
@@ -403,13 +378,9 @@ impl Server {
 
     /// Drops every resource (and so every lease).
     fn forget_all(&self) {
-        let mut map = self
-            .inner
-            .resources
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.inner.resources.write_unpoisoned();
         for entry in map.values() {
-            lock(&entry.state).removed = true;
+            entry.state.lock_unpoisoned().removed = true;
         }
         map.clear();
     }
@@ -423,13 +394,7 @@ impl Server {
         f: impl FnOnce(&mut EntryState) -> R,
     ) -> Result<R, RequestError> {
         loop {
-            let existing = self
-                .inner
-                .resources
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(id)
-                .cloned();
+            let existing = self.inner.resources.read_unpoisoned().get(id).cloned();
             let entry = match existing {
                 Some(entry) => entry,
                 None => {
@@ -437,11 +402,7 @@ impl Server {
                         .config
                         .find(id)
                         .ok_or_else(|| RequestError::UnknownResource(id.to_owned()))?;
-                    let mut map = self
-                        .inner
-                        .resources
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner);
+                    let mut map = self.inner.resources.write_unpoisoned();
                     map.entry(id.to_owned())
                         .or_insert_with(|| {
                             debug!(resource = id, glob = template.glob.as_str(), "new resource");
@@ -459,7 +420,7 @@ impl Server {
                         .clone()
                 }
             };
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock_unpoisoned();
             if state.removed {
                 continue;
             }
@@ -620,15 +581,9 @@ impl Server {
         }
         let req = admit(&self.inner.limits)?;
         for id in req.resource_ids.iter().filter(|id| !id.is_empty()) {
-            let entry = self
-                .inner
-                .resources
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(id)
-                .cloned();
+            let entry = self.inner.resources.read_unpoisoned().get(id).cloned();
             if let Some(entry) = entry {
-                lock(&entry.state).store.release(&req.client_id);
+                entry.state.lock_unpoisoned().store.release(&req.client_id);
             }
         }
         Ok(Answer::Done(()))
@@ -653,16 +608,11 @@ impl Server {
     /// when this server's current term began (`None` while not master).
     /// Forgets the priorities of clients whose leases are gone.
     fn demands(&self, now: Timestamp) -> (Option<Timestamp>, Vec<Demand>) {
-        let since = self
-            .inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .since;
+        let since = self.inner.view.read_unpoisoned().since;
         let entries = self.entries();
         let mut out = Vec::with_capacity(entries.len());
         for (id, entry) in entries {
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock_unpoisoned();
             state.store.sweep(now);
             let mut bands: BTreeMap<i64, Band> = BTreeMap::new();
             for (client, lease) in state.store.iter() {
@@ -705,8 +655,7 @@ impl Server {
     fn entries(&self) -> Vec<(String, Arc<Entry>)> {
         self.inner
             .resources
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+            .read_unpoisoned()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -720,7 +669,7 @@ impl Server {
         let entries = self.entries();
         let mut idle = Vec::new();
         for (id, entry) in entries {
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock_unpoisoned();
             if state.generation != snapshot.generation && state.rebind(&id, &snapshot, now).is_err()
             {
                 state.store = Resource::new();
@@ -733,15 +682,11 @@ impl Server {
         if idle.is_empty() {
             return 0;
         }
-        let mut map = self
-            .inner
-            .resources
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.inner.resources.write_unpoisoned();
         let mut removed = 0;
         for id in idle {
             let Some(entry) = map.get(&id) else { continue };
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock_unpoisoned();
             if state.store.is_empty() {
                 state.removed = true;
                 drop(state);
@@ -784,13 +729,7 @@ impl Server {
             }
         });
         let weak = Arc::downgrade(&self.inner);
-        let mut rx = self
-            .inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .rx
-            .clone();
+        let mut rx = self.inner.view.read_unpoisoned().rx.clone();
         tokio::spawn(async move {
             while rx.changed().await.is_ok() {
                 let Some(inner) = weak.upgrade() else { return };
@@ -802,28 +741,18 @@ impl Server {
     /// Whether this server is the master, and the master's address.
     pub fn current_mastership(&self) -> Mastership {
         let _ = self.mastership();
-        self.inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .current
-            .clone()
+        self.inner.view.read_unpoisoned().current.clone()
     }
 
     /// A snapshot of every resource, sorted by id.
     pub fn status(&self) -> Vec<ResourceStatus> {
         let now = self.inner.clock.now();
-        let since = self
-            .inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .since;
+        let since = self.inner.view.read_unpoisoned().since;
         let entries = self.entries();
         let mut out: Vec<ResourceStatus> = entries
             .into_iter()
             .map(|(id, entry)| {
-                let state = lock(&entry.state);
+                let state = entry.state.lock_unpoisoned();
                 let capacity = match &self.inner.upstream {
                     Some(u) => u.effective(&id, &state.template, now).1,
                     None => state.template.capacity,
@@ -853,7 +782,7 @@ impl Server {
         let entries = self.entries();
         let mut gauges = ResourceGauges::with_capacity(entries.len());
         for (id, entry) in entries {
-            let state = lock(&entry.state);
+            let state = entry.state.lock_unpoisoned();
             let row = Gauges {
                 has: state.store.sum_has(),
                 wants: state.store.sum_wants(),
@@ -870,14 +799,8 @@ impl Server {
     /// The leases on resource `id`, sorted by client, or `None` for a
     /// resource the server does not know.
     pub fn leases(&self, id: &str) -> Option<Vec<(String, ClientLease)>> {
-        let entry = self
-            .inner
-            .resources
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned()?;
-        let state = lock(&entry.state);
+        let entry = self.inner.resources.read_unpoisoned().get(id).cloned()?;
+        let state = entry.state.lock_unpoisoned();
         let mut leases: Vec<_> = state
             .store
             .iter()

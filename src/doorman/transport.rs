@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -24,6 +24,7 @@ use tonic::Status;
 
 use super::pb;
 use super::pb::capacity_client::CapacityClient;
+use super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::server::Server;
 
 /// One RPC's answer, or its failure as a gRPC status.
@@ -84,7 +85,7 @@ impl Grpc {
     }
 
     fn client(&self, address: &str) -> Result<CapacityClient<Channel>, Status> {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut channels = self.channels.lock_unpoisoned();
         if let Some(c) = channels.get(address) {
             return Ok(CapacityClient::new(c.clone()));
         }
@@ -154,10 +155,7 @@ impl Transport for Grpc {
     }
 
     fn forget(&self, address: &str) {
-        self.channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(address);
+        self.channels.lock_unpoisoned().remove(address);
     }
 }
 
@@ -172,18 +170,14 @@ impl InProcess {
     /// Makes `server` reachable at `address`.
     pub(crate) fn add(&self, address: impl Into<String>, server: Server) {
         self.servers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+            .write_unpoisoned()
             .insert(address.into(), server);
     }
 
     /// Makes every server unreachable (and breaks the reference cycle
     /// between the servers and a transport they use themselves).
     pub(crate) fn clear(&self) {
-        self.servers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.servers.write_unpoisoned().clear();
     }
 
     fn call<T: Send + 'static>(
@@ -191,12 +185,7 @@ impl InProcess {
         address: &str,
         f: impl FnOnce(&Server) -> Result<T, Status>,
     ) -> Call<T> {
-        let result = match self
-            .servers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(address)
-        {
+        let result = match self.servers.read_unpoisoned().get(address) {
             Some(server) => f(server),
             None => Err(Status::unavailable(format!("no server at {address}"))),
         };

@@ -44,7 +44,7 @@
 //! and retries every second when the parent cannot be reached.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::{debug, warn};
@@ -53,6 +53,7 @@ use super::super::algorithm::AlgorithmConfig;
 use super::super::config::Template;
 use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
 use super::super::pb;
+use super::super::poison::LockUnpoisoned;
 use super::super::transport::Transport;
 use super::{wire, Demand, Server, WeakServer};
 
@@ -126,7 +127,7 @@ impl Upstream {
         template: &Template,
         now: Timestamp,
     ) -> (AlgorithmConfig, f64) {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = self.grants.lock_unpoisoned();
         match grants.get(id) {
             Some(g) if g.expiry > now => {
                 let mut algo = g
@@ -144,7 +145,7 @@ impl Upstream {
 
     /// Whether the parent's grant on `id` is known and unexpired at `now`.
     pub(super) fn granted(&self, id: &str, now: Timestamp) -> bool {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = self.grants.lock_unpoisoned();
         grants.get(id).is_some_and(|g| g.expiry > now)
     }
 
@@ -160,7 +161,7 @@ impl Upstream {
     /// more, which it is while this server's clients have not yet followed a
     /// cut. `None` when it has neither.
     fn has(&self, id: &str, now: Timestamp, held: f64, until: Option<Timestamp>) -> Option<Lease> {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = self.grants.lock_unpoisoned();
         let lease = grants.get(id).filter(|g| g.expiry > now).map(|g| Lease {
             capacity: g.capacity,
             expiry: g.expiry,
@@ -181,8 +182,8 @@ impl Upstream {
 
     /// Records the parent's grants; returns the shortest refresh interval.
     fn record_grants(&self, response: Vec<ServerGrant>) -> Duration {
-        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sent = self.sent.lock_unpoisoned();
+        let mut grants = self.grants.lock_unpoisoned();
         let mut next = None::<Duration>;
         for ServerGrant {
             grant: r,
@@ -213,7 +214,7 @@ impl Upstream {
     /// (see [`Upstream::has`]).
     fn requests(&self, server: &Server, now: Timestamp) -> Vec<ServerResourceRequest> {
         let (since, demands) = server.demands(now);
-        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sent = self.sent.lock_unpoisoned();
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for Demand {
@@ -327,11 +328,7 @@ async fn ask(
     resources: Vec<pb::ServerCapacityResourceRequest>,
 ) -> Result<Duration, String> {
     for _ in 0..3 {
-        let address = upstream
-            .address
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let address = upstream.address.lock_unpoisoned().clone();
         let call = upstream.transport.get_server_capacity(
             &address,
             pb::GetServerCapacityRequest {
@@ -359,10 +356,7 @@ async fn ask(
                 master_address: Some(m),
             }) => {
                 debug!(master = m, "parent redirects");
-                *upstream
-                    .address
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = m.clone();
+                *upstream.address.lock_unpoisoned() = m.clone();
             }
             Some(_) => return Err(format!("{address}: the parent's master is unknown")),
         }
