@@ -52,13 +52,15 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
+mod in_process;
+
 use super::client::{Client, ExpiryMode, Resource, ResourceOptions};
 use super::clock::WallClock;
 use super::config::Config;
 use super::election::{Election, Mastership};
 use super::lease::Timestamp;
 use super::server::{Parent, Server};
-use super::transport::InProcess;
+use in_process::InProcess;
 
 /// Unix time a simulation starts at.
 const T0: u64 = 1_700_000_000;

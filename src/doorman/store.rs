@@ -34,7 +34,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use self::index::{Demand, DemandIndex, Slot};
-use super::algorithm::{non_negative, AlgorithmConfig, Request};
+use super::algorithm::{non_negative, AlgorithmConfig, Request, ResourceView};
 use super::lease::{ClientLease, Hold, Timestamp};
 
 mod index;
@@ -384,6 +384,32 @@ impl Resource {
         }
         self.index.remove(slot);
         self.free.push(slot);
+    }
+}
+
+impl ResourceView for Resource {
+    fn sum_has(&self) -> f64 {
+        Resource::sum_has(self)
+    }
+
+    fn sum_wants(&self) -> f64 {
+        Resource::sum_wants(self)
+    }
+
+    fn count(&self) -> u64 {
+        Resource::count(self)
+    }
+
+    fn occupied(&self, client: &str) -> f64 {
+        Resource::occupied(self, client)
+    }
+
+    fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
+        Resource::demand_up_to(self, ratio)
+    }
+
+    fn water_level(&self, capacity: f64) -> f64 {
+        Resource::water_level(self, capacity)
     }
 }
 
