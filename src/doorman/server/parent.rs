@@ -55,7 +55,8 @@ use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Times
 use super::super::pb;
 use super::super::poison::LockUnpoisoned;
 use super::super::transport::Transport;
-use super::{wire, Demand, Server, WeakServer};
+use super::tree::{Demand, WeakServer};
+use super::{wire, Server};
 
 /// How a server reaches its parent.
 #[derive(Debug, Clone)]
