@@ -209,6 +209,11 @@ impl Server {
         server
     }
 
+    /// On an intermediate server, its link to its parent.
+    fn upstream_link(&self) -> Option<&parent::Upstream> {
+        self.inner.upstream.as_ref()
+    }
+
     /// The metrics this server records.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics

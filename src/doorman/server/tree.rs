@@ -7,7 +7,7 @@ use std::sync::Weak;
 use super::super::lease::{Band, Timestamp};
 use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::resources::EntryState;
-use super::{parent, Inner, Server};
+use super::{Inner, Server};
 
 /// A server that its own background tasks hold without keeping it alive.
 #[derive(Debug, Clone)]
@@ -37,11 +37,6 @@ pub(super) struct Demand {
 }
 
 impl Server {
-    /// On an intermediate server, its link to its parent.
-    pub(super) fn upstream_link(&self) -> Option<&parent::Upstream> {
-        self.inner.upstream.as_ref()
-    }
-
     /// The time on the server's clock.
     pub(super) fn now(&self) -> Timestamp {
         self.inner.clock.now()
