@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::algorithm::Kind;
 use super::clock::WallClock;
 use super::config::Config;
 use super::election::{Election, Mastership};
@@ -32,9 +31,7 @@ use super::metrics::Metrics;
 use super::pb;
 use super::poison::RwLockUnpoisoned;
 use super::transport::{Grpc, Transport};
-use mastership::View;
-use resources::{Entry, Snapshot};
-use tree::WeakServer;
+use state::{Inner, Snapshot, View, WeakServer};
 
 mod decisions;
 mod grpc;
@@ -43,6 +40,7 @@ mod limits;
 mod mastership;
 mod parent;
 mod resources;
+mod state;
 #[cfg(test)]
 mod testing;
 mod tree;
@@ -52,78 +50,9 @@ pub use limits::{
     ConnInfo, Guarded, InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits,
 };
 pub use parent::Parent;
+pub use resources::ResourceStatus;
+pub use state::Server;
 pub use wire::Limits;
-
-/// The lease server. Cheap to clone: clones share state.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use tollgate::doorman::clock::SystemWallClock;
-/// use tollgate::doorman::config::Config;
-/// use tollgate::doorman::election::single::Single;
-/// use tollgate::doorman::server::Server;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-/// let election = Single::new(Some(listener.local_addr()?.to_string()));
-/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
-/// server.spawn_background(Duration::from_secs(5));
-///
-/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-/// let serving = tokio::spawn(server.clone().serve(listener, async {
-///     let _ = stopped.await;
-/// }));
-/// assert!(server.current_mastership().is_master);
-/// stop.send(()).unwrap();
-/// serving.await??;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Server {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    config: RwLock<Arc<Snapshot>>,
-    resources: RwLock<HashMap<String, Arc<Entry>>>,
-    view: RwLock<View>,
-    clock: Arc<dyn WallClock>,
-    limits: Limits,
-    metrics: Metrics,
-    /// Set on an intermediate server: its parent and what it granted.
-    upstream: Option<parent::Upstream>,
-}
-
-/// One resource as shown on the status page.
-#[derive(Debug, Clone)]
-pub struct ResourceStatus {
-    /// The resource id.
-    pub id: String,
-    /// The glob of the template it matched.
-    pub glob: String,
-    /// The template's capacity; on an intermediate server, what the parent
-    /// granted (0 while it has not or the grant expired).
-    pub capacity: f64,
-    /// The template's algorithm.
-    pub algorithm: Kind,
-    /// Sum of capacity held by unexpired leases, with what is held for
-    /// servers whose grant was cut before their clients followed.
-    pub sum_has: f64,
-    /// Sum of capacity wanted.
-    pub sum_wants: f64,
-    /// Clients holding leases.
-    pub clients: usize,
-    /// Sum of their subclients.
-    pub subclients: u64,
-    /// Whether the resource is in learning mode.
-    pub learning: bool,
-}
 
 impl Server {
     /// A server with `config`, following `election`, reading time from
@@ -258,7 +187,7 @@ impl Server {
     /// is dropped.
     pub fn spawn_background(&self, interval: Duration) {
         if self.inner.upstream.is_some() {
-            tokio::spawn(parent::poll(WeakServer(Arc::downgrade(&self.inner))));
+            tokio::spawn(tree::poll(WeakServer(Arc::downgrade(&self.inner))));
         }
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {

@@ -24,9 +24,10 @@ use super::super::lease::{
     ServerGrant, Timestamp,
 };
 use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
-use super::resources::EntryState;
+use super::state::EntryState;
+use super::state::Server;
 use super::wire::{Limits, Rules};
-use super::{hold, parent, Server};
+use super::{hold, parent};
 
 impl Server {
     /// Decides a client's request. `admit` checks it against the server's

@@ -12,29 +12,12 @@
 //! follows the channel, so learning mode starts when mastership is won even
 //! if no request arrives.
 
-use tokio::sync::watch;
 use tracing::info;
 
 use super::super::election::Mastership;
 use super::super::lease::Timestamp;
 use super::super::poison::RwLockUnpoisoned;
-use super::Server;
-
-/// The server's view of the election.
-#[derive(Debug)]
-pub(super) struct View {
-    pub(super) rx: watch::Receiver<Mastership>,
-    /// The last mastership seen on `rx`.
-    pub(super) current: Mastership,
-    /// When this server last won mastership; `None` while not master.
-    pub(super) since: Option<Timestamp>,
-}
-
-impl View {
-    pub(super) fn answer(&self) -> Result<Timestamp, Mastership> {
-        self.since.ok_or_else(|| self.current.clone())
-    }
-}
+use super::state::{Server, View};
 
 impl Server {
     /// The current mastership, after bringing the server's state in line

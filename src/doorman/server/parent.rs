@@ -47,7 +47,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::super::algorithm::AlgorithmConfig;
 use super::super::config::Template;
@@ -55,8 +55,7 @@ use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Times
 use super::super::pb;
 use super::super::poison::LockUnpoisoned;
 use super::super::transport::Transport;
-use super::tree::{Demand, WeakServer};
-use super::{wire, Server};
+use super::wire;
 
 /// How a server reaches its parent.
 #[derive(Debug, Clone)]
@@ -104,10 +103,26 @@ struct Sent {
 
 /// How long the poller waits when it has nothing to ask or the parent
 /// failed.
-const IDLE: Duration = Duration::from_secs(1);
+pub(super) const IDLE: Duration = Duration::from_secs(1);
 
 /// The per-call deadline for GetServerCapacity.
 pub(super) const DEADLINE: Duration = Duration::from_secs(5);
+
+/// One resource as an intermediate server reports it to its parent.
+#[derive(Debug)]
+pub(super) struct Demand {
+    /// The resource id.
+    pub(super) id: String,
+    /// Its unexpired leases' wants and subclients, one band per priority,
+    /// by priority; empty when no lease is left.
+    pub(super) bands: Vec<Band>,
+    /// What its leases and holds occupy (`sum_has`).
+    pub(super) held: f64,
+    /// When the last of its leases ends.
+    pub(super) until: Option<Timestamp>,
+    /// Whether it is in learning mode.
+    pub(super) learning: bool,
+}
 
 impl Upstream {
     pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> Upstream {
@@ -210,11 +225,18 @@ impl Upstream {
         next.unwrap_or(IDLE)
     }
 
-    /// What to ask the parent for at `now`, from `server`'s demand: per
+    /// What to ask the parent for at `now`, from the server's `demands` in
+    /// the term that began at `since` (`None` while not master): per
     /// resource with clients, its priority bands and what this server has
-    /// (see [`Upstream::has`]).
-    fn requests(&self, server: &Server, now: Timestamp) -> Vec<ServerResourceRequest> {
-        let (since, demands) = server.demands(now);
+    /// (see [`Upstream::has`]). `learning(id, since)` says whether a
+    /// resource without an entry would be in learning mode now.
+    pub(super) fn requests(
+        &self,
+        now: Timestamp,
+        since: Option<Timestamp>,
+        demands: Vec<Demand>,
+        learning: impl Fn(&str, Timestamp) -> bool,
+    ) -> Vec<ServerResourceRequest> {
         let mut sent = self.sent.lock_unpoisoned();
         let mut out = Vec::new();
         let mut seen = HashSet::new();
@@ -267,7 +289,7 @@ impl Upstream {
                 if seen.contains(id) {
                     return true;
                 }
-                let learning = server.learning_by_template(id, now, since);
+                let learning = learning(id, since);
                 if learning {
                     out.push(ServerResourceRequest {
                         has: reported(Lease::larger(
@@ -298,33 +320,8 @@ fn lasts(has: &Lease, now: Timestamp) -> bool {
     has.expiry > Duration::ZERO && has.expiry > now
 }
 
-/// Polls the parent for as long as the server lives.
-pub(super) async fn poll(weak: WeakServer) {
-    loop {
-        let wait = {
-            let Some(server) = weak.upgrade() else { return };
-            let Some(upstream) = server.upstream_link() else {
-                return;
-            };
-            let resources = upstream.requests(&server, server.now());
-            if resources.is_empty() {
-                IDLE
-            } else {
-                match ask(upstream, wire::to_server_resources(resources)).await {
-                    Ok(next) => next,
-                    Err(e) => {
-                        warn!(error = e, "parent did not answer");
-                        IDLE
-                    }
-                }
-            }
-        };
-        tokio::time::sleep(wait).await;
-    }
-}
-
 /// One GetServerCapacity round, following up to three redirects.
-async fn ask(
+pub(super) async fn ask(
     upstream: &Upstream,
     resources: Vec<pb::ServerCapacityResourceRequest>,
 ) -> Result<Duration, String> {
@@ -370,6 +367,7 @@ mod tests {
     use super::*;
     use crate::doorman::algorithm::Kind;
     use crate::doorman::config::Config;
+    use crate::doorman::server::Server;
 
     use super::super::testing::{ask, at, T};
 
@@ -530,7 +528,7 @@ resources:
     /// One poll of `root` by `mid`, in-process; returns the `has` sent.
     fn poll(mid: &Server, root: &Server) -> Option<pb::Lease> {
         let upstream = mid.upstream_link().unwrap();
-        let resource = wire::to_server_resources(upstream.requests(mid, mid.now()));
+        let resource = wire::to_server_resources(mid.upstream_requests(upstream, mid.now()));
         let has = resource.first().and_then(|r| r.has);
         let response = root
             .get_server_capacity(pb::GetServerCapacityRequest {

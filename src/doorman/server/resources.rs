@@ -28,38 +28,38 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info, warn};
 
-use super::super::config::{Config, Template};
+use super::super::algorithm::Kind;
+use super::super::config::Config;
 use super::super::error::RequestError;
 use super::super::lease::{ClientLease, Timestamp};
 use super::super::metrics::{Gauges, ResourceGauges};
 use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::super::store::Resource;
-use super::{ResourceStatus, Server};
+use super::state::{Entry, EntryState, Server, Snapshot};
 
-#[derive(Debug)]
-pub(super) struct Snapshot {
-    pub(super) config: Config,
-    pub(super) generation: u64,
-}
-
-#[derive(Debug)]
-pub(super) struct Entry {
-    pub(super) state: Mutex<EntryState>,
-}
-
-#[derive(Debug)]
-pub(super) struct EntryState {
-    pub(super) template: Arc<Template>,
-    pub(super) generation: u64,
-    pub(super) store: Resource,
-    /// Each client's priority, kept only on an intermediate server (which
-    /// sends its parent one band per priority); may name expired clients.
-    pub(super) priorities: HashMap<String, i64>,
-    /// Intermediate servers that lost their state, and until when they are
-    /// in learning mode here ([`EntryState::relearn`]).
-    pub(super) relearning: HashMap<String, Timestamp>,
-    /// Set when the sweeper removed this entry from the map.
-    pub(super) removed: bool,
+/// One resource as shown on the status page.
+#[derive(Debug, Clone)]
+pub struct ResourceStatus {
+    /// The resource id.
+    pub id: String,
+    /// The glob of the template it matched.
+    pub glob: String,
+    /// The template's capacity; on an intermediate server, what the parent
+    /// granted (0 while it has not or the grant expired).
+    pub capacity: f64,
+    /// The template's algorithm.
+    pub algorithm: Kind,
+    /// Sum of capacity held by unexpired leases, with what is held for
+    /// servers whose grant was cut before their clients followed.
+    pub sum_has: f64,
+    /// Sum of capacity wanted.
+    pub sum_wants: f64,
+    /// Clients holding leases.
+    pub clients: usize,
+    /// Sum of their subclients.
+    pub subclients: u64,
+    /// Whether the resource is in learning mode.
+    pub learning: bool,
 }
 
 impl Server {

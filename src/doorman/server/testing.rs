@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Server;
+use super::state::Server;
 use crate::doorman::clock::{ManualWallClock, WallClock as _};
 use crate::doorman::pb;
 

@@ -1,40 +1,16 @@
-//! The server's side of a server tree: what an intermediate server's
-//! poller (`parent.rs`) reads of it.
+//! The server's side of a server tree: what an intermediate server reports
+//! to its parent, and the task that polls the parent (`parent.rs` keeps
+//! what was asked and granted).
 
 use std::collections::BTreeMap;
-use std::sync::Weak;
 
-use super::super::lease::{Band, Timestamp};
+use tracing::warn;
+
+use super::super::lease::{Band, ServerResourceRequest, Timestamp};
 use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
-use super::resources::EntryState;
-use super::{Inner, Server};
-
-/// A server that its own background tasks hold without keeping it alive.
-#[derive(Debug, Clone)]
-pub(super) struct WeakServer(pub(super) Weak<Inner>);
-
-impl WeakServer {
-    /// The server, unless it is gone.
-    pub(super) fn upgrade(&self) -> Option<Server> {
-        self.0.upgrade().map(|inner| Server { inner })
-    }
-}
-
-/// One resource as an intermediate server reports it to its parent.
-#[derive(Debug)]
-pub(super) struct Demand {
-    /// The resource id.
-    pub(super) id: String,
-    /// Its unexpired leases' wants and subclients, one band per priority,
-    /// by priority; empty when no lease is left.
-    pub(super) bands: Vec<Band>,
-    /// What its leases and holds occupy (`sum_has`).
-    pub(super) held: f64,
-    /// When the last of its leases ends.
-    pub(super) until: Option<Timestamp>,
-    /// Whether it is in learning mode.
-    pub(super) learning: bool,
-}
+use super::parent::{self, Demand, Upstream};
+use super::state::{EntryState, Server, WeakServer};
+use super::wire;
 
 impl Server {
     /// The time on the server's clock.
@@ -86,5 +62,42 @@ impl Server {
             .config
             .find(id)
             .is_some_and(|t| now < since + t.learning_mode())
+    }
+
+    /// What to ask the parent for at `now` (see [`Upstream::requests`]).
+    pub(super) fn upstream_requests(
+        &self,
+        upstream: &Upstream,
+        now: Timestamp,
+    ) -> Vec<ServerResourceRequest> {
+        let (since, demands) = self.demands(now);
+        upstream.requests(now, since, demands, |id, since| {
+            self.learning_by_template(id, now, since)
+        })
+    }
+}
+
+/// Polls the parent for as long as the server lives.
+pub(super) async fn poll(weak: WeakServer) {
+    loop {
+        let wait = {
+            let Some(server) = weak.upgrade() else { return };
+            let Some(upstream) = server.upstream_link() else {
+                return;
+            };
+            let resources = server.upstream_requests(upstream, server.now());
+            if resources.is_empty() {
+                parent::IDLE
+            } else {
+                match parent::ask(upstream, wire::to_server_resources(resources)).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        warn!(error = e, "parent did not answer");
+                        parent::IDLE
+                    }
+                }
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
 }
