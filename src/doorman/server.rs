@@ -2,6 +2,7 @@
 //!
 //! [`Server`] is the facade; each concept has its own file:
 //!
+//! * `state.rs`: what a server holds, defined once for the files below;
 //! * `wire.rs`: the edge, wire requests in and responses out, with the
 //!   request checks ([`Limits`]);
 //! * `mastership.rs`: the view of the election, and forgetting leases when

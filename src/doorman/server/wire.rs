@@ -1,6 +1,9 @@
 //! The server's edge: wire requests become checked domain requests on the
-//! way in, domain answers become wire responses on the way out. Nothing
-//! else in the server names a `pb` type.
+//! way in, domain answers become wire responses on the way out. The core
+//! (`mastership.rs`, `resources.rs`, `decisions.rs`, `tree.rs`) names no
+//! `pb` type; the RPC entry points on [`Server`](super::Server), which the
+//! gRPC service and the simulator's in-process transport both call, come
+//! through here.
 //!
 //! Go's server validated nothing; here a request with an empty or oversized
 //! id, too many or duplicate resources, a negative, NaN or infinite amount,
