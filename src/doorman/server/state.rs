@@ -73,26 +73,34 @@ pub(super) struct View {
 }
 
 impl View {
+    /// When the current term began, or, while not master, the mastership
+    /// to answer with.
     pub(super) fn answer(&self) -> Result<Timestamp, Mastership> {
         self.since.ok_or_else(|| self.current.clone())
     }
 }
 
+/// The configuration in force, and its generation (each reload bumps it).
 #[derive(Debug)]
 pub(super) struct Snapshot {
     pub(super) config: Config,
     pub(super) generation: u64,
 }
 
+/// One resource, behind its own lock.
 #[derive(Debug)]
 pub(super) struct Entry {
     pub(super) state: Mutex<EntryState>,
 }
 
+/// One resource's state.
 #[derive(Debug)]
 pub(super) struct EntryState {
+    /// The template it matched.
     pub(super) template: Arc<Template>,
+    /// The configuration generation `template` comes from.
     pub(super) generation: u64,
+    /// Its leases.
     pub(super) store: Resource,
     /// Each client's priority, kept only on an intermediate server (which
     /// sends its parent one band per priority); may name expired clients.
