@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tollgate::doorman::client::{
     Client, ClientMetrics, LeaseLayer, RateOptions, RateResource, Rejected, ResourceOptions, Source,
 };
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::server::Server;
@@ -47,7 +47,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let election = Single::new(Some(addr.clone()));
-    let server = Server::new(Config::from_yaml(CONFIG)?, &election, Arc::new(SystemClock));
+    let server = Server::new(
+        Config::from_yaml(CONFIG)?,
+        &election,
+        Arc::new(SystemWallClock),
+    );
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
 
     // Two clients of the same resource, each with a layered service, and

@@ -22,9 +22,11 @@ pub mod debug;
 pub mod election;
 pub mod error;
 pub mod glob;
+pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;
+mod poison;
 pub mod reload;
 pub mod server;
 mod session;

@@ -16,7 +16,7 @@ use tollgate::doorman::client::{
     Backoff, Capacity, Client, ClientMetrics, ExpiryMode, RateOptions, RateResource,
     ResourceOptions, Source,
 };
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::{single::Single, Election, Mastership};
 use tollgate::doorman::server::Server;
@@ -56,7 +56,7 @@ fn serve_on(listener: tokio::net::TcpListener, yaml: &str, election: &dyn Electi
     let server = Server::new(
         Config::from_yaml(yaml).unwrap(),
         election,
-        Arc::new(SystemClock),
+        Arc::new(SystemWallClock),
     );
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(server.clone().serve(listener, async {

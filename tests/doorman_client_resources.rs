@@ -9,7 +9,7 @@ use tollgate::doorman::client::{
     Client, ExpiryMode, GaugeResource, LeaseLayer, RateOptions, RateResource, Rejected,
     ResourceOptions, Source,
 };
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
@@ -35,7 +35,7 @@ async fn start() -> Client {
     let server = Server::new(
         Config::from_yaml(CONFIG).unwrap(),
         &election,
-        Arc::new(SystemClock),
+        Arc::new(SystemWallClock),
     );
     tokio::spawn(server.serve(listener, std::future::pending()));
     Client::builder().server(addr).build().unwrap()

@@ -16,7 +16,7 @@ use std::time::Duration;
 use prost::Message as _;
 use tokio::sync::watch;
 use tollgate::doorman::client::{Backoff, Capacity, Client, ExpiryMode, ResourceOptions, Source};
-use tollgate::doorman::clock::ManualClock;
+use tollgate::doorman::clock::ManualWallClock;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_server::{Capacity as CapacityService, CapacityServer};
 
@@ -151,7 +151,7 @@ impl CapacityService for Fake {
 fn client(addr: &str) -> Client {
     Client::builder()
         .server(addr)
-        .clock(Arc::new(ManualClock::new(Duration::from_secs(T0))))
+        .clock(Arc::new(ManualWallClock::new(Duration::from_secs(T0))))
         .rpc_timeout(Duration::from_secs(2))
         .backoff(Backoff {
             base: Duration::from_millis(100),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use tollgate::doorman::client::{Backoff, Capacity, Client, Resource, ResourceOptions, Source};
-use tollgate::doorman::clock::{Clock as _, SystemClock};
+use tollgate::doorman::clock::{SystemWallClock, WallClock as _};
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::Election as _;
@@ -161,7 +161,7 @@ impl Node {
         let server = Server::new(
             Config::from_yaml(CONFIG).unwrap(),
             &election,
-            Arc::new(SystemClock),
+            Arc::new(SystemWallClock),
         );
         server.spawn_background(Duration::from_secs(1));
         let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
@@ -563,7 +563,7 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
                 leased[i] = Some(killed.elapsed());
                 let old = before[i].lease.expect("a lease before the kill");
                 assert!(
-                    old.expiry > SystemClock.now(),
+                    old.expiry > SystemWallClock.now(),
                     "{id}: the lease from before the kill lapsed before the new master's came"
                 );
             }

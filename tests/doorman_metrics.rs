@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::clock::ManualClock;
+use tollgate::doorman::clock::ManualWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
@@ -22,8 +22,8 @@ const T0: u64 = 1_700_000_000;
 
 const CONFIG: &str = "resources:\n  - {identifier_glob: '*', capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}}\n";
 
-async fn populated(n: usize) -> (Server, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(Duration::from_secs(T0)));
+async fn populated(n: usize) -> (Server, Arc<ManualWallClock>) {
+    let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T0)));
     let election = Single::new(Some("me:1".into()));
     let server = Server::new(Config::from_yaml(CONFIG).unwrap(), &election, clock.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

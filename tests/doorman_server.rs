@@ -8,7 +8,7 @@ use std::time::Duration;
 use prost::Message as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
-use tollgate::doorman::clock::ManualClock;
+use tollgate::doorman::clock::ManualWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::{single::Single, Election, Mastership};
 use tollgate::doorman::pb;
@@ -64,12 +64,12 @@ impl Election for TestElection {
 struct Harness {
     server: Server,
     client: CapacityClient<Channel>,
-    clock: Arc<ManualClock>,
+    clock: Arc<ManualWallClock>,
     channel: Channel,
 }
 
 async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
-    let clock = Arc::new(ManualClock::new(Duration::from_secs(T0)));
+    let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T0)));
     let server = Server::new(Config::from_yaml(yaml).unwrap(), election, clock.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
@@ -43,11 +43,11 @@ async fn start(yaml: &str, parent: Option<(&str, &str)>) -> Running {
     let election = Single::new(Some(addr.clone()));
     let config = Config::from_yaml(yaml).unwrap();
     let server = match parent {
-        None => Server::new(config, &election, Arc::new(SystemClock)),
+        None => Server::new(config, &election, Arc::new(SystemWallClock)),
         Some((parent, id)) => Server::with_parent(
             config,
             &election,
-            Arc::new(SystemClock),
+            Arc::new(SystemWallClock),
             Parent {
                 address: parent.to_owned(),
                 server_id: id.to_owned(),
@@ -94,7 +94,7 @@ async fn get(
 }
 
 /// The lease the root holds for server `id` on "r".
-fn root_lease(root: &Server, id: &str) -> tollgate::doorman::store::ClientLease {
+fn root_lease(root: &Server, id: &str) -> tollgate::doorman::lease::ClientLease {
     root.leases("r")
         .unwrap()
         .into_iter()

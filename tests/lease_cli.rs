@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::server::Server;
@@ -24,7 +24,7 @@ async fn lease_prints_refreshes_and_releases() {
     let server = Server::new(
         Config::from_yaml(CONFIG).unwrap(),
         &election,
-        Arc::new(SystemClock),
+        Arc::new(SystemWallClock),
     );
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::doorman::client::Client;
-use tollgate::doorman::clock::SystemClock as DoormanClock;
+use tollgate::doorman::clock::SystemWallClock as DoormanClock;
 use tollgate::doorman::config::Config as DoormanConfig;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::server::Server;

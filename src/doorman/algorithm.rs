@@ -3,9 +3,10 @@
 //!
 //! Each [`Kind`] of the wire protocol has one implementation of
 //! [`Algorithm`], in its own file. An algorithm is pure: it reads the
-//! resource's [`Resource`] (sums and indices) and the request, and returns the
-//! capacity to grant. Storing the grant, lease times and learning mode are the
-//! store's business ([`Resource::decide`]).
+//! resource's leases through a [`ResourceView`] (sums and indices) and the
+//! request, and returns the capacity to grant. Storing the grant, lease
+//! times and learning mode are the store's business
+//! ([`Resource::decide`](super::store::Resource::decide)).
 //!
 //! # Examples
 //!
@@ -27,8 +28,6 @@
 
 use std::fmt;
 use std::time::Duration;
-
-use super::store::Resource;
 
 mod fair;
 mod fixed;
@@ -124,6 +123,34 @@ impl<'a> Request<'a> {
     }
 }
 
+/// What an algorithm reads of one resource's leases: the running sums and
+/// two queries. The store's [`Resource`](super::store::Resource) is the
+/// implementation; an algorithm sees nothing else of it.
+pub trait ResourceView {
+    /// The capacity held: the sum of `has` over all leases plus their
+    /// holds.
+    fn sum_has(&self) -> f64;
+
+    /// The sum of `wants` over all leases.
+    fn sum_wants(&self) -> f64;
+
+    /// The sum of `subclients` over all leases.
+    fn count(&self) -> u64;
+
+    /// The capacity `client` occupies: its lease's `has` plus its hold; 0
+    /// without a lease.
+    fn occupied(&self, client: &str) -> f64;
+
+    /// The total wants and subclients of the leases whose wants per
+    /// subclient is at most `ratio`.
+    fn demand_up_to(&self, ratio: f64) -> (f64, u64);
+
+    /// The weighted max-min fair water level for `capacity`: the `L` with
+    /// `sum_i min(wants_i, L * subclients_i) = capacity`, or infinity when
+    /// all wants fit in `capacity`.
+    fn water_level(&self, capacity: f64) -> f64;
+}
+
 /// A capacity-sharing policy.
 pub trait Algorithm: fmt::Debug + Send + Sync {
     /// The capacity to grant `req` out of `capacity`.
@@ -131,20 +158,20 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
     /// `res` must already record the requester's demand: its entry carries
     /// `req.wants` and `req.subclients` (a new client is present with
     /// `has = 0`), while its `has` is still the one of its previous lease.
-    /// [`Resource::decide`] sets this up; so every sum the algorithm reads
+    /// [`Resource::decide`](super::store::Resource::decide) sets this up; so every sum the algorithm reads
     /// counts the requester with its new wants, as protocol §3 asks.
     ///
     /// The result is never negative nor NaN.
-    fn grant(&self, res: &Resource, capacity: f64, req: &Request<'_>) -> f64;
+    fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64;
 }
 
 /// The capacity not held by other clients' unexpired leases and their holds
-/// (see [`Hold`](super::store::Hold)): `capacity - sum_has + occupied`,
+/// (see [`Hold`](super::lease::Hold)): `capacity - sum_has + occupied`,
 /// where `occupied` is the requester's own previous lease and hold. Every
 /// algorithm but `NoAlgorithm` and `Static` caps its grant with it, so a
 /// decision never pushes `sum_has` over `capacity`, nor further over when
 /// it already is.
-pub(crate) fn available(res: &Resource, capacity: f64, client: &str) -> f64 {
+pub(crate) fn available(res: &dyn ResourceView, capacity: f64, client: &str) -> f64 {
     capacity - res.sum_has() + res.occupied(client)
 }
 
@@ -160,6 +187,7 @@ pub(crate) fn non_negative(grant: f64) -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::doorman::store::Resource;
 
     /// The time of the acceptance vectors' requests.
     const NOW: Duration = Duration::from_secs(1_000);

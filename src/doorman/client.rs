@@ -50,7 +50,7 @@
 //! ```
 //! use tollgate::doorman::client::{Client, ResourceOptions, Source};
 //! # use std::sync::Arc;
-//! # use tollgate::doorman::{clock::SystemClock, config::Config, election::single::Single, server::Server};
+//! # use tollgate::doorman::{clock::SystemWallClock, config::Config, election::single::Single, server::Server};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -58,7 +58,7 @@
 //! # let address = listener.local_addr()?.to_string();
 //! # let election = Single::new(Some(address.clone()));
 //! # let yaml = "resources:\n- identifier_glob: '*'\n  capacity: 1000\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}\n";
-//! # let server = Server::new(Config::from_yaml(yaml)?, &election, Arc::new(SystemClock));
+//! # let server = Server::new(Config::from_yaml(yaml)?, &election, Arc::new(SystemWallClock));
 //! # tokio::spawn(server.serve(listener, std::future::pending()));
 //! let client = Client::builder().server(address).build()?;
 //! let resource = client.resource("fair", ResourceOptions::new(100.0))?;
@@ -87,7 +87,7 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch, Notify};
 
-use super::clock::{Clock, SystemClock};
+use super::clock::{SystemWallClock, WallClock};
 use super::transport::{self, Grpc, Transport};
 
 pub use super::session::SessionError;
@@ -168,7 +168,7 @@ pub(crate) struct Config {
     pub(crate) idle_refresh: Duration,
     pub(crate) backoff: Backoff,
     pub(crate) max_redirects: u32,
-    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn WallClock>,
     pub(crate) seed: u64,
     pub(crate) transport: Arc<dyn Transport>,
 }
@@ -262,7 +262,7 @@ pub struct Builder {
     idle_refresh: Duration,
     backoff: Backoff,
     max_redirects: u32,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn WallClock>,
     transport: Option<Arc<dyn Transport>>,
     metrics: Option<ClientMetrics>,
     seed: Option<u64>,
@@ -323,7 +323,7 @@ impl Builder {
 
     /// The Unix-time clock that lease expiry times are read against
     /// (default: the system clock).
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Builder {
+    pub fn clock(mut self, clock: Arc<dyn WallClock>) -> Builder {
         self.clock = clock;
         self
     }
@@ -428,7 +428,7 @@ impl Client {
             idle_refresh: Duration::from_secs(5),
             backoff: Backoff::default(),
             max_redirects: 3,
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SystemWallClock),
             transport: None,
             metrics: None,
             seed: None,

@@ -5,22 +5,24 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::store::Timestamp;
+use super::lease::Timestamp;
+use super::poison::LockUnpoisoned;
 
 /// A source of Unix time.
 ///
 /// The server stamps leases with it (`expiry_time` on the wire is Unix
-/// seconds), so it must be wall-clock time, not a monotonic clock.
-pub trait Clock: Send + Sync + Debug + 'static {
+/// seconds), so it must be wall-clock time, not a monotonic clock like the
+/// limiter's [`Clock`](crate::Clock).
+pub trait WallClock: Send + Sync + Debug + 'static {
     /// The time since the Unix epoch.
     fn now(&self) -> Timestamp;
 }
 
 /// The system's real-time clock.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub struct SystemWallClock;
 
-impl Clock for SystemClock {
+impl WallClock for SystemWallClock {
     fn now(&self) -> Timestamp {
         // A clock set before 1970 reads as the epoch rather than panicking.
         SystemTime::now()
@@ -35,38 +37,38 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::doorman::clock::{Clock, ManualClock};
+/// use tollgate::doorman::clock::{WallClock, ManualWallClock};
 ///
-/// let clock = ManualClock::new(Duration::from_secs(1_000));
+/// let clock = ManualWallClock::new(Duration::from_secs(1_000));
 /// clock.advance(Duration::from_secs(5));
 /// assert_eq!(clock.now(), Duration::from_secs(1_005));
 /// ```
 #[derive(Debug, Default)]
-pub struct ManualClock {
+pub struct ManualWallClock {
     now: Mutex<Timestamp>,
 }
 
-impl ManualClock {
+impl ManualWallClock {
     /// A clock that reads `start` until advanced.
     pub fn new(start: Timestamp) -> Self {
-        ManualClock {
+        ManualWallClock {
             now: Mutex::new(start),
         }
     }
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner()) += by;
+        *self.now.lock_unpoisoned() += by;
     }
 }
 
-impl Clock for ManualClock {
+impl WallClock for ManualWallClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+        *self.now.lock_unpoisoned()
     }
 }
 
-impl<C: Clock> Clock for std::sync::Arc<C> {
+impl<C: WallClock> WallClock for std::sync::Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }

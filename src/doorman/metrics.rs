@@ -8,7 +8,7 @@
 //! `_subclients`, one series per resource) do not: at 100K resources,
 //! filling gauge vectors and gathering them built hundreds of thousands of
 //! small allocations per scrape, and glibc kept the memory after the
-//! resources were gone. Instead [`ResourceGauges`] writes them straight
+//! resources were gone. Instead `ResourceGauges` writes them straight
 //! into the scrape's text, in the text exposition format, from one pass
 //! over the resources: the cost of a scrape is the output itself.
 

@@ -1,10 +1,11 @@
 //! Generated protobuf messages and gRPC stubs for `proto/doorman/doorman.proto`.
 //!
 //! Quarantined: the generated code lives only here, with its lint allowances,
-//! and the rest of the crate talks in domain types through the `From`
-//! conversions below. The module is public only so the `tollgate` binary and
-//! the integration tests can speak the wire protocol; it is hidden from the
-//! docs and not part of the stable API.
+//! and the rest of the crate talks in domain types: the server converts at its
+//! edge (`server::wire`), and both sides convert times with `to_wire_secs`
+//! and `from_wire_secs` below. The module is public only so the `tollgate`
+//! binary and the integration tests can speak the wire protocol; it is
+//! hidden from the docs and not part of the stable API.
 
 #![allow(
     missing_docs,
@@ -18,71 +19,36 @@ tonic::include_proto!("doorman");
 
 pub mod codec;
 
-use super::algorithm::{AlgorithmConfig, Kind};
-use super::store::ClientLease;
+use std::time::Duration;
 
-impl From<Kind> for algorithm::Kind {
-    fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::NoAlgorithm => algorithm::Kind::NoAlgorithm,
-            Kind::Static => algorithm::Kind::Static,
-            Kind::ProportionalShare => algorithm::Kind::ProportionalShare,
-            Kind::FairShare => algorithm::Kind::FairShare,
-        }
-    }
-}
-
-impl From<algorithm::Kind> for Kind {
-    fn from(kind: algorithm::Kind) -> Self {
-        match kind {
-            algorithm::Kind::NoAlgorithm => Kind::NoAlgorithm,
-            algorithm::Kind::Static => Kind::Static,
-            algorithm::Kind::ProportionalShare => Kind::ProportionalShare,
-            algorithm::Kind::FairShare => Kind::FairShare,
-        }
-    }
-}
-
-/// Whole seconds, saturating at `i64::MAX`.
-fn secs(d: std::time::Duration) -> i64 {
+/// A duration or a Unix time as wire seconds (`expiry_time`,
+/// `refresh_interval`, `lease_length`): whole seconds, the fraction dropped,
+/// saturating at `i64::MAX`.
+///
+/// The one conversion to the wire; [`from_wire_secs`] is its inverse.
+pub(crate) fn to_wire_secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
-impl From<&AlgorithmConfig> for Algorithm {
-    fn from(algo: &AlgorithmConfig) -> Self {
-        Algorithm {
-            kind: algorithm::Kind::from(algo.kind) as i32,
-            lease_length: secs(algo.lease_length),
-            refresh_interval: secs(algo.refresh_interval),
-            parameters: algo
-                .parameters
-                .iter()
-                .map(|(name, value)| NamedParameter {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-            learning_mode_duration: algo.learning_mode_duration.map(secs),
-        }
-    }
+/// Wire seconds as a duration or a Unix time; a negative value reads as 0.
+pub(crate) fn from_wire_secs(secs: i64) -> Duration {
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
 
-impl From<&ClientLease> for Lease {
-    /// The lease as sent to a client: expiry in Unix seconds (the server's
-    /// timestamps are Unix time), refresh interval in seconds.
-    fn from(lease: &ClientLease) -> Self {
-        Lease {
-            expiry_time: secs(lease.expiry),
-            refresh_interval: secs(lease.refresh_interval),
-            capacity: lease.has,
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl From<&super::election::Mastership> for Mastership {
-    fn from(m: &super::election::Mastership) -> Self {
-        Mastership {
-            master_address: m.master_address.clone(),
-        }
+    #[test]
+    fn wire_seconds_saturate() {
+        assert_eq!(to_wire_secs(Duration::from_millis(2_999)), 2);
+        assert_eq!(to_wire_secs(Duration::MAX), i64::MAX);
+        assert_eq!(to_wire_secs(Duration::from_secs(1 << 63)), i64::MAX);
+        assert_eq!(from_wire_secs(5), Duration::from_secs(5));
+        assert_eq!(from_wire_secs(-5), Duration::ZERO);
+        assert_eq!(
+            from_wire_secs(i64::MAX),
+            Duration::from_secs(i64::MAX as u64)
+        );
     }
 }

@@ -53,7 +53,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::transport::InProcess;
+mod in_process;
+
+use self::in_process::InProcess;
 
 pub use self::report::{Report, Sample};
 use self::scenario::{Setup, Tree};

@@ -1,5 +1,6 @@
 //! How a lease client and an intermediate server reach a Doorman server:
-//! the four RPCs by address, over gRPC or, for the simulator, in-process.
+//! the four RPCs by address, over gRPC or (the simulator's, in
+//! `simulate/in_process.rs`) in-process.
 //!
 //! # Implementation notes
 //!
@@ -8,15 +9,12 @@
 //! [`Grpc`] keeps one lazily connected tonic channel per address and puts
 //! the deadline on every request; [`Transport::forget`] drops a channel
 //! after a failure, since a failed connection may be half-open.
-//! [`InProcess`] calls [`Server`]s registered under addresses directly, so
-//! a whole server tree and its clients run on one (virtual) clock with
-//! nothing between them but the messages.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -24,7 +22,7 @@ use tonic::Status;
 
 use super::pb;
 use super::pb::capacity_client::CapacityClient;
-use super::server::Server;
+use super::poison::LockUnpoisoned;
 
 /// One RPC's answer, or its failure as a gRPC status.
 pub(crate) type Call<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
@@ -84,7 +82,7 @@ impl Grpc {
     }
 
     fn client(&self, address: &str) -> Result<CapacityClient<Channel>, Status> {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut channels = self.channels.lock_unpoisoned();
         if let Some(c) = channels.get(address) {
             return Ok(CapacityClient::new(c.clone()));
         }
@@ -154,86 +152,6 @@ impl Transport for Grpc {
     }
 
     fn forget(&self, address: &str) {
-        self.channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(address);
+        self.channels.lock_unpoisoned().remove(address);
     }
-}
-
-/// Servers in this process, by address; an unknown address is
-/// `unavailable`, as a dead server would be.
-#[derive(Debug, Default)]
-pub(crate) struct InProcess {
-    servers: RwLock<HashMap<String, Server>>,
-}
-
-impl InProcess {
-    /// Makes `server` reachable at `address`.
-    pub(crate) fn add(&self, address: impl Into<String>, server: Server) {
-        self.servers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(address.into(), server);
-    }
-
-    /// Makes every server unreachable (and breaks the reference cycle
-    /// between the servers and a transport they use themselves).
-    pub(crate) fn clear(&self) {
-        self.servers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-    }
-
-    fn call<T: Send + 'static>(
-        &self,
-        address: &str,
-        f: impl FnOnce(&Server) -> Result<T, Status>,
-    ) -> Call<T> {
-        let result = match self
-            .servers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(address)
-        {
-            Some(server) => f(server),
-            None => Err(Status::unavailable(format!("no server at {address}"))),
-        };
-        Box::pin(std::future::ready(result))
-    }
-}
-
-impl Transport for InProcess {
-    fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
-        self.call(address, |s| Ok(s.discovery()))
-    }
-
-    fn get_capacity(
-        &self,
-        address: &str,
-        request: pb::GetCapacityRequest,
-    ) -> Call<pb::GetCapacityResponse> {
-        self.call(address, |s| s.get_capacity(request).map_err(Into::into))
-    }
-
-    fn get_server_capacity(
-        &self,
-        address: &str,
-        request: pb::GetServerCapacityRequest,
-    ) -> Call<pb::GetServerCapacityResponse> {
-        self.call(address, |s| {
-            s.get_server_capacity(request).map_err(Into::into)
-        })
-    }
-
-    fn release_capacity(
-        &self,
-        address: &str,
-        request: pb::ReleaseCapacityRequest,
-    ) -> Call<pb::ReleaseCapacityResponse> {
-        self.call(address, |s| s.release_capacity(request).map_err(Into::into))
-    }
-
-    fn forget(&self, _address: &str) {}
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tollgate::doorman::clock::SystemClock;
+use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
@@ -221,7 +221,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None => &single,
     };
     let server = match &args.parent {
-        None => Server::new(config, election, Arc::new(SystemClock)),
+        None => Server::new(config, election, Arc::new(SystemWallClock)),
         Some(parent) => {
             anyhow::ensure!(
                 args.decay_factor > 0.0 && args.decay_factor <= 1.0,
@@ -231,7 +231,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             Server::with_parent(
                 config,
                 election,
-                Arc::new(SystemClock),
+                Arc::new(SystemWallClock),
                 Parent {
                     address: parent.clone(),
                     server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),

@@ -12,19 +12,18 @@
 //! have the same subclient count; there the two agree.
 //!
 //! The store finds `L` in `O(log n)` from its index of clients ordered by
-//! wants per subclient ([`Resource::water_level`]). The grant is then capped
+//! wants per subclient ([`ResourceView::water_level`]). The grant is then capped
 //! by `available`, so a client may get less than its fair share until the
 //! others refresh and shrink.
 
-use super::{available, non_negative, Algorithm, Request};
-use crate::doorman::store::Resource;
+use super::{available, non_negative, Algorithm, Request, ResourceView};
 
 /// Weighted max-min fair shares.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FairShare;
 
 impl Algorithm for FairShare {
-    fn grant(&self, res: &Resource, capacity: f64, req: &Request<'_>) -> f64 {
+    fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64 {
         let level = res.water_level(capacity);
         let fair = req.wants.min(level * req.subclients as f64);
         non_negative(fair.min(available(res, capacity, req.client)))

@@ -19,7 +19,7 @@
 //!
 //! capped by `available`. The Go code loops over every client for the two
 //! sums. Here the store's ordered index gives the under-askers' total wants
-//! `W` and subclients `S` in `O(log n)` ([`Resource::demand_up_to`]), so
+//! `W` and subclients `S` in `O(log n)` ([`ResourceView::demand_up_to`]), so
 //! `extra_capacity = eq*S - W`; and since the sum over *all* clients of
 //! `eq*sub_i - wants_i` is `capacity - sum_wants`,
 //! `extra_need = extra_capacity + (sum_wants - capacity)`, which is positive
@@ -32,15 +32,14 @@
 //! where the formula would give at least `wants`, so this is the same
 //! algorithm without the stale read.
 
-use super::{available, non_negative, Algorithm, Request};
-use crate::doorman::store::Resource;
+use super::{available, non_negative, Algorithm, Request, ResourceView};
 
 /// Equal shares per subclient, topped up in proportion to need.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProportionalShare;
 
 impl Algorithm for ProportionalShare {
-    fn grant(&self, res: &Resource, capacity: f64, req: &Request<'_>) -> f64 {
+    fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64 {
         let sum_wants = res.sum_wants();
         let eq = capacity / res.count() as f64;
         let eq_c = eq * req.subclients as f64;

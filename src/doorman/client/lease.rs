@@ -4,7 +4,7 @@
 //! # Implementation notes
 //!
 //! Everything here is pure: time comes in as arguments (Unix time from the
-//! client's [`Clock`](crate::doorman::clock::Clock)), so the rules for bad
+//! client's [`WallClock`](crate::doorman::clock::WallClock)), so the rules for bad
 //! input and for lease expiry are tested with exact numbers.
 //!
 //! A server's answer for one resource is checked field by field. Anything
@@ -20,8 +20,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
-use crate::doorman::store::Timestamp;
 
 /// What a client does with a resource whose lease has expired, or before it
 /// has had one, while it cannot get a lease from the server.
@@ -114,8 +114,8 @@ impl Lease {
     /// The lease as sent back in `has`.
     pub(crate) fn to_pb(self) -> pb::Lease {
         pb::Lease {
-            expiry_time: i64::try_from(self.expiry.as_secs()).unwrap_or(i64::MAX),
-            refresh_interval: i64::try_from(self.refresh_interval.as_secs()).unwrap_or(i64::MAX),
+            expiry_time: pb::to_wire_secs(self.expiry),
+            refresh_interval: pb::to_wire_secs(self.refresh_interval),
             capacity: self.capacity,
         }
     }

@@ -18,7 +18,7 @@
 //! the smallest refresh interval among the leases.
 //!
 //! Lease expiry times are Unix seconds from the server, compared with the
-//! client's [`Clock`](crate::doorman::clock::Clock); the wait until an
+//! client's [`WallClock`](crate::doorman::clock::WallClock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
 //! matching clock drive it in tests.
 //!
@@ -49,9 +49,9 @@ use tracing::{debug, error, info, warn};
 use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, Lease, Source};
 use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
+use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
 use crate::doorman::session::{MasterSession, SessionError};
-use crate::doorman::store::Timestamp;
 
 /// What the server last granted a resource.
 #[derive(Debug, Clone)]

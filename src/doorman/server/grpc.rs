@@ -7,7 +7,7 @@ use tracing::debug;
 
 use super::super::error::RequestError;
 use super::super::pb;
-use super::Server;
+use super::state::Server;
 
 /// The tonic service: records metrics and maps errors, nothing else.
 #[derive(Debug)]

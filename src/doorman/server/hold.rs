@@ -48,7 +48,7 @@
 //! reaches another only once the cut subtree has followed the cut and said
 //! so, about one refresh interval per level later.
 
-use super::super::store::{ClientLease, Hold, Timestamp};
+use super::super::lease::{ClientLease, Hold, Timestamp};
 
 /// The hold to keep on a server client's new `lease` when it reports that
 /// its subtree holds `reported` until `until`: the excess over the lease,
@@ -80,14 +80,14 @@ mod tests {
     use tokio::sync::watch;
 
     use super::super::Server;
-    use crate::doorman::clock::ManualClock;
+    use crate::doorman::clock::ManualWallClock;
     use crate::doorman::config::Config;
     use crate::doorman::election::{Election, Mastership};
 
     use super::super::testing::{ask, at, T};
 
     /// 100 units shared fairly, 60 s leases; learning mode as given.
-    fn root(learning: u64) -> (Server, Arc<ManualClock>) {
+    fn root(learning: u64) -> (Server, Arc<ManualWallClock>) {
         let yaml = format!(
             r#"
 resources:
@@ -96,7 +96,7 @@ resources:
     algorithm: {{kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: {learning}}}
 "#
         );
-        let clock = Arc::new(ManualClock::new(Duration::from_secs(T)));
+        let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T)));
         let election = Master(watch::Sender::new(Mastership::master(None)));
         let server = Server::new(Config::from_yaml(&yaml).unwrap(), &election, clock.clone());
         (server, clock)

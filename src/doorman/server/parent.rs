@@ -43,21 +43,20 @@
 //! gave (at least one second), follows the parent's mastership redirects,
 //! and retries every second when the parent cannot be reached.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError, Weak};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::Arc;
+use tracing::debug;
 
-use tracing::{debug, warn};
-
-use super::super::algorithm::{AlgorithmConfig, Kind};
+use super::super::algorithm::AlgorithmConfig;
 use super::super::config::Template;
+use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
 use super::super::pb;
+use super::super::poison::LockUnpoisoned;
 use super::super::session::{MasterSession, SessionError};
-use super::super::store::Timestamp;
 use super::super::transport::Transport;
-use super::{Inner, Server};
+use super::wire;
 
 /// How a server reaches its parent.
 #[derive(Debug, Clone)]
@@ -94,20 +93,36 @@ pub(super) struct Upstream {
 /// One resource's request as last sent outside learning mode.
 #[derive(Debug, Clone)]
 struct Sent {
-    bands: Vec<pb::PriorityBandAggregate>,
+    bands: Vec<Band>,
     /// What the subtree held: the `has` sent and, once answered, the grant
     /// that answered it (leases handed out after the request ran under
     /// that grant, and may last as long).
-    has: Option<pb::Lease>,
+    has: Option<Lease>,
     answered: bool,
 }
 
 /// How long the poller waits when it has nothing to ask or the parent
 /// failed.
-const IDLE: Duration = Duration::from_secs(1);
+pub(super) const IDLE: Duration = Duration::from_secs(1);
 
 /// The per-call deadline for GetServerCapacity.
 pub(super) const DEADLINE: Duration = Duration::from_secs(5);
+
+/// One resource as an intermediate server reports it to its parent.
+#[derive(Debug)]
+pub(super) struct Demand {
+    /// The resource id.
+    pub(super) id: String,
+    /// Its unexpired leases' wants and subclients, one band per priority,
+    /// by priority; empty when no lease is left.
+    pub(super) bands: Vec<Band>,
+    /// What its leases and holds occupy (`sum_has`).
+    pub(super) held: f64,
+    /// When the last of its leases ends.
+    pub(super) until: Option<Timestamp>,
+    /// Whether it is in learning mode.
+    pub(super) learning: bool,
+}
 
 impl Upstream {
     pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> Upstream {
@@ -129,7 +144,7 @@ impl Upstream {
         template: &Template,
         now: Timestamp,
     ) -> (AlgorithmConfig, f64) {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = self.grants.lock_unpoisoned();
         match grants.get(id) {
             Some(g) if g.expiry > now => {
                 let mut algo = g
@@ -147,7 +162,7 @@ impl Upstream {
 
     /// Whether the parent's grant on `id` is known and unexpired at `now`.
     pub(super) fn granted(&self, id: &str, now: Timestamp) -> bool {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = self.grants.lock_unpoisoned();
         grants.get(id).is_some_and(|g| g.expiry > now)
     }
 
@@ -162,48 +177,47 @@ impl Upstream {
     /// `sum_has`, its leases and holds, ending by `until`) where that is
     /// more, which it is while this server's clients have not yet followed a
     /// cut. `None` when it has neither.
-    fn has(
-        &self,
-        id: &str,
-        now: Timestamp,
-        held: f64,
-        until: Option<Timestamp>,
-    ) -> Option<pb::Lease> {
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
-        let lease = grants
-            .get(id)
-            .filter(|g| g.expiry > now)
-            .map(|g| pb::Lease {
-                expiry_time: g.expiry.as_secs() as i64,
-                refresh_interval: g.refresh_interval.as_secs() as i64,
-                capacity: g.capacity,
-            });
-        let subtree = until.filter(|&u| u > now && held > 0.0).map(|u| pb::Lease {
-            expiry_time: u.as_secs() as i64,
-            refresh_interval: 0,
-            capacity: held,
+    fn has(&self, id: &str, now: Timestamp, held: f64, until: Option<Timestamp>) -> Option<Lease> {
+        let grants = self.grants.lock_unpoisoned();
+        let lease = grants.get(id).filter(|g| g.expiry > now).map(|g| Lease {
+            capacity: g.capacity,
+            expiry: g.expiry,
+            refresh_interval: g.refresh_interval,
         });
-        larger(lease, subtree)
+        let subtree = until.filter(|&u| u > now && held > 0.0).map(|u| Lease {
+            capacity: held,
+            expiry: u,
+            refresh_interval: Duration::ZERO,
+        });
+        Lease::larger(lease, subtree)
     }
 
     /// Records the parent's answer; returns the shortest refresh interval.
     fn record(&self, response: pb::GetServerCapacityResponse) -> Duration {
-        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        self.record_grants(wire::from_server_response(response))
+    }
+
+    /// Records the parent's grants; returns the shortest refresh interval.
+    fn record_grants(&self, response: Vec<ServerGrant>) -> Duration {
+        let mut sent = self.sent.lock_unpoisoned();
+        let mut grants = self.grants.lock_unpoisoned();
         let mut next = None::<Duration>;
-        for r in response.response {
+        for ServerGrant {
+            grant: r,
+            algorithm,
+        } in response
+        {
             if let Some(s) = sent.get_mut(&r.resource_id).filter(|s| !s.answered) {
-                s.has = larger(s.has, Some(r.gets));
+                s.has = Lease::larger(s.has, Some(r.lease));
                 s.answered = true;
             }
-            let refresh = Duration::from_secs(r.gets.refresh_interval.max(1) as u64);
+            let refresh = r.lease.refresh_interval.max(Duration::from_secs(1));
             next = Some(next.map_or(refresh, |n| n.min(refresh)));
-            let algorithm = r.algorithm.as_ref().and_then(algorithm);
             grants.insert(
                 r.resource_id,
                 Grant {
-                    capacity: r.gets.capacity.max(0.0),
-                    expiry: Duration::from_secs(r.gets.expiry_time.max(0) as u64),
+                    capacity: r.lease.capacity.max(0.0),
+                    expiry: r.lease.expiry,
                     refresh_interval: refresh,
                     algorithm,
                 },
@@ -211,113 +225,50 @@ impl Upstream {
         }
         next.unwrap_or(IDLE)
     }
-}
 
-/// The larger of two `has`: the larger capacity and the later expiry, the
-/// refresh interval of the first present.
-fn larger(a: Option<pb::Lease>, b: Option<pb::Lease>) -> Option<pb::Lease> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(pb::Lease {
-            expiry_time: a.expiry_time.max(b.expiry_time),
-            refresh_interval: a.refresh_interval,
-            capacity: a.capacity.max(b.capacity),
-        }),
-        (a, b) => a.or(b),
-    }
-}
-
-/// `has` as sent: always present, a zero lease when nothing is held, so
-/// that a parent can tell a server that knows it holds nothing (a new
-/// master before its clients come back) from one that never reports
-/// (Go's intermediates).
-fn reported(has: Option<pb::Lease>) -> Option<pb::Lease> {
-    Some(has.unwrap_or_default())
-}
-
-/// Whether `has` has not expired at `now`.
-fn lasts(has: &pb::Lease, now: Timestamp) -> bool {
-    has.expiry_time > 0 && Duration::from_secs(has.expiry_time as u64) > now
-}
-
-/// The parent's algorithm as a local one; `None` for an unknown kind.
-fn algorithm(a: &pb::Algorithm) -> Option<AlgorithmConfig> {
-    let kind: Kind = pb::algorithm::Kind::try_from(a.kind).ok()?.into();
-    Some(AlgorithmConfig::new(
-        kind,
-        Duration::from_secs(a.lease_length.max(1) as u64),
-        Duration::from_secs(a.refresh_interval.max(1) as u64),
-    ))
-}
-
-impl Server {
-    /// Per resource with clients: its priority bands and what this server
-    /// has (see [`Upstream::has`]).
-    fn upstream_requests(
+    /// What to ask the parent for at `now`, from the server's `demands` in
+    /// the term that began at `since` (`None` while not master): per
+    /// resource with clients, its priority bands and what this server has
+    /// (see [`Upstream::has`]). `learning(id, since)` says whether a
+    /// resource without an entry would be in learning mode now.
+    pub(super) fn requests(
         &self,
-        upstream: &Upstream,
         now: Timestamp,
-    ) -> Vec<pb::ServerCapacityResourceRequest> {
-        let entries = self.entries();
-        let since = self
-            .inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .since;
-        let mut sent = upstream.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        since: Option<Timestamp>,
+        demands: Vec<Demand>,
+        learning: impl Fn(&str, Timestamp) -> bool,
+    ) -> Vec<ServerResourceRequest> {
+        let mut sent = self.sent.lock_unpoisoned();
         let mut out = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for (id, entry) in entries {
+        let mut seen = HashSet::new();
+        for Demand {
+            id,
+            bands,
+            held,
+            until,
+            learning,
+        } in demands
+        {
             seen.insert(id.clone());
-            let mut state = super::lock(&entry.state);
-            state.store.sweep(now);
-            let has = upstream.has(&id, now, state.store.sum_has(), state.store.last_expiry());
-            if since.is_some_and(|s| state.learning(now, s)) {
+            let has = self.has(&id, now, held, until);
+            if learning {
                 // Learning mode: the clients have not all come back yet, so
                 // what they want and hold is not known; ask as before the
                 // new term, and report at least what was held then, while
                 // that lasts.
                 if let Some(before) = sent.get(&id) {
-                    out.push(pb::ServerCapacityResourceRequest {
-                        has: reported(larger(has, before.has.filter(|h| lasts(h, now)))),
+                    out.push(ServerResourceRequest {
+                        has: reported(Lease::larger(has, before.has.filter(|h| lasts(h, now)))),
                         resource_id: id,
-                        wants: before.bands.clone(),
+                        bands: before.bands.clone(),
                     });
                     continue;
                 }
-            }
-            let mut bands: BTreeMap<i64, (i64, f64)> = BTreeMap::new();
-            for (client, lease) in state.store.iter() {
-                let priority = state.priorities.get(client).copied().unwrap_or(0);
-                let band = bands.entry(priority).or_default();
-                band.0 += lease.subclients as i64;
-                band.1 += lease.wants;
-            }
-            let live: Vec<&str> = state.store.iter().map(|(c, _)| c).collect();
-            let keep: std::collections::HashSet<&str> = live.into_iter().collect();
-            let stale: Vec<String> = state
-                .priorities
-                .keys()
-                .filter(|c| !keep.contains(c.as_str()))
-                .cloned()
-                .collect();
-            for c in stale {
-                state.priorities.remove(&c);
             }
             if bands.is_empty() {
                 sent.remove(&id);
                 continue;
             }
-            let bands: Vec<_> = bands
-                .into_iter()
-                .map(
-                    |(priority, (num_clients, wants))| pb::PriorityBandAggregate {
-                        priority,
-                        num_clients,
-                        wants,
-                    },
-                )
-                .collect();
             sent.insert(
                 id.clone(),
                 Sent {
@@ -326,32 +277,28 @@ impl Server {
                     answered: false,
                 },
             );
-            out.push(pb::ServerCapacityResourceRequest {
+            out.push(ServerResourceRequest {
                 has: reported(has),
                 resource_id: id,
-                wants: bands,
+                bands,
             });
         }
         // Resources forgotten at a new term whose clients have not come
         // back: keep asking as before while learning mode lasts.
-        if let Some(s) = since {
-            let snapshot = self.snapshot();
+        if let Some(since) = since {
             sent.retain(|id, before| {
                 if seen.contains(id) {
                     return true;
                 }
-                let learning = snapshot
-                    .config
-                    .find(id)
-                    .is_some_and(|t| now < s + t.learning_mode());
+                let learning = learning(id, since);
                 if learning {
-                    out.push(pb::ServerCapacityResourceRequest {
-                        has: reported(larger(
-                            upstream.has(id, now, 0.0, None),
+                    out.push(ServerResourceRequest {
+                        has: reported(Lease::larger(
+                            self.has(id, now, 0.0, None),
                             before.has.filter(|h| lasts(h, now)),
                         )),
                         resource_id: id.clone(),
-                        wants: before.bands.clone(),
+                        bands: before.bands.clone(),
                     });
                 }
                 learning
@@ -361,36 +308,22 @@ impl Server {
     }
 }
 
-/// Polls the parent for as long as the server lives.
-pub(super) async fn poll(weak: Weak<Inner>) {
-    loop {
-        let wait = {
-            let Some(inner) = weak.upgrade() else { return };
-            let server = Server { inner };
-            let Some(upstream) = server.inner.upstream.as_ref() else {
-                return;
-            };
-            let now = server.inner.clock.now();
-            let resources = server.upstream_requests(upstream, now);
-            if resources.is_empty() {
-                IDLE
-            } else {
-                match ask(upstream, resources).await {
-                    Ok(next) => next,
-                    Err(e) => {
-                        warn!(error = %e, "parent did not answer");
-                        IDLE
-                    }
-                }
-            }
-        };
-        tokio::time::sleep(wait).await;
-    }
+/// `has` as sent: always present, a zero lease when nothing is held, so
+/// that a parent can tell a server that knows it holds nothing (a new
+/// master before its clients come back) from one that never reports
+/// (Go's intermediates).
+fn reported(has: Option<Lease>) -> Option<Lease> {
+    Some(has.unwrap_or_default())
+}
+
+/// Whether `has` has not expired at `now`.
+fn lasts(has: &Lease, now: Timestamp) -> bool {
+    has.expiry > Duration::ZERO && has.expiry > now
 }
 
 /// One GetServerCapacity round at the parent's master, following up to
 /// two redirects; returns the wait until the next.
-async fn ask(
+pub(super) async fn ask(
     upstream: &Upstream,
     resources: Vec<pb::ServerCapacityResourceRequest>,
 ) -> Result<Duration, SessionError> {
@@ -409,7 +342,9 @@ async fn ask(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doorman::algorithm::Kind;
     use crate::doorman::config::Config;
+    use crate::doorman::server::Server;
 
     use super::super::testing::{ask, at, T};
 
@@ -457,7 +392,7 @@ mod tests {
         assert_eq!(algo.kind, Kind::ProportionalShare);
         assert_eq!(algo.lease_length, Duration::from_secs(20), "ends with ours");
         assert_eq!(algo.refresh_interval, Duration::from_secs(4), "8 s halved");
-        let has = u.has("r", at(10), 0.0, None).unwrap();
+        let has = pb::Lease::from(u.has("r", at(10), 0.0, None).unwrap());
         assert_eq!((has.capacity, has.expiry_time), (40.0, (T + 30) as i64));
         assert_eq!(u.effective("r", template, at(30)).1, 0.0, "expired");
         assert!(u.has("r", at(30), 0.0, None).is_none());
@@ -467,10 +402,10 @@ mod tests {
     fn has_is_the_larger_of_the_lease_and_what_the_subtree_holds() {
         let u = upstream(0.5);
         let at = |s: u64| Duration::from_secs(T + s);
-        let lease = |capacity: f64, expiry: u64, refresh: i64| pb::Lease {
-            expiry_time: (T + expiry) as i64,
-            refresh_interval: refresh,
+        let lease = |capacity: f64, expiry: u64, refresh: u64| Lease {
             capacity,
+            expiry: Duration::from_secs(T + expiry),
+            refresh_interval: Duration::from_secs(refresh),
         };
         assert_eq!(
             u.has("r", at(0), 5.0, Some(at(20))),
@@ -521,7 +456,7 @@ mod tests {
         Server,
         Server,
         Switch,
-        std::sync::Arc<crate::doorman::clock::ManualClock>,
+        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
     ) {
         tree_learning(10)
     }
@@ -534,10 +469,10 @@ mod tests {
         Server,
         Server,
         Switch,
-        std::sync::Arc<crate::doorman::clock::ManualClock>,
+        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
     ) {
-        use crate::doorman::clock::ManualClock;
-        let clock = std::sync::Arc::new(ManualClock::new(Duration::from_secs(T)));
+        use crate::doorman::clock::ManualWallClock;
+        let clock = std::sync::Arc::new(ManualWallClock::new(Duration::from_secs(T)));
         let yaml = |capacity, learning| {
             format!(
                 r#"
@@ -569,8 +504,8 @@ resources:
 
     /// One poll of `root` by `mid`, in-process; returns the `has` sent.
     fn poll(mid: &Server, root: &Server) -> Option<pb::Lease> {
-        let upstream = mid.inner.upstream.as_ref().unwrap();
-        let resource = mid.upstream_requests(upstream, mid.inner.clock.now());
+        let upstream = mid.upstream_link().unwrap();
+        let resource = wire::to_server_resources(mid.upstream_requests(upstream, mid.now()));
         let has = resource.first().and_then(|r| r.has);
         let response = root
             .get_server_capacity(pb::GetServerCapacityRequest {

@@ -10,11 +10,11 @@ use tracing::info;
 
 use super::{InProcess, Sample, CAPACITY, MID_CONFIG, ROOT_CONFIG, T0, TASKS};
 use crate::doorman::client::{Client, ExpiryMode, Resource, ResourceOptions};
-use crate::doorman::clock::Clock;
+use crate::doorman::clock::WallClock;
 use crate::doorman::config::Config;
 use crate::doorman::election::{Election, Mastership};
 use crate::doorman::server::{Parent, Server};
-use crate::doorman::store::Timestamp;
+use crate::doorman::lease::Timestamp;
 
 /// SplitMix64: small, seedable and good enough for drift and mishaps.
 #[derive(Debug)]
@@ -59,7 +59,7 @@ pub(super) struct VirtualClock {
     pub(super) origin: Instant,
 }
 
-impl Clock for VirtualClock {
+impl WallClock for VirtualClock {
     fn now(&self) -> Timestamp {
         Duration::from_secs(T0) + self.origin.elapsed()
     }

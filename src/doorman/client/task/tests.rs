@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::doorman::client::{Client, ExpiryMode, ResourceOptions, Source};
-use crate::doorman::clock::Clock;
+use crate::doorman::clock::WallClock;
+use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
-use crate::doorman::store::Timestamp;
 use crate::doorman::transport::{Call, Transport};
 
 /// Unix time at the start of a test.
@@ -22,7 +22,7 @@ struct TokioClock {
     origin: Instant,
 }
 
-impl Clock for TokioClock {
+impl WallClock for TokioClock {
     fn now(&self) -> Timestamp {
         Duration::from_secs(T0) + self.origin.elapsed()
     }
