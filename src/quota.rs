@@ -38,6 +38,7 @@ pub mod cluster;
 pub mod config;
 pub mod grpc;
 pub mod http;
+mod locks;
 pub mod metrics;
 pub mod names;
 #[doc(hidden)]

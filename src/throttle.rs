@@ -53,6 +53,7 @@ mod error;
 mod fixed_window;
 mod gcra;
 mod layer;
+mod locks;
 mod metrics;
 mod policy;
 mod queue;

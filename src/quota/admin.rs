@@ -21,7 +21,9 @@
 //! the file's comments are not kept but its keys are.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use super::locks::lock;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -63,7 +65,7 @@ impl Admin {
 
     /// Applies `change` to the document; validates, writes and reloads.
     fn change(&self, change: impl FnOnce(&mut Document) -> Result<(), String>) -> Response {
-        let mut doc = self.document.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut doc = lock(&self.document);
         let mut next = doc.clone();
         if let Err(e) = change(&mut next) {
             return error(StatusCode::NOT_FOUND, &e);
@@ -112,11 +114,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
 }
 
 async fn show(State(admin): State<Arc<Admin>>) -> Response {
-    let doc = admin
-        .document
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let doc = lock(&admin.document).clone();
     match serde_json::to_string(&doc) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),

@@ -24,7 +24,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+use super::locks::{lock, read, write};
 use std::time::Duration;
 
 use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
@@ -208,16 +210,6 @@ pub struct Registry {
     shares: RwLock<HashMap<String, f64>>,
 }
 
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn key(namespace: &str, name: &str) -> String {
     let mut k = String::with_capacity(namespace.len() + 1 + name.len());
     k.push_str(namespace);
@@ -292,10 +284,7 @@ impl Registry {
         }
         if kind == Kind::Dynamic {
             let cap = self.cap(config, namespace);
-            let mut counts = self
-                .dynamic
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut counts = lock(&self.dynamic);
             let count = counts.entry(namespace.into()).or_insert(0);
             if *count >= cap {
                 return Err(TooManyBuckets { cap });
@@ -321,10 +310,7 @@ impl Registry {
     fn removed(&self, key: &str, slot: &Slot) {
         let namespace = key.split(':').next().unwrap_or(key);
         if slot.kind == Kind::Dynamic {
-            let mut counts = self
-                .dynamic
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut counts = lock(&self.dynamic);
             if let Some(count) = counts.get_mut(namespace) {
                 *count = count.saturating_sub(1);
                 if *count == 0 {
@@ -464,10 +450,7 @@ impl Registry {
 
     /// How many dynamic buckets of `namespace` are alive.
     pub fn dynamic_count(&self, namespace: &str) -> u64 {
-        let counts = self
-            .dynamic
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counts = lock(&self.dynamic);
         counts.get(namespace).copied().unwrap_or(0)
     }
 

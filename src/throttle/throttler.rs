@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::cost::CostPredictor;
+use super::locks::{lock, read, write};
 use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
@@ -509,7 +510,7 @@ impl Throttler {
         let criticality = self.criticality(head);
         let (tx, rx) = oneshot::channel();
         let offer = {
-            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = lock(queue);
             let offer = q
                 .core
                 .offer(tx, permit.cost, criticality, self.inner.clock.now_ns());
@@ -541,9 +542,7 @@ impl Throttler {
             Ok(()) => Ok(permit),
             Err(kind) => {
                 self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                let retry_after = lock(queue)
                     .core
                     .next_release_ns()
                     .map(|at| Duration::from_nanos(at.saturating_sub(self.inner.clock.now_ns())));
@@ -572,7 +571,7 @@ impl Throttler {
                     .unwrap_or_else(|| Arc::new(LiveRule::new(rule)))
             })
             .collect();
-        *self.inner.rules.write().unwrap_or_else(|e| e.into_inner()) = new;
+        *write(&self.inner.rules) = new;
     }
 
     /// Drops idle keys of every rule now (inserts also do this lazily).
@@ -603,7 +602,7 @@ async fn drive(inner: Arc<Inner>) {
     };
     loop {
         let wait = {
-            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = lock(queue);
             let now = inner.clock.now_ns();
             for waiter in q.core.release(now, |w| !w.is_closed()) {
                 let _ = waiter.send(Ok(()));
@@ -623,13 +622,13 @@ async fn drive(inner: Arc<Inner>) {
 impl Inner {
     /// The rules in force.
     pub(crate) fn rules(&self) -> Rules {
-        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+        read(&self.rules).clone()
     }
 
     /// The queue's waiting cost and length.
     pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
         self.queue.as_ref().map(|q| {
-            let q = q.lock().unwrap_or_else(|e| e.into_inner());
+            let q = lock(q);
             (q.core.queued_cost(), q.core.len())
         })
     }
