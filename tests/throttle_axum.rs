@@ -1,13 +1,22 @@
 //! End to end: an axum server on 127.0.0.1:0 behind the throttle layer,
 //! driven over real TCP with plain HTTP/1.1 requests.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::{Request, Response};
 use axum::{routing::get, Router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+use tokio::sync::oneshot;
+use tollgate::throttle::{
+    CostMeter, CostModel, Extract, FixedWindow, Limit, RequestHead, Rule, ThrottleLayer, Throttler,
+};
+use tollgate::ManualClock;
+use tower::{Layer, ServiceExt};
 
 fn window(limit: u64) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(3600)).unwrap())
@@ -80,4 +89,50 @@ async fn throttles_per_api_key_and_per_ip_over_tcp() {
     assert_eq!(status, 200);
     assert!(head.contains("grpc-status: 8\r\n"), "{head}");
     assert!(head.contains("grpc-message: rate limited by rule \"per-ip\""));
+}
+
+#[tokio::test]
+async fn the_measured_cost_is_the_meter_summed_over_the_inner_polls_only() {
+    // A fake CPU clock in nanoseconds.
+    let cpu = Arc::new(AtomicU64::new(0));
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .build();
+    let (release, released) = oneshot::channel::<()>();
+    let released = Arc::new(Mutex::new(Some(released)));
+    let work = cpu.clone();
+    let read = cpu.clone();
+    let service = ThrottleLayer::new(throttler.clone())
+        .cost_meter(CostMeter::custom(move || {
+            Duration::from_nanos(read.load(Ordering::SeqCst))
+        }))
+        .layer(tower::service_fn(move |_: Request<()>| {
+            let released = released.lock().unwrap().take();
+            let work = work.clone();
+            async move {
+                // 5 ms of work in the first poll, then a wait, then 3 ms.
+                work.fetch_add(5_000_000, Ordering::SeqCst);
+                if let Some(released) = released {
+                    let _ = released.await;
+                }
+                work.fetch_add(3_000_000, Ordering::SeqCst);
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }));
+    let req = || Request::builder().uri("/work").body(()).unwrap();
+    let call = tokio::spawn(service.oneshot(req()));
+    while cpu.load(Ordering::SeqCst) < 5_000_000 {
+        tokio::task::yield_now().await;
+    }
+    // 100 ms spent elsewhere while the request waits: not its cost.
+    cpu.fetch_add(100_000_000, Ordering::SeqCst);
+    release.send(()).unwrap();
+    call.await.unwrap().unwrap();
+    // Measured 8 ms, in the default unit of 1 ms: the class now predicts 8.
+    let r = req();
+    assert_eq!(throttler.check(&RequestHead::of(&r)).unwrap().cost(), 8);
 }
