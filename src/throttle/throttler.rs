@@ -19,7 +19,9 @@
 //!
 //! The permit's `finish` does post-accounting: with predicted costs it
 //! records the measured cost for the class and charges (or refunds) the
-//! difference to every key the request was charged to.
+//! difference to every key the request was charged to, and, when the
+//! request passed the admission queue, to the queue's schedule as well
+//! (see the queue's notes).
 
 use std::error::Error;
 use std::fmt;
@@ -163,6 +165,8 @@ pub struct Permit {
     rules: Rules,
     /// (rule index, key, soft limit charged too).
     charged: Vec<(usize, String, bool)>,
+    /// It passed the admission queue, which charged its cost to its rate.
+    queued: bool,
 }
 
 impl Permit {
@@ -184,7 +188,9 @@ impl Permit {
 
     /// Post-accounting: records the request's measured cost for its class
     /// (with [`CostModel::Predicted`]) and charges the difference from the
-    /// predicted cost to every key it was charged to (a refund if lower).
+    /// predicted cost to every key it was charged to (a refund if lower),
+    /// and to the admission queue's rate if it passed the queue (those
+    /// queued behind it then leave that much later, or earlier).
     /// With other cost models it does nothing.
     pub fn finish(self, measured: u64) {
         let inner = &self.throttler.inner;
@@ -205,6 +211,9 @@ impl Permit {
             if let (true, Some(s)) = (*soft, &rule.soft) {
                 s.settle(key, now, delta);
             }
+        }
+        if let (true, Some(queue)) = (self.queued, &inner.queue) {
+            lock(queue).core.settle(now, delta);
         }
     }
 }
@@ -414,6 +423,7 @@ impl Throttler {
             warnings: Vec::new(),
             rules: rules.clone(),
             charged: Vec::new(),
+            queued: false,
         };
         for (i, rule) in rules.iter().enumerate() {
             let Some(key) = rule.key.key(head) else {
@@ -500,7 +510,7 @@ impl Throttler {
     /// queued request whose future is dropped leaves the queue without
     /// using its rate.
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
-        let permit = self.check(head)?;
+        let mut permit = self.check(head)?;
         if !permit.delay.is_zero() {
             tokio::time::sleep(permit.delay).await;
         }
@@ -539,7 +549,10 @@ impl Throttler {
             }
         };
         match result {
-            Ok(()) => Ok(permit),
+            Ok(()) => {
+                permit.queued = true;
+                Ok(permit)
+            }
             Err(kind) => {
                 self.refund(&permit, self.inner.clock.now_ns());
                 let retry_after = lock(queue)
