@@ -8,8 +8,11 @@
 //! the inner service: plain HTTP gets 429 or 503 with `retry-after` in whole
 //! seconds (rounded up); a gRPC request (`content-type: application/grpc*`)
 //! gets a trailers-only response, HTTP 200 with `grpc-status`
-//! (`RESOURCE_EXHAUSTED` or `UNAVAILABLE`), `grpc-message` and the same
-//! `retry-after` as metadata.
+//! (`RESOURCE_EXHAUSTED` or `UNAVAILABLE`), `grpc-message`, the same
+//! `retry-after` as metadata, and, when a retry time is known, a
+//! `google.rpc.Status` holding a `google.rpc.RetryInfo` with the exact
+//! delay in `grpc-status-details-bin` (what gRPC clients' retry support
+//! reads).
 //!
 //! An admitted request over a soft limit gets `ratelimit-limit`,
 //! `ratelimit-remaining` and `ratelimit-warning` headers on its response.
@@ -280,29 +283,29 @@ fn is_grpc<B>(req: &Request<B>) -> bool {
 }
 
 fn rejected<B: Default>(rejection: &Rejection, grpc: bool) -> Response<B> {
-    let mut response = Response::new(B::default());
-    let headers = response.headers_mut();
+    let mut response = if grpc {
+        let message = rejection.to_string();
+        let mut response: Response<B> =
+            tonic::Status::with_details(rejection.grpc_code(), &message, status_details(rejection))
+                .into_http();
+        // Only what must be escaped, so the message stays readable.
+        if let Ok(message) = HeaderValue::from_str(&grpc_message(&message)) {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static("grpc-message"), message);
+        }
+        response
+    } else {
+        let mut response = Response::new(B::default());
+        *response.status_mut() = rejection.http_status();
+        response
+    };
     if let Some(after) = rejection.retry_after() {
         let secs = after.as_nanos().div_ceil(1_000_000_000);
-        headers.insert(
+        response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
-            HeaderValue::from(secs as u64),
+            HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX)),
         );
-    }
-    if grpc {
-        headers.insert(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert(
-            HeaderName::from_static("grpc-status"),
-            HeaderValue::from(rejection.grpc_code() as i32),
-        );
-        if let Ok(message) = HeaderValue::from_str(&grpc_message(&rejection.to_string())) {
-            headers.insert(HeaderName::from_static("grpc-message"), message);
-        }
-    } else {
-        *response.status_mut() = rejection.http_status();
     }
     response
 }
@@ -319,6 +322,67 @@ fn grpc_message(s: &str) -> String {
         }
     }
     out
+}
+
+/// `google.rpc.Status`, sent in `grpc-status-details-bin`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<Any>,
+}
+
+/// `google.protobuf.Any`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Any {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+/// `google.rpc.RetryInfo`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+/// `google.protobuf.Duration`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// The rich status of a gRPC rejection: a `google.rpc.RetryInfo` with the
+/// exact retry delay when there is one (the `retry-after` metadata has
+/// whole seconds only), nothing otherwise.
+fn status_details(rejection: &Rejection) -> prost::bytes::Bytes {
+    use prost::Message as _;
+    let Some(after) = rejection.retry_after() else {
+        return prost::bytes::Bytes::new();
+    };
+    let retry = RetryInfo {
+        retry_delay: Some(ProtoDuration {
+            seconds: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(after.subsec_nanos()).unwrap_or(0),
+        }),
+    };
+    let status = RpcStatus {
+        code: rejection.grpc_code() as i32,
+        message: rejection.to_string(),
+        details: vec![Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".to_owned(),
+            value: retry.encode_to_vec(),
+        }],
+    };
+    status.encode_to_vec().into()
 }
 
 fn warn<B>(permit: &Permit, response: &mut Response<B>) {
