@@ -36,6 +36,7 @@ pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod etcd;
 pub mod grpc;
 pub mod http;
 mod locks;
