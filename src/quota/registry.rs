@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use super::locks::{lock, read, write};
@@ -208,6 +208,9 @@ pub struct Registry {
     metrics: Metrics,
     /// Fill rates that replace the configured ones, by key (cluster mode).
     shares: RwLock<HashMap<String, f64>>,
+    /// Cluster mode leases dynamic buckets: a new one starts at a share of
+    /// zero until its lease is applied.
+    lease_dynamic: AtomicBool,
 }
 
 fn key(namespace: &str, name: &str) -> String {
@@ -235,7 +238,33 @@ impl Registry {
             limits,
             metrics,
             shares: RwLock::new(HashMap::new()),
+            lease_dynamic: AtomicBool::new(false),
         }
+    }
+
+    /// Cluster mode: dynamic buckets made from now on start at a share of
+    /// zero (the least rate, a size of one) until [`set_share`] gives them
+    /// their lease, so a new name cannot be served at the full template
+    /// rate by every server at once.
+    ///
+    /// [`set_share`]: Registry::set_share
+    pub fn lease_dynamic_buckets(&self, on: bool) {
+        // Relaxed: a flag read when a bucket is made; no other data hangs on it.
+        self.lease_dynamic.store(on, Ordering::Relaxed);
+    }
+
+    /// The live dynamic buckets as (namespace, name), in no order.
+    pub fn dynamic_buckets(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (k, slot) in read(shard).iter() {
+                if slot.kind == Kind::Dynamic {
+                    let (ns, name) = k.split_once(':').unwrap_or((k, ""));
+                    out.push((ns.to_owned(), name.to_owned()));
+                }
+            }
+        }
+        out
     }
 
     /// The configuration, read-locked: hold the guard while using a bucket
@@ -291,7 +320,9 @@ impl Registry {
             }
             *count += 1;
         }
-        let share = read(&self.shares).get(k.as_str()).copied();
+        let share = read(&self.shares).get(k.as_str()).copied().or_else(|| {
+            (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
+        });
         let slot = Arc::new(Slot {
             bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
