@@ -26,7 +26,9 @@
 //! between polls is not charged to it. [`CostMeter::wall`] measures wall
 //! time to the response head instead. Either is converted to whole cost
 //! units, rounded up, at least one. Work done while the response body
-//! streams is not measured.
+//! streams is not measured. Only a throttler that predicts costs
+//! ([`CostModel::Predicted`](super::CostModel::Predicted)) is measured for;
+//! with other cost models the layer reads no clock.
 
 use std::fmt;
 use std::future::Future;
@@ -248,6 +250,12 @@ where
                 Ok(permit) => permit,
                 Err(rejection) => return Ok(rejected(&rejection, grpc)),
             };
+            if !throttler.predicts_cost() {
+                // Nothing to post-account: no clock reads.
+                let mut response = inner.call(req).await?;
+                warn(&permit, &mut response);
+                return Ok(response);
+            }
             let started = Instant::now();
             let mut spent = Duration::ZERO;
             let before = meter.read();

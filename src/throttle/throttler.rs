@@ -370,6 +370,12 @@ impl Throttler {
         self.inner.metrics.registry()
     }
 
+    /// Whether costs are predicted, so that [`Permit::finish`] needs the
+    /// measured cost.
+    pub(crate) fn predicts_cost(&self) -> bool {
+        self.inner.predictor.is_some()
+    }
+
     /// The criticality of a request.
     pub fn criticality(&self, head: &RequestHead<'_>) -> Criticality {
         head.headers
