@@ -60,7 +60,9 @@ pub(crate) struct Args {
     /// Cluster mode: lease each named and default bucket's rate from the
     /// Doorman lease server(s) at these `host:port` addresses
     /// (comma-separated), whose resources `namespace:bucket` have the
-    /// buckets' fill rates as capacity.
+    /// buckets' fill rates as capacity; dynamic buckets are leased one
+    /// resource per name, so give each namespace with a template an
+    /// `identifier_glob: "namespace:*"` at the template's fill rate.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
     /// Cluster mode: how often demand is sent and leases applied.
