@@ -136,3 +136,52 @@ async fn the_measured_cost_is_the_meter_summed_over_the_inner_polls_only() {
     let r = req();
     assert_eq!(throttler.check(&RequestHead::of(&r)).unwrap().cost(), 8);
 }
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[tokio::test]
+async fn thread_cpu_time_charges_a_handler_s_work_and_not_its_waits() {
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .build();
+    // The default meter: thread CPU time, in milliseconds.
+    let service = ThrottleLayer::new(throttler.clone()).layer(tower::service_fn(
+        |req: Request<()>| async move {
+            if req.uri().path() == "/burn" {
+                // At least 3 ms of this thread's CPU, whatever the load.
+                let start = thread_cpu();
+                let mut x = 0u64;
+                while thread_cpu() - start < Duration::from_millis(3) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            } else {
+                // 50 ms of waiting and almost no CPU.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, Infallible>(Response::new(String::new()))
+        },
+    ));
+    let req = |path: &str| Request::builder().uri(path).body(()).unwrap();
+    service.clone().oneshot(req("/burn")).await.unwrap();
+    service.oneshot(req("/wait")).await.unwrap();
+    let burn = req("/burn");
+    let burnt = throttler.check(&RequestHead::of(&burn)).unwrap().cost();
+    assert!(burnt >= 3, "{burnt}");
+    let wait = req("/wait");
+    let waited = throttler.check(&RequestHead::of(&wait)).unwrap().cost();
+    assert!(waited < 50, "{waited}");
+}
