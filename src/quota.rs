@@ -36,8 +36,10 @@ pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod etcd;
 pub mod grpc;
 pub mod http;
+mod locks;
 pub mod metrics;
 pub mod names;
 #[doc(hidden)]

@@ -19,7 +19,8 @@
 //! (429 / `RESOURCE_EXHAUSTED`), and a rule may then ban the key for a
 //! while. Shadow rules only count. Costs may be fixed, read from a header,
 //! or predicted per class from recent measured costs and post-accounted
-//! ([`CostModel`]). An optional admission queue releases requests at a
+//! ([`CostModel`]); the layer measures a request's cost as the CPU time of
+//! its own work by default ([`CostMeter`]). An optional admission queue releases requests at a
 //! fixed cost rate, and a [`Criticality::Critical`] request evicts the most
 //! recent NOT_CRITICAL one when it is full (503 / `UNAVAILABLE`).
 //!
@@ -53,6 +54,7 @@ mod error;
 mod fixed_window;
 mod gcra;
 mod layer;
+mod locks;
 mod metrics;
 mod policy;
 mod queue;
@@ -67,7 +69,7 @@ pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_rel
 pub use error::{LimitError, RulesError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
-pub use layer::{Throttle, ThrottleLayer};
+pub use layer::{CostMeter, Throttle, ThrottleLayer};
 pub use policy::{Policy, Verdict};
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, Mode, PeerAddr, RequestHead, Rule, UserId};

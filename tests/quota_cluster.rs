@@ -135,3 +135,102 @@ async fn three_servers_share_one_rate_by_demand() {
         total / window
     );
 }
+
+const DYNAMIC_LEASES: &str = "\
+resources:
+  - identifier_glob: \"users:*\"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+  - identifier_glob: \"*\"
+    capacity: 0
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1, learning_mode_duration: 0}
+";
+
+const DYNAMIC_QUOTA: &str = "\
+namespaces:
+  users:
+    max_dynamic_buckets: 10
+    dynamic_bucket_template: {size: 10, fill_rate: 100}
+";
+
+fn dynamic_rate(q: &Quota, name: &str) -> Option<f64> {
+    q.registry()
+        .settings("users", name)
+        .map(|s| s.rate().ops_per_sec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_buckets_share_their_template_rate_by_demand() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let lease_addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(lease_addr.clone()));
+    let server = Server::new(
+        DoormanConfig::from_yaml(DYNAMIC_LEASES).unwrap(),
+        &election,
+        Arc::new(DoormanClock),
+    );
+    tokio::spawn(server.serve(listener, std::future::pending()));
+
+    let mut quotas = Vec::new();
+    for _ in 0..2 {
+        let quota = Arc::new(Quota::new(
+            Config::from_yaml(DYNAMIC_QUOTA).unwrap(),
+            Limits::default(),
+            Arc::new(tollgate::SystemClock::new()),
+        ));
+        let client = Client::builder()
+            .server(lease_addr.clone())
+            .build()
+            .unwrap();
+        tokio::spawn(cluster::run(
+            Arc::clone(&quota),
+            client,
+            ClusterOptions::default().interval(Duration::from_millis(200)),
+        ));
+        quotas.push(quota);
+    }
+    // Let cluster mode start on both before the first dynamic bucket.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A dynamic bucket made in cluster mode starts at a share of zero, not
+    // at the template's full rate.
+    quotas[0].allow(&Request::new("users", "alice", 1).max_wait_millis(0));
+    let first = dynamic_rate(&quotas[0], "alice").unwrap();
+    assert!(first < 1.0, "a new dynamic bucket started at {first}/s");
+
+    // "alice" on both servers, unevenly: 1000/s asked of the first, 20/s
+    // of the second (if the machine keeps up).
+    let stop = Arc::new(AtomicBool::new(false));
+    for (i, per_tick, every) in [(0, 10, 10), (1, 1, 50)] {
+        let quota = Arc::clone(&quotas[i]);
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(every));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                for _ in 0..per_tick {
+                    quota.allow(&Request::new("users", "alice", 1).max_wait_millis(0));
+                }
+            }
+        });
+    }
+    // Two refresh intervals (1 s each), plus one demand measurement.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let mut max_sum: f64 = 0.0;
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        rates = quotas
+            .iter()
+            .map(|q| dynamic_rate(q, "alice").unwrap_or(0.0))
+            .collect();
+        max_sum = max_sum.max(rates.iter().sum());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    // The template's 100/s is split, never exceeded, and the busy server
+    // holds the larger share (fair share: the second's 20/s, the rest to
+    // the first).
+    assert!(max_sum <= 100.0 * 1.02, "shares summed to {max_sum}");
+    assert!(rates[0] > rates[1], "{rates:?}");
+    assert!(rates[1] > 1.0, "{rates:?}");
+    eprintln!("dynamic bucket shares: {rates:?}");
+}

@@ -259,3 +259,51 @@ async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
     assert!(text.contains(r#"tollgate_throttle_queue_total{outcome="full"} 1"#));
     assert!(text.contains("tollgate_throttle_queued_requests 0"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
+    let clock = ManualClock::new();
+    // One unit of cost per second through the queue.
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .queue(10, RateSpec::new(1.0).unwrap())
+        .build();
+    let r = req("a");
+    // Passes the idle queue at once, charged 1 (the queue's next slot at
+    // 1 s), but really cost 4: the next slot moves to 4 s.
+    let p = t.admit(&RequestHead::of(&r)).await.unwrap();
+    assert_eq!(p.cost(), 1);
+    p.finish(4);
+    clock.advance(Duration::from_secs(3));
+    let t2 = t.clone();
+    let waiting = tokio::spawn(async move {
+        let r = req("a");
+        t2.admit(&RequestHead::of(&r)).await.map(|p| {
+            let cost = p.cost();
+            // Predicted 4, cost 1: 3 refunded to the queue's schedule.
+            p.finish(1);
+            cost
+        })
+    });
+    tokio::task::yield_now().await;
+    // At 3 s it waits in the queue.
+    assert!(!waiting.is_finished());
+    assert!(gathered(&t).contains("tollgate_throttle_queued_requests 1"));
+    clock.advance(Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(waiting.await.unwrap().unwrap(), 4);
+    // Released at 4 s and charged 4 (next slot 8 s), then refunded 3: at
+    // 5 s the queue is idle again and the next request passes at once.
+    clock.advance(Duration::from_secs(1));
+    assert!(t.admit(&RequestHead::of(&r)).await.is_ok());
+    let text = gathered(&t);
+    assert!(
+        text.contains(r#"tollgate_throttle_queue_total{outcome="immediate"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"tollgate_throttle_queue_total{outcome="queued"} 1"#));
+}

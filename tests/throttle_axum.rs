@@ -1,13 +1,22 @@
 //! End to end: an axum server on 127.0.0.1:0 behind the throttle layer,
 //! driven over real TCP with plain HTTP/1.1 requests.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::{Request, Response};
 use axum::{routing::get, Router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+use tokio::sync::oneshot;
+use tollgate::throttle::{
+    CostMeter, CostModel, Extract, FixedWindow, Limit, RequestHead, Rule, ThrottleLayer, Throttler,
+};
+use tollgate::ManualClock;
+use tower::{Layer, ServiceExt};
 
 fn window(limit: u64) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(3600)).unwrap())
@@ -80,4 +89,99 @@ async fn throttles_per_api_key_and_per_ip_over_tcp() {
     assert_eq!(status, 200);
     assert!(head.contains("grpc-status: 8\r\n"), "{head}");
     assert!(head.contains("grpc-message: rate limited by rule \"per-ip\""));
+}
+
+#[tokio::test]
+async fn the_measured_cost_is_the_meter_summed_over_the_inner_polls_only() {
+    // A fake CPU clock in nanoseconds.
+    let cpu = Arc::new(AtomicU64::new(0));
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .build();
+    let (release, released) = oneshot::channel::<()>();
+    let released = Arc::new(Mutex::new(Some(released)));
+    let work = cpu.clone();
+    let read = cpu.clone();
+    let service = ThrottleLayer::new(throttler.clone())
+        .cost_meter(CostMeter::custom(move || {
+            Duration::from_nanos(read.load(Ordering::SeqCst))
+        }))
+        .layer(tower::service_fn(move |_: Request<()>| {
+            let released = released.lock().unwrap().take();
+            let work = work.clone();
+            async move {
+                // 5 ms of work in the first poll, then a wait, then 3 ms.
+                work.fetch_add(5_000_000, Ordering::SeqCst);
+                if let Some(released) = released {
+                    let _ = released.await;
+                }
+                work.fetch_add(3_000_000, Ordering::SeqCst);
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }));
+    let req = || Request::builder().uri("/work").body(()).unwrap();
+    let call = tokio::spawn(service.oneshot(req()));
+    while cpu.load(Ordering::SeqCst) < 5_000_000 {
+        tokio::task::yield_now().await;
+    }
+    // 100 ms spent elsewhere while the request waits: not its cost.
+    cpu.fetch_add(100_000_000, Ordering::SeqCst);
+    release.send(()).unwrap();
+    call.await.unwrap().unwrap();
+    // Measured 8 ms, in the default unit of 1 ms: the class now predicts 8.
+    let r = req();
+    assert_eq!(throttler.check(&RequestHead::of(&r)).unwrap().cost(), 8);
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[tokio::test]
+async fn thread_cpu_time_charges_a_handler_s_work_and_not_its_waits() {
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .build();
+    // The default meter: thread CPU time, in milliseconds.
+    let service = ThrottleLayer::new(throttler.clone()).layer(tower::service_fn(
+        |req: Request<()>| async move {
+            if req.uri().path() == "/burn" {
+                // At least 3 ms of this thread's CPU, whatever the load.
+                let start = thread_cpu();
+                let mut x = 0u64;
+                while thread_cpu() - start < Duration::from_millis(3) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            } else {
+                // 50 ms of waiting and almost no CPU.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, Infallible>(Response::new(String::new()))
+        },
+    ));
+    let req = |path: &str| Request::builder().uri(path).body(()).unwrap();
+    service.clone().oneshot(req("/burn")).await.unwrap();
+    service.oneshot(req("/wait")).await.unwrap();
+    let burn = req("/burn");
+    let burnt = throttler.check(&RequestHead::of(&burn)).unwrap().cost();
+    assert!(burnt >= 3, "{burnt}");
+    let wait = req("/wait");
+    let waited = throttler.check(&RequestHead::of(&wait)).unwrap().cost();
+    assert!(waited < 50, "{waited}");
 }

@@ -1,5 +1,6 @@
 //! The admin HTTP API: list, add, update and delete namespaces and buckets
-//! at run time, kept in the configuration file so a restart keeps them.
+//! at run time, kept in the configuration file, and in etcd when
+//! configured ([`Admin::with_etcd`]), so a restart keeps them.
 //!
 //! ```text
 //! GET    /api/admin/config                         the configuration, as JSON
@@ -10,18 +11,24 @@
 //! ```
 //!
 //! Bodies use the YAML file's keys, as JSON (`{"size": 10, "fill_rate": 5}`).
-//! Every change is validated as a whole configuration, written to the file
-//! (to a temporary file renamed over it), then applied like a reload:
+//! Every change is validated as a whole configuration, stored in etcd (when
+//! configured), written to the file (to a temporary file renamed over it),
+//! then applied like a reload:
 //! buckets that still exist keep their state. A change that fails
 //! validation answers 400 with the error and changes nothing.
 //!
 //! # Implementation notes
 //!
 //! One mutex serialises changes; it holds the [`Document`] last written, so
-//! the file's comments are not kept but its keys are.
+//! the file's comments are not kept but its keys are. With etcd, the
+//! document is stored there first: if etcd cannot be reached the change
+//! answers 503 and nothing is written or applied. At start the document in
+//! etcd, when its key exists, wins over the file (it is validated, applied
+//! and written to the file); otherwise the file's document is stored.
 
+use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -30,7 +37,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::Router;
 
+use tokio::sync::Mutex;
+
 use super::config::{ConfigError, Document, RawBucket, RawNamespace};
+use super::etcd::{EtcdDocument, EtcdDocumentError};
 use super::names::check_name;
 use super::service::Quota;
 
@@ -39,7 +49,44 @@ use super::service::Quota;
 pub struct Admin {
     quota: Arc<Quota>,
     path: PathBuf,
+    etcd: Option<EtcdDocument>,
     document: Mutex<Document>,
+}
+
+/// Why an [`Admin`] with etcd could not start.
+#[derive(Debug)]
+pub enum AdminError {
+    /// The file, or the document in etcd, is not a valid configuration.
+    Config(ConfigError),
+    /// etcd could not be read or written.
+    Etcd(EtcdDocumentError),
+    /// The document from etcd could not be written to the file.
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for AdminError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminError::Config(e) => write!(f, "quota configuration: {e}"),
+            AdminError::Etcd(e) => e.fmt(f),
+            AdminError::Write { path, .. } => write!(f, "cannot write {}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for AdminError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AdminError::Config(e) => Some(e),
+            AdminError::Etcd(e) => Some(e),
+            AdminError::Write { source, .. } => Some(source),
+        }
+    }
 }
 
 impl Admin {
@@ -57,13 +104,60 @@ impl Admin {
         Ok(Admin {
             quota,
             path,
+            etcd: None,
             document: Mutex::new(document),
         })
     }
 
-    /// Applies `change` to the document; validates, writes and reloads.
-    fn change(&self, change: impl FnOnce(&mut Document) -> Result<(), String>) -> Response {
-        let mut doc = self.document.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Admin for `quota`, whose configuration was read from `path`, kept in
+    /// etcd too. If `etcd`'s key exists, its document replaces the file's:
+    /// it is validated, applied to `quota` (buckets that still exist keep
+    /// their state) and written to `path`. Otherwise the file's document
+    /// is stored in etcd.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Config`] if the file or the document in etcd cannot be
+    /// read or is invalid (naming the namespace, bucket and field);
+    /// [`AdminError::Etcd`] if etcd cannot be reached.
+    pub async fn with_etcd(
+        quota: Arc<Quota>,
+        path: PathBuf,
+        etcd: EtcdDocument,
+    ) -> Result<Admin, AdminError> {
+        let mut admin = Admin::new(quota, path).map_err(AdminError::Config)?;
+        match etcd.load().await.map_err(AdminError::Etcd)? {
+            Some(text) => {
+                let document = Document::from_yaml(&text).map_err(AdminError::Config)?;
+                let config = document.validate().map_err(AdminError::Config)?;
+                admin
+                    .write_file(&document)
+                    .map_err(|source| AdminError::Write {
+                        path: admin.path.clone(),
+                        source,
+                    })?;
+                admin.quota.reload(config);
+                admin.document = Mutex::new(document);
+            }
+            None => {
+                let text = admin.document.get_mut().to_yaml();
+                etcd.save(&text).await.map_err(AdminError::Etcd)?;
+            }
+        }
+        admin.etcd = Some(etcd);
+        Ok(admin)
+    }
+
+    /// Writes `document` to the file, through a temporary file renamed over it.
+    fn write_file(&self, document: &Document) -> std::io::Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, document.to_yaml()).and_then(|()| std::fs::rename(&tmp, &self.path))
+    }
+
+    /// Applies `change` to the document; validates, stores, writes and
+    /// reloads.
+    async fn change(&self, change: impl FnOnce(&mut Document) -> Result<(), String>) -> Response {
+        let mut doc = self.document.lock().await;
         let mut next = doc.clone();
         if let Err(e) = change(&mut next) {
             return error(StatusCode::NOT_FOUND, &e);
@@ -72,10 +166,12 @@ impl Admin {
             Ok(c) => c,
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         };
-        let tmp = self.path.with_extension("tmp");
-        let written =
-            std::fs::write(&tmp, next.to_yaml()).and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
+        if let Some(etcd) = &self.etcd {
+            if let Err(e) = etcd.save(&next.to_yaml()).await {
+                return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+            }
+        }
+        if let Err(e) = self.write_file(&next) {
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("cannot write {}: {e}", self.path.display()),
@@ -112,11 +208,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
 }
 
 async fn show(State(admin): State<Arc<Admin>>) -> Response {
-    let doc = admin
-        .document
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let doc = admin.document.lock().await.clone();
     match serde_json::to_string(&doc) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
@@ -143,22 +235,26 @@ async fn put_namespace(
         Ok(n) => n,
         Err(r) => return r,
     };
-    admin.change(|doc| {
-        doc.namespaces
-            .get_or_insert_with(Default::default)
-            .insert(ns, namespace);
-        Ok(())
-    })
+    admin
+        .change(|doc| {
+            doc.namespaces
+                .get_or_insert_with(Default::default)
+                .insert(ns, namespace);
+            Ok(())
+        })
+        .await
 }
 
 async fn delete_namespace(State(admin): State<Arc<Admin>>, Path(ns): Path<String>) -> Response {
-    admin.change(|doc| {
-        doc.namespaces
-            .as_mut()
-            .and_then(|m| m.remove(&ns))
-            .map(|_| ())
-            .ok_or_else(|| format!("no namespace {ns:?}"))
-    })
+    admin
+        .change(|doc| {
+            doc.namespaces
+                .as_mut()
+                .and_then(|m| m.remove(&ns))
+                .map(|_| ())
+                .ok_or_else(|| format!("no namespace {ns:?}"))
+        })
+        .await
 }
 
 async fn put_bucket(
@@ -173,31 +269,35 @@ async fn put_bucket(
         Ok(b) => b,
         Err(r) => return r,
     };
-    admin.change(|doc| {
-        let namespace = doc
-            .namespaces
-            .as_mut()
-            .and_then(|m| m.get_mut(&ns))
-            .ok_or_else(|| format!("no namespace {ns:?}"))?;
-        namespace
-            .buckets
-            .get_or_insert_with(Default::default)
-            .insert(name, bucket);
-        Ok(())
-    })
+    admin
+        .change(|doc| {
+            let namespace = doc
+                .namespaces
+                .as_mut()
+                .and_then(|m| m.get_mut(&ns))
+                .ok_or_else(|| format!("no namespace {ns:?}"))?;
+            namespace
+                .buckets
+                .get_or_insert_with(Default::default)
+                .insert(name, bucket);
+            Ok(())
+        })
+        .await
 }
 
 async fn delete_bucket(
     State(admin): State<Arc<Admin>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    admin.change(|doc| {
-        doc.namespaces
-            .as_mut()
-            .and_then(|m| m.get_mut(&ns))
-            .and_then(|n| n.buckets.as_mut())
-            .and_then(|b| b.remove(&name))
-            .map(|_| ())
-            .ok_or_else(|| format!("no bucket {ns:?}:{name:?}"))
-    })
+    admin
+        .change(|doc| {
+            doc.namespaces
+                .as_mut()
+                .and_then(|m| m.get_mut(&ns))
+                .and_then(|n| n.buckets.as_mut())
+                .and_then(|b| b.remove(&name))
+                .map(|_| ())
+                .ok_or_else(|| format!("no bucket {ns:?}:{name:?}"))
+        })
+        .await
 }

@@ -19,11 +19,19 @@
 //! Resources are asked for in pessimistic expiry mode: before its first
 //! lease, and when a lease expires unrenewed, a server's share is zero
 //! rather than a guess, so the sum over servers stays at or below the
-//! configured rate. The buckets shared are the named buckets and the
-//! default buckets; dynamic buckets stay local to each server (one lease
-//! per dynamic name would cost a resource per name on the lease server).
+//! configured rate. The buckets shared are the named buckets, the default
+//! buckets and the live dynamic buckets: each dynamic name is a resource
+//! `namespace:name` of its own, which the lease server's configuration
+//! covers with a glob template (`namespace:*`) whose capacity is the
+//! template's fill rate. In cluster mode a new dynamic bucket starts at a
+//! share of zero until its first lease ([`Registry::lease_dynamic_buckets`]),
+//! and a reaped one gives its resource back. A resource per live name costs
+//! the lease server one entry per name and server, bounded by the
+//! namespaces' dynamic-bucket caps and idle reaping.
+//!
+//! [`Registry::lease_dynamic_buckets`]: super::Registry::lease_dynamic_buckets
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,24 +76,22 @@ impl ClusterOptions {
     }
 }
 
-/// The shared buckets of a configuration: (namespace, name, fill rate).
-fn shared_buckets(config: &Config) -> Vec<(String, String, f64)> {
+/// The shared buckets: those of the configuration (named and default)
+/// and the live dynamic ones, as (namespace, name).
+fn shared_buckets(config: &Config, quota: &Quota) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    if let Some(b) = &config.global_default_bucket {
-        out.push((
-            GLOBAL_NAMESPACE.into(),
-            DEFAULT_BUCKET_NAME.into(),
-            b.fill_rate,
-        ));
+    if config.global_default_bucket.is_some() {
+        out.push((GLOBAL_NAMESPACE.into(), DEFAULT_BUCKET_NAME.into()));
     }
     for (ns, n) in &config.namespaces {
-        if let Some(b) = &n.default_bucket {
-            out.push((ns.clone(), DEFAULT_BUCKET_NAME.into(), b.fill_rate));
+        if n.default_bucket.is_some() {
+            out.push((ns.clone(), DEFAULT_BUCKET_NAME.into()));
         }
-        for (name, b) in &n.buckets {
-            out.push((ns.clone(), name.clone(), b.fill_rate));
+        for name in n.buckets.keys() {
+            out.push((ns.clone(), name.clone()));
         }
     }
+    out.extend(quota.registry().dynamic_buckets());
     out
 }
 
@@ -109,6 +115,7 @@ pub fn resource_id(namespace: &str, bucket: &str) -> String {
 /// Dropping the future stops the updates and drops the leases' resources
 /// (the lease client releases them); the buckets keep their last share.
 pub async fn run(quota: Arc<Quota>, client: Client, options: ClusterOptions) {
+    quota.registry().lease_dynamic_buckets(true);
     let mut shared: HashMap<(String, String), Shared> = HashMap::new();
     let mut tick = tokio::time::interval(options.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -119,16 +126,19 @@ pub async fn run(quota: Arc<Quota>, client: Client, options: ClusterOptions) {
         let dt = (now - last).as_secs_f64().max(1e-3);
         last = now;
         let config = Arc::clone(&*quota.registry().config());
-        let wanted = shared_buckets(&config);
-        // Forget buckets gone from the configuration.
-        shared.retain(|(ns, name), _| {
-            let keep = wanted.iter().any(|(n, b, _)| n == ns && b == name);
+        let wanted = shared_buckets(&config, &quota);
+        let wanted_set: HashSet<&(String, String)> = wanted.iter().collect();
+        // Forget buckets gone from the configuration, and reaped ones.
+        shared.retain(|key, _| {
+            let keep = wanted_set.contains(key);
             if !keep {
+                let (ns, name) = key;
                 quota.registry().set_share(ns, name, None);
             }
             keep
         });
-        for (ns, name, _rate) in wanted {
+        drop(wanted_set);
+        for (ns, name) in wanted {
             let demand_now = quota.registry().demand(&ns, &name);
             let key = (ns.clone(), name.clone());
             let entry = match shared.get_mut(&key) {

@@ -23,8 +23,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+use super::locks::{lock, read, write};
 use std::time::Duration;
 
 use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
@@ -206,16 +208,9 @@ pub struct Registry {
     metrics: Metrics,
     /// Fill rates that replace the configured ones, by key (cluster mode).
     shares: RwLock<HashMap<String, f64>>,
-}
-
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Cluster mode leases dynamic buckets: a new one starts at a share of
+    /// zero until its lease is applied.
+    lease_dynamic: AtomicBool,
 }
 
 fn key(namespace: &str, name: &str) -> String {
@@ -243,7 +238,33 @@ impl Registry {
             limits,
             metrics,
             shares: RwLock::new(HashMap::new()),
+            lease_dynamic: AtomicBool::new(false),
         }
+    }
+
+    /// Cluster mode: dynamic buckets made from now on start at a share of
+    /// zero (the least rate, a size of one) until [`set_share`] gives them
+    /// their lease, so a new name cannot be served at the full template
+    /// rate by every server at once.
+    ///
+    /// [`set_share`]: Registry::set_share
+    pub fn lease_dynamic_buckets(&self, on: bool) {
+        // Relaxed: a flag read when a bucket is made; no other data hangs on it.
+        self.lease_dynamic.store(on, Ordering::Relaxed);
+    }
+
+    /// The live dynamic buckets as (namespace, name), in no order.
+    pub fn dynamic_buckets(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (k, slot) in read(shard).iter() {
+                if slot.kind == Kind::Dynamic {
+                    let (ns, name) = k.split_once(':').unwrap_or((k, ""));
+                    out.push((ns.to_owned(), name.to_owned()));
+                }
+            }
+        }
+        out
     }
 
     /// The configuration, read-locked: hold the guard while using a bucket
@@ -292,17 +313,16 @@ impl Registry {
         }
         if kind == Kind::Dynamic {
             let cap = self.cap(config, namespace);
-            let mut counts = self
-                .dynamic
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut counts = lock(&self.dynamic);
             let count = counts.entry(namespace.into()).or_insert(0);
             if *count >= cap {
                 return Err(TooManyBuckets { cap });
             }
             *count += 1;
         }
-        let share = read(&self.shares).get(k.as_str()).copied();
+        let share = read(&self.shares).get(k.as_str()).copied().or_else(|| {
+            (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
+        });
         let slot = Arc::new(Slot {
             bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
@@ -321,10 +341,7 @@ impl Registry {
     fn removed(&self, key: &str, slot: &Slot) {
         let namespace = key.split(':').next().unwrap_or(key);
         if slot.kind == Kind::Dynamic {
-            let mut counts = self
-                .dynamic
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut counts = lock(&self.dynamic);
             if let Some(count) = counts.get_mut(namespace) {
                 *count = count.saturating_sub(1);
                 if *count == 0 {
@@ -464,10 +481,7 @@ impl Registry {
 
     /// How many dynamic buckets of `namespace` are alive.
     pub fn dynamic_count(&self, namespace: &str) -> u64 {
-        let counts = self
-            .dynamic
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counts = lock(&self.dynamic);
         counts.get(namespace).copied().unwrap_or(0)
     }
 

@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::locks::lock;
+
 /// Fixed-point scale of the averages.
 const SCALE: u64 = 256;
 
@@ -36,7 +38,7 @@ impl CostPredictor {
 
     /// The predicted cost of a request of `class`.
     pub(crate) fn predict(&self, class: &str) -> u64 {
-        let classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        let classes = lock(&self.classes);
         match classes.get(class) {
             Some(avg) => avg.div_ceil(SCALE).max(1),
             None => self.default,
@@ -46,7 +48,7 @@ impl CostPredictor {
     /// Records the measured cost of a finished request of `class`.
     pub(crate) fn record(&self, class: &str, cost: u64) {
         let sample = cost.saturating_mul(SCALE);
-        let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut classes = lock(&self.classes);
         if let Some(avg) = classes.get_mut(class) {
             // avg += (sample - avg) / 8, in signed arithmetic.
             let a = *avg as i128;

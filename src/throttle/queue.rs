@@ -17,6 +17,11 @@
 //! even evicting every NOT_CRITICAL request would not make room, nothing
 //! is evicted and the CRITICAL request is rejected.
 //!
+//! Post-accounting moves `next` by the difference between a request's
+//! measured and charged cost: later when it cost more (those queued
+//! behind it wait that much longer), earlier when it cost less, but never
+//! before the present, so a refund cannot release a burst.
+//!
 //! The queue is pure: the caller passes the time and wakes the released
 //! requests (the throttler does, from a driver task that sleeps until
 //! [`AdmissionQueue::next_release_ns`]). A driver that wakes late releases
@@ -176,6 +181,19 @@ impl<T> AdmissionQueue<T> {
         out
     }
 
+    /// Post-accounting at `now_ns` for a request that went through the
+    /// queue: `delta` units of cost more than it was charged (a refund if
+    /// negative) move the schedule later (earlier, but not before now).
+    pub(crate) fn settle(&mut self, now_ns: u64, delta: i64) {
+        let t = self.meter.tokens_floor(now_ns);
+        let d = Self::tokens(delta.unsigned_abs());
+        self.next = if delta >= 0 {
+            self.next.max(t) + d
+        } else {
+            self.next.saturating_sub(d).max(t)
+        };
+    }
+
     /// When the head may leave (nanoseconds, rounded up), if anything waits.
     pub(crate) fn next_release_ns(&self) -> Option<u64> {
         if self.items.is_empty() {
@@ -254,6 +272,38 @@ mod tests {
         assert!(matches!(q.offer("big", 2, Critical, 0), Offer::Full("big")));
         assert_eq!(q.len(), 2);
         assert_eq!(q.queued_cost(), 2);
+    }
+
+    #[test]
+    fn post_accounting_moves_the_schedule_but_never_into_the_past() {
+        let mut q = queue(5);
+        assert!(matches!(q.offer("a", 1, NotCritical, 0), Offer::Now(_)));
+        // "a" really cost 3: the next may pass at 3 s, not 1 s.
+        q.settle(0, 2);
+        assert!(matches!(
+            q.offer("b", 1, NotCritical, 2 * SEC),
+            Offer::Queued { .. }
+        ));
+        assert_eq!(q.next_release_ns(), Some(3 * SEC));
+        assert_eq!(q.release(3 * SEC, |_| true), vec!["b"]);
+        // "b" was charged 1 and cost nothing: a refund of 1 at 3 s would
+        // move the schedule to 3 s, which is the present, not before it.
+        q.settle(3 * SEC, -1);
+        assert!(matches!(
+            q.offer("c", 1, NotCritical, 3 * SEC),
+            Offer::Now(_)
+        ));
+        // A refund larger than the schedule ahead stops at the present.
+        q.settle(3 * SEC, -100);
+        assert!(matches!(
+            q.offer("d", 1, NotCritical, 3 * SEC),
+            Offer::Now(_)
+        ));
+        assert!(matches!(
+            q.offer("e", 1, NotCritical, 3 * SEC),
+            Offer::Queued { .. }
+        ));
+        assert_eq!(q.next_release_ns(), Some(4 * SEC));
     }
 
     #[test]

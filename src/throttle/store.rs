@@ -29,10 +29,11 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
+use super::locks::lock;
 use super::policy::{Policy, Verdict};
 
 /// The most shards a store uses.
@@ -277,12 +278,6 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         });
         f(&self.policy, e)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic under the lock leaves plain counters and states that are
-    // still valid values; keep serving.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<K: Hash + Eq, S> Shard<K, S> {

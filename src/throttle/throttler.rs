@@ -19,7 +19,9 @@
 //!
 //! The permit's `finish` does post-accounting: with predicted costs it
 //! records the measured cost for the class and charges (or refunds) the
-//! difference to every key the request was charged to.
+//! difference to every key the request was charged to, and, when the
+//! request passed the admission queue, to the queue's schedule as well
+//! (see the queue's notes).
 
 use std::error::Error;
 use std::fmt;
@@ -29,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::cost::CostPredictor;
+use super::locks::{lock, read, write};
 use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
@@ -162,6 +165,8 @@ pub struct Permit {
     rules: Rules,
     /// (rule index, key, soft limit charged too).
     charged: Vec<(usize, String, bool)>,
+    /// It passed the admission queue, which charged its cost to its rate.
+    queued: bool,
 }
 
 impl Permit {
@@ -183,7 +188,9 @@ impl Permit {
 
     /// Post-accounting: records the request's measured cost for its class
     /// (with [`CostModel::Predicted`]) and charges the difference from the
-    /// predicted cost to every key it was charged to (a refund if lower).
+    /// predicted cost to every key it was charged to (a refund if lower),
+    /// and to the admission queue's rate if it passed the queue (those
+    /// queued behind it then leave that much later, or earlier).
     /// With other cost models it does nothing.
     pub fn finish(self, measured: u64) {
         let inner = &self.throttler.inner;
@@ -204,6 +211,9 @@ impl Permit {
             if let (true, Some(s)) = (*soft, &rule.soft) {
                 s.settle(key, now, delta);
             }
+        }
+        if let (true, Some(queue)) = (self.queued, &inner.queue) {
+            lock(queue).core.settle(now, delta);
         }
     }
 }
@@ -360,6 +370,12 @@ impl Throttler {
         self.inner.metrics.registry()
     }
 
+    /// Whether costs are predicted, so that [`Permit::finish`] needs the
+    /// measured cost.
+    pub(crate) fn predicts_cost(&self) -> bool {
+        self.inner.predictor.is_some()
+    }
+
     /// The criticality of a request.
     pub fn criticality(&self, head: &RequestHead<'_>) -> Criticality {
         head.headers
@@ -413,6 +429,7 @@ impl Throttler {
             warnings: Vec::new(),
             rules: rules.clone(),
             charged: Vec::new(),
+            queued: false,
         };
         for (i, rule) in rules.iter().enumerate() {
             let Some(key) = rule.key.key(head) else {
@@ -499,7 +516,7 @@ impl Throttler {
     /// queued request whose future is dropped leaves the queue without
     /// using its rate.
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
-        let permit = self.check(head)?;
+        let mut permit = self.check(head)?;
         if !permit.delay.is_zero() {
             tokio::time::sleep(permit.delay).await;
         }
@@ -509,7 +526,7 @@ impl Throttler {
         let criticality = self.criticality(head);
         let (tx, rx) = oneshot::channel();
         let offer = {
-            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = lock(queue);
             let offer = q
                 .core
                 .offer(tx, permit.cost, criticality, self.inner.clock.now_ns());
@@ -538,12 +555,13 @@ impl Throttler {
             }
         };
         match result {
-            Ok(()) => Ok(permit),
+            Ok(()) => {
+                permit.queued = true;
+                Ok(permit)
+            }
             Err(kind) => {
                 self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                let retry_after = lock(queue)
                     .core
                     .next_release_ns()
                     .map(|at| Duration::from_nanos(at.saturating_sub(self.inner.clock.now_ns())));
@@ -572,7 +590,7 @@ impl Throttler {
                     .unwrap_or_else(|| Arc::new(LiveRule::new(rule)))
             })
             .collect();
-        *self.inner.rules.write().unwrap_or_else(|e| e.into_inner()) = new;
+        *write(&self.inner.rules) = new;
     }
 
     /// Drops idle keys of every rule now (inserts also do this lazily).
@@ -603,7 +621,7 @@ async fn drive(inner: Arc<Inner>) {
     };
     loop {
         let wait = {
-            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = lock(queue);
             let now = inner.clock.now_ns();
             for waiter in q.core.release(now, |w| !w.is_closed()) {
                 let _ = waiter.send(Ok(()));
@@ -623,13 +641,13 @@ async fn drive(inner: Arc<Inner>) {
 impl Inner {
     /// The rules in force.
     pub(crate) fn rules(&self) -> Rules {
-        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+        read(&self.rules).clone()
     }
 
     /// The queue's waiting cost and length.
     pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
         self.queue.as_ref().map(|q| {
-            let q = q.lock().unwrap_or_else(|e| e.into_inner());
+            let q = lock(q);
             (q.core.queued_cost(), q.core.len())
         })
     }

@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
+use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
 use tracing::info;
 
@@ -59,7 +60,9 @@ pub(crate) struct Args {
     /// Cluster mode: lease each named and default bucket's rate from the
     /// Doorman lease server(s) at these `host:port` addresses
     /// (comma-separated), whose resources `namespace:bucket` have the
-    /// buckets' fill rates as capacity.
+    /// buckets' fill rates as capacity; dynamic buckets are leased one
+    /// resource per name, so give each namespace with a template an
+    /// `identifier_glob: "namespace:*"` at the template's fill rate.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
     /// Cluster mode: how often demand is sent and leases applied.
@@ -69,6 +72,14 @@ pub(crate) struct Args {
     /// namespaces and buckets, written to --config) on the debug port.
     #[arg(long)]
     admin: bool,
+    /// Keep the admin API's changes in etcd too, at these `host:port`
+    /// endpoints (comma-separated): at start the document stored there, if
+    /// any, replaces --config's.
+    #[arg(long, value_delimiter = ',', requires = "admin")]
+    admin_etcd: Vec<String>,
+    /// The etcd key holding the configuration document.
+    #[arg(long, default_value = "/tollgate/quota")]
+    admin_etcd_key: String,
     /// Tokio worker threads (default: one per core).
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
@@ -127,8 +138,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
         let mut router = http::router(Arc::clone(&quota));
         if args.admin {
-            let admin = Admin::new(Arc::clone(&quota), args.config.clone())
-                .with_context(|| format!("loading {}", args.config.display()))?;
+            let admin = if args.admin_etcd.is_empty() {
+                Admin::new(Arc::clone(&quota), args.config.clone())
+                    .with_context(|| format!("loading {}", args.config.display()))?
+            } else {
+                let etcd = EtcdDocument::new(&args.admin_etcd, &args.admin_etcd_key)?;
+                Admin::with_etcd(Arc::clone(&quota), args.config.clone(), etcd)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "loading the configuration from etcd key {:?}",
+                            args.admin_etcd_key
+                        )
+                    })?
+            };
             router = router.merge(admin::router(Arc::new(admin)));
             info!("admin API on the debug port");
         }

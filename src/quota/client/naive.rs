@@ -17,7 +17,9 @@
 //! does not add its deadline to every call.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::quota::locks::lock;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -191,10 +193,7 @@ impl NaiveClient {
     }
 
     fn circuit_open(&self) -> bool {
-        let until = *self
-            .open_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let until = *lock(&self.open_until);
         self.clock.now_ns() < until
     }
 
@@ -203,11 +202,7 @@ impl NaiveClient {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if self.failure_threshold > 0 && n >= self.failure_threshold {
             let retry = u64::try_from(self.retry_after.as_nanos()).unwrap_or(u64::MAX);
-            *self
-                .open_until
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) =
-                self.clock.now_ns().saturating_add(retry);
+            *lock(&self.open_until) = self.clock.now_ns().saturating_add(retry);
             self.failures.store(0, Ordering::Relaxed);
         }
     }

@@ -1,0 +1,31 @@
+//! Lock helpers that keep serving after a panic under a lock.
+//!
+//! The state behind these locks (counters, maps of limiter states, parsed
+//! documents) is a valid value at every point a panic could unwind from,
+//! so a poisoned lock is taken over rather than propagated.
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Locks `mutex`, taking it over if a panic poisoned it.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Read-locks `lock`, taking it over if a panic poisoned it.
+pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    match lock.read() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Write-locks `lock`, taking it over if a panic poisoned it.
+pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    match lock.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

@@ -1,0 +1,232 @@
+//! The admin API's changes kept in a real etcd: a restarted server (with
+//! its file lost or stale) loads them back; an invalid stored document is
+//! refused with the field named; with etcd down a change answers 503 and
+//! nothing is applied.
+//!
+//! Starts `etcd` (Debian's `etcd-server`: `/usr/bin/etcd`) on free ports
+//! with a temporary data directory, as `tests/doorman_etcd.rs` does.
+
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tollgate::quota::admin::{self, Admin, AdminError};
+use tollgate::quota::config::Config;
+use tollgate::quota::etcd::EtcdDocument;
+use tollgate::quota::{Limits, Quota, Request, Status};
+use tollgate::ManualClock;
+
+/// An etcd process, killed and its data removed on drop.
+struct EtcdProcess {
+    child: Child,
+    dir: PathBuf,
+    endpoint: String,
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn etcd_binary() -> PathBuf {
+    let fixed = PathBuf::from("/usr/bin/etcd");
+    if fixed.exists() {
+        return fixed;
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("etcd"))
+                .find(|p| p.exists())
+        })
+        .expect("etcd not found: install Debian's etcd-server (.ci/run does)")
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-quota-{what}-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn start_etcd() -> EtcdProcess {
+    let client = free_port();
+    let peer = free_port();
+    let dir = temp_dir("etcd");
+    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new(etcd_binary())
+        .arg("--name=t")
+        .arg(format!("--data-dir={}", dir.join("data").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=t={peer_url}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("etcd could not be started");
+    let mut etcd = EtcdProcess {
+        child,
+        dir,
+        endpoint: format!("127.0.0.1:{client}"),
+    };
+    let start = Instant::now();
+    loop {
+        if let Some(status) = etcd.child.try_wait().unwrap() {
+            let log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
+            panic!("etcd exited with {status}: {log}");
+        }
+        if std::net::TcpStream::connect(&etcd.endpoint).is_ok() {
+            return etcd;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "etcd did not listen within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One HTTP/1.1 request; returns the status code and the body.
+async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let msg = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(msg.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_owned();
+    (code, body)
+}
+
+const CONFIG: &str = "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";
+
+/// A quota server's state read from a file holding `CONFIG`.
+fn quota(path: &PathBuf) -> Arc<Quota> {
+    std::fs::write(path, CONFIG).unwrap();
+    Arc::new(Quota::new(
+        Config::from_file(path).unwrap(),
+        Limits::default(),
+        Arc::new(ManualClock::new()),
+    ))
+}
+
+async fn serve(admin: Admin) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let router = admin::router(Arc::new(admin));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+fn allow(quota: &Quota, bucket: &str, n: i64) -> Status {
+    quota
+        .allow(&Request::new("svc", bucket, n).max_wait_millis(0))
+        .status
+}
+
+#[tokio::test]
+async fn admin_changes_survive_a_restart_through_etcd() {
+    let etcd = start_etcd();
+    let dir = temp_dir("admin-etcd");
+    let store = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), "/tollgate/quota").unwrap();
+    assert_eq!(store.load().await.unwrap(), None);
+
+    // First start: the key is absent, so the file's document is stored.
+    let first = dir.join("first.yaml");
+    let q1 = quota(&first);
+    let admin = Admin::with_etcd(Arc::clone(&q1), first.clone(), store.clone())
+        .await
+        .unwrap();
+    let stored = store.load().await.unwrap().unwrap();
+    assert_eq!(
+        Config::from_yaml(&stored).unwrap(),
+        Config::from_yaml(CONFIG).unwrap()
+    );
+    let addr = serve(admin).await;
+    let (code, _) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/cache",
+        r#"{"size": 5, "fill_rate": 5}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(allow(&q1, "cache", 5), Status::Ok);
+    let stored = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored.namespaces["svc"].buckets["cache"].size, 5);
+
+    // A restart whose file is the original one (lost, or another server's):
+    // the document in etcd wins, is applied and written to the file.
+    let second = dir.join("second.yaml");
+    let q2 = quota(&second);
+    assert_eq!(allow(&q2, "cache", 1), Status::RejectedNoBucket);
+    let _admin2 = Admin::with_etcd(Arc::clone(&q2), second.clone(), store.clone())
+        .await
+        .unwrap();
+    assert_eq!(allow(&q2, "cache", 5), Status::Ok);
+    assert_eq!(allow(&q2, "db", 2), Status::Ok);
+    let on_disk = Config::from_file(&second).unwrap();
+    assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
+
+    // An invalid document in etcd is refused at start, naming the field.
+    store
+        .save("namespaces:\n  svc:\n    buckets:\n      db: {size: -1}\n")
+        .await
+        .unwrap();
+    let third = dir.join("third.yaml");
+    let err = Admin::with_etcd(quota(&third), third.clone(), store.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AdminError::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("bucket \"db\": size"), "{err}");
+
+    // etcd down: the running admin refuses changes with 503 and applies
+    // nothing; a new one cannot start.
+    drop(etcd);
+    let (code, body) = http(
+        &addr,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/queue",
+        r#"{"size": 1, "fill_rate": 1}"#,
+    )
+    .await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("etcd put"), "{body}");
+    assert_eq!(allow(&q1, "queue", 1), Status::RejectedNoBucket);
+    let err = Admin::with_etcd(quota(&first), first.clone(), store)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AdminError::Etcd(_)), "{err:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
