@@ -14,6 +14,7 @@ pub(crate) mod pool;
 pub(crate) mod reservation;
 mod slice;
 pub(crate) mod spec;
+mod stats;
 pub(crate) mod units;
 mod wait;
 
@@ -21,9 +22,9 @@ use std::fmt;
 use std::time::Duration;
 
 use self::core::Core;
-pub use self::core::{Ledger, Stats};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
+pub use self::stats::{Ledger, Stats};
 use self::units::{tokens_for_ops, MAX_OPS_PER_ACQUIRE};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::Arc;

@@ -6,7 +6,7 @@
 //! The thread is a fallback, not the source of time: every fill measures
 //! the clock, so a late fill delivers more tokens, never fewer; callers
 //! that find the pool short and the last fill overdue do the fill
-//! themselves (`Core::fill_if_late`), and the thread waiting at the head
+//! themselves (`Core::fill_if_late`, core/fill.rs), and the thread waiting at the head
 //! of the queue fills when the filler is late (wait.rs). The thread exists
 //! to serve waiters that cannot time themselves (async tasks, threads
 //! behind the head), so it runs only while someone waits: with no waiter
@@ -24,7 +24,6 @@
 
 use std::time::Duration;
 
-use super::core::Core;
 use crate::sync::{
     current, fence, lock, park, park_timeout, Arc, AtomicU32, Mutex, Ordering::SeqCst, Thread,
 };
@@ -85,8 +84,22 @@ impl FillerSignal {
     }
 }
 
+/// What the filler thread drives: the limiter's shared state, seen from
+/// below (the core owns a [`FillerSignal`] and implements this, so this
+/// module depends on nothing above it).
+pub(crate) trait Fills {
+    /// The signal that wakes and stops this thread.
+    fn filler_signal(&self) -> &FillerSignal;
+    /// Whether anyone waits (the load side of the idle hand-off).
+    fn has_waiters(&self) -> bool;
+    /// How long to sleep before the next fill is due.
+    fn until_next_fill(&self, interval: Duration) -> Duration;
+    /// Fills now and wakes the waiters it can serve.
+    fn fill_and_wake(&self);
+}
+
 /// The thread's body: fill every `interval` while anyone waits.
-pub(crate) fn run(core: Arc<Core>, interval: Duration) {
+pub(crate) fn run<C: Fills>(core: Arc<C>, interval: Duration) {
     let signal = core.filler_signal();
     // Registered before the first state check: the thread goes `IDLE` only
     // after this, so every kick that finds it idle can unpark it.
