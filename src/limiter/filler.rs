@@ -138,3 +138,117 @@ pub(crate) fn run<C: Fills>(core: Arc<C>, interval: Duration) {
         core.fill_and_wake();
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::Condvar;
+
+    /// A core that counts fills; each fill serves every waiter.
+    struct Mock {
+        signal: FillerSignal,
+        waiting: AtomicBool,
+        next_fill: Duration,
+        fills: std::sync::Mutex<u64>,
+        filled: Condvar,
+        checks: AtomicU64,
+    }
+
+    impl Mock {
+        fn new(next_fill: Duration) -> std::sync::Arc<Mock> {
+            std::sync::Arc::new(Mock {
+                signal: FillerSignal::new(),
+                waiting: AtomicBool::new(false),
+                next_fill,
+                fills: std::sync::Mutex::new(0),
+                filled: Condvar::new(),
+                checks: AtomicU64::new(0),
+            })
+        }
+
+        /// Blocks until `n` fills have happened.
+        fn wait_for_fills(&self, n: u64) {
+            let mut fills = lock(&self.fills);
+            while *fills < n {
+                fills = self.filled.wait(fills).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+
+    impl Fills for Mock {
+        fn filler_signal(&self) -> &FillerSignal {
+            &self.signal
+        }
+        fn has_waiters(&self) -> bool {
+            self.checks.fetch_add(1, SeqCst);
+            self.waiting.load(SeqCst)
+        }
+        fn until_next_fill(&self, _: Duration) -> Duration {
+            self.next_fill
+        }
+        fn fill_and_wake(&self) {
+            let mut fills = lock(&self.fills);
+            *fills += 1;
+            self.waiting.store(false, SeqCst);
+            self.filled.notify_all();
+        }
+    }
+
+    fn spawn(core: &std::sync::Arc<Mock>) -> std::thread::JoinHandle<()> {
+        let core = std::sync::Arc::clone(core);
+        std::thread::spawn(move || run(core, Duration::from_secs(3600)))
+    }
+
+    /// A waiter that registers and kicks is always served, whether the
+    /// thread was running or idle: a lost kick would hang the test.
+    #[test]
+    fn every_kick_after_registering_is_served() {
+        let core = Mock::new(Duration::ZERO);
+        let thread = spawn(&core);
+        for round in 1..=200 {
+            // SeqCst: the waiter's side of the idle hand-off.
+            core.waiting.store(true, SeqCst);
+            core.signal.kick();
+            core.wait_for_fills(round);
+        }
+        core.signal.stop();
+        thread.join().unwrap();
+        assert_eq!(*lock(&core.fills), 200);
+    }
+
+    /// With no waiter the thread parks instead of polling: it checks for
+    /// waiters a bounded number of times while nobody kicks it.
+    #[test]
+    fn an_idle_thread_parks() {
+        let core = Mock::new(Duration::ZERO);
+        let thread = spawn(&core);
+        // Make sure it has run and gone idle.
+        while core.signal.state.load(SeqCst) != IDLE {
+            std::thread::yield_now();
+        }
+        let checks = core.checks.load(SeqCst);
+        for _ in 0..1000 {
+            std::thread::yield_now();
+        }
+        // The idle thread wakes only on a kick or a stop (or a rare
+        // spurious unpark, after which it re-checks once and parks again).
+        assert!(core.checks.load(SeqCst) <= checks + 2);
+        core.signal.stop();
+        thread.join().unwrap();
+        assert_eq!(*lock(&core.fills), 0);
+    }
+
+    /// Stopping ends a thread that sleeps until a fill an hour away:
+    /// dropping a limiter never waits for a fill (a missed unpark would
+    /// hang the test for an hour).
+    #[test]
+    fn stop_ends_a_thread_sleeping_toward_a_distant_fill() {
+        let core = Mock::new(Duration::from_secs(3600));
+        core.waiting.store(true, SeqCst);
+        let thread = spawn(&core);
+        core.signal.stop();
+        thread.join().unwrap();
+        assert_eq!(*lock(&core.fills), 0);
+    }
+}
