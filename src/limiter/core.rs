@@ -235,7 +235,7 @@ impl Core {
         }
     }
 
-    // ----- slow paths --------------------------------------------------
+    // ----- moving tokens (for the slow paths, fills and hand-offs) ------
 
     /// Takes up to `want` tokens: the home slice, then `central`, then the
     /// other slices, refilling the home slice with a chunk on the way.

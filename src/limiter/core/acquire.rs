@@ -35,6 +35,7 @@ enum Partial {
 }
 
 impl Core {
+    /// Whether a request of `need` tokens gathers them as they come.
     fn partial_for(&self, need: u64) -> Partial {
         // Relaxed: a size written under the fill lock.
         if need > self.published.all_or_nothing.load(Relaxed) {
@@ -208,7 +209,7 @@ impl Core {
         u128::from(missing) <= u128::from(self.available()) + at_burst
     }
 
-    /// One poll of an async acquire; see [`AcquireFuture`](super::future::AcquireFuture).
+    /// One poll of an async acquire; see [`AcquireFuture`](crate::AcquireFuture).
     /// `Some(extra)` when complete, with the tokens handed beyond the need.
     pub(crate) fn poll_acquire(
         &self,
