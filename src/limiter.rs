@@ -7,6 +7,7 @@ mod budget;
 // parts of these two that serve them go unused there.
 #[cfg_attr(tollgate_loom, allow(dead_code))]
 mod core;
+mod fast;
 #[cfg_attr(tollgate_loom, allow(dead_code))]
 mod filler;
 mod future;
@@ -14,6 +15,7 @@ pub(crate) mod pool;
 pub(crate) mod reservation;
 mod slice;
 pub(crate) mod spec;
+mod stats;
 pub(crate) mod units;
 mod wait;
 
@@ -21,9 +23,10 @@ use std::fmt;
 use std::time::Duration;
 
 use self::core::Core;
-pub use self::core::{Ledger, Stats};
+use self::fast::{keep_extra, take_fast};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
+pub use self::stats::{Ledger, Stats};
 use self::units::{tokens_for_ops, MAX_OPS_PER_ACQUIRE};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::Arc;
@@ -194,28 +197,6 @@ fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()
 /// 250 µs, 8 callers blocked at 1M ops/s cost 200-280 ns of CPU per op on
 /// a loaded 2-core machine, against 140-160 ns at 500 µs.
 const DEFAULT_FILL_INTERVAL: Duration = Duration::from_micros(500);
-
-/// The fast paths: the thread's budget, then its slice.
-#[inline]
-fn take_fast(core: &Arc<Core>, need: u64) -> bool {
-    #[cfg(not(tollgate_loom))]
-    {
-        budget::try_take(core, need) || budget::refill(core, need)
-    }
-    #[cfg(tollgate_loom)]
-    {
-        core.try_take_fast(need)
-    }
-}
-
-/// Keeps tokens a served wait was handed beyond its need in the thread's
-/// budget (the loom build hands none: it has no budgets).
-fn keep_extra(core: &Arc<Core>, extra: u64) {
-    #[cfg(not(tollgate_loom))]
-    budget::deposit(core, extra);
-    #[cfg(tollgate_loom)]
-    core.return_extra(extra);
-}
 
 /// Panics with a clear message on a weight the pool cannot represent.
 #[inline]

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::core::Core;
+use super::fast::{keep_extra, take_fast};
 use super::wait::Waiter;
 use crate::sync::Arc;
 
@@ -51,7 +52,7 @@ impl Future for AcquireFuture<'_> {
         if this.done {
             return Poll::Ready(this.core.lateness());
         }
-        if this.node.is_none() && super::take_fast(this.core, this.need) {
+        if this.node.is_none() && take_fast(this.core, this.need) {
             this.done = true;
             return Poll::Ready(this.core.lateness());
         }
@@ -61,7 +62,7 @@ impl Future for AcquireFuture<'_> {
         {
             Some(extra) => {
                 this.done = true;
-                super::keep_extra(this.core, extra);
+                keep_extra(this.core, extra);
                 Poll::Ready(this.core.lateness())
             }
             None => Poll::Pending,

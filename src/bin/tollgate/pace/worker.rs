@@ -12,9 +12,6 @@ use tollgate::RateLimiter;
 /// How often a stalled task looks at the control word again (stalled
 /// threads sleep on the gate instead, woken when the stall ends).
 const STALL_POLL: Duration = Duration::from_micros(100);
-/// The longest a stalled thread sleeps on the gate before it looks again
-/// (a safety net: every change of the stall bit notifies the gate).
-const GATE_TIMEOUT: Duration = Duration::from_millis(100);
 /// A task yields to its runtime every this many ops, so tasks sharing a
 /// worker thread all run even when acquires never block.
 const YIELD_EVERY: u64 = 64;
@@ -103,6 +100,13 @@ impl Shared {
     }
 
     /// Sleeps while the callers are stalled (and not stopped).
+    ///
+    /// No timeout: every change of the stall or stop bit notifies the gate
+    /// after taking its lock (`set_control`), so a thread that saw the old
+    /// word is already waiting when the notification comes. A timed wait
+    /// here woke every sleeping thread ten times a second: with thousands
+    /// of threads spawning, a storm of futile wake-ups that delayed the
+    /// start of the run.
     fn wait_unstalled(&self) {
         let mut guard = self.gate.0.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -110,10 +114,7 @@ impl Shared {
             if !control.stalled || control.stop {
                 return;
             }
-            guard = match self.gate.1.wait_timeout(guard, GATE_TIMEOUT) {
-                Ok((guard, _)) => guard,
-                Err(e) => e.into_inner().0,
-            };
+            guard = self.gate.1.wait(guard).unwrap_or_else(|e| e.into_inner());
         }
     }
 

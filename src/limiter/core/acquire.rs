@@ -1,0 +1,269 @@
+//! The slow acquire paths: what a caller does when its fast path comes up
+//! short, from a second look at the pool to waiting in the queue.
+//!
+//! # Implementation notes
+//!
+//! A caller first completes from the pool (`gather`), doing a late fill
+//! itself when the last one is overdue, and only then queues a node
+//! (wait.rs). A queued thread parks until granted; the head of the queue
+//! parks only until the next fill is due and then fills by itself, so a
+//! descheduled filler thread never turns elapsed time into backlog while
+//! callers sleep. A queued task is polled again only when woken by its
+//! grant.
+
+use std::time::Duration;
+
+use super::super::units::mul_div;
+use super::super::wait::{Cancel, Waiter};
+use super::Core;
+use crate::sync::{current, lock, park, park_timeout, Ordering::Relaxed};
+
+/// A head waiter whose fill is due within this many nanoseconds spins
+/// instead of parking: a park and unpark cost more than the wait.
+const SPIN_NS: u64 = 5_000;
+/// The shortest sleep of a head waiter that found the fill due but could
+/// not do it (another thread holds the fill lock and will serve the queue).
+const MIN_PARK_NS: u64 = 20_000;
+
+/// How the caller of a slow path waits.
+#[derive(Debug, Clone, Copy)]
+enum Partial {
+    /// All-or-nothing.
+    No,
+    /// Gather tokens as they come.
+    Yes,
+}
+
+impl Core {
+    /// Whether a request of `need` tokens gathers them as they come.
+    fn partial_for(&self, need: u64) -> Partial {
+        // Relaxed: a size written under the fill lock.
+        if need > self.published.all_or_nothing.load(Relaxed) {
+            Partial::Yes
+        } else {
+            Partial::No
+        }
+    }
+
+    /// One attempt to complete a request of `need` tokens of which `held`
+    /// are already gathered. `true` when the request is complete.
+    fn try_complete(&self, need: u64, held: &mut u64, partial: Partial) -> bool {
+        match partial {
+            Partial::No => {
+                if self.available() < need {
+                    return false;
+                }
+                let got = self.gather(need);
+                if got == need {
+                    return true;
+                }
+                self.put_back(got);
+                false
+            }
+            Partial::Yes => {
+                let got = self.gather(need - *held);
+                *held += got;
+                if *held == need {
+                    // Relaxed: a ledger count; see `ledger`.
+                    self.in_flight.fetch_sub(need - got, Relaxed);
+                    *held = 0;
+                    return true;
+                }
+                self.in_flight.fetch_add(got, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Gives back what an abandoned request gathered.
+    fn abandon(&self, held: u64) {
+        if held > 0 {
+            // Relaxed: a ledger count; see `ledger`.
+            self.in_flight.fetch_sub(held, Relaxed);
+            self.put_back(held);
+        }
+    }
+
+    /// The pool, then a late fill, before a caller queues: `true` when the
+    /// request completed.
+    fn complete_before_queueing(&self, need: u64, held: &mut u64, partial: Partial) -> bool {
+        loop {
+            if self.try_complete(need, held, partial) {
+                return true;
+            }
+            if !self.fill_if_late() {
+                return false;
+            }
+        }
+    }
+
+    /// Blocks until `need` tokens are taken; returns the tokens handed
+    /// beyond the need, for the caller's thread budget.
+    pub(crate) fn acquire_blocking(&self, need: u64) -> u64 {
+        match self.wait(need, None) {
+            Some(extra) => extra,
+            None => panic!("limiter: an acquire without a deadline timed out"),
+        }
+    }
+
+    /// Takes `need` tokens if they are there now (all-or-nothing).
+    pub(crate) fn try_acquire_slow(&self, need: u64) -> bool {
+        let mut held = 0;
+        if self.try_complete(need, &mut held, Partial::No) {
+            return true;
+        }
+        self.fill_if_late() && self.try_complete(need, &mut held, Partial::No)
+    }
+
+    /// Blocks until `need` tokens are taken (`Some(extra)`, with the tokens
+    /// handed beyond the need) or the clock reaches `deadline_ns` (`None`;
+    /// nothing is taken).
+    pub(crate) fn acquire_until(&self, need: u64, deadline_ns: u64) -> Option<u64> {
+        self.wait(need, Some(deadline_ns))
+    }
+
+    /// The blocking wait: queue a node for this thread and park until it is
+    /// granted. The queue's head parks only until the next fill is due (a
+    /// quarter interval of grace for the filler thread) and then fills by
+    /// itself.
+    fn wait(&self, need: u64, deadline: Option<u64>) -> Option<u64> {
+        let partial = self.partial_for(need);
+        let mut held = 0;
+        if self.complete_before_queueing(need, &mut held, partial) {
+            return Some(0);
+        }
+        if let Some(deadline) = deadline {
+            let now = self.clock.now_ns();
+            if now >= deadline || !self.could_gather_within(need - held, deadline - now) {
+                self.abandon(held);
+                return None;
+            }
+        }
+        let node = std::sync::Arc::new(Waiter::thread(
+            need,
+            matches!(partial, Partial::Yes),
+            held,
+            current(),
+        ));
+        self.waiters.enqueue(&node, self, self.handoff_tokens());
+        self.filler.kick();
+        loop {
+            if let Some(extra) = node.granted() {
+                return Some(extra);
+            }
+            let now = self.clock.now_ns();
+            let mut sleep = None;
+            if let Some(deadline) = deadline {
+                if now >= deadline {
+                    return match self.waiters.cancel(&node, self, self.handoff_tokens()) {
+                        Cancel::Granted(extra) => Some(extra),
+                        Cancel::Left => None,
+                    };
+                }
+                sleep = Some(deadline - now);
+            }
+            if node.is_head() {
+                let due = self.head_fill_due();
+                let until = if now >= due {
+                    if self.fill_if_late() {
+                        continue;
+                    }
+                    MIN_PARK_NS
+                } else {
+                    due - now
+                };
+                if until <= SPIN_NS {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                sleep = Some(sleep.map_or(until, |s: u64| s.min(until)));
+            }
+            match sleep {
+                Some(ns) => park_timeout(Duration::from_nanos(ns)),
+                None => park(),
+            }
+        }
+    }
+
+    /// When the head waiter fills by itself: when the next fill is due.
+    /// While a thread heads the queue, the filler thread stands back (see
+    /// `until_next_fill`), so the head's wake-up is the fill, and a head
+    /// served by its own fill needs no other wake.
+    fn head_fill_due(&self) -> u64 {
+        // Relaxed: a hint; the fill reads its time under the lock.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        last.saturating_add(self.fill_interval_ns)
+    }
+
+    /// Whether `missing` tokens could arrive within `ns`: what the active
+    /// pool holds plus the most the schedule can deliver in that time (at
+    /// the burst rate), with one fill interval of slack.
+    fn could_gather_within(&self, missing: u64, ns: u64) -> bool {
+        let st = lock(&self.schedule);
+        if !st.started {
+            return true;
+        }
+        let span = ns.saturating_add(self.fill_interval_ns);
+        let at_rate = st.meter.tokens_floor(span);
+        let at_burst = mul_div(at_rate, u128::from(st.spec.burst_ppm()), 1_000_000);
+        u128::from(missing) <= u128::from(self.available()) + at_burst
+    }
+
+    /// One poll of an async acquire; see [`AcquireFuture`](crate::AcquireFuture).
+    /// `Some(extra)` when complete, with the tokens handed beyond the need.
+    pub(crate) fn poll_acquire(
+        &self,
+        need: u64,
+        held: &mut u64,
+        node: &mut Option<std::sync::Arc<Waiter>>,
+        waker: &std::task::Waker,
+    ) -> Option<u64> {
+        if let Some(queued) = node {
+            if let Some(extra) = queued.granted() {
+                *node = None;
+                return Some(extra);
+            }
+            queued.set_waker(waker);
+            // Re-check: a grant made before the new waker was stored woke
+            // the old one.
+            let extra = queued.granted()?;
+            *node = None;
+            return Some(extra);
+        }
+        let partial = self.partial_for(need);
+        if self.complete_before_queueing(need, held, partial) {
+            return Some(0);
+        }
+        let queued = std::sync::Arc::new(Waiter::task(
+            need,
+            matches!(partial, Partial::Yes),
+            *held,
+            waker.clone(),
+        ));
+        *held = 0;
+        self.waiters.enqueue(&queued, self, self.handoff_tokens());
+        if let Some(extra) = queued.granted() {
+            return Some(extra);
+        }
+        self.filler.kick();
+        *node = Some(queued);
+        None
+    }
+
+    /// Cleans up after an async acquire dropped before completing: gives
+    /// back what it gathered, or what it was handed if a grant raced the drop.
+    pub(crate) fn cancel_acquire(&self, held: u64, node: Option<std::sync::Arc<Waiter>>) {
+        if let Some(node) = node {
+            if let Cancel::Granted(extra) = self.waiters.cancel(&node, self, self.handoff_tokens())
+            {
+                self.put_back(node.need() + extra);
+            }
+        }
+        self.abandon(held);
+    }
+
+    /// Takes back tokens handed to a waiter that had no budget to keep them in.
+    pub(crate) fn return_extra(&self, extra: u64) {
+        self.put_back(extra);
+    }
+}

@@ -1,0 +1,171 @@
+//! Lifecycle and configuration: starting, restarting, live rate changes
+//! (spec §4), and the pool and batch sizes that follow from a spec.
+
+use std::time::Duration;
+
+use super::super::spec::{RateSpec, Verb};
+use super::super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
+use super::{Core, Schedule};
+use crate::sync::{lock, Ordering::Relaxed};
+
+/// The most ops a thread-local budget holds.
+const MAX_BATCH_OPS: u64 = 64;
+/// The most ops one hand-off gives a waiter beyond its need (wait.rs).
+const MAX_HANDOFF_OPS: u64 = 256;
+
+impl Core {
+    /// Starts: time counts from `now` and the first op passes at once.
+    pub(super) fn start_locked(&self, st: &mut Schedule, now: u64) {
+        st.started = true;
+        st.last_fill_ns = now;
+        // Relaxed: a hint.
+        self.published.last_fill_ns.store(now, Relaxed);
+        st.filled += u128::from(TOKENS_PER_OP);
+        // Relaxed: published to waiters by the caller's serve.
+        self.central.fetch_add(TOKENS_PER_OP, Relaxed);
+    }
+
+    /// Clears the pools and the backlog, as if new, and starts.
+    fn restart_locked(&self, st: &mut Schedule, now: u64) {
+        // Relaxed: tokens carry no data.
+        let active = self.central.swap(0, Relaxed) + self.slices.drain();
+        st.dropped += u128::from(active) + st.waiting;
+        st.waiting = 0;
+        st.carry = 0;
+        st.backlog_ns = 0;
+        self.published.backlog_ns.store(0, Relaxed);
+        self.start_locked(st, now);
+    }
+
+    /// Changes rate and burst ratio: the pools keep their time, `P` is
+    /// clamped to the new `A + B` (the excess joins the backlog).
+    fn reschedule_locked(&self, st: &mut Schedule, spec: RateSpec) {
+        let meter = Meter::new(spec.nano_ops_per_sec());
+        let sizing = sizing_for(&meter, spec.burst_ppm(), self.fill_interval_ns);
+        // Relaxed: tokens carry no data.
+        let active = u128::from(self.central.swap(0, Relaxed) + self.slices.drain());
+        let rescaled_active = st.meter.rescale(active, &meter);
+        let rescaled_waiting = st.meter.rescale(st.waiting, &meter);
+        let kept = rescaled_active.min(u128::from(sizing.max_over()));
+        let waiting = rescaled_waiting + (rescaled_active - kept);
+        st.filled = st.filled - (active + st.waiting) + (kept + waiting);
+        st.waiting = waiting;
+        st.carry = 0;
+        st.spec = spec;
+        st.meter = meter;
+        st.sizing = sizing;
+        // kept <= max_over < 2^62.
+        self.central.fetch_add(kept as u64, Relaxed);
+        self.publish_sizes(st);
+        st.backlog_ns = st.meter.nanos_for(st.waiting);
+        self.published.backlog_ns.store(st.backlog_ns, Relaxed);
+    }
+
+    /// Publishes chunk and all-or-nothing sizes and the backlog cap in tokens.
+    pub(super) fn publish_sizes(&self, st: &mut Schedule) {
+        let slices = self.slices.len() as u64;
+        let chunk = (st.sizing.active / (4 * slices)).max(TOKENS_PER_OP);
+        // Budgets only where a slice chunk holds several ops (budget.rs).
+        let batch = (chunk / 4).min(MAX_BATCH_OPS * TOKENS_PER_OP);
+        let batch = if cfg!(tollgate_loom) || batch < TOKENS_PER_OP {
+            0
+        } else {
+            batch
+        };
+        // A waiter served by hand-off takes whole ops beyond its need, up
+        // to a quarter of the active pool (wait.rs), where budgets exist.
+        let handoff_ops = (st.sizing.active / 4 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
+        let handoff = if cfg!(tollgate_loom) {
+            0
+        } else {
+            handoff_ops * TOKENS_PER_OP
+        };
+        // Relaxed: size hints; see `Published`.
+        self.published.chunk.store(chunk, Relaxed);
+        self.published.batch.store(batch, Relaxed);
+        self.published.handoff.store(handoff, Relaxed);
+        self.published
+            .all_or_nothing
+            .store(st.sizing.active, Relaxed);
+        st.max_waiting = st.max_backlog.map(|cap| {
+            st.meter
+                .tokens_floor(u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX))
+        });
+    }
+
+    /// Applies a spec (spec §4): `configure` sets rate and ratio without
+    /// starting, `start` also starts an idle limiter, `restart` clears the
+    /// pools and the backlog and starts afresh. An equal schedule is a no-op.
+    pub(crate) fn apply(&self, spec: RateSpec) {
+        let now = self.clock.now_ns();
+        let mut st = lock(&self.schedule);
+        let changed = !st.spec.same_schedule(&spec);
+        if changed {
+            // Credit the time so far at the old rate.
+            self.fill_locked(&mut st, now);
+            self.reschedule_locked(&mut st, spec);
+        }
+        st.spec = spec;
+        let woke = match spec.verb() {
+            Verb::Configure => changed,
+            Verb::Start if st.started => changed,
+            Verb::Start => {
+                self.start_locked(&mut st, now);
+                true
+            }
+            Verb::Restart => {
+                self.restart_locked(&mut st, now);
+                true
+            }
+        };
+        drop(st);
+        if woke {
+            self.serve();
+        }
+    }
+
+    pub(crate) fn spec(&self) -> RateSpec {
+        lock(&self.schedule).spec
+    }
+
+    pub(crate) fn set_max_backlog(&self, cap: Option<Duration>) {
+        let mut st = lock(&self.schedule);
+        st.max_backlog = cap;
+        self.publish_sizes(&mut st);
+    }
+
+    pub(crate) fn max_backlog(&self) -> Option<Duration> {
+        lock(&self.schedule).max_backlog
+    }
+
+    /// Brings the pool up to date with the clock and returns the backlog.
+    pub(crate) fn backlog(&self) -> Duration {
+        self.fill_and_wake();
+        self.lateness()
+    }
+}
+
+/// The pool sizes for a spec, with the active pool widened to cover at
+/// least one and a half fill intervals, so a fill that comes up to half an
+/// interval late still fits instead of spilling into the backlog (at a
+/// 1K rate and a 10 ms interval, a 1 ms pool would admit under 200 ops a
+/// second). The burst headroom keeps its ratio to the active pool.
+pub(super) fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -> Sizing {
+    let base = Sizing::new(meter, burst_ppm);
+    let span = fill_interval_ns.saturating_add(fill_interval_ns / 2);
+    let wide = meter.tokens_floor(span);
+    if wide <= u128::from(base.active) {
+        return base;
+    }
+    // As in `Sizing::new`: A + B stays below 2^62.
+    let active = u64::try_from(wide).unwrap_or(u64::MAX).min(u64::MAX >> 3);
+    let burst = mul_div(
+        u128::from(active),
+        u128::from(burst_ppm.saturating_sub(1_000_000)),
+        1_000_000,
+    );
+    Sizing {
+        active,
+        burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
+    }
+}

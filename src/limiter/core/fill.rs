@@ -1,0 +1,138 @@
+//! Filling: adding measured time to the pools (spec §2), and the exact
+//! accounting built on it.
+
+use std::time::Duration;
+
+use super::super::pool::Pool;
+use super::super::stats::{Ledger, Stats};
+use super::super::units::{mul_div, TOKENS_PER_OP};
+use super::{Core, Schedule};
+use crate::sync::{lock, try_lock, Ordering::Relaxed};
+
+/// How long the filler thread stays punctual after a late fill.
+const PUNCTUAL_NS: u64 = 200_000_000;
+
+impl Core {
+    /// Fills if the last fill is overdue (one interval) and no one else is
+    /// filling. `true` if tokens were added.
+    pub(crate) fn fill_if_late(&self) -> bool {
+        let now = self.clock.now_ns();
+        // Relaxed: a hint; the fill itself reads its time under the lock.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        if now.saturating_sub(last) < self.fill_interval_ns {
+            return false;
+        }
+        let Some(mut st) = try_lock(&self.schedule) else {
+            return false;
+        };
+        let added = self.fill_locked(&mut st, now);
+        drop(st);
+        if added > 0 {
+            self.serve();
+        }
+        added > 0
+    }
+
+    /// Fills now (blocking on the fill lock) and wakes waiters.
+    pub(crate) fn fill_and_wake(&self) {
+        let now = self.clock.now_ns();
+        let mut st = lock(&self.schedule);
+        let added = self.fill_locked(&mut st, now);
+        drop(st);
+        if added > 0 {
+            self.serve();
+        }
+    }
+
+    /// How long the filler thread sleeps before its next fill: until it is
+    /// due, or, while a parked thread heads the queue and fills on time by
+    /// itself, three intervals more (the filler is then only a backup).
+    /// After a late fill the filler is punctual again for a while: two
+    /// timers are likelier than one to run on time on a busy machine.
+    pub(crate) fn until_next_fill(&self, interval: Duration) -> Duration {
+        // Relaxed: hints.
+        let last = self.published.last_fill_ns.load(Relaxed);
+        let now = self.clock.now_ns();
+        let since = now.saturating_sub(last);
+        let punctual = now < self.published.punctual_until_ns.load(Relaxed);
+        let wait = if self.waiters.has_timed_head() && !punctual {
+            interval.saturating_mul(4)
+        } else {
+            interval
+        };
+        wait.saturating_sub(Duration::from_nanos(since))
+    }
+
+    /// The fill (spec §2) on a snapshot of the active pool. Returns the
+    /// tokens added to the active pool.
+    pub(super) fn fill_locked(&self, st: &mut Schedule, now: u64) -> u64 {
+        if now <= st.last_fill_ns {
+            return 0;
+        }
+        let elapsed = now - st.last_fill_ns;
+        st.last_fill_ns = now;
+        if elapsed > self.fill_interval_ns + self.fill_interval_ns / 2 && self.has_waiters() {
+            // Relaxed: a hint for `until_next_fill`.
+            self.published
+                .punctual_until_ns
+                .store(now.saturating_add(PUNCTUAL_NS), Relaxed);
+        }
+        // Relaxed: a hint for `fill_if_late`.
+        self.published.last_fill_ns.store(now, Relaxed);
+        if !st.started {
+            return 0;
+        }
+        let tokens = st.meter.tokens_for(elapsed, &mut st.carry);
+        st.filled += tokens;
+        let mut pool = Pool {
+            active: self.available(),
+            waiting: st.waiting,
+        };
+        let added = pool.fill(tokens, &st.sizing);
+        st.dropped += pool.cap_waiting(st.max_waiting);
+        st.waiting = pool.waiting;
+        if added > 0 {
+            // Relaxed: published to waiters by the serve that follows.
+            self.central.fetch_add(added, Relaxed);
+        }
+        // Integrate the wait of the ops admitted since the last fill at the
+        // backlog they saw.
+        let admitted = self.admitted_tokens(st, u128::from(pool.active));
+        let delta = admitted.saturating_sub(st.admitted_seen);
+        st.admitted_seen = st.admitted_seen.max(admitted);
+        st.total_wait_ns += mul_div(delta, u128::from(st.backlog_ns), u128::from(TOKENS_PER_OP));
+        st.backlog_ns = st.meter.nanos_for(st.waiting);
+        // Relaxed: a gauge.
+        self.published.backlog_ns.store(st.backlog_ns, Relaxed);
+        added
+    }
+
+    fn admitted_tokens(&self, st: &Schedule, active: u128) -> u128 {
+        // Relaxed: a ledger count, exact when no acquire runs concurrently.
+        let in_flight = u128::from(self.in_flight.load(Relaxed));
+        (st.filled - st.dropped).saturating_sub(st.waiting + active + in_flight)
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let st = lock(&self.schedule);
+        let admitted = self.admitted_tokens(&st, u128::from(self.available()));
+        Stats {
+            admitted: u64::try_from(admitted / u128::from(TOKENS_PER_OP)).unwrap_or(u64::MAX),
+            total_wait: Duration::from_nanos(u64::try_from(st.total_wait_ns).unwrap_or(u64::MAX)),
+            backlog: Duration::from_nanos(st.backlog_ns),
+        }
+    }
+
+    pub(crate) fn ledger(&self) -> Ledger {
+        let st = lock(&self.schedule);
+        Ledger {
+            filled: st.filled,
+            dropped: st.dropped,
+            active: u128::from(self.available()),
+            waiting: st.waiting,
+            // Relaxed: a ledger count.
+            in_flight: u128::from(self.in_flight.load(Relaxed)),
+            tokens_per_op: TOKENS_PER_OP,
+        }
+    }
+}
