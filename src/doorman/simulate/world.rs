@@ -13,8 +13,8 @@ use crate::doorman::client::{Client, ExpiryMode, Resource, ResourceOptions};
 use crate::doorman::clock::WallClock;
 use crate::doorman::config::Config;
 use crate::doorman::election::{Election, Mastership};
-use crate::doorman::server::{Parent, Server};
 use crate::doorman::lease::Timestamp;
+use crate::doorman::server::{Parent, Server};
 
 /// SplitMix64: small, seedable and good enough for drift and mishaps.
 #[derive(Debug)]
