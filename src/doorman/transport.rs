@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError, RwLock};
+#[cfg(feature = "simulate")]
+use std::sync::RwLock;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -24,6 +26,7 @@ use tonic::Status;
 
 use super::pb;
 use super::pb::capacity_client::CapacityClient;
+#[cfg(feature = "simulate")]
 use super::server::Server;
 
 /// One RPC's answer, or its failure as a gRPC status.
@@ -163,11 +166,13 @@ impl Transport for Grpc {
 
 /// Servers in this process, by address; an unknown address is
 /// `unavailable`, as a dead server would be.
+#[cfg(feature = "simulate")]
 #[derive(Debug, Default)]
 pub(crate) struct InProcess {
     servers: RwLock<HashMap<String, Server>>,
 }
 
+#[cfg(feature = "simulate")]
 impl InProcess {
     /// Makes `server` reachable at `address`.
     pub(crate) fn add(&self, address: impl Into<String>, server: Server) {
@@ -204,6 +209,7 @@ impl InProcess {
     }
 }
 
+#[cfg(feature = "simulate")]
 impl Transport for InProcess {
     fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
         self.call(address, |s| Ok(s.discovery()))
