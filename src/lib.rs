@@ -64,6 +64,9 @@
 //! | `throttle` | [`throttle`]: the server-side throttler and its tower layer |
 //! | `cli`      | the `tollgate` binary (implies `client`, `server`, `etcd`, `simulate`, `quota`) |
 //!
+//! [`doorman`] itself (the wire types, the lease store, the algorithms)
+//! comes with either `client` or `server`.
+//!
 //! ```toml
 //! [dependencies]
 //! # The limiter alone:
