@@ -13,23 +13,42 @@
 //! debug port and its [`metrics`]), [`reload`] (configuration hot reload);
 //! [`simulate`] runs a server tree and its lease clients on a virtual clock.
 //! The client side: [`client`] (leases kept fresh and fed to limiters).
+//!
+// Links to modules a feature leaves out point at the crate's feature table.
+#![cfg_attr(not(feature = "client"), doc = "[`client`]: crate#crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`config`]: crate#crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`server`]: crate#crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`debug`]: crate#crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`reload`]: crate#crate-features")]
+#![cfg_attr(not(feature = "simulate"), doc = "[`simulate`]: crate#crate-features")]
 
 pub mod algorithm;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod clock;
+#[cfg(feature = "server")]
 pub mod config;
+#[cfg(feature = "server")]
 pub mod debug;
 pub mod election;
 pub mod error;
+#[cfg(feature = "server")]
 pub mod glob;
 pub mod lease;
+// The metrics and the transport serve both the client and the server; with
+// only one of them built, the other's half goes unused.
+#[cfg_attr(not(all(feature = "client", feature = "server")), allow(dead_code))]
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;
 mod poison;
+#[cfg(feature = "server")]
 pub mod reload;
+#[cfg(feature = "server")]
 pub mod server;
 mod session;
+#[cfg(feature = "simulate")]
 pub mod simulate;
 pub mod store;
+#[cfg_attr(not(all(feature = "client", feature = "server")), allow(dead_code))]
 mod transport;

@@ -49,17 +49,58 @@
 //!
 //! # Crate features
 //!
-//! None: the crate builds one way. `--cfg tollgate_loom` switches the
-//! limiter's synchronisation to loom for the models in `loom-tests/`.
+//! The limiter core ([`RateLimiter`], [`RateSpec`], [`TokenBucket`], the
+//! clocks) is always built, on crossbeam-utils and quanta alone. The rest
+//! is opt-in; the default enables every feature, so build with
+//! `--no-default-features` and name the ones you want:
+//!
+//! | feature    | what it builds |
+//! |------------|----------------|
+//! | `client`   | [`doorman::client`]: the Doorman lease client, its limiters and tower layer |
+//! | `server`   | [`doorman::server`] and its config, debug port, metrics, hot reload and single-node election |
+//! | `etcd`     | `doorman::election::etcd`: master election on etcd v3 (implies `server`) |
+//! | `simulate` | `doorman::simulate`: a server tree on a virtual clock (implies `client`, `server`; the only user of tokio's `test-util`) |
+//! | `quota`    | [`quota`]: the quotaservice Allow service and its clients; `quota::cluster` also needs `client` |
+//! | `throttle` | [`throttle`]: the server-side throttler and its tower layer |
+//! | `cli`      | the `tollgate` binary (implies `client`, `server`, `etcd`, `simulate`, `quota`) |
+//!
+//! [`doorman`] itself (the wire types, the lease store, the algorithms)
+//! comes with either `client` or `server`.
+//!
+//! ```toml
+//! [dependencies]
+//! # The limiter alone:
+//! tollgate = { version = "0.1", default-features = false }
+//! # A service that takes Doorman leases:
+//! # tollgate = { version = "0.1", default-features = false, features = ["client"] }
+//! ```
+//!
+//! `--cfg tollgate_loom` switches the limiter's synchronisation to loom for
+//! the models in `loom-tests/`.
+//!
+// Links to modules a feature leaves out point at the table above.
+#![cfg_attr(
+    not(any(feature = "client", feature = "server")),
+    doc = "[`doorman`]: #crate-features"
+)]
+#![cfg_attr(not(feature = "client"), doc = "[`doorman::client`]: #crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`doorman::server`]: #crate-features")]
+#![cfg_attr(not(feature = "quota"), doc = "[`quota`]: #crate-features")]
+#![cfg_attr(
+    any(not(feature = "throttle"), tollgate_loom),
+    doc = "[`throttle`]: #crate-features"
+)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
+#[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
 mod limiter;
 pub mod plot;
+#[cfg(feature = "quota")]
 pub mod quota;
 mod sync;
-#[cfg(not(tollgate_loom))]
+#[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
 
 pub use clock::{Clock, ManualClock, SystemClock};

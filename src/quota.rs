@@ -31,9 +31,11 @@
 //! assert_eq!((decision.status, decision.tokens_granted), (Status::Ok, 3));
 //! # Ok::<(), tollgate::quota::config::ConfigError>(())
 //! ```
+#![cfg_attr(not(feature = "client"), doc = "[`cluster`]: crate#crate-features")]
 
 pub mod admin;
 pub mod client;
+#[cfg(feature = "client")]
 pub mod cluster;
 pub mod config;
 pub mod etcd;

@@ -337,6 +337,7 @@ impl Builder {
 
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
+    #[cfg(any(test, feature = "simulate"))]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> Builder {
         self.transport = Some(transport);
         self
@@ -344,6 +345,7 @@ impl Builder {
 
     /// Seeds the backoff's jitter (default: from the time, the process id
     /// and the client's number), so that a run can be repeated.
+    #[cfg(any(test, feature = "simulate"))]
     pub(crate) fn seed(mut self, seed: u64) -> Builder {
         self.seed = Some(seed);
         self

@@ -6,7 +6,10 @@
 //! every request and resets its lease store (entering learning mode) when it
 //! wins mastership. [`single::Single`] is the always-master policy for a lone
 //! server; [`etcd::Etcd`] elects one master among many on etcd v3.
+//!
+#![cfg_attr(not(feature = "etcd"), doc = "[`etcd::Etcd`]: crate#crate-features")]
 
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod single;
 
