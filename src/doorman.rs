@@ -30,4 +30,5 @@ pub mod server;
 mod session;
 pub mod simulate;
 pub mod store;
+pub mod tls;
 mod transport;
