@@ -68,6 +68,15 @@ pub(crate) struct Args {
     /// reach etcd keeps mastership.
     #[arg(long, default_value = "10s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     election_ttl: Duration,
+    /// With --etcd-endpoints: reach etcd over TLS, trusting this CA (PEM).
+    #[arg(long, requires = "etcd_endpoints")]
+    etcd_tls_ca: Option<PathBuf>,
+    /// With --etcd-tls-ca: the client certificate etcd requires (PEM).
+    #[arg(long, requires_all = ["etcd_tls_ca", "etcd_tls_key"])]
+    etcd_tls_cert: Option<PathBuf>,
+    /// With --etcd-tls-cert: its private key (PEM).
+    #[arg(long, requires = "etcd_tls_cert")]
+    etcd_tls_key: Option<PathBuf>,
     /// Run as an intermediate server: ask the server at this `host:port` for
     /// capacity (GetServerCapacity) and share what it grants.
     #[arg(long)]
@@ -224,12 +233,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None
     } else {
         info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
-        Some(Etcd::start(EtcdConfig {
+        let config = EtcdConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
             ttl: args.election_ttl,
             advertise: advertised.clone(),
-        })?)
+        };
+        Some(match &args.etcd_tls_ca {
+            None => Etcd::start(config)?,
+            Some(ca) => {
+                let mut tls = ClientTls::new(ca);
+                if let (Some(cert), Some(key)) = (&args.etcd_tls_cert, &args.etcd_tls_key) {
+                    tls = tls.identity(cert, key);
+                }
+                Etcd::start_tls(config, &tls)?
+            }
+        })
     };
     let single = Single::new(Some(advertised.clone()));
     let election: &dyn Election = match &etcd {
