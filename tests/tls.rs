@@ -181,3 +181,52 @@ async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_
     assert_eq!(discovery(&addr, &known).await, None);
     assert_eq!(lease(&addr, &known).await, 10.0);
 }
+
+/// Runs the tollgate binary with `args`; returns its exit code and stderr.
+fn tollgate(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn go_doormans_flag_names_are_read_and_a_missing_file_is_named() {
+    let (code, stderr) = tollgate(&[
+        "lease",
+        "r",
+        "--ca_file",
+        "/nonexistent/ca.pem",
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/ca.pem"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = tollgate(&[
+        "serve",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--tls",
+        "--cert_file",
+        "/nonexistent/server.pem",
+        "--key_file",
+        "/nonexistent/server.key",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/server.pem"),
+        "{stderr}"
+    );
+}
