@@ -230,3 +230,92 @@ fn go_doormans_flag_names_are_read_and_a_missing_file_is_named() {
         "{stderr}"
     );
 }
+
+/// Kills the child process when the test ends, passing or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One Allow for 2 tokens of svc/db over `tls`: the tokens granted, or the
+/// status code of the failure.
+async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
+    use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls.load().unwrap())
+        .unwrap()
+        .connect_lazy();
+    let request = tollgate::quota::pb::AllowRequest {
+        namespace: "svc".into(),
+        bucket_name: "db".into(),
+        tokens_requested: 2,
+        ..Default::default()
+    };
+    tokio::time::timeout(HANG, QuotaServiceClient::new(channel).allow(request))
+        .await
+        .expect("allow hung")
+        .map(|r| r.into_inner().tokens_granted)
+        .map_err(|s| s.code())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
+    use std::io::{BufRead as _, BufReader};
+    let d = dir("quota");
+    let server_ca = ca(&d, "server-ca");
+    let client_ca = ca(&d, "client-ca");
+    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let config = d.join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "quota",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .arg("--tls-client-ca")
+        .arg(&client_ca.cert_file)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = child.stderr.take().unwrap();
+    let _guard = Killed(child);
+    let addr = tokio::task::block_in_place(|| {
+        for line in BufReader::new(log).lines().map_while(Result::ok) {
+            if line.contains("quota gRPC listening over TLS") {
+                let at = line.find("addr=").expect("the log line names its address");
+                return line[at + 5..].split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("tollgate quota exited before listening");
+    });
+
+    let anonymous = ClientTls::new(&server_ca.cert_file);
+    assert_eq!(allow(&addr, &anonymous).await, Err(tonic::Code::Unknown));
+
+    let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
+    let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
+    assert_eq!(allow(&addr, &known).await, Ok(2));
+}
