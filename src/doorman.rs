@@ -50,5 +50,6 @@ mod session;
 #[cfg(feature = "simulate")]
 pub mod simulate;
 pub mod store;
+pub mod tls;
 #[cfg_attr(not(all(feature = "client", feature = "server")), allow(dead_code))]
 mod transport;

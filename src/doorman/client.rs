@@ -264,6 +264,7 @@ pub struct Builder {
     max_redirects: u32,
     clock: Arc<dyn WallClock>,
     transport: Option<Arc<dyn Transport>>,
+    tls: Option<tonic::transport::ClientTlsConfig>,
     metrics: Option<ClientMetrics>,
     seed: Option<u64>,
 }
@@ -335,6 +336,19 @@ impl Builder {
         self
     }
 
+    /// Dials the servers over TLS (addresses without a scheme as
+    /// `https://`), trusting and presenting what `tls` names. The files are
+    /// read here.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`](super::tls::TlsError) naming a file that cannot be read
+    /// or holds no PEM certificate or key.
+    pub fn tls(mut self, tls: &super::tls::ClientTls) -> Result<Builder, super::tls::TlsError> {
+        self.tls = Some(tls.load()?);
+        Ok(self)
+    }
+
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
     #[cfg(any(test, feature = "simulate"))]
@@ -379,7 +393,7 @@ impl Builder {
         });
         let mut transport = self
             .transport
-            .unwrap_or_else(|| Arc::new(Grpc::new(self.rpc_timeout)));
+            .unwrap_or_else(|| Arc::new(Grpc::with_tls(self.rpc_timeout, self.tls)));
         if let Some(metrics) = self.metrics {
             transport = Arc::new(metrics::Metered {
                 inner: transport,
@@ -432,6 +446,7 @@ impl Client {
             max_redirects: 3,
             clock: Arc::new(SystemWallClock),
             transport: None,
+            tls: None,
             metrics: None,
             seed: None,
         }

@@ -89,6 +89,26 @@ impl Server {
         Server::with_parent_via(config, election, clock, parent, transport)
     }
 
+    /// As [`Server::with_parent`], dialling the parent over TLS as `tls`
+    /// says (an address without a scheme as `https://`).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`](super::tls::TlsError) naming a file that cannot be read
+    /// or holds no PEM certificate or key.
+    pub fn with_parent_tls(
+        config: Config,
+        election: &dyn Election,
+        clock: Arc<dyn WallClock>,
+        parent: Parent,
+        tls: &super::tls::ClientTls,
+    ) -> Result<Server, super::tls::TlsError> {
+        let transport = Arc::new(Grpc::with_tls(parent::DEADLINE, Some(tls.load()?)));
+        Ok(Server::with_parent_via(
+            config, election, clock, parent, transport,
+        ))
+    }
+
     /// As [`Server::with_parent`], reaching the parent through `transport`.
     pub(crate) fn with_parent_via(
         config: Config,

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Status;
 
 use super::pb;
@@ -66,17 +66,26 @@ pub(crate) fn uri(address: &str) -> String {
     }
 }
 
-/// gRPC over tonic, one channel per address, `timeout` on every call.
+/// gRPC over tonic, one channel per address, `timeout` on every call,
+/// over TLS when `tls` is set.
 #[derive(Debug)]
 pub(crate) struct Grpc {
     timeout: Duration,
+    tls: Option<ClientTlsConfig>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl Grpc {
     pub(crate) fn new(timeout: Duration) -> Grpc {
+        Grpc::with_tls(timeout, None)
+    }
+
+    /// As [`Grpc::new`]; with `tls`, addresses without a scheme are dialled
+    /// as `https://`.
+    pub(crate) fn with_tls(timeout: Duration, tls: Option<ClientTlsConfig>) -> Grpc {
         Grpc {
             timeout,
+            tls,
             channels: Mutex::new(HashMap::new()),
         }
     }
@@ -86,8 +95,17 @@ impl Grpc {
         if let Some(c) = channels.get(address) {
             return Ok(CapacityClient::new(c.clone()));
         }
-        let channel = Endpoint::from_shared(uri(address))
-            .map_err(|e| Status::invalid_argument(format!("{address}: {e}")))?
+        let bad = |e| Status::invalid_argument(format!("{address}: {e}"));
+        let mut endpoint = match &self.tls {
+            Some(_) if !address.contains("://") => {
+                Endpoint::from_shared(format!("https://{address}")).map_err(bad)?
+            }
+            _ => Endpoint::from_shared(uri(address)).map_err(bad)?,
+        };
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(bad)?;
+        }
+        let channel = endpoint
             .connect_timeout(self.timeout)
             .timeout(self.timeout)
             .connect_lazy();

@@ -104,3 +104,75 @@ mod tests {
         assert!(positive::<u64>("x").is_err());
     }
 }
+
+/// A server's TLS flags; Go Doorman's `--tls`, `--cert_file` and
+/// `--key_file` are accepted too.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServerTlsArgs {
+    /// Serve over TLS (needs --tls-cert and --tls-key; giving them is
+    /// enough).
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls: bool,
+    /// The server's certificate chain (PEM).
+    #[arg(long, alias = "cert_file", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The server's private key (PEM).
+    #[arg(long, alias = "key_file", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<std::path::PathBuf>,
+}
+
+impl ServerTlsArgs {
+    /// The TLS setup, when TLS is on.
+    pub(crate) fn tls(&self) -> Option<tollgate::doorman::tls::ServerTls> {
+        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
+        let tls = tollgate::doorman::tls::ServerTls::new(cert, key);
+        Some(match &self.tls_client_ca {
+            Some(ca) => tls.client_ca(ca),
+            None => tls,
+        })
+    }
+
+    /// Whether client certificates are required.
+    pub(crate) fn mutual(&self) -> bool {
+        self.tls_client_ca.is_some()
+    }
+}
+
+/// A client's TLS flags; Go Doorman's `--tls` and `--ca_file` are
+/// accepted too.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClientTlsArgs {
+    /// Dial the server over TLS (needs --tls-ca; giving it is enough).
+    #[arg(long, requires = "tls_ca")]
+    tls: bool,
+    /// The CA that signed the server's certificate (PEM).
+    #[arg(long, alias = "ca_file")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate (PEM), for servers that require one.
+    #[arg(long, requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// This client's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The name the server's certificate must carry (default: the host
+    /// dialled).
+    #[arg(long, requires = "tls_ca")]
+    tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The TLS setup, when TLS is on.
+    pub(crate) fn tls(&self) -> Option<tollgate::doorman::tls::ClientTls> {
+        let mut tls = tollgate::doorman::tls::ClientTls::new(self.tls_ca.clone()?);
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            tls = tls.identity(cert, key);
+        }
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.domain(name.clone());
+        }
+        Some(tls)
+    }
+}

@@ -12,7 +12,9 @@ use crate::cli;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate lease api --wants 20 --server 127.0.0.1:15000\n  \
-    tollgate lease a b --count 4 --timeout 2s --server 10.0.0.1:15000 --server 10.0.0.2:15000")]
+    tollgate lease a b --count 4 --timeout 2s --server 10.0.0.1:15000 --server 10.0.0.2:15000\n  \
+    tollgate lease api --server doorman.example:15000 --tls-ca ca.pem\n  \
+    tollgate lease api --server doorman.example:15000 --tls-ca ca.pem --tls-cert me.pem --tls-key me.key")]
 pub(crate) struct Args {
     /// Resource ids to ask for.
     #[arg(required = true)]
@@ -41,6 +43,8 @@ pub(crate) struct Args {
     /// answer before giving up with an error.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     timeout: Duration,
+    #[command(flatten)]
+    tls: cli::ClientTlsArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -78,6 +82,9 @@ async fn lease(args: Args) -> anyhow::Result<()> {
     let timeout = args.timeout;
     let servers = args.servers.join(", ");
     let mut builder = Client::builder().servers(args.servers).rpc_timeout(timeout);
+    if let Some(tls) = args.tls.tls() {
+        builder = builder.tls(&tls)?;
+    }
     if let Some(id) = args.id {
         builder = builder.id(id);
     }

@@ -27,7 +27,8 @@ use crate::cli;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate quota --config quotas.yaml\n  \
-    tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000")]
+    tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config quotas.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
     /// Bucket configuration in the reference quotaservice's YAML format.
     #[arg(long)]
@@ -83,6 +84,8 @@ pub(crate) struct Args {
     /// Tokio worker threads (default: one per core).
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
+    #[command(flatten)]
+    tls: cli::ServerTlsArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -94,6 +97,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // TLS files first: a wrong path fails before anything starts.
+    let tls = args.tls.tls().map(|t| t.load()).transpose()?;
     let config = Config::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     let limits = Limits {
@@ -161,11 +166,25 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    info!(addr = %local, "quota gRPC listening");
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
         info!("shutting down");
     };
-    grpc::serve(quota, listener, shutdown).await?;
+    match tls {
+        None => {
+            info!(addr = %local, "quota gRPC listening");
+            grpc::serve(quota, listener, shutdown).await?;
+        }
+        Some(tls) => {
+            let mut server = tonic::transport::Server::builder().tls_config(tls)?;
+            info!(addr = %local, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            server
+                .add_service(grpc::Service::new(quota).into_server())
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?;
+        }
+    }
     Ok(())
 }

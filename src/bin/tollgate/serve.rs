@@ -13,6 +13,7 @@ use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::election::Election;
 use tollgate::doorman::server::{Parent, Server, ServerLimits};
+use tollgate::doorman::tls::ClientTls;
 use tollgate::doorman::{debug, reload};
 use tracing::{info, warn};
 
@@ -22,7 +23,10 @@ use crate::cli;
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate serve --config doorman.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
-    tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000")]
+    tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
+    tollgate serve --tls-cert server.pem --tls-key server.key\n  \
+    tollgate serve --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem\n  \
+    tollgate serve --parent doorman.example:15000 --parent-tls-ca ca.pem")]
 pub(crate) struct Args {
     /// Resource configuration (Doorman's YAML format). Without it, every
     /// resource shares 1000 units by FAIR_SHARE.
@@ -64,6 +68,15 @@ pub(crate) struct Args {
     /// reach etcd keeps mastership.
     #[arg(long, default_value = "10s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     election_ttl: Duration,
+    /// With --etcd-endpoints: reach etcd over TLS, trusting this CA (PEM).
+    #[arg(long, requires = "etcd_endpoints")]
+    etcd_tls_ca: Option<PathBuf>,
+    /// With --etcd-tls-ca: the client certificate etcd requires (PEM).
+    #[arg(long, requires_all = ["etcd_tls_ca", "etcd_tls_key"])]
+    etcd_tls_cert: Option<PathBuf>,
+    /// With --etcd-tls-cert: its private key (PEM).
+    #[arg(long, requires = "etcd_tls_cert")]
+    etcd_tls_key: Option<PathBuf>,
     /// Run as an intermediate server: ask the server at this `host:port` for
     /// capacity (GetServerCapacity) and share what it grants.
     #[arg(long)]
@@ -76,6 +89,18 @@ pub(crate) struct Args {
     /// before it is handed on to this server's clients.
     #[arg(long, default_value_t = 0.5)]
     decay_factor: f64,
+    /// With --parent: dial it over TLS, trusting this CA (PEM).
+    #[arg(long, requires = "parent")]
+    parent_tls_ca: Option<PathBuf>,
+    /// With --parent-tls-ca: this server's certificate (PEM), for a parent
+    /// that requires client certificates.
+    #[arg(long, requires_all = ["parent_tls_ca", "parent_tls_key"])]
+    parent_tls_cert: Option<PathBuf>,
+    /// With --parent-tls-cert: its private key (PEM).
+    #[arg(long, requires = "parent_tls_cert")]
+    parent_tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    tls: cli::ServerTlsArgs,
     /// Tokio worker threads (default: one per core).
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
@@ -208,12 +233,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None
     } else {
         info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
-        Some(Etcd::start(EtcdConfig {
+        let config = EtcdConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
             ttl: args.election_ttl,
             advertise: advertised.clone(),
-        })?)
+        };
+        Some(match &args.etcd_tls_ca {
+            None => Etcd::start(config)?,
+            Some(ca) => {
+                let mut tls = ClientTls::new(ca);
+                if let (Some(cert), Some(key)) = (&args.etcd_tls_cert, &args.etcd_tls_key) {
+                    tls = tls.identity(cert, key);
+                }
+                Etcd::start_tls(config, &tls)?
+            }
+        })
     };
     let single = Single::new(Some(advertised.clone()));
     let election: &dyn Election = match &etcd {
@@ -228,16 +263,21 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 "--decay-factor must be in (0, 1]"
             );
             info!(parent, "intermediate server");
-            Server::with_parent(
-                config,
-                election,
-                Arc::new(SystemWallClock),
-                Parent {
-                    address: parent.clone(),
-                    server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
-                    decay_factor: args.decay_factor,
-                },
-            )
+            let parent = Parent {
+                address: parent.clone(),
+                server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
+                decay_factor: args.decay_factor,
+            };
+            match &args.parent_tls_ca {
+                None => Server::with_parent(config, election, Arc::new(SystemWallClock), parent),
+                Some(ca) => {
+                    let mut tls = ClientTls::new(ca);
+                    if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
+                        tls = tls.identity(cert, key);
+                    }
+                    Server::with_parent_tls(config, election, Arc::new(SystemWallClock), parent, &tls)?
+                }
+            }
         }
     };
     server.spawn_background(args.sweep_interval);
@@ -289,8 +329,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    info!(addr = %local, limits = ?limits, "gRPC listening");
-    server.serve_with(listener, limits, shutdown).await?;
+    match args.tls.tls() {
+        Some(tls) => {
+            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS");
+            server
+                .serve_with_tls(listener, limits, &tls, shutdown)
+                .await?;
+        }
+        None => {
+            info!(addr = %local, limits = ?limits, "gRPC listening");
+            server.serve_with(listener, limits, shutdown).await?;
+        }
+    }
     if resigned.await.is_ok() {
         info!("stopped");
     }

@@ -86,6 +86,8 @@ pub enum EtcdError {
     },
     /// The TTL is under one second.
     TtlTooShort(Duration),
+    /// A TLS file cannot be used.
+    Tls(crate::doorman::tls::TlsError),
 }
 
 impl fmt::Display for EtcdError {
@@ -95,6 +97,7 @@ impl fmt::Display for EtcdError {
             EtcdError::InvalidEndpoint { endpoint, .. } => {
                 write!(f, "invalid etcd endpoint {endpoint:?}")
             }
+            EtcdError::Tls(_) => f.write_str("cannot reach etcd over TLS"),
             EtcdError::TtlTooShort(ttl) => {
                 write!(f, "election ttl {ttl:?} is under one second")
             }
@@ -106,6 +109,7 @@ impl std::error::Error for EtcdError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             EtcdError::InvalidEndpoint { source, .. } => Some(source),
+            EtcdError::Tls(source) => Some(source),
             _ => None,
         }
     }
@@ -143,6 +147,28 @@ impl Etcd {
     /// [`EtcdError`] for an empty endpoint list, an invalid endpoint or a
     /// TTL under one second.
     pub fn start(config: EtcdConfig) -> Result<Etcd, EtcdError> {
+        Etcd::start_with(config, None)
+    }
+
+    /// As [`Etcd::start`], reaching etcd over TLS as `tls` says (endpoints
+    /// without a scheme as `https://`); the files are read here.
+    ///
+    /// # Errors
+    ///
+    /// As [`Etcd::start`], and [`EtcdError::Tls`] naming a TLS file that
+    /// cannot be read or holds no PEM certificate or key.
+    pub fn start_tls(
+        config: EtcdConfig,
+        tls: &crate::doorman::tls::ClientTls,
+    ) -> Result<Etcd, EtcdError> {
+        let tls = tls.load().map_err(EtcdError::Tls)?;
+        Etcd::start_with(config, Some(tls))
+    }
+
+    fn start_with(
+        config: EtcdConfig,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> Result<Etcd, EtcdError> {
         if config.endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
         }
@@ -151,18 +177,22 @@ impl Etcd {
         }
         let mut endpoints = Vec::new();
         for e in &config.endpoints {
-            let uri = if e.contains("://") {
-                e.clone()
-            } else {
-                format!("http://{e}")
+            let uri = match (e.contains("://"), &tls) {
+                (true, _) => e.clone(),
+                (false, None) => format!("http://{e}"),
+                (false, Some(_)) => format!("https://{e}"),
             };
-            let endpoint = Endpoint::from_shared(uri)
-                .map_err(|source| EtcdError::InvalidEndpoint {
-                    endpoint: e.clone(),
-                    source,
-                })?
+            let invalid = |source| EtcdError::InvalidEndpoint {
+                endpoint: e.clone(),
+                source,
+            };
+            let mut endpoint = Endpoint::from_shared(uri)
+                .map_err(invalid)?
                 .connect_timeout(Duration::from_secs(1))
                 .tcp_nodelay(true);
+            if let Some(tls) = &tls {
+                endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
+            }
             endpoints.push(endpoint);
         }
         let channel = if endpoints.len() == 1 {

@@ -76,6 +76,8 @@ use tonic::transport::Server;
 use tower::layer::util::{Identity, Stack};
 use tracing::{debug, info, warn};
 
+use crate::doorman::tls::{ServeError, ServerTls, TlsError};
+
 /// The HTTP/2 client connection preface is this long.
 const PREFACE_BYTES: u64 = 24;
 
@@ -540,5 +542,44 @@ where
             drop(guard);
             response
         })
+    }
+}
+
+impl ServerLimits {
+    /// As [`builder`](Self::builder), serving over TLS as `tls` says
+    /// (mutual TLS when it names a client CA).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming a file that cannot be read or holds no PEM
+    /// certificate or key, or that rustls rejects.
+    pub fn tls_builder(&self, tls: &ServerTls) -> Result<LimitedServer, TlsError> {
+        self.builder()
+            .tls_config(tls.load()?)
+            .map_err(|source| TlsError::Rejected { source })
+    }
+}
+
+impl super::Server {
+    /// As [`Server::serve_with`](super::Server::serve_with), over TLS as
+    /// `tls` says; the files are read before anything is served.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Tls`] when the TLS files cannot be used, else a
+    /// transport error from tonic.
+    pub async fn serve_with_tls(
+        self,
+        listener: TcpListener,
+        limits: ServerLimits,
+        tls: &ServerTls,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let service = crate::doorman::pb::capacity_server::CapacityServer::new(
+            super::grpc::Service::new(self),
+        )
+        .max_decoding_message_size(limits.max_message_bytes);
+        let router = limits.tls_builder(tls)?.add_service(service);
+        Ok(limits.serve(router, listener, shutdown).await?)
     }
 }

@@ -1,0 +1,324 @@
+//! TLS and mutual TLS end to end: a lease server on 127.0.0.1:0 over TLS,
+//! certificates made in the test by rcgen, and lease clients and raw gRPC
+//! calls that trust the right or the wrong CA, with or without a client
+//! certificate.
+//!
+//! No assertion is about time: the waits' bound only guards against
+//! hanging.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tokio::sync::oneshot;
+use tollgate::doorman::client::{Client, ResourceOptions};
+use tollgate::doorman::clock::SystemWallClock;
+use tollgate::doorman::config::Config;
+use tollgate::doorman::election::single::Single;
+use tollgate::doorman::pb;
+use tollgate::doorman::pb::capacity_client::CapacityClient;
+use tollgate::doorman::server::{Server, ServerLimits};
+use tollgate::doorman::tls::{ClientTls, ServerTls};
+use tonic::transport::Endpoint;
+
+/// A guard on how long any wait may take before the test fails.
+const HANG: Duration = Duration::from_secs(60);
+
+const YAML: &str = r#"
+resources:
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 1, learning_mode_duration: 0}
+"#;
+
+/// A CA: its certificate's file and what signs with it.
+struct Ca {
+    cert_file: PathBuf,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tollgate-tls-e2e-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn ca(dir: &Path, name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let cert_file = dir.join(format!("{name}.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    Ca {
+        cert_file,
+        issuer: Issuer::new(params, key),
+    }
+}
+
+/// A certificate for `names` signed by `ca`: (certificate file, key file).
+fn leaf(dir: &Path, name: &str, names: &[&str], ca: &Ca) -> (PathBuf, PathBuf) {
+    let key = KeyPair::generate().unwrap();
+    let params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let cert_file = dir.join(format!("{name}.pem"));
+    let key_file = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    (cert_file, key_file)
+}
+
+/// Serves YAML over `tls` on 127.0.0.1:0; returns the address and the
+/// sender that stops the server.
+async fn serve(tls: ServerTls) -> (String, oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::new(
+        Config::from_yaml(YAML).unwrap(),
+        &election,
+        Arc::new(SystemWallClock),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let limits = ServerLimits::default();
+    tokio::spawn(async move {
+        server
+            .serve_with_tls(listener, limits, &tls, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    (addr, stop)
+}
+
+/// A lease client over `tls` asking for 10 of resource "r"; returns the
+/// first nonzero capacity it is granted.
+async fn lease(addr: &str, tls: &ClientTls) -> f64 {
+    let client = Client::builder()
+        .server(addr)
+        .tls(tls)
+        .unwrap()
+        .build()
+        .unwrap();
+    let resource = client.resource("r", ResourceOptions::new(10.0)).unwrap();
+    let mut watch = resource.watch();
+    let granted = tokio::time::timeout(HANG, watch.wait_for(|c| c.capacity > 0.0))
+        .await
+        .expect("no capacity granted over TLS")
+        .unwrap()
+        .capacity;
+    granted
+}
+
+/// One Discovery call over `tls`: the status code of its failure, or
+/// `None` when it succeeds.
+async fn discovery(addr: &str, tls: &ClientTls) -> Option<tonic::Code> {
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls.load().unwrap())
+        .unwrap()
+        .connect_timeout(HANG)
+        .connect_lazy();
+    let mut client = CapacityClient::new(channel);
+    tokio::time::timeout(HANG, client.discovery(pb::DiscoveryRequest {}))
+        .await
+        .expect("discovery hung")
+        .err()
+        .map(|s| s.code())
+}
+
+/// Whether a call failed as it does when the server refuses the client's
+/// certificate. In TLS 1.3 the client's side of the handshake ends before
+/// the server checks the client's certificate, so the refusal arrives as
+/// the server's alert while the request is being sent or its answer read:
+/// tonic reports Unknown or Cancelled depending on which, never a status
+/// the service itself sends.
+fn refused_by_the_server(code: Option<tonic::Code>) -> bool {
+    matches!(
+        code,
+        Some(tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Unavailable)
+    )
+}
+
+#[tokio::test]
+async fn a_client_trusting_the_servers_ca_is_granted_capacity_and_one_trusting_another_is_refused()
+{
+    let d = dir("tls");
+    let server_ca = ca(&d, "server-ca");
+    let other_ca = ca(&d, "other-ca");
+    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let (addr, _stop) = serve(ServerTls::new(cert, key)).await;
+
+    let right = ClientTls::new(&server_ca.cert_file);
+    assert_eq!(discovery(&addr, &right).await, None);
+    assert_eq!(lease(&addr, &right).await, 10.0);
+
+    let wrong = ClientTls::new(&other_ca.cert_file);
+    assert_eq!(
+        discovery(&addr, &wrong).await,
+        Some(tonic::Code::Unavailable)
+    );
+}
+
+#[tokio::test]
+async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_served() {
+    let d = dir("mtls");
+    let server_ca = ca(&d, "server-ca");
+    let client_ca = ca(&d, "client-ca");
+    let other_ca = ca(&d, "other-ca");
+    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let (addr, _stop) = serve(ServerTls::new(cert, key).client_ca(&client_ca.cert_file)).await;
+
+    let anonymous = ClientTls::new(&server_ca.cert_file);
+    assert!(refused_by_the_server(discovery(&addr, &anonymous).await));
+
+    let (cert, key) = leaf(&d, "stranger", &["stranger"], &other_ca);
+    let stranger = ClientTls::new(&server_ca.cert_file).identity(cert, key);
+    assert!(refused_by_the_server(discovery(&addr, &stranger).await));
+
+    let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
+    let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
+    assert_eq!(discovery(&addr, &known).await, None);
+    assert_eq!(lease(&addr, &known).await, 10.0);
+}
+
+/// Runs the tollgate binary with `args`; returns its exit code and stderr.
+fn tollgate(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn go_doormans_flag_names_are_read_and_a_missing_file_is_named() {
+    let (code, stderr) = tollgate(&[
+        "lease",
+        "r",
+        "--ca_file",
+        "/nonexistent/ca.pem",
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/ca.pem"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = tollgate(&[
+        "serve",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--tls",
+        "--cert_file",
+        "/nonexistent/server.pem",
+        "--key_file",
+        "/nonexistent/server.key",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/server.pem"),
+        "{stderr}"
+    );
+}
+
+/// Kills the child process when the test ends, passing or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One Allow for 2 tokens of svc/db over `tls`: the tokens granted, or the
+/// status code of the failure.
+async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
+    use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls.load().unwrap())
+        .unwrap()
+        .connect_lazy();
+    let request = tollgate::quota::pb::AllowRequest {
+        namespace: "svc".into(),
+        bucket_name: "db".into(),
+        tokens_requested: 2,
+        ..Default::default()
+    };
+    tokio::time::timeout(HANG, QuotaServiceClient::new(channel).allow(request))
+        .await
+        .expect("allow hung")
+        .map(|r| r.into_inner().tokens_granted)
+        .map_err(|s| s.code())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
+    use std::io::{BufRead as _, BufReader};
+    let d = dir("quota");
+    let server_ca = ca(&d, "server-ca");
+    let client_ca = ca(&d, "client-ca");
+    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let config = d.join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "quota",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .arg("--tls-client-ca")
+        .arg(&client_ca.cert_file)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = child.stderr.take().unwrap();
+    let _guard = Killed(child);
+    let addr = tokio::task::block_in_place(|| {
+        for line in BufReader::new(log).lines().map_while(Result::ok) {
+            if line.contains("quota gRPC listening over TLS") {
+                let at = line.find("addr=").expect("the log line names its address");
+                return line[at + 5..].split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("tollgate quota exited before listening");
+    });
+
+    let anonymous = ClientTls::new(&server_ca.cert_file);
+    assert!(refused_by_the_server(allow(&addr, &anonymous).await.err()));
+
+    let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
+    let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
+    assert_eq!(allow(&addr, &known).await, Ok(2));
+}
