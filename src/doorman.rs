@@ -41,11 +41,18 @@ pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 mod poison;
 #[cfg(feature = "server")]
 pub mod reload;
 #[cfg(feature = "server")]
 pub mod server;
+// The lease client and the parent poller share it; with only one of them
+// built, part of it goes unused.
+#[cfg_attr(
+    not(all(feature = "client", feature = "server")),
+    allow(dead_code, unreachable_pub)
+)]
 mod session;
 #[cfg(feature = "simulate")]
 pub mod simulate;

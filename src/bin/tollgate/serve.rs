@@ -275,7 +275,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                     if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
                         tls = tls.identity(cert, key);
                     }
-                    Server::with_parent_tls(config, election, Arc::new(SystemWallClock), parent, &tls)?
+                    Server::with_parent_tls(
+                        config,
+                        election,
+                        Arc::new(SystemWallClock),
+                        parent,
+                        &tls,
+                    )?
                 }
             }
         }

@@ -340,6 +340,7 @@ async fn no_configured_address_is_an_error_not_a_panic() {
     assert!(fake.log().iter().all(|l| l.starts_with("forget")));
 }
 
+#[cfg(feature = "client")]
 #[test]
 fn a_release_error_leads_through_the_session_error_to_the_status() {
     use crate::doorman::client::ReleaseError;
