@@ -25,6 +25,7 @@ use crate::cli;
     Examples:\n  tollgate serve --config doorman.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
     tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
+    tollgate serve --config etcd:/tollgate/config --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
     tollgate serve --tls-cert server.pem --tls-key server.key\n  \
     tollgate serve --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem\n  \
     tollgate serve --parent doorman.example:15000 --parent-tls-ca ca.pem")]
