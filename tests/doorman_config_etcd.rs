@@ -14,14 +14,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tollgate::doorman::clock::SystemWallClock;
+use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
+use tollgate::doorman::reload::etcd::EtcdConfigSource;
+use tollgate::doorman::server::Server;
 use tollgate::quota::etcd::EtcdDocument;
 
 /// An etcd process, killed and its data removed on drop.
 struct EtcdProcess {
     child: Child,
     dir: PathBuf,
+    client: u16,
+    peer: u16,
     endpoint: String,
 }
 
@@ -56,8 +62,6 @@ fn free_port() -> u16 {
 }
 
 fn start_etcd() -> EtcdProcess {
-    let client = free_port();
-    let peer = free_port();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -67,10 +71,27 @@ fn start_etcd() -> EtcdProcess {
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let mut etcd = EtcdProcess {
+        child: spawn_etcd(&dir, client, peer),
+        dir,
+        client,
+        peer,
+        endpoint: format!("127.0.0.1:{client}"),
+    };
+    etcd.wait_listening();
+    etcd
+}
+
+fn spawn_etcd(dir: &std::path::Path, client: u16, peer: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))
+        .unwrap();
     let client_url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new(etcd_binary())
+    Command::new(etcd_binary())
         .arg("--name=t")
         .arg(format!("--data-dir={}", dir.join("data").display()))
         .arg(format!("--listen-client-urls={client_url}"))
@@ -81,26 +102,38 @@ fn start_etcd() -> EtcdProcess {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("etcd could not be started");
-    let mut etcd = EtcdProcess {
-        child,
-        dir,
-        endpoint: format!("127.0.0.1:{client}"),
-    };
-    let start = Instant::now();
-    loop {
-        if let Some(status) = etcd.child.try_wait().unwrap() {
-            let log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
-            panic!("etcd exited with {status}: {log}");
+        .expect("etcd could not be started")
+}
+
+impl EtcdProcess {
+    fn wait_listening(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                panic!("etcd exited with {status}: {log}");
+            }
+            if std::net::TcpStream::connect(&self.endpoint).is_ok() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd did not listen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if std::net::TcpStream::connect(&etcd.endpoint).is_ok() {
-            return etcd;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "etcd did not listen within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    /// Kills etcd, as a crash would.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Starts a killed etcd again on the same ports and data.
+    fn restart(&mut self) {
+        self.child = spawn_etcd(&self.dir, self.client, self.peer);
+        self.wait_listening();
     }
 }
 
@@ -193,26 +226,30 @@ impl ServeProcess {
             .is_ok_and(|r| r.into_inner().is_master)
     }
 
-    /// What a lone client wanting 1000 of resource `r` gets.
     async fn capacity(&self) -> Option<f64> {
-        let mut c = CapacityClient::connect(format!("http://{}", self.addr))
-            .await
-            .ok()?;
-        let response = c
-            .get_capacity(pb::GetCapacityRequest {
-                client_id: "probe".into(),
-                resource: vec![pb::ResourceRequest {
-                    resource_id: "r".into(),
-                    priority: 0,
-                    has: None,
-                    wants: 1000.0,
-                }],
-            })
-            .await
-            .ok()?
-            .into_inner();
-        response.response.first().map(|r| r.gets.capacity)
+        capacity_at(&self.addr).await
     }
+}
+
+/// What a lone client wanting 1000 of resource `r` gets from `addr`.
+async fn capacity_at(addr: &str) -> Option<f64> {
+    let mut c = CapacityClient::connect(format!("http://{addr}"))
+        .await
+        .ok()?;
+    let response = c
+        .get_capacity(pb::GetCapacityRequest {
+            client_id: "probe".into(),
+            resource: vec![pb::ResourceRequest {
+                resource_id: "r".into(),
+                priority: 0,
+                has: None,
+                wants: 1000.0,
+            }],
+        })
+        .await
+        .ok()?
+        .into_inner();
+    response.response.first().map(|r| r.gets.capacity)
 }
 
 /// Waits until `f` holds, polling every 100 ms, for at most `bound`.
@@ -343,4 +380,126 @@ fn etcd_config_needs_endpoints_and_an_existing_valid_key() {
         "{err}"
     );
     drop(etcd);
+}
+
+/// `etcdserverpb.DeleteRangeRequest`, its key only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeleteRangeRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    key: Vec<u8>,
+}
+
+/// `etcdserverpb.DeleteRangeResponse`, its `deleted` count only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeleteRangeResponse {
+    #[prost(int64, tag = "2")]
+    deleted: i64,
+}
+
+async fn delete(endpoint: &str, key: &str) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let deleted = grpc
+        .unary(
+            tonic::Request::new(DeleteRangeRequest {
+                key: key.as_bytes().to_vec(),
+            }),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.KV/DeleteRange"),
+            tonic_prost::ProstCodec::<DeleteRangeRequest, DeleteRangeResponse>::default(),
+        )
+        .await
+        .unwrap()
+        .into_inner()
+        .deleted;
+    assert_eq!(deleted, 1);
+}
+
+/// The log lines of this process, captured.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn count(&self, what: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .matches(what)
+            .count()
+    }
+}
+
+/// The library API: a deleted key keeps the configuration, and the watch
+/// comes back after etcd is killed and restarted, missing no change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
+    let log = Captured::default();
+    let writer = log.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish(),
+    )
+    .unwrap();
+    let mut etcd = start_etcd();
+    let key = "/tollgate/library";
+    let doc = EtcdDocument::new(&[etcd.endpoint.clone()], key).unwrap();
+    doc.save(&document(100)).await.unwrap();
+
+    let source = EtcdConfigSource::new(&[etcd.endpoint.clone()], key).unwrap();
+    let loaded = source.load().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::new(loaded.config, &election, Arc::new(SystemWallClock));
+    let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    let watch = source.spawn(server.clone(), loaded.revision);
+    assert_eq!(capacity_at(&addr).await, Some(100.0));
+
+    delete(&etcd.endpoint, key).await;
+    until(Duration::from_secs(30), "the deletion is seen", || async {
+        log.count("etcd configuration key deleted") == 1
+    })
+    .await;
+    assert_eq!(capacity_at(&addr).await, Some(100.0));
+
+    // etcd goes away: the watch fails and retries with backoff, and a change
+    // put after the restart is applied (whether it lands before the watch
+    // is back, then replayed from the revision after the last one seen, or
+    // after).
+    etcd.kill();
+    until(
+        Duration::from_secs(30),
+        "the watch notices etcd is gone",
+        || async { log.count("etcd configuration watch failed") >= 1 },
+    )
+    .await;
+    etcd.restart();
+    doc.save(&document(30)).await.unwrap();
+    until(
+        Duration::from_secs(30),
+        "capacity 30 after the restart",
+        || async { capacity_at(&addr).await == Some(30.0) },
+    )
+    .await;
+    assert_eq!(
+        log.count("loaded configuration path=etcd:/tollgate/library"),
+        1
+    );
+    watch.abort();
+    serving.abort();
 }
