@@ -281,7 +281,7 @@ async fn master_of(nodes: &[ServeProcess]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elected_group_serves_the_config_watched_in_etcd() {
     let etcd = start_etcd();
-    let doc = EtcdDocument::new(&[etcd.endpoint.clone()], KEY).unwrap();
+    let doc = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), KEY).unwrap();
     doc.save(&document(100)).await.unwrap();
     let election = "/tollgate/config-test";
     let nodes = [
