@@ -1,26 +1,42 @@
 //! Hot reload of the configuration file: on SIGHUP and when the file's
-//! modification time changes. A bad new configuration is logged and
-//! rejected; the server keeps serving the old one.
+//! modification time changes; or, with the `etcd` feature, from an etcd
+//! key as it changes (the [`etcd`] module). A bad new configuration is
+//! logged and rejected; the server keeps serving the old one.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tracing::{error, info};
 
-use super::config::Config;
+use super::config::{Config, ConfigError};
 use super::server::Server;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
 
 /// Reloads `path` into `server`, logging the outcome. Returns whether the new
 /// configuration was accepted.
 pub fn reload(server: &Server, path: &std::path::Path) -> bool {
-    match Config::from_file(path) {
+    apply(server, &path.display(), Config::from_file(path))
+}
+
+/// Applies a newly read configuration from `origin` (a file or an etcd
+/// key, for the log): a valid one replaces the server's, an invalid one is
+/// logged and the server keeps the previous one. Returns whether it was
+/// applied.
+fn apply(
+    server: &Server,
+    origin: &dyn std::fmt::Display,
+    parsed: Result<Config, ConfigError>,
+) -> bool {
+    match parsed {
         Ok(config) => {
             server.reload(config);
-            info!(path = %path.display(), "loaded configuration");
+            info!(path = %origin, "loaded configuration");
             true
         }
         Err(e) => {
-            error!(path = %path.display(), error = %e, "rejected new configuration; still serving the previous one");
+            error!(path = %origin, error = %e, "rejected new configuration; still serving the previous one");
             false
         }
     }

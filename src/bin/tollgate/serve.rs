@@ -12,6 +12,7 @@ use tollgate::doorman::config::Config;
 use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::election::Election;
+use tollgate::doorman::reload::etcd::EtcdConfigSource;
 use tollgate::doorman::server::{Parent, Server, ServerLimits};
 use tollgate::doorman::tls::ClientTls;
 use tollgate::doorman::{debug, reload};
@@ -24,12 +25,15 @@ use crate::cli;
     Examples:\n  tollgate serve --config doorman.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
     tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
+    tollgate serve --config etcd:/tollgate/config --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
     tollgate serve --tls-cert server.pem --tls-key server.key\n  \
     tollgate serve --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem\n  \
     tollgate serve --parent doorman.example:15000 --parent-tls-ca ca.pem")]
 pub(crate) struct Args {
-    /// Resource configuration (Doorman's YAML format). Without it, every
-    /// resource shares 1000 units by FAIR_SHARE.
+    /// Resource configuration (Doorman's YAML format): a file, or
+    /// `etcd:KEY` to read it from etcd key KEY at --etcd-endpoints and
+    /// apply every change put there. Without it, every resource shares 1000
+    /// units by FAIR_SHARE.
     #[arg(long)]
     config: Option<PathBuf>,
     /// gRPC port.
@@ -54,7 +58,8 @@ pub(crate) struct Args {
     /// How often expired leases and idle resources are swept.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     sweep_interval: Duration,
-    /// How often the configuration file is checked for changes.
+    /// How often the configuration file is checked for changes (an etcd
+    /// key is watched instead).
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
     /// etcd endpoints (comma-separated `host:port`): elect a master among
@@ -202,6 +207,37 @@ fn raise_fd_limit(want: usize) {
     }
 }
 
+/// Where the resource configuration comes from.
+enum ConfigSource {
+    /// A file, reloaded on change and on SIGHUP.
+    File(PathBuf),
+    /// An etcd key, watched.
+    Etcd(String),
+    /// No `--config`: the built-in template.
+    Builtin,
+}
+
+impl ConfigSource {
+    fn of(args: &Args) -> anyhow::Result<ConfigSource> {
+        let Some(path) = &args.config else {
+            return Ok(ConfigSource::Builtin);
+        };
+        let Some(key) = path.to_str().and_then(|p| p.strip_prefix("etcd:")) else {
+            return Ok(ConfigSource::File(path.clone()));
+        };
+        anyhow::ensure!(
+            !key.is_empty(),
+            "--config etcd:KEY needs a key, e.g. etcd:/tollgate/config"
+        );
+        anyhow::ensure!(
+            !args.etcd_endpoints.is_empty(),
+            "--config {} reads etcd: give its endpoints with --etcd-endpoints",
+            path.display()
+        );
+        Ok(ConfigSource::Etcd(key.to_owned()))
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
@@ -214,13 +250,35 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let mut signals = Signals::install()?;
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
-    let config = match &args.config {
-        Some(path) => {
-            Config::from_file(path).with_context(|| format!("loading {}", path.display()))?
+    let etcd_tls = args.etcd_tls_ca.as_ref().map(|ca| {
+        let tls = ClientTls::new(ca);
+        match (&args.etcd_tls_cert, &args.etcd_tls_key) {
+            (Some(cert), Some(key)) => tls.identity(cert, key),
+            _ => tls,
         }
-        None => {
+    });
+    let source = ConfigSource::of(&args)?;
+    let (config, etcd_config) = match &source {
+        ConfigSource::File(path) => (
+            Config::from_file(path).with_context(|| format!("loading {}", path.display()))?,
+            None,
+        ),
+        ConfigSource::Etcd(key) => {
+            let source = match &etcd_tls {
+                None => EtcdConfigSource::new(&args.etcd_endpoints, key.clone()),
+                Some(tls) => EtcdConfigSource::new_tls(&args.etcd_endpoints, key.clone(), tls),
+            }?;
+            let loaded = source.load().await?;
+            info!(
+                key,
+                revision = loaded.revision,
+                "loaded configuration from etcd"
+            );
+            (loaded.config, Some((source, loaded.revision)))
+        }
+        ConfigSource::Builtin => {
             info!("no --config: serving the built-in catch-all FAIR_SHARE template");
-            Config::builtin()
+            (Config::builtin(), None)
         }
     };
     let addr = SocketAddr::new(args.host, args.port);
@@ -239,15 +297,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             ttl: args.election_ttl,
             advertise: advertised.clone(),
         };
-        Some(match &args.etcd_tls_ca {
+        Some(match &etcd_tls {
             None => Etcd::start(config)?,
-            Some(ca) => {
-                let mut tls = ClientTls::new(ca);
-                if let (Some(cert), Some(key)) = (&args.etcd_tls_cert, &args.etcd_tls_key) {
-                    tls = tls.identity(cert, key);
-                }
-                Etcd::start_tls(config, &tls)?
-            }
+            Some(tls) => Etcd::start_tls(config, tls)?,
         })
     };
     let single = Single::new(Some(advertised.clone()));
@@ -287,13 +339,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     };
     server.spawn_background(args.sweep_interval);
-    match args.config.clone() {
-        Some(path) => reload::spawn_on(server.clone(), path, args.reload_interval, signals.hup),
-        None => {
+    match source {
+        ConfigSource::File(path) => {
+            reload::spawn_on(server.clone(), path, args.reload_interval, signals.hup)
+        }
+        ConfigSource::Etcd(_) | ConfigSource::Builtin => {
+            if let Some((source, revision)) = etcd_config {
+                source.spawn(server.clone(), revision);
+            }
             let mut hup = signals.hup;
+            let why = if args.config.is_some() {
+                "SIGHUP ignored: the configuration is watched in etcd"
+            } else {
+                "SIGHUP ignored: serving without --config, nothing to reload"
+            };
             tokio::spawn(async move {
                 while hup.recv().await.is_some() {
-                    info!("SIGHUP ignored: serving without --config, nothing to reload");
+                    info!("{why}");
                 }
             });
         }

@@ -35,7 +35,7 @@
 //! crate's build script needs.
 
 mod campaign;
-mod wire;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -175,31 +175,7 @@ impl Etcd {
         if config.ttl < Duration::from_secs(1) {
             return Err(EtcdError::TtlTooShort(config.ttl));
         }
-        let mut endpoints = Vec::new();
-        for e in &config.endpoints {
-            let uri = match (e.contains("://"), &tls) {
-                (true, _) => e.clone(),
-                (false, None) => format!("http://{e}"),
-                (false, Some(_)) => format!("https://{e}"),
-            };
-            let invalid = |source| EtcdError::InvalidEndpoint {
-                endpoint: e.clone(),
-                source,
-            };
-            let mut endpoint = Endpoint::from_shared(uri)
-                .map_err(invalid)?
-                .connect_timeout(Duration::from_secs(1))
-                .tcp_nodelay(true);
-            if let Some(tls) = &tls {
-                endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
-            }
-            endpoints.push(endpoint);
-        }
-        let channel = if endpoints.len() == 1 {
-            endpoints.remove(0).connect_lazy()
-        } else {
-            Channel::balance_list(endpoints.into_iter())
-        };
+        let channel = channel(&config.endpoints, tls.as_ref())?;
         let tx = Arc::new(watch::Sender::new(Mastership::follower(None)));
         let shared = Arc::new(Mutex::new(Shared::default()));
         let config = Arc::new(config);
@@ -254,6 +230,43 @@ impl Etcd {
         self.tx
             .send_if_modified(|m| replace_if_changed(m, Mastership::follower(None)));
     }
+}
+
+/// A channel to the etcd `endpoints` (balanced over several), over TLS when
+/// `tls` is given (endpoints without a scheme then as `https://`). Connects
+/// lazily.
+pub(crate) fn channel(
+    endpoints: &[String],
+    tls: Option<&tonic::transport::ClientTlsConfig>,
+) -> Result<Channel, EtcdError> {
+    if endpoints.is_empty() {
+        return Err(EtcdError::NoEndpoints);
+    }
+    let mut out = Vec::with_capacity(endpoints.len());
+    for e in endpoints {
+        let uri = match (e.contains("://"), tls) {
+            (true, _) => e.clone(),
+            (false, None) => format!("http://{e}"),
+            (false, Some(_)) => format!("https://{e}"),
+        };
+        let invalid = |source| EtcdError::InvalidEndpoint {
+            endpoint: e.clone(),
+            source,
+        };
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(invalid)?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true);
+        if let Some(tls) = tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
+        }
+        out.push(endpoint);
+    }
+    Ok(if out.len() == 1 {
+        out.remove(0).connect_lazy()
+    } else {
+        Channel::balance_list(out.into_iter())
+    })
 }
 
 impl Drop for Etcd {

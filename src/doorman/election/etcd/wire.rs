@@ -1,11 +1,14 @@
-//! The etcd v3 API as the election speaks it: one generic unary call over
-//! tonic, and the few messages it sends and receives.
+//! The etcd v3 API as the election and the configuration watch speak it:
+//! one generic unary call over tonic, and the few messages they send and
+//! receive.
 //!
 //! # Implementation notes
 //!
 //! The messages are written by hand with prost's derive, field numbers
 //! from etcd's `rpc.proto`, `kv.proto` and `v3election.proto`. Response headers are left
-//! out: prost skips fields it does not know.
+//! out where they are not read: prost skips fields it does not know. A
+//! `oneof` of the protos is written as its one optional member that is sent,
+//! which is the same on the wire.
 
 #![allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
 
@@ -13,7 +16,7 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 /// One unary call to etcd.
-pub(super) async fn unary<Req, Resp>(
+pub(crate) async fn unary<Req, Resp>(
     channel: &Channel,
     path: &'static str,
     request: Req,
@@ -124,4 +127,77 @@ pub struct KeyValue {
 pub struct LeaderResponse {
     #[prost(message, optional, tag = "2")]
     pub kv: Option<KeyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ResponseHeader {
+    #[prost(int64, tag = "3")]
+    pub revision: i64,
+}
+
+/// A key-value pair with the revision of its last change.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RevisionedKeyValue {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(int64, tag = "3")]
+    pub mod_revision: i64,
+    #[prost(bytes = "vec", tag = "5")]
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RangeRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RangeResponse {
+    #[prost(message, optional, tag = "1")]
+    pub header: Option<ResponseHeader>,
+    #[prost(message, repeated, tag = "2")]
+    pub kvs: Vec<RevisionedKeyValue>,
+}
+
+/// `WatchRequest` with its `create_request` member (the `oneof`'s tag 1).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchRequest {
+    #[prost(message, optional, tag = "1")]
+    pub create_request: Option<WatchCreateRequest>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchCreateRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(int64, tag = "3")]
+    pub start_revision: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchResponse {
+    #[prost(message, optional, tag = "1")]
+    pub header: Option<ResponseHeader>,
+    #[prost(bool, tag = "3")]
+    pub created: bool,
+    #[prost(bool, tag = "4")]
+    pub canceled: bool,
+    #[prost(int64, tag = "5")]
+    pub compact_revision: i64,
+    #[prost(string, tag = "6")]
+    pub cancel_reason: String,
+    #[prost(message, repeated, tag = "11")]
+    pub events: Vec<Event>,
+}
+
+/// `mvccpb.Event.EventType`'s `DELETE`; `PUT` is 0.
+pub const EVENT_DELETE: i32 = 1;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Event {
+    #[prost(int32, tag = "1")]
+    pub r#type: i32,
+    #[prost(message, optional, tag = "2")]
+    pub kv: Option<RevisionedKeyValue>,
 }

@@ -1,0 +1,505 @@
+//! `tollgate serve --config etcd:KEY` on a real etcd: the configuration is
+//! read from the key, every change put there is applied, an invalid
+//! document is refused (the previous configuration stays), and every server
+//! of an elected group serves the same configuration.
+//!
+//! The test starts `etcd` (Debian's `etcd-server`: `/usr/bin/etcd`) on
+//! loopback with free ports and a temporary data directory, as
+//! `tests/doorman_etcd.rs` does, and fails (does not skip) when it cannot.
+//! Every wait polls with a generous bound; no timing is asserted.
+
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tollgate::doorman::clock::SystemWallClock;
+use tollgate::doorman::election::single::Single;
+use tollgate::doorman::pb;
+use tollgate::doorman::pb::capacity_client::CapacityClient;
+use tollgate::doorman::reload::etcd::EtcdConfigSource;
+use tollgate::doorman::server::Server;
+use tollgate::quota::etcd::EtcdDocument;
+
+/// An etcd process, killed and its data removed on drop.
+struct EtcdProcess {
+    child: Child,
+    dir: PathBuf,
+    client: u16,
+    peer: u16,
+    endpoint: String,
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn etcd_binary() -> PathBuf {
+    let fixed = PathBuf::from("/usr/bin/etcd");
+    if fixed.exists() {
+        return fixed;
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("etcd"))
+                .find(|p| p.exists())
+        })
+        .expect("etcd not found: install Debian's etcd-server (.ci/run does)")
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_etcd() -> EtcdProcess {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-config-etcd-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let mut etcd = EtcdProcess {
+        child: spawn_etcd(&dir, client, peer),
+        dir,
+        client,
+        peer,
+        endpoint: format!("127.0.0.1:{client}"),
+    };
+    etcd.wait_listening();
+    etcd
+}
+
+fn spawn_etcd(dir: &std::path::Path, client: u16, peer: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))
+        .unwrap();
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    Command::new(etcd_binary())
+        .arg("--name=t")
+        .arg(format!("--data-dir={}", dir.join("data").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=t={peer_url}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("etcd could not be started")
+}
+
+impl EtcdProcess {
+    fn wait_listening(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                panic!("etcd exited with {status}: {log}");
+            }
+            if std::net::TcpStream::connect(&self.endpoint).is_ok() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd did not listen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills etcd, as a crash would.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Starts a killed etcd again on the same ports and data.
+    fn restart(&mut self) {
+        self.child = spawn_etcd(&self.dir, self.client, self.peer);
+        self.wait_listening();
+    }
+}
+
+/// The configuration key.
+const KEY: &str = "/tollgate/config";
+
+/// One FAIR_SHARE resource of `capacity`, without learning mode, so that a
+/// lone client wanting more gets exactly `capacity` from a new master.
+fn document(capacity: u32) -> String {
+    format!(
+        "resources:\n  - identifier_glob: \"*\"\n    capacity: {capacity}\n    \
+         algorithm: {{kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}}\n"
+    )
+}
+
+/// A `tollgate serve` process; killed on drop. Its log lines are kept.
+struct ServeProcess {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServeProcess {
+    fn start(endpoint: &str, election_key: &str) -> ServeProcess {
+        use std::io::{BufRead as _, BufReader};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--debug-port",
+                "0",
+            ])
+            .args(["--config", &format!("etcd:{KEY}")])
+            .args(["--etcd-endpoints", endpoint, "--election-key", election_key])
+            .args(["--election-ttl", "10s"])
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tollgate runs");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        // Drain the log for as long as the server runs.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let (Some(at), true) = (line.find("addr="), line.contains("gRPC listening")) {
+                    if let Some(tx) = tx.take() {
+                        let addr = line[at + 5..].split_whitespace().next().unwrap();
+                        let _ = tx.send(addr.to_owned());
+                    }
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("the server logs its address: {:?}", log.lock().unwrap()));
+        ServeProcess { child, addr, log }
+    }
+
+    fn logged(&self, what: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(what))
+            .count()
+    }
+
+    async fn is_master(&self) -> bool {
+        let Ok(mut c) = CapacityClient::connect(format!("http://{}", self.addr)).await else {
+            return false;
+        };
+        c.discovery(pb::DiscoveryRequest {})
+            .await
+            .is_ok_and(|r| r.into_inner().is_master)
+    }
+
+    async fn capacity(&self) -> Option<f64> {
+        capacity_at(&self.addr).await
+    }
+}
+
+/// What a lone client wanting 1000 of resource `r` gets from `addr`.
+async fn capacity_at(addr: &str) -> Option<f64> {
+    let mut c = CapacityClient::connect(format!("http://{addr}"))
+        .await
+        .ok()?;
+    let response = c
+        .get_capacity(pb::GetCapacityRequest {
+            client_id: "probe".into(),
+            resource: vec![pb::ResourceRequest {
+                resource_id: "r".into(),
+                priority: 0,
+                has: None,
+                wants: 1000.0,
+            }],
+        })
+        .await
+        .ok()?
+        .into_inner();
+    response.response.first().map(|r| r.gets.capacity)
+}
+
+/// Waits until `f` holds, polling every 100 ms, for at most `bound`.
+async fn until<F: std::future::Future<Output = bool>>(
+    bound: Duration,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) {
+    let start = Instant::now();
+    while !f().await {
+        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn master_of(nodes: &[ServeProcess]) -> usize {
+    let start = Instant::now();
+    loop {
+        for (i, n) in nodes.iter().enumerate() {
+            if n.is_master().await {
+                return i;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no master");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elected_group_serves_the_config_watched_in_etcd() {
+    let etcd = start_etcd();
+    let doc = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), KEY).unwrap();
+    doc.save(&document(100)).await.unwrap();
+    let election = "/tollgate/config-test";
+    let nodes = [
+        ServeProcess::start(&etcd.endpoint, election),
+        ServeProcess::start(&etcd.endpoint, election),
+    ];
+    let master = master_of(&nodes).await;
+    let follower = 1 - master;
+    // The document as read at start-up is served.
+    until(Duration::from_secs(30), "capacity 100", || async {
+        nodes[master].capacity().await == Some(100.0)
+    })
+    .await;
+
+    // A changed document is applied without a restart.
+    doc.save(&document(50)).await.unwrap();
+    until(Duration::from_secs(30), "capacity 50", || async {
+        nodes[master].capacity().await == Some(50.0)
+    })
+    .await;
+    for n in &nodes {
+        until(
+            Duration::from_secs(30),
+            "the follower loads the change too",
+            || async { n.logged("loaded configuration path=etcd:/tollgate/config") >= 1 },
+        )
+        .await;
+    }
+
+    // An invalid document is refused by both, and the old one still served.
+    doc.save("resources: [{identifier_glob: \"*\", capacity: -1}]\n")
+        .await
+        .unwrap();
+    for n in &nodes {
+        until(
+            Duration::from_secs(30),
+            "the invalid document is refused",
+            || async { n.logged("rejected new configuration") >= 1 },
+        )
+        .await;
+    }
+    assert_eq!(nodes[master].capacity().await, Some(50.0));
+
+    // The follower serves the same configuration once it is master.
+    // SAFETY: kill has no memory-safety preconditions; the pid is our
+    // child's, not yet reaped.
+    let sent = unsafe { libc::kill(nodes[master].child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(sent, 0);
+    until(
+        Duration::from_secs(30),
+        "the follower takes over",
+        || async { nodes[follower].is_master().await },
+    )
+    .await;
+    assert_eq!(nodes[follower].capacity().await, Some(50.0));
+    assert_eq!(
+        nodes[follower].logged("loaded configuration path=etcd:/tollgate/config"),
+        1,
+        "one change applied, the invalid one refused: {:?}",
+        nodes[follower].log.lock().unwrap()
+    );
+    drop(nodes);
+    drop(etcd);
+}
+
+#[test]
+fn etcd_config_needs_endpoints_and_an_existing_valid_key() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--port", "0", "--debug-port", "0"])
+        .args(["--config", "etcd:/tollgate/config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--etcd-endpoints"), "{err}");
+
+    let etcd = start_etcd();
+    let missing = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+        ])
+        .args(["--config", "etcd:/tollgate/absent"])
+        .args(["--etcd-endpoints", &etcd.endpoint])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("etcd key \"/tollgate/absent\" does not exist"),
+        "{err}"
+    );
+    drop(etcd);
+}
+
+/// `etcdserverpb.DeleteRangeRequest`, its key only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeleteRangeRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    key: Vec<u8>,
+}
+
+/// `etcdserverpb.DeleteRangeResponse`, its `deleted` count only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeleteRangeResponse {
+    #[prost(int64, tag = "2")]
+    deleted: i64,
+}
+
+async fn delete(endpoint: &str, key: &str) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let deleted = grpc
+        .unary(
+            tonic::Request::new(DeleteRangeRequest {
+                key: key.as_bytes().to_vec(),
+            }),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.KV/DeleteRange"),
+            tonic_prost::ProstCodec::<DeleteRangeRequest, DeleteRangeResponse>::default(),
+        )
+        .await
+        .unwrap()
+        .into_inner()
+        .deleted;
+    assert_eq!(deleted, 1);
+}
+
+/// The log lines of this process, captured.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn count(&self, what: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .matches(what)
+            .count()
+    }
+}
+
+/// The library API: a deleted key keeps the configuration, and the watch
+/// comes back after etcd is killed and restarted, missing no change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
+    let log = Captured::default();
+    let writer = log.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish(),
+    )
+    .unwrap();
+    let mut etcd = start_etcd();
+    let key = "/tollgate/library";
+    let doc = EtcdDocument::new(&[etcd.endpoint.clone()], key).unwrap();
+    doc.save(&document(100)).await.unwrap();
+
+    let source = EtcdConfigSource::new(&[etcd.endpoint.clone()], key).unwrap();
+    let loaded = source.load().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::new(loaded.config, &election, Arc::new(SystemWallClock));
+    let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    let watch = source.spawn(server.clone(), loaded.revision);
+    assert_eq!(capacity_at(&addr).await, Some(100.0));
+
+    delete(&etcd.endpoint, key).await;
+    until(Duration::from_secs(30), "the deletion is seen", || async {
+        log.count("etcd configuration key deleted") == 1
+    })
+    .await;
+    assert_eq!(capacity_at(&addr).await, Some(100.0));
+
+    // etcd goes away: the watch fails and retries with backoff, and a change
+    // put after the restart is applied (whether it lands before the watch
+    // is back, then replayed from the revision after the last one seen, or
+    // after).
+    etcd.kill();
+    until(
+        Duration::from_secs(30),
+        "the watch notices etcd is gone",
+        || async { log.count("etcd configuration watch failed") >= 1 },
+    )
+    .await;
+    etcd.restart();
+    doc.save(&document(30)).await.unwrap();
+    until(
+        Duration::from_secs(30),
+        "capacity 30 after the restart",
+        || async { capacity_at(&addr).await == Some(30.0) },
+    )
+    .await;
+    assert_eq!(
+        log.count("loaded configuration path=etcd:/tollgate/library"),
+        1
+    );
+    watch.abort();
+    serving.abort();
+}
