@@ -7,18 +7,19 @@
 //! hanging.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tokio::sync::oneshot;
-use tollgate::doorman::client::{Client, ResourceOptions};
+use tollgate::doorman::client::{Client, Resource, ResourceOptions};
 use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::{Server, ServerLimits};
+use tollgate::doorman::server::{Parent, Server, ServerLimits};
 use tollgate::doorman::tls::{ClientTls, ServerTls};
 use tonic::transport::Endpoint;
 
@@ -321,4 +322,171 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
     let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
     let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
     assert_eq!(allow(&addr, &known).await, Ok(2));
+}
+
+/// An intermediate server's own templates: only its learning mode and the
+/// fallback lease before the first grant matter.
+const MID: &str = r#"
+resources:
+  - identifier_glob: "*"
+    capacity: 1000
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}
+"#;
+
+/// A root server on 127.0.0.1:0 serving YAML over `tls`: the server (to
+/// read its leases) and its address.
+async fn root(tls: ServerTls) -> (Server, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::new(
+        Config::from_yaml(YAML).unwrap(),
+        &election,
+        Arc::new(SystemWallClock),
+    );
+    server.spawn_background(Duration::from_secs(1));
+    let serving = server.clone();
+    tokio::spawn(async move {
+        serving
+            .serve_with_tls(
+                listener,
+                ServerLimits::default(),
+                &tls,
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+    });
+    (server, addr)
+}
+
+/// An intermediate server on 127.0.0.1:0 (plain gRPC to its clients) whose
+/// poller asks `parent` as `id` over `tls`; returns its address.
+async fn intermediate(parent: &str, id: &str, tls: &ClientTls) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let election = Single::new(Some(addr.clone()));
+    let server = Server::with_parent_tls(
+        Config::from_yaml(MID).unwrap(),
+        &election,
+        Arc::new(SystemWallClock),
+        Parent {
+            address: parent.to_owned(),
+            server_id: id.to_owned(),
+            decay_factor: 0.5,
+        },
+        tls,
+    )
+    .unwrap();
+    server.spawn_background(Duration::from_secs(1));
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    addr
+}
+
+/// A plain lease client of the intermediate at `addr` wanting 10 of "r":
+/// the client and its resource, kept alive while the lease is watched.
+fn plain_client(addr: &str) -> (Client, Resource) {
+    let client = Client::builder().server(addr).build().unwrap();
+    let resource = client.resource("r", ResourceOptions::new(10.0)).unwrap();
+    (client, resource)
+}
+
+/// The root's lease for server `id` on "r", if it has one.
+fn lease_of(root: &Server, id: &str) -> Option<f64> {
+    root.leases("r")?
+        .into_iter()
+        .find(|(c, _)| c == id)
+        .map(|(_, l)| l.has)
+}
+
+/// A TCP relay on 127.0.0.1:0 to `to`: its address, and how many of the
+/// connections relayed have ended. A poller whose handshake fails ends its
+/// connection (or has it ended by the root); one that succeeds keeps it
+/// open for its next calls.
+async fn relay(to: String) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let ended = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&ended);
+    tokio::spawn(async move {
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            let mut outbound = tokio::net::TcpStream::connect(&to).await.unwrap();
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                count.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, ended)
+}
+
+/// An intermediate that trusts the right CA (and, when `mutual`, presents
+/// a certificate from the root's client CA) passes on what the root grants;
+/// ones that do not reach the root through relays, and once a relay has
+/// seen a connection end (a failed handshake), the root has granted that
+/// one nothing and its client holds no capacity.
+async fn tree(mutual: bool) {
+    let d = dir(if mutual { "tree-mtls" } else { "tree-tls" });
+    let server_ca = ca(&d, "server-ca");
+    let client_ca = ca(&d, "client-ca");
+    let other_ca = ca(&d, "other-ca");
+    let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
+    let tls = ServerTls::new(cert, key);
+    let tls = if mutual {
+        tls.client_ca(&client_ca.cert_file)
+    } else {
+        tls
+    };
+    let (root, root_addr) = root(tls).await;
+
+    let (cert, key) = leaf(&d, "mid", &["mid"], &client_ca);
+    let good = ClientTls::new(&server_ca.cert_file).identity(&cert, &key);
+    let good_addr = intermediate(&root_addr, "good", &good).await;
+    let (_client, resource) = plain_client(&good_addr);
+    let mut watch = resource.watch();
+    let granted = tokio::time::timeout(HANG, watch.wait_for(|c| c.capacity > 0.0))
+        .await
+        .expect("the intermediate passed on no capacity from its parent over TLS")
+        .unwrap()
+        .capacity;
+    assert_eq!(granted, 10.0);
+    assert_eq!(lease_of(&root, "good"), Some(10.0));
+
+    let mut bad = vec![(
+        "wrong-ca",
+        ClientTls::new(&other_ca.cert_file).identity(&cert, &key),
+    )];
+    if mutual {
+        bad.push(("anonymous", ClientTls::new(&server_ca.cert_file)));
+        let (cert, key) = leaf(&d, "stranger", &["stranger"], &other_ca);
+        bad.push((
+            "stranger",
+            ClientTls::new(&server_ca.cert_file).identity(cert, key),
+        ));
+    }
+    for (id, tls) in &bad {
+        let (via, ended) = relay(root_addr.clone()).await;
+        let addr = intermediate(&via, id, tls).await;
+        let (_client, resource) = plain_client(&addr);
+        let until = Instant::now() + HANG;
+        while ended.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < until, "{id}'s poller kept its connection");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(lease_of(&root, id), None, "{id} was granted by the root");
+        let capacity = resource.watch().borrow().capacity;
+        assert_eq!(capacity, 0.0, "{id}'s client got capacity");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intermediate_polls_its_parent_over_tls_and_one_trusting_another_ca_gets_nothing() {
+    tree(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intermediate_polls_its_parent_over_mutual_tls_only_with_a_certificate_it_trusts() {
+    tree(true).await;
 }
