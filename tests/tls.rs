@@ -490,3 +490,92 @@ async fn an_intermediate_polls_its_parent_over_tls_and_one_trusting_another_ca_g
 async fn an_intermediate_polls_its_parent_over_mutual_tls_only_with_a_certificate_it_trusts() {
     tree(true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
+    let d = dir("quota-cluster");
+    let server_ca = ca(&d, "server-ca");
+    let client_ca = ca(&d, "client-ca");
+    let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
+    let (root, root_addr) = root(ServerTls::new(cert, key).client_ca(&client_ca.cert_file)).await;
+    let (cert, key) = leaf(&d, "quota", &["quota"], &client_ca);
+    let config = d.join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "quota",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+            "--cluster-interval",
+            "100ms",
+            "--lease-servers",
+            &root_addr,
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--lease-tls-ca")
+        .arg(&server_ca.cert_file)
+        .arg("--lease-tls-cert")
+        .arg(&cert)
+        .arg("--lease-tls-key")
+        .arg(&key)
+        .arg("--lease-tls-server-name")
+        .arg("localhost")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = Killed(child);
+
+    // The root records a lease only for a GetCapacity that came through
+    // the mutual TLS handshake.
+    let until = Instant::now() + HANG;
+    let lease = loop {
+        if let Some((_, lease)) = root.leases("svc:db").and_then(|l| l.into_iter().next()) {
+            break lease;
+        }
+        assert!(Instant::now() < until, "quota never leased svc:db over TLS");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(lease.wants >= 1.0, "{lease:?}");
+    assert_eq!(lease.has, lease.wants, "the root had room for all of it");
+}
+
+#[test]
+fn quota_names_a_missing_lease_tls_file() {
+    let d = dir("quota-missing");
+    let config = d.join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    let (code, stderr) = tollgate(&[
+        "quota",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--config",
+        config.to_str().unwrap(),
+        "--lease-servers",
+        "127.0.0.1:1",
+        "--lease-tls-ca",
+        "/nonexistent/lease-ca.pem",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/lease-ca.pem"),
+        "{stderr}"
+    );
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tollgate::doorman::tls::ClientTls;
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
@@ -28,6 +29,7 @@ use crate::cli;
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate quota --config quotas.yaml\n  \
     tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config quotas.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
     tollgate quota --config quotas.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
     /// Bucket configuration in the reference quotaservice's YAML format.
@@ -66,6 +68,21 @@ pub(crate) struct Args {
     /// `identifier_glob: "namespace:*"` at the template's fill rate.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
+    /// Cluster mode: dial the lease servers over TLS, trusting this CA
+    /// (PEM). Apart from the `--tls-*` flags, which are this server's own.
+    #[arg(long, requires = "lease_servers")]
+    lease_tls_ca: Option<PathBuf>,
+    /// With --lease-tls-ca: the client certificate the lease servers
+    /// require (PEM).
+    #[arg(long, requires_all = ["lease_tls_ca", "lease_tls_key"])]
+    lease_tls_cert: Option<PathBuf>,
+    /// With --lease-tls-cert: its private key (PEM).
+    #[arg(long, requires = "lease_tls_cert")]
+    lease_tls_key: Option<PathBuf>,
+    /// With --lease-tls-ca: the name the lease servers' certificates must
+    /// carry (default: the host dialled).
+    #[arg(long, requires = "lease_tls_ca")]
+    lease_tls_server_name: Option<String>,
     /// Cluster mode: how often demand is sent and leases applied.
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     cluster_interval: Duration,
@@ -86,6 +103,20 @@ pub(crate) struct Args {
     threads: Option<usize>,
     #[command(flatten)]
     tls: cli::ServerTlsArgs,
+}
+
+impl Args {
+    /// The lease client's TLS setup, when --lease-tls-ca is given.
+    fn lease_tls(&self) -> Option<ClientTls> {
+        let mut tls = ClientTls::new(self.lease_tls_ca.clone()?);
+        if let (Some(cert), Some(key)) = (&self.lease_tls_cert, &self.lease_tls_key) {
+            tls = tls.identity(cert, key);
+        }
+        if let Some(name) = &self.lease_tls_server_name {
+            tls = tls.domain(name.clone());
+        }
+        Some(tls)
+    }
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -119,11 +150,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.reload_interval,
     );
     if !args.lease_servers.is_empty() {
-        let client = tollgate::doorman::client::Client::builder()
-            .servers(args.lease_servers.clone())
-            .build()
-            .context("building the lease client")?;
-        info!(servers = ?args.lease_servers, "cluster mode: bucket rates leased");
+        let mut builder =
+            tollgate::doorman::client::Client::builder().servers(args.lease_servers.clone());
+        if let Some(tls) = args.lease_tls() {
+            builder = builder.tls(&tls)?;
+        }
+        let client = builder.build().context("building the lease client")?;
+        info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
         tokio::spawn(cluster::run(
             Arc::clone(&quota),
             client,
