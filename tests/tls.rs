@@ -235,6 +235,46 @@ fn go_doormans_flag_names_are_read_and_a_missing_file_is_named() {
     );
 }
 
+#[test]
+fn go_doormans_one_dash_flags_are_read_as_go_writes_them() {
+    let (code, stderr) = tollgate(&[
+        "lease",
+        "r",
+        "-ca_file=/nonexistent/one-dash-ca.pem",
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/one-dash-ca.pem"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = tollgate(&[
+        "serve",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "-tls",
+        "-cert_file",
+        "/nonexistent/one-dash.pem",
+        "-key_file=/nonexistent/one-dash.key",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read TLS file /nonexistent/one-dash.pem"),
+        "{stderr}"
+    );
+
+    // Only those names: another one-dash word is still clap's error.
+    let (code, stderr) = tollgate(&["serve", "-tls_cert", "x"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("unexpected argument"), "{stderr}");
+}
+
 /// Kills the child process when the test ends, passing or not.
 struct Killed(std::process::Child);
 

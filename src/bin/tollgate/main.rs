@@ -45,7 +45,7 @@ enum Command {
 /// Runs the command; an error is printed as one `error: ...` line (its
 /// causes joined by `: `), never with a backtrace, and exits with 1.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::go_flags(std::env::args_os()));
     // Servers say what they do at info; tools keep stderr for trouble.
     let level = match cli.command {
         Command::Serve(_) | Command::Quota(_) => "info",
