@@ -8,8 +8,6 @@
 //! (see the failover test), and the measured figures are printed.
 
 use std::fmt;
-use std::net::TcpListener as StdListener;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,88 +26,10 @@ use tracing::Level;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
-/// An etcd process, killed and its data removed on drop.
-struct EtcdProcess {
-    child: Child,
-    dir: PathBuf,
-    endpoint: String,
-}
+#[path = "common/etcd.rs"]
+mod etcd;
 
-impl Drop for EtcdProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn etcd_binary() -> PathBuf {
-    let fixed = PathBuf::from("/usr/bin/etcd");
-    if fixed.exists() {
-        return fixed;
-    }
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join("etcd"))
-                .find(|p| p.exists())
-        })
-        .expect("etcd not found: install Debian's etcd-server (.ci/run does)")
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_etcd() -> EtcdProcess {
-    let client = free_port();
-    let peer = free_port();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = std::env::temp_dir().join(format!("tollgate-etcd-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-    let client_url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new(etcd_binary())
-        .arg("--name=t")
-        .arg(format!("--data-dir={}", dir.join("data").display()))
-        .arg(format!("--listen-client-urls={client_url}"))
-        .arg(format!("--advertise-client-urls={client_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=t={peer_url}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("etcd could not be started");
-    let mut etcd = EtcdProcess {
-        child,
-        dir,
-        endpoint: format!("127.0.0.1:{client}"),
-    };
-    let start = Instant::now();
-    loop {
-        if let Some(status) = etcd.child.try_wait().unwrap() {
-            let log = std::fs::read_to_string(etcd.dir.join("etcd.log")).unwrap_or_default();
-            panic!("etcd exited with {status}: {log}");
-        }
-        if std::net::TcpStream::connect(&etcd.endpoint).is_ok() {
-            return etcd;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "etcd did not listen within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use etcd::{start_etcd, EtcdProcess};
 
 /// The election TTL: etcd's lease lapses this long after the master's last
 /// renewal. Well above etcd's 2 s minimum, so that the failover bound below
