@@ -57,29 +57,55 @@ fn secs() -> Duration {
     Duration::from_secs_f64(s)
 }
 
-/// One limiter under test.
+/// One limiter under test, with the name its rows carry.
 #[derive(Clone)]
 enum Limiter {
-    Tollgate(Arc<RateLimiter>),
-    Governor(Arc<Gov>),
+    Tollgate(Arc<RateLimiter>, &'static str),
+    Governor(Arc<Gov>, &'static str),
 }
 
 impl Limiter {
     fn name(&self) -> &'static str {
         match self {
-            Limiter::Tollgate(_) => "tollgate",
-            Limiter::Governor(_) => "governor",
+            Limiter::Tollgate(_, name) | Limiter::Governor(_, name) => name,
         }
     }
 
-    fn acquire(&self) {
+    /// Tollgate for `spec`, built unstarted.
+    fn tollgate(spec: RateSpec, name: &'static str) -> Limiter {
+        Limiter::Tollgate(
+            Arc::new(RateLimiter::new(spec.with_verb(Verb::Configure))),
+            name,
+        )
+    }
+
+    /// Tollgate for `spec` without the filler thread: waiting callers fill
+    /// for themselves.
+    fn tollgate_no_filler(spec: RateSpec, name: &'static str) -> Limiter {
+        let limiter = RateLimiter::builder(spec.with_verb(Verb::Configure))
+            .filler_thread(false)
+            .build();
+        Limiter::Tollgate(Arc::new(limiter), name)
+    }
+
+    /// Governor at `spec`'s rate with a burst of `burst` cells (`None`: its
+    /// default, one second of ops).
+    fn governor(spec: RateSpec, burst: Option<u32>, name: &'static str) -> Limiter {
+        let rate = NonZeroU32::new(spec.ops_per_sec().round() as u32).expect("a rate >= 1");
+        let mut quota = Quota::per_second(rate);
+        if let Some(burst) = burst {
+            quota = quota.allow_burst(NonZeroU32::new(burst).expect("a burst >= 1"));
+        }
+        Limiter::Governor(Arc::new(Governor::direct(quota)), name)
+    }
+
+    /// One op; returns tollgate's backlog at admission (zero for governor).
+    fn acquire(&self) -> Duration {
         match self {
-            Limiter::Tollgate(l) => {
-                l.acquire();
-            }
-            Limiter::Governor(g) => loop {
+            Limiter::Tollgate(l, _) => l.acquire(),
+            Limiter::Governor(g, _) => loop {
                 match g.check() {
-                    Ok(()) => return,
+                    Ok(()) => return Duration::ZERO,
                     Err(not_until) => {
                         std::thread::sleep(not_until.wait_time_from(DefaultClock::default().now()))
                     }
@@ -90,10 +116,10 @@ impl Limiter {
 
     async fn acquire_async(&self) {
         match self {
-            Limiter::Tollgate(l) => {
+            Limiter::Tollgate(l, _) => {
                 l.acquire_async().await;
             }
-            Limiter::Governor(g) => g.until_ready().await,
+            Limiter::Governor(g, _) => g.until_ready().await,
         }
     }
 
@@ -101,23 +127,21 @@ impl Limiter {
     /// drained of the burst it gathered while the callers were spawned.
     fn start(&self, spec: RateSpec) {
         match self {
-            Limiter::Tollgate(l) => l.apply(spec.with_verb(Verb::Start)),
-            Limiter::Governor(g) => while g.check().is_ok() {},
+            Limiter::Tollgate(l, _) => l.apply(spec.with_verb(Verb::Start)),
+            Limiter::Governor(g, _) => while g.check().is_ok() {},
         }
     }
 }
 
-/// Both limiters for `spec`: tollgate unstarted, governor drained.
+/// Both limiters for `spec`: tollgate unstarted, governor (default burst)
+/// drained when started.
 fn limiters(spec: &str) -> (RateSpec, [Limiter; 2]) {
     let spec: RateSpec = spec.parse().expect("a valid spec");
-    let tollgate = RateLimiter::new(spec.with_verb(Verb::Configure));
-    let rate = NonZeroU32::new(spec.ops_per_sec().round() as u32).expect("a rate >= 1");
-    let governor = Governor::direct(Quota::per_second(rate));
     (
         spec,
         [
-            Limiter::Tollgate(Arc::new(tollgate)),
-            Limiter::Governor(Arc::new(governor)),
+            Limiter::tollgate(spec, "tollgate"),
+            Limiter::governor(spec, None, "governor"),
         ],
     )
 }
@@ -179,6 +203,294 @@ fn run_threads(limiter: &Limiter, spec: RateSpec, threads: usize, span: Duration
     Outcome { ops, elapsed, cpu }
 }
 
+/// A pause between two ops of one caller longer than this is recorded as
+/// a span off-CPU (the loop between ops takes well under a microsecond).
+const GAP_NS: u64 = 20_000;
+/// The most spans and backlog rises one caller records (bounded memory).
+const MAX_EVENTS: usize = 1 << 20;
+
+/// What one traced caller saw, in ns since the run's origin.
+#[derive(Default)]
+struct Trace {
+    /// `(from, to)`: between returning from one acquire and calling the
+    /// next, longer than `GAP_NS`: the caller was off-CPU between ops.
+    gaps: Vec<(u64, u64)>,
+    /// `(window start, seen at, ns)`: a rise of tollgate's backlog first
+    /// seen by this caller when its acquire returned; the fill that caused
+    /// it ran after this caller's previous return (the window start).
+    rises: Vec<(u64, u64, u64)>,
+}
+
+/// Nanoseconds since `origin`.
+fn since(origin: Instant) -> u64 {
+    origin.elapsed().as_nanos() as u64
+}
+
+/// One thread's CPU accounting: name, ns on CPU, ns runnable but waiting
+/// for a CPU, and how many times it was put on a CPU.
+type Sched = (String, u64, u64, u64);
+
+/// Per-thread CPU accounting from `/proc/self/task/*/schedstat`.
+fn schedstat() -> Vec<Sched> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+        let mut fields = stat
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0));
+        if let (Some(run), Some(delay), Some(slices)) =
+            (fields.next(), fields.next(), fields.next())
+        {
+            out.push((comm.trim().to_string(), run, delay, slices));
+        }
+    }
+    out
+}
+
+/// CPU accounting of the threads named `name` between two snapshots.
+#[derive(Default, Clone, Copy)]
+struct CpuShare {
+    on_cpu: Duration,
+    /// Runnable but waiting for a CPU.
+    waiting: Duration,
+    /// Times put on a CPU.
+    slices: u64,
+}
+
+fn sched_delta(before: &[Sched], after: &[Sched], name: &str) -> CpuShare {
+    let sum = |v: &[Sched]| {
+        v.iter()
+            .filter(|(n, ..)| n == name)
+            .fold((0, 0, 0), |(r, d, s), (_, run, delay, slices)| {
+                (r + run, d + delay, s + slices)
+            })
+    };
+    let (b, a): ((u64, u64, u64), (u64, u64, u64)) = (sum(before), sum(after));
+    CpuShare {
+        on_cpu: Duration::from_nanos(a.0.saturating_sub(b.0)),
+        waiting: Duration::from_nanos(a.1.saturating_sub(b.1)),
+        slices: a.2.saturating_sub(b.2),
+    }
+}
+
+impl std::fmt::Display for CpuShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per_slice = self.waiting.as_nanos() as f64 / self.slices.max(1) as f64 / 1e3;
+        write!(
+            f,
+            "on CPU {:.3} s, runnable off CPU {:.3} s ({per_slice:.0} us per wake-up)",
+            self.on_cpu.as_secs_f64(),
+            self.waiting.as_secs_f64(),
+        )
+    }
+}
+
+/// A traced contention run: `threads` callers as in `run_threads`, each
+/// recording its off-CPU spans between ops and the backlog rises it sees.
+struct Traced {
+    out: Outcome,
+    tollgate: bool,
+    /// The measured span, in ns since the origin.
+    window: (u64, u64),
+    traces: Vec<Trace>,
+    /// Tollgate only: the backlog and the tokens left unclaimed (active
+    /// pool, budgets) at the span's start and end, in ops.
+    backlog: (Duration, Duration),
+    unclaimed_ops: (f64, f64),
+    /// The callers' and the filler thread's CPU over the span.
+    callers_cpu: CpuShare,
+    filler_cpu: CpuShare,
+}
+
+/// Tollgate's backlog and its unclaimed tokens (active pool, in flight),
+/// in ops; zeros for governor.
+fn pool_state(limiter: &Limiter) -> (Duration, f64) {
+    match limiter {
+        Limiter::Tollgate(l, _) => {
+            let ledger = l.ledger();
+            let unclaimed = (ledger.active + ledger.in_flight) as f64 / ledger.tokens_per_op as f64;
+            (l.stats().backlog, unclaimed)
+        }
+        Limiter::Governor(..) => (Duration::ZERO, 0.0),
+    }
+}
+
+fn run_traced(limiter: &Limiter, spec: RateSpec, threads: usize, span: Duration) -> Traced {
+    let origin = Instant::now();
+    let counts = counters(threads);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(threads + 1));
+    // The highest backlog any caller has seen, in ns.
+    let seen = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (limiter, counts, stop, ready, seen) = (
+                limiter.clone(),
+                Arc::clone(&counts),
+                Arc::clone(&stop),
+                Arc::clone(&ready),
+                Arc::clone(&seen),
+            );
+            std::thread::Builder::new()
+                .name("crowd-caller".into())
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    let mut trace = Trace::default();
+                    ready.wait();
+                    let mut n = 0;
+                    let mut last = since(origin);
+                    while !stop.load(Relaxed) {
+                        let enter = since(origin);
+                        if enter - last > GAP_NS && trace.gaps.len() < MAX_EVENTS {
+                            trace.gaps.push((last, enter));
+                        }
+                        let backlog = limiter.acquire().as_nanos() as u64;
+                        let exit = since(origin);
+                        n += 1;
+                        counts[i].store(n, Relaxed);
+                        // Relaxed: a statistic; the rare rise pays a fetch_max.
+                        if backlog > seen.load(Relaxed) {
+                            let prev = seen.fetch_max(backlog, Relaxed);
+                            if backlog > prev && trace.rises.len() < MAX_EVENTS {
+                                trace.rises.push((last, exit, backlog - prev));
+                            }
+                        }
+                        last = exit;
+                    }
+                    trace
+                })
+                .expect("spawn a caller")
+        })
+        .collect();
+    ready.wait();
+    limiter.start(spec);
+    let (state0, sched0) = (pool_state(limiter), schedstat());
+    let (t0, c0, o0, w0) = (Instant::now(), cpu_now(), total(&counts), since(origin));
+    std::thread::sleep(span);
+    let (elapsed, cpu, ops, w1) = (
+        t0.elapsed(),
+        cpu_now() - c0,
+        total(&counts) - o0,
+        since(origin),
+    );
+    let (state1, sched1) = (pool_state(limiter), schedstat());
+    stop.store(true, Relaxed);
+    let traces = handles
+        .into_iter()
+        .map(|h| h.join().expect("caller panicked"))
+        .collect();
+    Traced {
+        out: Outcome { ops, elapsed, cpu },
+        tollgate: matches!(limiter, Limiter::Tollgate(..)),
+        window: (w0, w1),
+        traces,
+        backlog: (state0.0, state1.0),
+        unclaimed_ops: (state0.1, state1.1),
+        callers_cpu: sched_delta(&sched0, &sched1, "crowd-caller"),
+        filler_cpu: sched_delta(&sched0, &sched1, "tollgate-filler"),
+    }
+}
+
+/// Spans (clipped to `window`) in which every caller was off-CPU between
+/// ops at once: nobody asked the limiter for an op.
+fn all_away(traces: &[Trace], window: (u64, u64)) -> Vec<(u64, u64)> {
+    let clip = |gaps: &[(u64, u64)]| -> Vec<(u64, u64)> {
+        gaps.iter()
+            .map(|&(a, b)| (a.max(window.0), b.min(window.1)))
+            .filter(|(a, b)| a < b)
+            .collect()
+    };
+    let mut spans = match traces.first() {
+        Some(t) => clip(&t.gaps),
+        None => return Vec::new(),
+    };
+    for t in &traces[1..] {
+        let other = clip(&t.gaps);
+        let (mut i, mut j, mut both) = (0, 0, Vec::new());
+        while i < spans.len() && j < other.len() {
+            let (a, b) = (spans[i].0.max(other[j].0), spans[i].1.min(other[j].1));
+            if a < b {
+                both.push((a, b));
+            }
+            if spans[i].1 < other[j].1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        spans = both;
+    }
+    spans
+}
+
+/// Prints where a traced run lost time (module docs, "Contention").
+fn explain(t: &Traced, spec: RateSpec) {
+    let secs = t.out.elapsed.as_secs_f64();
+    let target = spec.ops_per_sec() * secs;
+    let lost = (target - t.out.ops as f64) / target;
+    let away = all_away(&t.traces, t.window);
+    let away_ns: u64 = away.iter().map(|(a, b)| b - a).sum();
+    // Tollgate's active pool at this rate: max(1 ms, 2 ops) (spec §1).
+    let pool_ns = (2e9 / spec.ops_per_sec()).max(1e6) as u64;
+    let over_ns: u64 = away
+        .iter()
+        .map(|(a, b)| (b - a).saturating_sub(pool_ns))
+        .sum();
+    let frac = |ns: u64| ns as f64 / 1e9 / secs;
+    let mut rise_away = 0;
+    let mut rise_in = 0;
+    let mut sizes = Vec::new();
+    for &(from, seen, ns) in t.traces.iter().flat_map(|t| &t.rises) {
+        if seen < t.window.0 || from > t.window.1 {
+            continue;
+        }
+        sizes.push(ns);
+        if away.iter().any(|&(a, b)| a < seen && b > from) {
+            rise_away += ns;
+        } else {
+            rise_in += ns;
+        }
+    }
+    sizes.sort_unstable();
+    let pct = |p: usize| sizes.get(sizes.len() * p / 100).map_or(0, |ns| ns / 1000);
+    println!(
+        "  lost {lost:.4} of target; all callers away between ops {:.4} ({} spans, \
+         {:.4} beyond a {} us pool)",
+        frac(away_ns),
+        away.len(),
+        frac(over_ns),
+        pool_ns / 1000,
+    );
+    if t.tollgate {
+        let backlog = t.backlog.1.saturating_sub(t.backlog.0);
+        let unclaimed = (t.unclaimed_ops.1 - t.unclaimed_ops.0) / target;
+        println!(
+            "  backlog grew {:.4} (rises seen after an all-away span {:.4}, \
+             with a caller in acquire {:.4}); unclaimed pool {unclaimed:+.4}",
+            backlog.as_secs_f64() / secs,
+            frac(rise_away),
+            frac(rise_in),
+        );
+        println!(
+            "  {} backlog rises, us: p50 {} p90 {} p99 {} max {}",
+            sizes.len(),
+            pct(50),
+            pct(90),
+            pct(99),
+            sizes.last().map_or(0, |ns| ns / 1000),
+        );
+    }
+    println!("  callers: {}", t.callers_cpu);
+    if t.filler_cpu.slices > 0 {
+        println!("  filler:  {}", t.filler_cpu);
+    }
+}
+
 /// `tasks` tokio tasks looping acquire_async for `span`, on a runtime with
 /// a worker per core.
 fn run_tasks(limiter: &Limiter, spec: RateSpec, tasks: usize, span: Duration) -> Outcome {
@@ -226,13 +538,13 @@ fn report(case: &str, limiter: &Limiter, spec: RateSpec, out: &Outcome, with_cpu
         let per_op = out.cpu.as_nanos() as f64 / out.ops.max(1) as f64;
         let cores = out.cpu.as_secs_f64() / out.elapsed.as_secs_f64();
         println!(
-            "{case:<28} {:<9} {:>10} {ratio:>9.4} {per_op:>10.0} {cores:>6.2}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {per_op:>10.0} {cores:>6.2}",
             limiter.name(),
             out.ops
         );
     } else {
         println!(
-            "{case:<28} {:<9} {:>10} {ratio:>9.4} {:>10} {:>6}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {:>10} {:>6}",
             limiter.name(),
             out.ops,
             "-",
@@ -279,7 +591,7 @@ fn main() {
     let span = secs();
     let cases = std::env::var("CROWD_CASES").unwrap_or_else(|_| "threads,async,contention".into());
     println!(
-        "{:<28} {:<9} {:>10} {:>9} {:>10} {:>6}",
+        "{:<28} {:<14} {:>10} {:>9} {:>10} {:>6}",
         "case", "limiter", "ops", "ach/tgt", "cpu ns/op", "cores"
     );
     if cases.contains("threads") {
@@ -307,20 +619,27 @@ fn main() {
         }
     }
     if cases.contains("contention") {
-        for ratio in ["1.0", "1.1"] {
-            let (spec, both) = limiters(&format!("100K,{ratio}"));
-            let busy = BusyLoops::start();
-            for limiter in &both {
-                let out = run_threads(limiter, spec, 2, span);
-                report(
-                    &format!("2 threads, 100K,{ratio}, busy"),
-                    limiter,
-                    spec,
-                    &out,
-                    false,
-                );
-            }
-            drop(busy);
+        // Tollgate's active pool at 100K/s is 1 ms: 100 ops (spec §1).
+        let spec: RateSpec = "100K,1.0".parse().expect("a valid spec");
+        let ratio = |r: f64| spec.with_burst_ratio(r).expect("a valid ratio");
+        let rows = [
+            (spec, Limiter::tollgate(spec, "tollgate 1.0")),
+            (spec, Limiter::tollgate_no_filler(spec, "tollgate 1.0 nf")),
+            (spec, Limiter::governor(spec, Some(100), "gov burst 1ms")),
+            (spec, Limiter::governor(spec, None, "gov burst 1s")),
+            (ratio(1.1), Limiter::tollgate(ratio(1.1), "tollgate 1.1")),
+            (ratio(2.0), Limiter::tollgate(ratio(2.0), "tollgate 2")),
+            (
+                ratio(1000.0),
+                Limiter::tollgate(ratio(1000.0), "tollgate 1000"),
+            ),
+        ];
+        let busy = BusyLoops::start();
+        for (spec, limiter) in &rows {
+            let traced = run_traced(limiter, *spec, 2, span);
+            report("2 threads, 100K, busy", limiter, *spec, &traced.out, false);
+            explain(&traced, *spec);
         }
+        drop(busy);
     }
 }
