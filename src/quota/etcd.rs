@@ -6,16 +6,17 @@
 //! # Implementation notes
 //!
 //! etcd's v3 KV API (`etcdserverpb.KV/Range` and `/Put`) is spoken with
-//! hand-written prost messages over tonic's generic client, as the
-//! election does: two calls, a few fields, and no `protoc` in the build.
+//! the hand-written prost messages the election also uses (`etcd_wire`):
+//! two calls, a few fields, and no `protoc` in the build.
 //! Every call has a deadline so an unreachable etcd fails the admin
 //! request (nothing is applied) rather than hanging it.
 
 use std::fmt;
 use std::time::Duration;
 
-use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::etcd_wire as wire;
 
 /// How long one etcd call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -210,19 +211,7 @@ impl EtcdDocument {
             key: self.key.clone(),
             source,
         };
-        let call = async {
-            let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            grpc.unary(
-                tonic::Request::new(request),
-                PathAndQuery::from_static(path),
-                tonic_prost::ProstCodec::<Req, Resp>::default(),
-            )
-            .await
-            .map(tonic::Response::into_inner)
-        };
+        let call = wire::unary(&self.channel, path, request);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(result) => result.map_err(failed),
             Err(_) => Err(failed(tonic::Status::deadline_exceeded(format!(
@@ -230,42 +219,4 @@ impl EtcdDocument {
             )))),
         }
     }
-}
-
-/// The etcd v3 KV messages used, field numbers from etcd's `rpc.proto` and
-/// `kv.proto`. Response headers and unused fields are left out: prost
-/// skips fields it does not know, and unset request fields keep etcd's
-/// defaults (a single-key range, a put without a lease).
-#[allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
-mod wire {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RangeRequest {
-        #[prost(bytes = "vec", tag = "1")]
-        pub key: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct KeyValue {
-        #[prost(bytes = "vec", tag = "1")]
-        pub key: Vec<u8>,
-        #[prost(bytes = "vec", tag = "5")]
-        pub value: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RangeResponse {
-        #[prost(message, repeated, tag = "2")]
-        pub kvs: Vec<KeyValue>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PutRequest {
-        #[prost(bytes = "vec", tag = "1")]
-        pub key: Vec<u8>,
-        #[prost(bytes = "vec", tag = "2")]
-        pub value: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PutResponse {}
 }

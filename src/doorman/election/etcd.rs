@@ -30,12 +30,11 @@
 //!
 //! The sessions and the observer live in `campaign`. The etcd API is
 //! spoken with hand-written prost messages over tonic's generic client
-//! (the `wire` module): the messages are few and small, and
-//! this keeps the build free of `protoc`, which the maintained `etcd-client`
-//! crate's build script needs.
+//! (the crate's `etcd_wire` module, shared with the quota document store):
+//! the messages are few and small, and this keeps the build free of
+//! `protoc`, which the maintained `etcd-client` crate's build script needs.
 
 mod campaign;
-pub(crate) mod wire;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -48,8 +47,8 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{info, warn};
 
 use super::{Election, Mastership};
+use crate::etcd_wire::{self as wire, unary};
 use campaign::{replace_if_changed, shared, Campaigner, Shared};
-use wire::unary;
 
 /// How an [`Etcd`] election is set up.
 #[derive(Debug, Clone)]

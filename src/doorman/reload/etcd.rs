@@ -46,10 +46,10 @@ use tracing::{debug, info, warn};
 
 use super::apply;
 use crate::doorman::config::{Config, ConfigError};
-use crate::doorman::election::etcd::wire::{self, unary};
 use crate::doorman::election::etcd::{channel, EtcdError};
 use crate::doorman::server::Server;
 use crate::doorman::tls::ClientTls;
+use crate::etcd_wire::{self as wire, unary};
 
 /// The first wait before reconnecting a failed watch.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

@@ -12,9 +12,9 @@ use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
-use super::wire::{self, unary};
 use super::EtcdConfig;
 use crate::doorman::election::Mastership;
+use crate::etcd_wire::{self as wire, unary};
 
 /// What the two tasks share.
 #[derive(Debug, Default)]

@@ -1,16 +1,23 @@
-//! The etcd v3 API as the election and the configuration watch speak it:
-//! one generic unary call over tonic, and the few messages they send and
-//! receive.
+//! The etcd v3 API as tollgate speaks it: one generic unary call over
+//! tonic, and the few messages sent and received by the Doorman election
+//! and configuration watch (`etcd` feature) and by the quota document
+//! store (`quota` feature).
 //!
 //! # Implementation notes
 //!
 //! The messages are written by hand with prost's derive, field numbers
-//! from etcd's `rpc.proto`, `kv.proto` and `v3election.proto`. Response headers are left
-//! out where they are not read: prost skips fields it does not know. A
-//! `oneof` of the protos is written as its one optional member that is sent,
-//! which is the same on the wire.
+//! from etcd's `rpc.proto`, `kv.proto` and `v3election.proto`: they are
+//! few and small, and this keeps the build free of `protoc`, which the
+//! maintained `etcd-client` crate's build script needs. Response headers
+//! and unused fields are left out where they are not read: prost skips
+//! fields it does not know, and unset request fields keep etcd's defaults
+//! (a single-key range, a put without a lease). A `oneof` of the protos is
+//! written as its one optional member that is sent, which is the same on
+//! the wire.
 
 #![allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
+// Built for one of its users alone, the other's messages go unused.
+#![cfg_attr(not(all(feature = "etcd", feature = "quota")), allow(dead_code))]
 
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
@@ -151,6 +158,17 @@ pub struct RangeRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
 }
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PutRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PutResponse {}
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RangeResponse {
