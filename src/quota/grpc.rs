@@ -3,9 +3,35 @@
 //!
 //! Every outcome, bad input included, is an `AllowResponse` status, never a
 //! gRPC error: that is what the reference's clients expect.
+//!
+//! Two servers speak the same wire protocol. [`Service`] is the tonic
+//! service, for a tonic router (and TLS). [`serve`] is a lean plaintext
+//! server on the `h2` crate that answers Allow inside each connection's
+//! task; it is what `tollgate quota` runs without TLS.
+//!
+//! # Implementation notes
+//!
+//! A unary gRPC call is an HTTP/2 stream: request headers (`POST
+//! /quotaservice.QuotaService/Allow`), one length-prefixed message (1 byte
+//! compressed flag, 4 bytes big-endian length, the protobuf), then a
+//! response of headers, one length-prefixed message and trailers carrying
+//! `grpc-status: 0`. Errors are "trailers-only": one HEADERS frame with
+//! `grpc-status` and `grpc-message`.
+//!
+//! Allow never blocks, so [`serve`] needs no task per call: the
+//! connection's task accepts a stream, reads its message if it has already
+//! arrived (it almost always came in the same read as the headers), answers
+//! and accepts the next. Only a stream whose message has not fully arrived
+//! gets a task of its own. Compared with tonic this saves, per call, the
+//! task spawn, the tower service stack and the body and codec machinery.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use prost::Message as _;
+use tonic::codegen::http::{self, HeaderMap, HeaderValue};
+use tonic::codegen::Bytes;
 
 use super::pb;
 use super::pb::quota_service_server::QuotaServiceServer;
@@ -41,19 +67,242 @@ impl pb::quota_service_server::QuotaService for Service {
     }
 }
 
-/// Serves Allow for `quota` on `listener` until `shutdown` completes.
+/// The one method served, as an HTTP/2 path.
+pub const ALLOW_PATH: &str = "/quotaservice.QuotaService/Allow";
+
+/// The largest request message accepted (tonic's default decoding limit).
+const MAX_MESSAGE: usize = 4 << 20;
+/// Streams one connection may have open at once.
+const MAX_STREAMS: u32 = 1024;
+/// Flow-control windows: large enough that small calls never wait for a
+/// WINDOW_UPDATE.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 1 << 22;
+/// The largest request header block accepted.
+const MAX_HEADER_LIST: u32 = 16 << 10;
+
+/// gRPC status codes used here.
+const UNIMPLEMENTED: u8 = 12;
+const INTERNAL: u8 = 13;
+const RESOURCE_EXHAUSTED: u8 = 8;
+
+/// A call that cannot be answered with an `AllowResponse`: a gRPC status
+/// code and message.
+type Failure = (u8, &'static str);
+
+/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, until
+/// `shutdown` completes; then stops accepting and asks every connection to
+/// finish its calls and close (HTTP/2 GOAWAY).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use tollgate::quota::config::Config;
+/// use tollgate::quota::{grpc, Limits, Quota};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
+/// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
+/// grpc::serve(quota, listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Errors
 ///
-/// A transport error from tonic.
+/// An error accepting connections (a failed connection is only closed).
 pub async fn serve(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), tonic::transport::Error> {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
-        .add_service(Service::new(quota).into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of file descriptors or a connection reset before
+                // accept: retry rather than stop serving.
+                Err(e) if is_transient(&e) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+            () = &mut shutdown => break,
+        };
+        tokio::spawn(connection(Arc::clone(&quota), io, stop_rx.clone()));
+    }
+    let _ = stop_tx.send(true);
+    Ok(())
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    ) || e.raw_os_error().is_some_and(|n| n == 23 || n == 24) // ENFILE, EMFILE
+}
+
+/// One HTTP/2 connection: accepts streams and answers each.
+async fn connection(
+    quota: Arc<Quota>,
+    io: tokio::net::TcpStream,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let _ = io.set_nodelay(true);
+    let handshake = h2::server::Builder::new()
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .handshake::<_, Bytes>(io);
+    let Ok(mut conn) = handshake.await else {
+        return;
+    };
+    let mut stopping = *stop.borrow();
+    if stopping {
+        conn.graceful_shutdown();
+    }
+    loop {
+        let next = if stopping {
+            conn.accept().await
+        } else {
+            tokio::select! {
+                next = conn.accept() => next,
+                _ = stop.changed() => {
+                    stopping = true;
+                    conn.graceful_shutdown();
+                    continue;
+                }
+            }
+        };
+        let Some(Ok((req, respond))) = next else {
+            return;
+        };
+        let (head, mut body) = req.into_parts();
+        if head.uri.path() != ALLOW_PATH {
+            fail(respond, (UNIMPLEMENTED, "unknown method"));
+            continue;
+        }
+        let mut partial = Vec::new();
+        // Polled once with this task's context: a Pending only leaves a
+        // spurious wake-up behind.
+        let ready =
+            std::future::poll_fn(|cx| Poll::Ready(read_message(&mut body, &mut partial, cx))).await;
+        match ready {
+            Poll::Ready(message) => answer(&quota, respond, message),
+            Poll::Pending => {
+                let quota = Arc::clone(&quota);
+                tokio::spawn(async move {
+                    let message =
+                        std::future::poll_fn(|cx| read_message(&mut body, &mut partial, cx)).await;
+                    answer(&quota, respond, message);
+                });
+            }
+        }
+    }
+}
+
+/// Reads the request's one message (without its 5-byte prefix), gathering
+/// it in `partial` when it comes in several DATA frames.
+fn read_message(
+    body: &mut h2::RecvStream,
+    partial: &mut Vec<u8>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Bytes, Failure>> {
+    loop {
+        if let Some(len) = complete(partial)? {
+            let message = Bytes::copy_from_slice(&partial[5..5 + len]);
+            return Poll::Ready(Ok(message));
+        }
+        let chunk = match body.poll_data(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(Err((INTERNAL, "request ended early"))),
+            Poll::Ready(Some(Err(_))) => return Poll::Ready(Err((INTERNAL, "request failed"))),
+            Poll::Ready(Some(Ok(chunk))) => chunk,
+        };
+        // The bytes are consumed here: give the window back at once.
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if partial.is_empty() {
+            if let Some(len) = complete(&chunk)? {
+                return Poll::Ready(Ok(chunk.slice(5..5 + len)));
+            }
+        }
+        partial.extend_from_slice(&chunk);
+    }
+}
+
+/// The message's length if `buf` holds a whole length-prefixed message.
+fn complete(buf: &[u8]) -> Result<Option<usize>, Failure> {
+    let Some(prefix) = buf.get(..5) else {
+        return Ok(None);
+    };
+    if prefix[0] != 0 {
+        return Err((UNIMPLEMENTED, "compressed messages are not supported"));
+    }
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if len > MAX_MESSAGE {
+        return Err((RESOURCE_EXHAUSTED, "request message too large"));
+    }
+    Ok((buf.len() >= 5 + len).then_some(len))
+}
+
+/// Decides the call and sends the response (or the failure).
+fn answer(
+    quota: &Quota,
+    respond: h2::server::SendResponse<Bytes>,
+    message: Result<Bytes, Failure>,
+) {
+    let req = match message.and_then(|m| {
+        pb::AllowRequest::decode(m).map_err(|_| (INTERNAL, "invalid AllowRequest message"))
+    }) {
+        Ok(req) => req,
+        Err(failure) => return fail(respond, failure),
+    };
+    let resp = pb::AllowResponse::from(quota.allow(&Request::from(&req)));
+    let len = resp.encoded_len();
+    let mut framed = Vec::with_capacity(5 + len);
+    framed.push(0);
+    framed.extend_from_slice(&(len as u32).to_be_bytes());
+    // Cannot fail: the buffer grows as needed.
+    let _ = resp.encode(&mut framed);
+    send(respond, Bytes::from(framed));
+}
+
+fn head() -> http::Response<()> {
+    let mut resp = http::Response::new(());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    resp
+}
+
+/// A normal response: headers, the message, `grpc-status: 0`. A send error
+/// means the client reset the stream: nothing left to do.
+fn send(mut respond: h2::server::SendResponse<Bytes>, framed: Bytes) {
+    let Ok(mut stream) = respond.send_response(head(), false) else {
+        return;
+    };
+    if stream.send_data(framed, false).is_err() {
+        return;
+    }
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let _ = stream.send_trailers(trailers);
+}
+
+/// A trailers-only response carrying a gRPC error.
+fn fail(mut respond: h2::server::SendResponse<Bytes>, (code, message): Failure) {
+    let mut resp = head();
+    resp.headers_mut()
+        .insert("grpc-status", HeaderValue::from(u16::from(code)));
+    resp.headers_mut()
+        .insert("grpc-message", HeaderValue::from_static(message));
+    let _ = respond.send_response(resp, true);
 }
