@@ -383,6 +383,8 @@ async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer(
     );
 }
 
+/// On its own threads too: calls are answered, and after the shutdown the
+/// open connection is closed and `serve_threads` returns.
 #[tokio::test]
 async fn the_lean_server_stops_on_shutdown() {
     let quota = Arc::new(Quota::new(
@@ -393,12 +395,17 @@ async fn the_lean_server_stops_on_shutdown() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(grpc::serve(quota, listener, async {
+    let server = tokio::spawn(grpc::serve_threads(quota, listener, 2, async {
         let _ = stopped.await;
     }));
-    let mut client = QuotaServiceClient::connect(addr).await.unwrap();
-    let resp = client.allow(req("ns", "b", 1)).await.unwrap().into_inner();
-    assert_eq!(resp.status(), allow_response::Status::Ok);
+    let mut clients = Vec::new();
+    // Three connections over two threads: both threads serve.
+    for _ in 0..3 {
+        let mut client = QuotaServiceClient::connect(addr.clone()).await.unwrap();
+        let resp = client.allow(req("ns", "b", 1)).await.unwrap().into_inner();
+        assert_eq!(resp.status(), allow_response::Status::Ok);
+        clients.push(client);
+    }
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }

@@ -5,9 +5,10 @@
 //! gRPC error: that is what the reference's clients expect.
 //!
 //! Two servers speak the same wire protocol. [`Service`] is the tonic
-//! service, for a tonic router (and TLS). [`serve`] is a lean plaintext
-//! server on the `h2` crate that answers Allow inside each connection's
-//! task; it is what `tollgate quota` runs without TLS.
+//! service, for a tonic router (and TLS). [`serve`] and [`serve_threads`]
+//! are a lean plaintext server on the `h2` crate that answers Allow inside
+//! each connection's task; `tollgate quota` runs [`serve_threads`] without
+//! TLS.
 //!
 //! # Implementation notes
 //!
@@ -92,7 +93,8 @@ type Failure = (u8, &'static str);
 
 /// Serves Allow for `quota` on `listener`, plaintext HTTP/2, until
 /// `shutdown` completes; then stops accepting and asks every connection to
-/// finish its calls and close (HTTP/2 GOAWAY).
+/// finish its calls and close (HTTP/2 GOAWAY). Connections run as tasks of
+/// the calling runtime; [`serve_threads`] gives them threads of their own.
 ///
 /// # Examples
 ///
@@ -119,25 +121,94 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    accept_loop(&listener, shutdown, |io| {
+        tokio::spawn(connection(Arc::clone(&quota), io, stop_rx.clone()));
+    })
+    .await?;
+    let _ = stop_tx.send(true);
+    Ok(())
+}
+
+/// Like [`serve`], but the connections run on `threads` threads, each with
+/// a single-threaded runtime of its own, handed out round robin: a call is
+/// read, decided and answered on one thread, with no task or wake-up
+/// crossing to another. Returns once every connection has closed.
+///
+/// # Errors
+///
+/// An error accepting connections or starting a thread's runtime.
+pub async fn serve_threads(
+    quota: Arc<Quota>,
+    listener: tokio::net::TcpListener,
+    threads: usize,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::with_capacity(threads.max(1));
+    let mut done = Vec::with_capacity(threads.max(1));
+    for i in 0..threads.max(1) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (quota, stop) = (Arc::clone(&quota), stop_rx.clone());
+        std::thread::Builder::new()
+            .name(format!("quota-grpc-{i}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let mut open = tokio::task::JoinSet::new();
+                    while let Some(io) = rx.recv().await {
+                        // Reap finished connections so the set stays small.
+                        while open.try_join_next().is_some() {}
+                        if let Ok(io) = tokio::net::TcpStream::from_std(io) {
+                            open.spawn(connection(Arc::clone(&quota), io, stop.clone()));
+                        }
+                    }
+                    while open.join_next().await.is_some() {}
+                });
+                let _ = done_tx.send(());
+            })?;
+        workers.push(tx);
+        done.push(done_rx);
+    }
+    let mut next = 0;
+    let accepted = accept_loop(&listener, shutdown, |io| {
+        if let Ok(io) = io.into_std() {
+            let _ = workers[next % workers.len()].send(io);
+            next += 1;
+        }
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    drop(workers);
+    for d in done {
+        let _ = d.await;
+    }
+    accepted
+}
+
+/// Accepts connections until `shutdown` completes, handing each to `each`.
+async fn accept_loop(
+    listener: &tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+    mut each: impl FnMut(tokio::net::TcpStream),
+) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     loop {
-        let (io, _) = tokio::select! {
+        tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok((io, _)) => each(io),
                 // Out of file descriptors or a connection reset before
                 // accept: retry rather than stop serving.
                 Err(e) if is_transient(&e) => {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
                 }
                 Err(e) => return Err(e),
             },
-            () = &mut shutdown => break,
-        };
-        tokio::spawn(connection(Arc::clone(&quota), io, stop_rx.clone()));
+            () = &mut shutdown => return Ok(()),
+        }
     }
-    let _ = stop_tx.send(true);
-    Ok(())
 }
 
 fn is_transient(e: &std::io::Error) -> bool {
