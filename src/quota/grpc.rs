@@ -239,6 +239,7 @@ async fn connection(
     if stopping {
         conn.graceful_shutdown();
     }
+    let mut batch = Vec::new();
     loop {
         let next = if stopping {
             conn.accept().await
@@ -252,29 +253,63 @@ async fn connection(
                 }
             }
         };
-        let Some(Ok((req, respond))) = next else {
+        let Some(Ok(first)) = next else {
             return;
         };
-        let (head, mut body) = req.into_parts();
-        if head.uri.path() != ALLOW_PATH {
-            fail(respond, (UNIMPLEMENTED, "unknown method"));
-            continue;
-        }
-        let mut partial = Vec::new();
-        // Polled once with this task's context: a Pending only leaves a
-        // spurious wake-up behind.
-        let ready =
-            std::future::poll_fn(|cx| Poll::Ready(read_message(&mut body, &mut partial, cx))).await;
-        match ready {
-            Poll::Ready(message) => answer(&quota, respond, message),
-            Poll::Pending => {
-                let quota = Arc::clone(&quota);
-                tokio::spawn(async move {
-                    let message =
-                        std::future::poll_fn(|cx| read_message(&mut body, &mut partial, cx)).await;
-                    answer(&quota, respond, message);
-                });
+        // Every poll of the connection flushes what was answered since the
+        // last one: take every stream that has already arrived before
+        // answering any, so their answers leave in one write.
+        batch.push(first);
+        let mut open = true;
+        while batch.len() < MAX_STREAMS as usize {
+            match std::future::poll_fn(|cx| Poll::Ready(conn.poll_accept(cx))).await {
+                Poll::Ready(Some(Ok(call))) => batch.push(call),
+                Poll::Ready(_) => {
+                    open = false;
+                    break;
+                }
+                Poll::Pending => break,
             }
+        }
+        std::future::poll_fn(|cx| {
+            for (req, respond) in batch.drain(..) {
+                call(&quota, req, respond, cx);
+            }
+            Poll::Ready(())
+        })
+        .await;
+        if !open {
+            // Let the answers out before the connection is dropped.
+            let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
+            return;
+        }
+    }
+}
+
+/// Answers one call: at once if its message has arrived, else from a task
+/// of its own that waits for it.
+fn call(
+    quota: &Arc<Quota>,
+    req: http::Request<h2::RecvStream>,
+    respond: h2::server::SendResponse<Bytes>,
+    cx: &mut Context<'_>,
+) {
+    let (head, mut body) = req.into_parts();
+    if head.uri.path() != ALLOW_PATH {
+        return fail(respond, (UNIMPLEMENTED, "unknown method"));
+    }
+    let mut partial = Vec::new();
+    // Polled once with the connection task's context: a Pending only
+    // leaves it a spurious wake-up; the task below polls it again.
+    match read_message(&mut body, &mut partial, cx) {
+        Poll::Ready(message) => answer(quota, respond, message),
+        Poll::Pending => {
+            let quota = Arc::clone(quota);
+            tokio::spawn(async move {
+                let message =
+                    std::future::poll_fn(|cx| read_message(&mut body, &mut partial, cx)).await;
+                answer(&quota, respond, message);
+            });
         }
     }
 }
