@@ -71,10 +71,12 @@ impl pb::quota_service_server::QuotaService for Service {
 /// The one method served, as an HTTP/2 path.
 pub const ALLOW_PATH: &str = "/quotaservice.QuotaService/Allow";
 
-/// The largest request message accepted (tonic's default decoding limit).
-const MAX_MESSAGE: usize = 4 << 20;
+/// The largest request message accepted: an `AllowRequest` is two names
+/// and three numbers, so this is generous, and with [`MAX_STREAMS`] it
+/// bounds the partly received messages one connection holds to 4 MiB.
+const MAX_MESSAGE: usize = 16 << 10;
 /// Streams one connection may have open at once.
-const MAX_STREAMS: u32 = 1024;
+const MAX_STREAMS: u32 = 256;
 /// Flow-control windows: large enough that small calls never wait for a
 /// WINDOW_UPDATE.
 const STREAM_WINDOW: u32 = 1 << 20;
