@@ -361,6 +361,12 @@ async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer(
         raw_call(&mut send, allow, &[&huge]).await,
         ("8".into(), vec![])
     );
+    // Past 16 KiB a request is refused before its body is read.
+    let over = prefix(16 * 1024 + 1);
+    assert_eq!(
+        raw_call(&mut send, allow, &[&over]).await,
+        ("8".into(), vec![])
+    );
     let garbage: Vec<u8> = prefix(2).into_iter().chain([0xff, 0xff]).collect();
     assert_eq!(
         raw_call(&mut send, allow, &[&garbage]).await,
