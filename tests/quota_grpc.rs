@@ -268,3 +268,150 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One call spoken with raw HTTP/2: `chunks` are sent as separate DATA
+/// frames a little apart; returns the `grpc-status` (from the trailers or a
+/// trailers-only response) and the response's body.
+async fn raw_call(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    chunks: &[&[u8]],
+) -> (String, Vec<u8>) {
+    *send = send.clone().ready().await.unwrap();
+    let req = tonic::codegen::http::Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut stream) = send.send_request(req, chunks.is_empty()).unwrap();
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let last = i + 1 == chunks.len();
+        stream
+            .send_data(bytes::Bytes::copy_from_slice(chunk), last)
+            .unwrap();
+    }
+    let (head, mut body) = response.await.unwrap().into_parts();
+    assert_eq!(head.status, 200);
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        data.extend_from_slice(&chunk.unwrap());
+    }
+    let trailers = body.trailers().await.unwrap();
+    let status = trailers
+        .as_ref()
+        .and_then(|t| t.get("grpc-status"))
+        .or_else(|| head.headers.get("grpc-status"))
+        .map(|s| s.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, data)
+}
+
+/// A gRPC length prefix: not compressed, then the length, big-endian.
+fn prefix(len: u32) -> Vec<u8> {
+    let mut p = vec![0];
+    p.extend_from_slice(&len.to_be_bytes());
+    p
+}
+
+#[tokio::test]
+async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer() {
+    let (_quota, _clock, addr, _) = start(CONFIG).await;
+    let tcp = tokio::net::TcpStream::connect(addr.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let allow = "/quotaservice.QuotaService/Allow";
+    let head = prefix(REQUEST.len() as u32);
+
+    // One message over three DATA frames: the prefix split, then the body.
+    let (status, body) = raw_call(&mut send, allow, &[&head[..2], &head[2..], REQUEST]).await;
+    assert_eq!(status, "0");
+    assert_eq!(&body[..5], &prefix(body.len() as u32 - 5)[..]);
+    // ns/b holds 3 tokens: the 3 asked are granted at once.
+    assert_eq!(
+        AllowResponse::decode(&body[5..]).unwrap(),
+        AllowResponse {
+            status: 0,
+            tokens_granted: 3,
+            wait_millis: 0
+        }
+    );
+
+    // Errors are gRPC statuses, trailers-only, never a broken connection.
+    let whole: Vec<u8> = head.iter().chain(REQUEST).copied().collect();
+    let unknown = "/quotaservice.QuotaService/Nope";
+    assert_eq!(
+        raw_call(&mut send, unknown, &[&whole]).await,
+        ("12".into(), vec![])
+    );
+    let mut compressed = whole.clone();
+    compressed[0] = 1;
+    assert_eq!(
+        raw_call(&mut send, allow, &[&compressed]).await,
+        ("12".into(), vec![])
+    );
+    let huge = prefix(u32::MAX);
+    assert_eq!(
+        raw_call(&mut send, allow, &[&huge]).await,
+        ("8".into(), vec![])
+    );
+    // Past 16 KiB a request is refused before its body is read.
+    let over = prefix(16 * 1024 + 1);
+    assert_eq!(
+        raw_call(&mut send, allow, &[&over]).await,
+        ("8".into(), vec![])
+    );
+    let garbage: Vec<u8> = prefix(2).into_iter().chain([0xff, 0xff]).collect();
+    assert_eq!(
+        raw_call(&mut send, allow, &[&garbage]).await,
+        ("13".into(), vec![])
+    );
+    let short = &whole[..whole.len() - 1];
+    assert_eq!(
+        raw_call(&mut send, allow, &[short]).await,
+        ("13".into(), vec![])
+    );
+    assert_eq!(raw_call(&mut send, allow, &[]).await, ("13".into(), vec![]));
+
+    // The connection still answers.
+    let (status, body) = raw_call(&mut send, allow, &[&whole]).await;
+    assert_eq!(status, "0");
+    // The next 3 tokens are 300 ms away, beyond the request's 250 ms.
+    assert_eq!(
+        AllowResponse::decode(&body[5..]).unwrap().status(),
+        allow_response::Status::RejectedTimeout
+    );
+}
+
+/// On its own threads too: calls are answered, and after the shutdown the
+/// open connection is closed and `serve_threads` returns.
+#[tokio::test]
+async fn the_lean_server_stops_on_shutdown() {
+    let quota = Arc::new(Quota::new(
+        Config::from_yaml(CONFIG).unwrap(),
+        Limits::default(),
+        Arc::new(ManualClock::new()),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(grpc::serve_threads(quota, listener, 2, async {
+        let _ = stopped.await;
+    }));
+    let mut clients = Vec::new();
+    // Three connections over two threads: both threads serve.
+    for _ in 0..3 {
+        let mut client = QuotaServiceClient::connect(addr.clone()).await.unwrap();
+        let resp = client.allow(req("ns", "b", 1)).await.unwrap().into_inner();
+        assert_eq!(resp.status(), allow_response::Status::Ok);
+        clients.push(client);
+    }
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -57,19 +57,22 @@ pub(crate) struct Args {
     /// HTTP/2 connections the requests are spread over.
     #[arg(long, default_value_t = 4, value_parser = cli::positive::<usize>)]
     connections: usize,
-    /// Tokio worker threads (default: one per core).
+    /// Tokio worker threads (default: one per core); in Allow mode, threads
+    /// each running its own connections and callers.
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
+    /// Allow mode: the quota server's process id, to report its CPU time
+    /// per call beside the load's (read from /proc, Linux only).
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n);
-    }
-    let rt = rt.enable_all().build()?;
     if args.mode == Mode::Allow {
-        return rt.block_on(crate::load_allow::load(crate::load_allow::Params {
+        let threads = args.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        return crate::load_allow::run(crate::load_allow::Params {
             server: args.server.unwrap_or_else(|| "127.0.0.1:15100".to_owned()),
             namespace: args.namespace,
             buckets: args.buckets,
@@ -77,8 +80,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             duration: args.duration,
             concurrency: args.concurrency,
             connections: args.connections,
-        }));
+            threads,
+            server_pid: args.server_pid,
+        });
     }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build()?;
     rt.block_on(load(args))
 }
 

@@ -98,7 +98,9 @@ pub(crate) struct Args {
     /// The etcd key holding the configuration document.
     #[arg(long, default_value = "/tollgate/quota")]
     admin_etcd_key: String,
-    /// Tokio worker threads (default: one per core).
+    /// Threads (default: one per core): the plaintext gRPC connections run
+    /// on this many single-threaded runtimes, everything else (and gRPC
+    /// over TLS) on a runtime of this many workers.
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     #[command(flatten)]
@@ -206,7 +208,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     match tls {
         None => {
             info!(addr = %local, "quota gRPC listening");
-            grpc::serve(quota, listener, shutdown).await?;
+            let threads = args.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            });
+            grpc::serve_threads(quota, listener, threads, shutdown).await?;
         }
         Some(tls) => {
             let mut server = tonic::transport::Server::builder().tls_config(tls)?;
