@@ -11,7 +11,7 @@ use crate::sync::{lock, Ordering::Relaxed};
 /// The most ops a thread-local budget holds.
 const MAX_BATCH_OPS: u64 = 64;
 /// The most ops one hand-off gives a waiter beyond its need (wait.rs).
-const MAX_HANDOFF_OPS: u64 = 256;
+const MAX_HANDOFF_OPS: u64 = 512;
 
 impl Core {
     /// Starts: time counts from `now` and the first op passes at once.
@@ -73,8 +73,9 @@ impl Core {
             batch
         };
         // A waiter served by hand-off takes whole ops beyond its need, up
-        // to a quarter of the active pool (wait.rs), where budgets exist.
-        let handoff_ops = (st.sizing.active / 4 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
+        // to half the active pool (wait.rs), where budgets exist: one fill
+        // at the default interval, so a fill wakes one waiter, not two.
+        let handoff_ops = (st.sizing.active / 2 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
         let handoff = if cfg!(tollgate_loom) {
             0
         } else {
