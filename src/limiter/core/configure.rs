@@ -81,7 +81,18 @@ impl Core {
         } else {
             handoff_ops * TOKENS_PER_OP
         };
+        // The filler may space its fills by up to two thirds of the time
+        // the active pool covers: a fill that then comes half a spacing
+        // late still fits in the pool (the same slack `sizing_for` gives
+        // the fill interval), and each wake-up serves more ops. At most
+        // two intervals: an op whose time has come waits for the next fill,
+        // so a longer spacing would delay it more than the backlog shows.
+        let pool_ns = st.meter.nanos_for(u128::from(st.sizing.active));
+        let spacing = (pool_ns / 3 * 2)
+            .min(self.fill_interval_ns.saturating_mul(2))
+            .max(self.fill_interval_ns);
         // Relaxed: size hints; see `Published`.
+        self.published.filler_spacing_ns.store(spacing, Relaxed);
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
         self.published.handoff.store(handoff, Relaxed);
