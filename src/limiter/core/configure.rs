@@ -181,3 +181,29 @@ pub(super) fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -
         burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::super::units::TOKENS_PER_OP;
+    use super::Core;
+    use crate::clock::ManualClock;
+
+    fn handoff_ops(spec: &str) -> u64 {
+        let spec = spec.parse().expect("a valid spec");
+        let interval = Duration::from_micros(500);
+        let core = Core::new(spec, Box::new(ManualClock::new()), 4, interval, None);
+        core.handoff_tokens() / TOKENS_PER_OP
+    }
+
+    /// A served waiter is handed half the active pool (one fill at the
+    /// default interval), at most 512 ops.
+    #[test]
+    fn a_hand_off_is_half_the_active_pool_up_to_512_ops() {
+        assert_eq!(handoff_ops("1K"), 1, "a pool of two ops");
+        assert_eq!(handoff_ops("100K"), 50, "a 1 ms pool of 100 ops");
+        assert_eq!(handoff_ops("1M"), 500);
+        assert_eq!(handoff_ops("10M"), 512);
+    }
+}
