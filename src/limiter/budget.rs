@@ -13,16 +13,18 @@
 //! where every op takes from the slices as before).
 //!
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
-//! ops it was handed beyond its need here too (`deposit`: at most 256 ops,
-//! at most a quarter of the active pool), so one wake-up admits many ops.
+//! ops it was handed beyond its need here too (`deposit`: at most 512 ops,
+//! at most half the active pool), so one wake-up admits many ops. A task
+//! leaves them in the budget of the runtime worker thread that polled it,
+//! where the tasks that worker runs next spend them.
 //!
 //! Tokens in a budget have left the pool: the ledger counts them as
 //! admitted. Bounds: a thread holds at most one batch or one hand-off, for
 //! one limiter at a time. It gives the budget back to the limiter's
 //! central pool when it switches to another limiter and when it exits (the
 //! thread-local's destructor), so nothing is lost; while a thread is idle
-//! its budget (at most 256 ops, a quarter of the active pool) waits for
-//! it. A budget survives `restart`.
+//! its budget (at most 512 ops, half the active pool) waits for it. A
+//! budget survives `restart`.
 //!
 //! Limiters are told apart by a unique id, never by address, so a budget
 //! can never be spent on a new limiter that reuses a dropped one's memory.

@@ -92,6 +92,9 @@ struct Published {
     batch: AtomicU64,
     /// Tokens a served waiter is handed beyond its need (see wait.rs).
     handoff: AtomicU64,
+    /// How long the filler thread waits between fills while no parked
+    /// thread times them (see `Core::until_next_fill`).
+    filler_spacing_ns: AtomicU64,
     /// Until this clock reading the filler thread fills on time even while
     /// a thread heads the queue: set when a fill comes late, i.e. when the
     /// machine is too busy to wake the head on time.
@@ -147,6 +150,7 @@ impl Core {
                 all_or_nothing: AtomicU64::new(0),
                 batch: AtomicU64::new(0),
                 handoff: AtomicU64::new(0),
+                filler_spacing_ns: AtomicU64::new(fill_interval_ns),
                 punctual_until_ns: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),

@@ -98,7 +98,8 @@ pub(crate) trait Fills {
     fn fill_and_wake(&self);
 }
 
-/// The thread's body: fill every `interval` while anyone waits.
+/// The thread's body: fill every `interval` (or the spacing
+/// [`Fills::until_next_fill`] chooses) while anyone waits.
 pub(crate) fn run<C: Fills>(core: Arc<C>, interval: Duration) {
     let signal = core.filler_signal();
     // Registered before the first state check: the thread goes `IDLE` only

@@ -11,7 +11,7 @@ use crate::sync::{lock, Ordering::Relaxed};
 /// The most ops a thread-local budget holds.
 const MAX_BATCH_OPS: u64 = 64;
 /// The most ops one hand-off gives a waiter beyond its need (wait.rs).
-const MAX_HANDOFF_OPS: u64 = 256;
+const MAX_HANDOFF_OPS: u64 = 512;
 
 impl Core {
     /// Starts: time counts from `now` and the first op passes at once.
@@ -73,14 +73,26 @@ impl Core {
             batch
         };
         // A waiter served by hand-off takes whole ops beyond its need, up
-        // to a quarter of the active pool (wait.rs), where budgets exist.
-        let handoff_ops = (st.sizing.active / 4 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
+        // to half the active pool (wait.rs), where budgets exist: one fill
+        // at the default interval, so a fill wakes one waiter, not two.
+        let handoff_ops = (st.sizing.active / 2 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
         let handoff = if cfg!(tollgate_loom) {
             0
         } else {
             handoff_ops * TOKENS_PER_OP
         };
+        // The filler may space its fills by up to two thirds of the time
+        // the active pool covers: a fill that then comes half a spacing
+        // late still fits in the pool (the same slack `sizing_for` gives
+        // the fill interval), and each wake-up serves more ops. At most
+        // two intervals: an op whose time has come waits for the next fill,
+        // so a longer spacing would delay it more than the backlog shows.
+        let pool_ns = st.meter.nanos_for(u128::from(st.sizing.active));
+        let spacing = (pool_ns / 3 * 2)
+            .min(self.fill_interval_ns.saturating_mul(2))
+            .max(self.fill_interval_ns);
         // Relaxed: size hints; see `Published`.
+        self.published.filler_spacing_ns.store(spacing, Relaxed);
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
         self.published.handoff.store(handoff, Relaxed);
@@ -167,5 +179,31 @@ pub(super) fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -
     Sizing {
         active,
         burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::super::units::TOKENS_PER_OP;
+    use super::Core;
+    use crate::clock::ManualClock;
+
+    fn handoff_ops(spec: &str) -> u64 {
+        let spec = spec.parse().expect("a valid spec");
+        let interval = Duration::from_micros(500);
+        let core = Core::new(spec, Box::new(ManualClock::new()), 4, interval, None);
+        core.handoff_tokens() / TOKENS_PER_OP
+    }
+
+    /// A served waiter is handed half the active pool (one fill at the
+    /// default interval), at most 512 ops.
+    #[test]
+    fn a_hand_off_is_half_the_active_pool_up_to_512_ops() {
+        assert_eq!(handoff_ops("1K"), 1, "a pool of two ops");
+        assert_eq!(handoff_ops("100K"), 50, "a 1 ms pool of 100 ops");
+        assert_eq!(handoff_ops("1M"), 500);
+        assert_eq!(handoff_ops("10M"), 512);
     }
 }

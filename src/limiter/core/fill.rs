@@ -44,21 +44,28 @@ impl Core {
         }
     }
 
-    /// How long the filler thread sleeps before its next fill: until it is
-    /// due, or, while a parked thread heads the queue and fills on time by
-    /// itself, three intervals more (the filler is then only a backup).
-    /// After a late fill the filler is punctual again for a while: two
-    /// timers are likelier than one to run on time on a busy machine.
+    /// How long the filler thread sleeps before its next fill. While only
+    /// the filler times the fills (tasks wait, or threads behind no timed
+    /// head): the spacing of `publish_sizes`, two thirds of the time the
+    /// active pool covers, between one and two intervals, so each wake-up of
+    /// the filler (and of whoever it serves) admits as many ops as the
+    /// pool allows without spilling a somewhat late fill into the backlog.
+    /// While a parked thread heads the queue and fills on time by itself:
+    /// four intervals (the filler is then only a backup), except that
+    /// after a late fill the filler is punctual again for a while, one
+    /// interval: two timers are likelier than one to run on time on a busy
+    /// machine.
     pub(crate) fn until_next_fill(&self, interval: Duration) -> Duration {
         // Relaxed: hints.
         let last = self.published.last_fill_ns.load(Relaxed);
         let now = self.clock.now_ns();
         let since = now.saturating_sub(last);
-        let punctual = now < self.published.punctual_until_ns.load(Relaxed);
-        let wait = if self.waiters.has_timed_head() && !punctual {
-            interval.saturating_mul(4)
-        } else {
+        let wait = if !self.waiters.has_timed_head() {
+            Duration::from_nanos(self.published.filler_spacing_ns.load(Relaxed))
+        } else if now < self.published.punctual_until_ns.load(Relaxed) {
             interval
+        } else {
+            interval.saturating_mul(4)
         };
         wait.saturating_sub(Duration::from_nanos(since))
     }
@@ -134,5 +141,45 @@ impl Core {
             in_flight: u128::from(self.in_flight.load(Relaxed)),
             tokens_per_op: TOKENS_PER_OP,
         }
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::Core;
+    use crate::clock::ManualClock;
+
+    const US: Duration = Duration::from_micros(1);
+
+    fn core(spec: &str, interval: Duration) -> (Core, ManualClock) {
+        let clock = ManualClock::new();
+        let spec = spec.parse().expect("a valid spec");
+        let core = Core::new(spec, Box::new(clock.clone()), 4, interval, None);
+        (core, clock)
+    }
+
+    /// With no thread timing the fills, the filler waits two thirds of the
+    /// time the active pool covers, between one and two intervals.
+    #[test]
+    fn the_filler_spaces_its_fills_by_what_the_pool_can_hold() {
+        // 100K ops/s: a 1 ms pool, 500 us interval: 666.666 us.
+        let (c, clock) = core("100K", 500 * US);
+        assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(666_666));
+        clock.advance(600 * US);
+        assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(66_666));
+        clock.advance(100 * US);
+        assert_eq!(c.until_next_fill(500 * US), Duration::ZERO);
+        // 1K ops/s: a pool of two ops (2 ms) would allow 1.333 ms; capped
+        // at two intervals.
+        let (c, _) = core("1K", 500 * US);
+        assert_eq!(c.until_next_fill(500 * US), 1000 * US);
+        // A 10 ms interval widens the pool to 15 ms: exactly one interval.
+        let (c, _) = core("1K", 10_000 * US);
+        assert_eq!(c.until_next_fill(10_000 * US), 10_000 * US);
+        // 1M ops/s: the 1 ms pool again.
+        let (c, _) = core("1M", 500 * US);
+        assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(666_666));
     }
 }
