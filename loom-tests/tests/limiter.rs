@@ -3,15 +3,24 @@
 //! its tokens already handed to it; a waiter that times out or is dropped
 //! while a grant races it gives back what it was handed.
 //!
-//! Each model drives a limiter on a manual clock with no filler thread: a
+//! The filler thread's idle hand-off loses no kick, and stopping it ends
+//! it wherever it is.
+//!
+//! Most models drive a limiter on a manual clock with no filler thread: a
 //! "filler" thread advances the clock and calls `backlog()`, which fills
-//! and wakes exactly as the filler thread does. Loom explores every
-//! interleaving (bounded by LOOM_MAX_PREEMPTIONS) and fails on a deadlock,
-//! i.e. a waiter never woken.
+//! and wakes exactly as the filler thread does. The filler models run the
+//! real filler thread (a model thread) on the manual clock; under loom its
+//! timed sleeps return at once (see the crate's `sync.rs`), so it polls the
+//! clock, as a thread whose every timeout expires would. Loom explores
+//! every interleaving (bounded by LOOM_MAX_PREEMPTIONS) and fails on a
+//! deadlock, i.e. a waiter never woken or a thread that never ends.
 #![cfg(tollgate_loom)]
 
+use std::future::Future;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::{ManualClock, RateLimiter};
@@ -209,5 +218,131 @@ fn a_dropped_async_waiter_gives_back_a_racing_grant() {
         assert_conserved(&limiter, admitted);
         // Whatever the drop gave back is in the pool for the next caller.
         assert_eq!(u64::from(limiter.try_acquire()), 2 - admitted);
+    });
+}
+
+/// A waker that unparks the thread that made it, with std's park protocol
+/// (`EMPTY`, `NOTIFIED`, `PARKED`): loom's own park loses an unpark that
+/// finds its thread running once that thread blocks on a lock, and its
+/// unpark wakes a thread blocked in a join (the crate's `sync.rs` explains),
+/// so loom's unpark is called only on a thread inside `park`.
+struct Unparker {
+    thread: thread::Thread,
+    state: AtomicU32,
+}
+
+const EMPTY: u32 = 0;
+const NOTIFIED: u32 = 1;
+const PARKED: u32 = 2;
+
+impl Unparker {
+    fn new() -> std::sync::Arc<Unparker> {
+        std::sync::Arc::new(Unparker {
+            thread: thread::current(),
+            state: AtomicU32::new(EMPTY),
+        })
+    }
+
+    fn take_token(&self) -> bool {
+        self.state
+            .compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Parks until woken (consuming the wake).
+    fn park(&self) {
+        if self.take_token() {
+            return;
+        }
+        if self
+            .state
+            .compare_exchange(EMPTY, PARKED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            assert!(self.take_token());
+            return;
+        }
+        loop {
+            thread::park();
+            if self.take_token() {
+                return;
+            }
+        }
+    }
+}
+
+impl Wake for Unparker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        if self.state.swap(NOTIFIED, Ordering::Release) == PARKED {
+            self.thread.unpark();
+        }
+    }
+}
+
+/// Polls `fut` to completion, parking between polls.
+fn block_on<F: Future>(
+    fut: std::pin::Pin<&mut F>,
+    unparker: &std::sync::Arc<Unparker>,
+) -> F::Output {
+    let waker = Waker::from(std::sync::Arc::clone(unparker));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = fut;
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        unparker.park();
+    }
+}
+
+/// 1000 ops/s with the filler thread, on a manual clock.
+fn limiter_with_filler() -> (RateLimiter, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder("1000,1.0".parse().unwrap())
+        .clock(clock.clone())
+        .slices(1)
+        .build();
+    (limiter, clock)
+}
+
+#[test]
+fn a_waiter_that_kicks_an_idling_filler_is_served_by_it() {
+    loom::model(|| {
+        let (limiter, clock) = limiter_with_filler();
+        assert!(limiter.try_acquire()); // empty the start allowance
+        {
+            let unparker = Unparker::new();
+            let waker = Waker::from(std::sync::Arc::clone(&unparker));
+            let mut fut = std::pin::pin!(limiter.acquire_async());
+            // Queues and kicks the filler, which may be going idle meanwhile;
+            // no time has passed, so nothing can serve it yet.
+            assert!(fut
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+            clock.advance(Duration::from_millis(1));
+            // This thread only re-polls, which never fills: only the filler
+            // thread can serve the waiter. A lost kick leaves it parked for
+            // ever, and loom reports the deadlock.
+            block_on(fut, &unparker);
+        }
+        assert_conserved(&limiter, 2);
+        // Stopping the filler wherever it is (filling, going idle, parked)
+        // ends it: the drop joins it.
+        drop(limiter);
+    });
+}
+
+#[test]
+fn stopping_a_starting_or_idle_filler_ends_it() {
+    loom::model(|| {
+        let (limiter, _clock) = limiter_with_filler();
+        // The filler may not have started, may be checking for waiters,
+        // going idle or parked: the drop stops and joins it.
+        drop(limiter);
     });
 }
