@@ -1,11 +1,7 @@
 //! The public [`RateLimiter`]: a sliced, lock-free token pool that holds an
 //! op rate exactly and reports how far callers fell behind schedule.
 
-#[cfg(not(tollgate_loom))]
 mod budget;
-// The loom build has no thread budgets, so the parts of the core that
-// serve them go unused there.
-#[cfg_attr(tollgate_loom, allow(dead_code))]
 mod core;
 mod fast;
 mod filler;

@@ -4,7 +4,8 @@
 //! while a grant races it gives back what it was handed.
 //!
 //! The filler thread's idle hand-off loses no kick, and stopping it ends
-//! it wherever it is.
+//! it wherever it is. Thread budgets conserve tokens, and a thread that
+//! exits gives its budget back.
 //!
 //! Most models drive a limiter on a manual clock with no filler thread: a
 //! "filler" thread advances the clock and calls `backlog()`, which fills
@@ -45,6 +46,24 @@ fn assert_conserved(limiter: &RateLimiter, admitted_ops: u64) {
         admitted + l.active + l.waiting + l.in_flight,
         "{l:?}"
     );
+}
+
+/// [`assert_conserved`] once the joined threads have run their
+/// thread-local destructors, which give their budgets back. std's join
+/// returns after them; loom's returns before them (loom's `rt::spawn` runs
+/// `thread_done`, which drops a model thread's locals, after the join's
+/// notification), so this yields to the exiting threads while the ledger
+/// is short, a bounded number of times.
+fn assert_conserved_after_exits(limiter: &RateLimiter, admitted_ops: u64) {
+    for _ in 0..8 {
+        let l = limiter.ledger();
+        let admitted = u128::from(admitted_ops) * u128::from(l.tokens_per_op);
+        if l.filled - l.dropped == admitted + l.active + l.waiting + l.in_flight {
+            return;
+        }
+        thread::yield_now();
+    }
+    assert_conserved(limiter, admitted_ops);
 }
 
 #[test]
@@ -344,5 +363,76 @@ fn stopping_a_starting_or_idle_filler_ends_it() {
         // The filler may not have started, may be checking for waiters,
         // going idle or parked: the drop stops and joins it.
         drop(limiter);
+    });
+}
+
+/// 1000 ops/s on one slice with a 16 ms fill interval: the active pool
+/// covers 24 ops, a slice chunk 6 ops, and a thread budget takes 1.5 ops
+/// beyond its need (budget.rs), so budgets are in play.
+fn limiter_with_budgets() -> (Arc<RateLimiter>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder("1000,1.0".parse().unwrap())
+        .clock(clock.clone())
+        .filler_thread(false)
+        .slices(1)
+        .fill_interval(Duration::from_millis(16))
+        .build();
+    (Arc::new(limiter), clock)
+}
+
+#[test]
+fn budgets_conserve_tokens_and_go_back_when_their_threads_exit() {
+    loom::model(|| {
+        let (limiter, clock) = limiter_with_budgets();
+        clock.advance(Duration::from_millis(8));
+        limiter.backlog(); // the start allowance and 8 ms: 9 ops
+                           // The slow path takes a chunk beyond its op and keeps it in the
+                           // (only) slice: 6 ops there, 2 in `central`.
+        assert!(limiter.try_acquire());
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                // The first take refills the thread's budget from the slice
+                // (its op and 1.5 more), the second spends from the budget.
+                thread::spawn(move || {
+                    (0..2)
+                        .map(|_| u64::from(limiter.try_acquire()))
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        // A fill racing the refills.
+        clock.advance(Duration::from_millis(1));
+        limiter.backlog();
+        let admitted: u64 = takers.into_iter().map(|t| t.join().unwrap()).sum();
+        // Ten ops of time, five asked for: every take succeeds (the slow
+        // path finds `central` when a refill finds the slice short).
+        assert_eq!(admitted, 4);
+        // Each thread exits with half an op in its budget. The ledger counts
+        // a budget as admitted until its thread gives it back: balanced only
+        // if the exiting threads gave their budgets back.
+        assert_conserved_after_exits(&limiter, 1 + admitted);
+    });
+}
+
+#[test]
+fn a_served_waiter_keeps_its_hand_off_in_a_budget_until_it_exits() {
+    loom::model(|| {
+        let (limiter, clock) = limiter_with_budgets();
+        assert!(limiter.try_acquire()); // empty the start allowance
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                limiter.acquire();
+                // A second op from what the hand-off left in the budget.
+                u64::from(limiter.try_acquire())
+            })
+        };
+        clock.advance(Duration::from_millis(4));
+        limiter.backlog(); // 4 ops: one for the waiter, the rest handed off
+        let second = waiter.join().unwrap();
+        assert_eq!(second, 1, "4 ops of time, 2 asked for");
+        // What is left of the hand-off goes back when the waiter exits.
+        assert_conserved_after_exits(&limiter, 3);
     });
 }

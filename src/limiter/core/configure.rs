@@ -67,19 +67,11 @@ impl Core {
         let chunk = (st.sizing.active / (4 * slices)).max(TOKENS_PER_OP);
         // Budgets only where a slice chunk holds several ops (budget.rs).
         let batch = (chunk / 4).min(MAX_BATCH_OPS * TOKENS_PER_OP);
-        let batch = if cfg!(tollgate_loom) || batch < TOKENS_PER_OP {
-            0
-        } else {
-            batch
-        };
+        let batch = if batch < TOKENS_PER_OP { 0 } else { batch };
         // A waiter served by hand-off takes whole ops beyond its need, up
         // to a quarter of the active pool (wait.rs), where budgets exist.
         let handoff_ops = (st.sizing.active / 4 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
-        let handoff = if cfg!(tollgate_loom) {
-            0
-        } else {
-            handoff_ops * TOKENS_PER_OP
-        };
+        let handoff = handoff_ops * TOKENS_PER_OP;
         // Relaxed: size hints; see `Published`.
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
