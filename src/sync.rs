@@ -12,10 +12,9 @@
 //! own (see `loom_park`): loom keeps a thread's unpark token in its
 //! scheduler state, where a `yield_now` or blocking on a loom lock, condvar
 //! or join clears it, while std's token survives until a park consumes it.
-//! Loom has no timed park either; [`park_timeout`] there returns at once
-//! (consuming a token if there is one, else yielding to the other model
-//! threads), which a caller must treat like a timeout or a spurious
-//! wake-up, as it already must with std.
+//! Loom has no timed park either; [`park_timeout`] there yields to the
+//! other model threads and returns, which a caller must treat like a
+//! timeout or a spurious wake-up, as it already must with std.
 //!
 //! The cfg is named `tollgate_loom` rather than `loom` so that it switches
 //! only this crate: dependencies that know a plain `loom` cfg are untouched.
@@ -69,11 +68,13 @@ where
 ///   it runnable there, and loom then fails an internal assertion (a join
 ///   woken without its notification), where std's would only store a token.
 ///
-/// So the token lives in a word of the thread's own, with std's own
-/// protocol (`EMPTY`, `NOTIFIED`, `PARKED`, as in std's futex parker), and
-/// loom's unpark is called only on a thread that is inside [`park`]. Every
-/// access is a read-modify-write: loom 0.7 lets a read-modify-write read
-/// around a racing plain store (tokio-rs/loom#254).
+/// So the token lives in a word of the thread's own, with std's futex
+/// parker protocol (`EMPTY`, `NOTIFIED`, `PARKED`), and loom's unpark is
+/// called only on a thread that is inside [`park`]. Every access is a
+/// read-modify-write: loom 0.7 lets a read-modify-write read around a
+/// racing plain store (tokio-rs/loom#254). The shim's park never returns
+/// spuriously; [`park_timeout`], which returns at once, stands for the
+/// early returns a caller must handle.
 #[cfg(tollgate_loom)]
 mod loom_park {
     use std::time::Duration;
@@ -87,8 +88,9 @@ mod loom_park {
     const EMPTY: u32 = 0;
     /// A token is available.
     const NOTIFIED: u32 = 1;
-    /// The thread is in `park`, about to block in loom's park or blocked.
-    const PARKED: u32 = 2;
+    /// The thread is in `park`, about to block in loom's park or blocked
+    /// (`EMPTY - 1`: park takes a token or parks with one decrement).
+    const PARKED: u32 = u32::MAX;
 
     loom::thread_local! {
         /// The current model thread's parker word.
@@ -123,46 +125,35 @@ mod loom_park {
         }
     }
 
-    /// Consumes the token if there is one.
-    fn take_token(state: &AtomicU32) -> bool {
-        // Acquire: pairs with the Release in `Thread::unpark`.
-        state
-            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
-            .is_ok()
-    }
-
     /// Blocks until the thread's token is available, and consumes it.
     pub(crate) fn park() {
         let state = STATE.with(std::sync::Arc::clone);
-        if take_token(&state) {
-            return;
+        // NOTIFIED -> EMPTY (a token: return) or EMPTY -> PARKED.
+        // Acquire: pairs with the Release in `Thread::unpark`.
+        match state.fetch_sub(1, Acquire) {
+            NOTIFIED => return,
+            EMPTY => {}
+            other => panic!("park: impossible state {other}"),
         }
-        // Relaxed: only an unpark's swap follows, which reads it.
-        if state
-            .compare_exchange(EMPTY, PARKED, Relaxed, Relaxed)
-            .is_err()
-        {
-            // An unpark came in between: consume it.
-            assert!(take_token(&state), "park: token vanished");
-            return;
-        }
-        // An unpark that sees PARKED calls loom's unpark, which either
+        // An unpark that finds PARKED calls loom's unpark, which either
         // wakes loom's park or is kept for it (nothing blocks in between).
         loop {
             loom::thread::park();
-            if take_token(&state) {
+            // Acquire: as above.
+            if state
+                .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+                .is_ok()
+            {
                 return;
             }
         }
     }
 
-    /// A park whose timeout expires at once: consumes the token if there is
-    /// one, otherwise lets the other model threads run and returns.
+    /// A park whose timeout expires at once: lets the other model threads
+    /// run and returns, leaving any token for the next park (as a timed
+    /// park that timed out does).
     pub(crate) fn park_timeout(_timeout: Duration) {
-        let state = STATE.with(std::sync::Arc::clone);
-        if !take_token(&state) {
-            loom::thread::yield_now();
-        }
+        loom::thread::yield_now();
     }
 }
 
