@@ -49,19 +49,23 @@ const NO_HOME: Home = std::sync::Weak::new();
 #[cfg(tollgate_loom)]
 const NO_HOME: Home = None;
 
+#[cfg(not(tollgate_loom))]
 fn home_of(core: &Arc<Core>) -> Home {
-    #[cfg(not(tollgate_loom))]
-    return Arc::downgrade(core);
-    #[cfg(tollgate_loom)]
-    return Some(Arc::clone(core));
+    Arc::downgrade(core)
+}
+#[cfg(tollgate_loom)]
+fn home_of(core: &Arc<Core>) -> Home {
+    Some(Arc::clone(core))
 }
 
 /// The limiter a budget goes back to, if it still exists.
+#[cfg(not(tollgate_loom))]
 fn upgrade(home: Home) -> Option<Arc<Core>> {
-    #[cfg(not(tollgate_loom))]
-    return home.upgrade();
-    #[cfg(tollgate_loom)]
-    return home;
+    home.upgrade()
+}
+#[cfg(tollgate_loom)]
+fn upgrade(home: Home) -> Option<Arc<Core>> {
+    home
 }
 
 /// The current thread's budget.
