@@ -4,8 +4,9 @@
 //! while a grant races it gives back what it was handed.
 //!
 //! The filler thread's idle hand-off loses no kick, and stopping it ends
-//! it wherever it is. Thread budgets conserve tokens, and a thread that
-//! exits gives its budget back.
+//! it wherever it is. Thread budgets conserve tokens, a thread that exits
+//! gives its budget back, and a timed-out waiter keeps a racing hand-off
+//! only in its budget.
 //!
 //! Most models drive a limiter on a manual clock with no filler thread: a
 //! "filler" thread advances the clock and calls `backlog()`, which fills
@@ -431,5 +432,27 @@ fn a_served_waiter_keeps_its_hand_off_in_a_budget_until_it_exits() {
         assert_eq!(second, 1, "4 ops of time, 2 asked for");
         // What is left of the hand-off goes back when the waiter exits.
         assert_conserved_after_exits(&limiter, 3);
+    });
+}
+
+#[test]
+fn a_timed_out_waiter_keeps_a_racing_hand_off_only_in_its_budget() {
+    loom::model(|| {
+        let (limiter, clock) = limiter_with_budgets();
+        assert!(limiter.try_acquire()); // empty the start allowance
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                u64::from(limiter.acquire_timeout(1, Duration::from_millis(1)).is_ok())
+            })
+        };
+        // Past the waiter's deadline, with four ops of time: a grant with a
+        // hand-off of three ops races the timeout. Granted, the waiter keeps
+        // the hand-off in its budget and gives it back on exit; timed out,
+        // it keeps nothing.
+        clock.advance(Duration::from_millis(4));
+        limiter.backlog();
+        let admitted = 1 + waiter.join().unwrap();
+        assert_conserved_after_exits(&limiter, admitted);
     });
 }
