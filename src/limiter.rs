@@ -1,14 +1,9 @@
 //! The public [`RateLimiter`]: a sliced, lock-free token pool that holds an
 //! op rate exactly and reports how far callers fell behind schedule.
 
-#[cfg(not(tollgate_loom))]
 mod budget;
-// The loom build has neither thread budgets nor a filler thread, so the
-// parts of these two that serve them go unused there.
-#[cfg_attr(tollgate_loom, allow(dead_code))]
 mod core;
 mod fast;
-#[cfg_attr(tollgate_loom, allow(dead_code))]
 mod filler;
 mod future;
 pub(crate) mod pool;
@@ -29,7 +24,7 @@ use self::spec::RateSpec;
 pub use self::stats::{Ledger, Stats};
 use self::units::{tokens_for_ops, MAX_OPS_PER_ACQUIRE};
 use crate::clock::{Clock, SystemClock};
-use crate::sync::Arc;
+use crate::sync::{spawn_named, Arc, JoinHandle};
 
 /// A rate limiter whose currency is schedule time.
 ///
@@ -61,7 +56,7 @@ use crate::sync::Arc;
 /// ```
 pub struct RateLimiter {
     core: Arc<Core>,
-    filler: Option<std::thread::JoinHandle<()>>,
+    filler: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -168,28 +163,19 @@ impl Builder {
             self.fill_interval,
             self.max_backlog,
         ));
-        let filler = if self.filler_thread && cfg!(not(tollgate_loom)) {
-            spawn_filler(&core, self.fill_interval)
-        } else {
-            None
-        };
+        let filler = self
+            .filler_thread
+            .then(|| spawn_filler(&core, self.fill_interval));
         RateLimiter { core, filler }
     }
 }
 
-#[cfg(not(tollgate_loom))]
-fn spawn_filler(core: &Arc<Core>, interval: Duration) -> Option<std::thread::JoinHandle<()>> {
+/// Starts the filler thread (a model thread under loom, where the models
+/// drive it with a manual clock).
+fn spawn_filler(core: &Arc<Core>, interval: Duration) -> JoinHandle<()> {
     let core = Arc::clone(core);
-    let handle = std::thread::Builder::new()
-        .name("tollgate-filler".into())
-        .spawn(move || filler::run(core, interval))
-        .expect("tollgate: cannot spawn the filler thread");
-    Some(handle)
-}
-
-#[cfg(tollgate_loom)]
-fn spawn_filler(_: &Arc<Core>, _: Duration) -> Option<std::thread::JoinHandle<()>> {
-    None
+    spawn_named("tollgate-filler", move || filler::run(core, interval))
+        .expect("tollgate: cannot spawn the filler thread")
 }
 
 /// The filler's default period: half the smallest active pool (1 ms), so

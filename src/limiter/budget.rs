@@ -30,10 +30,45 @@
 //! can never be spent on a new limiter that reuses a dropped one's memory.
 
 use std::cell::{Cell, RefCell};
-use std::sync::Weak;
 
 use super::core::Core;
 use crate::sync::Arc;
+
+/// Where a budget goes back to: a `Weak`, so that a budget never keeps a
+/// dropped limiter alive.
+#[cfg(not(tollgate_loom))]
+type Home = std::sync::Weak<Core>;
+
+/// Loom's `Arc` has no `Weak`: the model build holds the core itself. That
+/// keeps a dropped limiter's core alive until the thread exits (loom drops
+/// a model thread's locals when it ends, the main thread's included), and
+/// changes nothing while the limiter lives, which is all a model observes.
+#[cfg(tollgate_loom)]
+type Home = Option<Arc<Core>>;
+
+#[cfg(not(tollgate_loom))]
+const NO_HOME: Home = std::sync::Weak::new();
+#[cfg(tollgate_loom)]
+const NO_HOME: Home = None;
+
+#[cfg(not(tollgate_loom))]
+fn home_of(core: &Arc<Core>) -> Home {
+    Arc::downgrade(core)
+}
+#[cfg(tollgate_loom)]
+fn home_of(core: &Arc<Core>) -> Home {
+    Some(Arc::clone(core))
+}
+
+/// The limiter a budget goes back to, if it still exists.
+#[cfg(not(tollgate_loom))]
+fn upgrade(home: Home) -> Option<Arc<Core>> {
+    home.upgrade()
+}
+#[cfg(tollgate_loom)]
+fn upgrade(home: Home) -> Option<Arc<Core>> {
+    home
+}
 
 /// The current thread's budget.
 struct Local {
@@ -42,7 +77,7 @@ struct Local {
     /// Tokens left.
     tokens: Cell<u64>,
     /// Where to give the tokens back.
-    core: RefCell<Weak<Core>>,
+    core: RefCell<Home>,
 }
 
 impl Local {
@@ -50,9 +85,9 @@ impl Local {
     fn give_back(&self) {
         let tokens = self.tokens.replace(0);
         self.owner.set(0);
-        let core = std::mem::take(&mut *self.core.borrow_mut());
+        let core = std::mem::replace(&mut *self.core.borrow_mut(), NO_HOME);
         if tokens > 0 {
-            if let Some(core) = core.upgrade() {
+            if let Some(core) = upgrade(core) {
                 core.return_tokens(tokens);
             }
         }
@@ -65,13 +100,12 @@ impl Drop for Local {
     }
 }
 
-thread_local! {
-    static LOCAL: Local = const {
-        Local {
-            owner: Cell::new(0),
-            tokens: Cell::new(0),
-            core: RefCell::new(Weak::new()),
-        }
+crate::sync::thread_local! {
+    /// The current thread's budget (one per model thread under loom).
+    static LOCAL: Local = Local {
+        owner: Cell::new(0),
+        tokens: Cell::new(0),
+        core: RefCell::new(NO_HOME),
     };
 }
 
@@ -102,7 +136,7 @@ pub(crate) fn deposit(core: &Arc<Core>, tokens: u64) {
             if local.owner.get() != core.id() {
                 local.give_back();
                 local.owner.set(core.id());
-                *local.core.borrow_mut() = Arc::downgrade(core);
+                *local.core.borrow_mut() = home_of(core);
             }
             local.tokens.set(local.tokens.get() + tokens);
         })
@@ -125,7 +159,7 @@ pub(crate) fn refill(core: &Arc<Core>, need: u64) -> bool {
             if local.owner.get() != core.id() {
                 local.give_back();
                 local.owner.set(core.id());
-                *local.core.borrow_mut() = Arc::downgrade(core);
+                *local.core.borrow_mut() = home_of(core);
             }
             if core.try_take_fast(need + batch) {
                 local.tokens.set(local.tokens.get() + batch);

@@ -297,8 +297,7 @@ impl Core {
         self.serve();
     }
 
-    /// Tokens a served waiter is handed beyond its need; 0 in the loom
-    /// build, which has no thread budgets to keep them in.
+    /// Tokens a served waiter is handed beyond its need.
     fn handoff_tokens(&self) -> u64 {
         // Relaxed: a size hint written under the fill lock.
         self.published.handoff.load(Relaxed)

@@ -2,7 +2,6 @@
 //! thread's budget, then its slice; and where tokens handed beyond a
 //! served wait's need are kept.
 
-#[cfg(not(tollgate_loom))]
 use super::budget;
 use super::core::Core;
 use crate::sync::Arc;
@@ -10,21 +9,11 @@ use crate::sync::Arc;
 /// The fast paths: the thread's budget, then its slice.
 #[inline]
 pub(crate) fn take_fast(core: &Arc<Core>, need: u64) -> bool {
-    #[cfg(not(tollgate_loom))]
-    {
-        budget::try_take(core, need) || budget::refill(core, need)
-    }
-    #[cfg(tollgate_loom)]
-    {
-        core.try_take_fast(need)
-    }
+    budget::try_take(core, need) || budget::refill(core, need)
 }
 
 /// Keeps tokens a served wait was handed beyond its need in the thread's
-/// budget (the loom build hands none: it has no budgets).
+/// budget.
 pub(crate) fn keep_extra(core: &Arc<Core>, extra: u64) {
-    #[cfg(not(tollgate_loom))]
     budget::deposit(core, extra);
-    #[cfg(tollgate_loom)]
-    core.return_extra(extra);
 }

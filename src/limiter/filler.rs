@@ -65,7 +65,11 @@ impl FillerSignal {
     /// Tells the thread to exit, and wakes it so it does so now.
     pub(crate) fn stop(&self) {
         // SeqCst: seen by the thread's next state check, after the unpark.
-        self.state.store(STOPPED, SeqCst);
+        // A swap rather than a store: the same on hardware, but loom lets a
+        // plain store be ordered before a concurrent compare-exchange that
+        // did not read it, and would then show the thread going idle after
+        // the stop (a deadlock no real execution has).
+        self.state.swap(STOPPED, SeqCst);
         self.unpark();
     }
 

@@ -67,20 +67,12 @@ impl Core {
         let chunk = (st.sizing.active / (4 * slices)).max(TOKENS_PER_OP);
         // Budgets only where a slice chunk holds several ops (budget.rs).
         let batch = (chunk / 4).min(MAX_BATCH_OPS * TOKENS_PER_OP);
-        let batch = if cfg!(tollgate_loom) || batch < TOKENS_PER_OP {
-            0
-        } else {
-            batch
-        };
+        let batch = if batch < TOKENS_PER_OP { 0 } else { batch };
         // A waiter served by hand-off takes whole ops beyond its need, up
         // to half the active pool (wait.rs), where budgets exist: one fill
         // at the default interval, so a fill wakes one waiter, not two.
         let handoff_ops = (st.sizing.active / 2 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
-        let handoff = if cfg!(tollgate_loom) {
-            0
-        } else {
-            handoff_ops * TOKENS_PER_OP
-        };
+        let handoff = handoff_ops * TOKENS_PER_OP;
         // The filler may space its fills by up to two thirds of the time
         // the active pool covers: a fill that then comes half a spacing
         // late still fits in the pool (the same slack `sizing_for` gives
