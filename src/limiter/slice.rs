@@ -43,9 +43,13 @@ fn next_home() -> usize {
 }
 
 /// The current thread's home index (before masking).
+///
+/// A thread whose thread-locals are being destroyed (a budget giving its
+/// tokens back as the thread exits may serve waiters) has no home left:
+/// it is given the next index, which is as good as any.
 #[inline]
 fn home_hint() -> usize {
-    HOME.with(|home| {
+    HOME.try_with(|home| {
         let index = home.get();
         if index != usize::MAX {
             return index;
@@ -54,12 +58,14 @@ fn home_hint() -> usize {
         home.set(index);
         index
     })
+    .unwrap_or_else(|_| next_home())
 }
 
 /// Moves the current thread to another home after contention on its own.
 pub(crate) fn move_home() {
     let index = next_home();
-    HOME.with(|home| home.set(index));
+    // A thread past its thread-locals has no home to move (see `home_hint`).
+    let _ = HOME.try_with(|home| home.set(index));
 }
 
 /// Token counters, one per cache line.
