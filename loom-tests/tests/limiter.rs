@@ -206,8 +206,10 @@ fn a_timed_out_waiter_keeps_nothing_it_was_not_granted() {
         // the timeout race.
         clock.advance(Duration::from_millis(2));
         limiter.backlog();
+        // A grant that won the race may carry a hand-off beyond the op,
+        // kept in the waiter thread's budget until that thread exits.
         let admitted = 1 + waiter.join().unwrap();
-        assert_conserved(&limiter, admitted);
+        assert_conserved_after_exits(&limiter, admitted);
     });
 }
 
