@@ -23,7 +23,10 @@
 //! uncontended cores would give only on an idle machine) and by the two
 //! threads' own CPU time (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the
 //! time other processes held the cores, so that a loaded machine's time
-//! slicing does not swamp the per-decision cost.
+//! slicing does not swamp the per-decision cost. It also leaves out time a
+//! thread slept waiting for a lock, so it would flatter a limiter whose
+//! locks park threads (DashMap's can, under a writer): on a quiet machine,
+//! read the wall rates.
 //!
 //! Tollgate's store is created with room for 1.25 million keys: it
 //! allocates its slots for `max_keys` up front, so the cap sets its
