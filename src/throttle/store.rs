@@ -3,14 +3,19 @@
 //!
 //! # Implementation notes
 //!
-//! Keys hash (foldhash) to one of a power-of-two number of shards, each a
-//! `Mutex<HashMap>` padded to its own cache line so that two threads
-//! deciding for keys in different shards never share a line. A decision is
-//! one hash, one uncontended lock and one map probe; the policy's arithmetic
-//! runs under the shard lock on the key's plain state (no atomics inside).
+//! Keys hash (foldhash) to one of a power-of-two number of shards; each
+//! shard owns a run of cache-line slots in one open-addressed table (see
+//! `store/table.rs`) and a `Mutex` for the rare paths. A decision for a key
+//! already held is one hash, a probe (usually one slot, one cache miss) and
+//! the slot's own lock bit, set by compare-and-swap on that same line; the
+//! policy's arithmetic runs on the state inline in the slot. No shard-wide
+//! lock is taken on that path, so two threads contend only when they decide
+//! for the same key.
 //!
-//! Memory is bounded by `max_keys`, split evenly over the shards. A key
-//! seen for the first time is inserted only after its shard has room:
+//! A key seen for the first time takes its shard's mutex, probes again (so
+//! two threads never insert one key twice) and is inserted only after the
+//! shard has room. Memory is bounded by `max_keys`, split evenly over the
+//! shards:
 //!
 //! 1. Idle sweep: once per idle period, and whenever the shard is full,
 //!    entries untouched for the policy's [`Policy::idle_ns`] (and not
@@ -22,11 +27,15 @@
 //!    fresh: under churn beyond `max_keys` the store fails open for the
 //!    oldest keys rather than growing. Each such eviction is counted.
 //!
-//! Bans (see the throttler's rules) live in the same entry, so a banned key
-//! costs nothing extra and is never idle while banned.
+//! A removal locks the slot's bit first, so a concurrent decision on the
+//! key either completes before it or misses and inserts the key afresh.
+//!
+//! Bans (see the throttler's rules) live in the same slot: a tag bit marks
+//! the key banned and the slot's time word then holds the ban's end rather
+//! than the last use (a banned key is never idle, and after its ban it is
+//! idle from the ban's end, never earlier than from its last check).
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
@@ -36,16 +45,26 @@ use crossbeam_utils::CachePadded;
 use super::locks::lock;
 use super::policy::{Policy, Verdict};
 
+mod table;
+
+use table::{Guard, Occupancy, Table};
+
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 64;
 /// Keys per shard below which fewer shards are used.
 const MIN_KEYS_PER_SHARD: usize = 256;
-
 /// A policy applied independently to each key.
 ///
-/// Holds at most `max_keys` keys. With the token pool and short string
-/// keys a key costs about 170 bytes of heap (the 56-byte entry, the key,
-/// and the hash table's slack), measured in `tests/throttle_store.rs`.
+/// Holds at most `max_keys` keys (capped at [`MAX_KEYS`](Self::MAX_KEYS)).
+/// Its slots are allocated when it is created, 4/3 of a slot per key of
+/// `max_keys` (at most three quarters are ever occupied), each 64 bytes
+/// when the key and the policy's state fit in 48 bytes (a `u64` key with
+/// [`TokenPool`](super::TokenPool)) and 128 bytes up to 112 (a `Box<str>`
+/// key, whose text also lives on the heap). A `u64` key with a token pool
+/// thus costs 86 bytes of capacity, and a `Box<str>` key 171 plus its
+/// text (about 195 bytes per key held for short keys, measured in
+/// `tests/throttle_store.rs`). The allocation is zeroed lazily, so pages
+/// no key has touched take no resident memory.
 ///
 /// # Examples
 ///
@@ -63,27 +82,22 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// ```
 pub struct KeyedLimiter<P: Policy, K = Box<str>> {
     policy: P,
-    shards: Shards<K, P::State>,
+    table: Table<K, P::State>,
+    /// The rare paths' lock per shard, each on its own cache line so that
+    /// inserts in different shards do not share one.
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
     hasher: foldhash::fast::RandomState,
     shard_cap: usize,
     idle_ns: u64,
 }
 
-/// The shards, each on its own cache line.
-type Shards<K, S> = Box<[CachePadded<Mutex<Shard<K, S>>>]>;
-
-struct Shard<K, S> {
-    map: HashMap<K, Entry<S>, foldhash::fast::RandomState>,
+/// What a shard's mutex guards besides its run's layout.
+#[derive(Debug, Default)]
+struct Shard {
+    occupancy: Occupancy,
     last_sweep_ns: u64,
     evicted_idle: u64,
     evicted_full: u64,
-}
-
-struct Entry<S> {
-    state: S,
-    last_ns: u64,
-    /// Rejected without a check until this time (0: not banned).
-    banned_until_ns: u64,
 }
 
 /// Counts of keys dropped by a [`KeyedLimiter`].
@@ -106,30 +120,29 @@ pub(crate) struct BanCheck {
 }
 
 impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
+    /// The most keys a store holds, whatever `max_keys` asks: its slots are
+    /// allocated when it is created (zeroed, so untouched pages cost no
+    /// resident memory), and this keeps that allocation within reach of a
+    /// 64-bit machine.
+    pub const MAX_KEYS: usize = 1 << 26;
+
     /// Applies `policy` per key, keeping at most `max_keys` keys (at least
-    /// one per shard).
+    /// one per shard, at most [`MAX_KEYS`](Self::MAX_KEYS)).
     pub fn new(policy: P, max_keys: usize) -> KeyedLimiter<P, K> {
+        let max_keys = max_keys.min(Self::MAX_KEYS);
         let shards = (max_keys / MIN_KEYS_PER_SHARD)
             .clamp(1, MAX_SHARDS)
             .next_power_of_two()
             .min(MAX_SHARDS);
         let shard_cap = max_keys.div_ceil(shards).max(1);
-        let hasher = foldhash::fast::RandomState::default();
-        let shards = (0..shards)
-            .map(|_| {
-                CachePadded::new(Mutex::new(Shard {
-                    map: HashMap::with_hasher(hasher.clone()),
-                    last_sweep_ns: 0,
-                    evicted_idle: 0,
-                    evicted_full: 0,
-                }))
-            })
-            .collect();
+        // At most three quarters of a run occupied, and one slot free.
+        let run = (shard_cap * 4).div_ceil(3).max(shard_cap + 1);
         KeyedLimiter {
             idle_ns: policy.idle_ns(),
             policy,
-            shards,
-            hasher,
+            table: Table::new(shards, run),
+            shards: (0..shards).map(|_| CachePadded::default()).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             shard_cap,
         }
     }
@@ -146,8 +159,8 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.with_entry(key, now_ns, |policy, e| {
-            policy.check(&mut e.state, now_ns, cost)
+        self.with_entry(key, now_ns, |policy, state, _| {
+            policy.check(state, now_ns, cost)
         })
     }
 
@@ -158,8 +171,8 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.with_entry(key, now_ns, |policy, e| {
-            policy.settle(&mut e.state, now_ns, delta)
+        self.with_entry(key, now_ns, |policy, state, _| {
+            policy.settle(state, now_ns, delta)
         })
     }
 
@@ -172,21 +185,21 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.with_entry(key, now_ns, |policy, e| {
-            if e.banned_until_ns > now_ns {
+        self.with_entry(key, now_ns, |policy, state, banned_until_ns| {
+            if *banned_until_ns > now_ns {
                 return BanCheck {
                     verdict: Verdict::Reject {
-                        retry_after_ns: e.banned_until_ns - now_ns,
+                        retry_after_ns: *banned_until_ns - now_ns,
                     },
                     banned: true,
                     ban_started: false,
                 };
             }
-            let verdict = policy.check(&mut e.state, now_ns, cost);
+            let verdict = policy.check(state, now_ns, cost);
             match verdict {
                 Verdict::Reject { retry_after_ns } if retry_after_ns != u64::MAX => {
                     let until = now_ns.saturating_add(retry_after_ns).saturating_add(ban_ns);
-                    e.banned_until_ns = until;
+                    *banned_until_ns = until;
                     BanCheck {
                         verdict: Verdict::Reject {
                             retry_after_ns: until - now_ns,
@@ -206,7 +219,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.shards.iter().map(|s| lock(s).occupancy.len).sum()
     }
 
     /// Whether no key is held.
@@ -219,18 +232,24 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         self.shard_cap * self.shards.len()
     }
 
+    /// The bytes of the store's slot table (allocated when the store is
+    /// created; keys' and states' own heap memory comes on top).
+    pub fn table_bytes(&self) -> usize {
+        self.table.bytes()
+    }
+
     /// The number of banned keys at `now_ns`.
     pub fn banned(&self, now_ns: u64) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                lock(s)
-                    .map
-                    .values()
-                    .filter(|e| e.banned_until_ns > now_ns)
-                    .count()
-            })
-            .sum()
+        let mut banned = 0;
+        for (index, shard) in self.shards.iter().enumerate() {
+            let mut shard = lock(shard);
+            self.table.for_each(&mut shard.occupancy, index, |_, g| {
+                if g.banned() && g.time() > now_ns {
+                    banned += 1;
+                }
+            });
+        }
+        banned
     }
 
     /// Keys dropped so far.
@@ -246,16 +265,18 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
 
     /// Drops every idle key now (inserts also do this lazily).
     pub fn sweep(&self, now_ns: u64) {
-        for shard in self.shards.iter() {
-            lock(shard).sweep_idle(now_ns, self.idle_ns);
+        for (index, shard) in self.shards.iter().enumerate() {
+            self.sweep_idle(&mut lock(shard), index, now_ns);
         }
     }
 
+    /// Runs `f` on `key`'s state (inserting a fresh one if the key is new)
+    /// with the key's ban end (0: none), which `f` may set.
     fn with_entry<Q, R>(
         &self,
         key: &Q,
         now_ns: u64,
-        f: impl FnOnce(&P, &mut Entry<P::State>) -> R,
+        f: impl FnOnce(&P, &mut P::State, &mut u64) -> R,
     ) -> R
     where
         K: Borrow<Q>,
@@ -263,59 +284,87 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         Q::Owned: Into<K>,
     {
         let hash = self.hasher.hash_one(key);
-        // The high bits pick the shard; the map uses the whole hash.
+        // The high bits pick the shard; the table uses the rest.
         let index = (hash >> 40) as usize & (self.shards.len() - 1);
+        if let Some(guard) = self.table.find(index, hash, key) {
+            return self.decide(guard, now_ns, f);
+        }
         let mut shard = lock(&self.shards[index]);
-        if let Some(e) = shard.map.get_mut(key) {
-            e.last_ns = e.last_ns.max(now_ns);
-            return f(&self.policy, e);
+        // Another thread may have inserted the key, or a rebuild hidden it.
+        if let Some(guard) = self.table.find(index, hash, key) {
+            return self.decide(guard, now_ns, f);
         }
-        shard.make_room(now_ns, self.idle_ns, self.shard_cap);
-        let e = shard.map.entry(key.to_owned().into()).or_insert(Entry {
-            state: self.policy.new_state(now_ns),
-            last_ns: now_ns,
-            banned_until_ns: 0,
-        });
-        f(&self.policy, e)
-    }
-}
-
-impl<K: Hash + Eq, S> Shard<K, S> {
-    fn sweep_idle(&mut self, now_ns: u64, idle_ns: u64) {
-        let before = self.map.len();
-        self.map.retain(|_, e| {
-            now_ns.saturating_sub(e.last_ns) < idle_ns || e.banned_until_ns > now_ns
-        });
-        self.evicted_idle += (before - self.map.len()) as u64;
-        self.last_sweep_ns = now_ns;
+        self.make_room(&mut shard, index, now_ns);
+        let guard = self.table.insert(
+            &mut shard.occupancy,
+            index,
+            hash,
+            key.to_owned().into(),
+            self.policy.new_state(now_ns),
+            now_ns,
+        );
+        self.decide(guard, now_ns, f)
     }
 
-    fn make_room(&mut self, now_ns: u64, idle_ns: u64, cap: usize) {
-        let due = now_ns.saturating_sub(self.last_sweep_ns) >= idle_ns;
-        if due || self.map.len() >= cap {
-            self.sweep_idle(now_ns, idle_ns);
+    /// Runs `f` on a locked slot and records the use (or the ban).
+    fn decide<R>(
+        &self,
+        mut guard: Guard<'_, K, P::State>,
+        now_ns: u64,
+        f: impl FnOnce(&P, &mut P::State, &mut u64) -> R,
+    ) -> R {
+        let time = guard.time();
+        let mut banned_until_ns = if guard.banned() { time } else { 0 };
+        let result = f(&self.policy, guard.state(), &mut banned_until_ns);
+        if banned_until_ns > now_ns {
+            guard.set_time(banned_until_ns, true);
+        } else {
+            guard.set_time(time.max(now_ns), false);
         }
-        if self.map.len() < cap {
-            return;
+        result
+    }
+
+    fn sweep_idle(&self, shard: &mut Shard, index: usize, now_ns: u64) {
+        let idle_ns = self.idle_ns;
+        let mut evicted = 0;
+        self.table
+            .for_each(&mut shard.occupancy, index, |occupancy, g| {
+                // A banned slot's time is its ban's end: idle only from then.
+                let banned = g.banned() && g.time() > now_ns;
+                if !banned && now_ns.saturating_sub(g.time()) >= idle_ns {
+                    g.remove(occupancy);
+                    evicted += 1;
+                }
+            });
+        shard.evicted_idle += evicted;
+        shard.last_sweep_ns = now_ns;
+    }
+
+    fn make_room(&self, shard: &mut Shard, index: usize, now_ns: u64) {
+        let due = now_ns.saturating_sub(shard.last_sweep_ns) >= self.idle_ns;
+        if due || shard.occupancy.len >= self.shard_cap {
+            self.sweep_idle(shard, index, now_ns);
         }
-        // Drop the least recently used eighth (at least one key).
-        let mut times: Vec<u64> = self.map.values().map(|e| e.last_ns).collect();
-        let n = (times.len() / 8).max(1);
-        let (_, &mut threshold, _) = times.select_nth_unstable(n - 1);
-        let before = self.map.len();
-        let mut budget = n;
-        self.map.retain(|_, e| {
-            if budget > 0 && e.last_ns <= threshold {
-                budget -= 1;
-                false
-            } else {
-                true
-            }
-        });
-        self.evicted_full += (before - self.map.len()) as u64;
-        // Removals leave tombstones that would make the table grow on
-        // later inserts; rebuilding it at the cap keeps its size bounded.
-        self.map.shrink_to(cap);
+        if shard.occupancy.len >= self.shard_cap {
+            // Drop the least recently used eighth (at least one key).
+            let mut times = Vec::with_capacity(shard.occupancy.len);
+            self.table
+                .for_each(&mut shard.occupancy, index, |_, g| times.push(g.time()));
+            let n = (times.len() / 8).max(1);
+            let (_, &mut threshold, _) = times.select_nth_unstable(n - 1);
+            let mut budget = n;
+            self.table
+                .for_each(&mut shard.occupancy, index, |occupancy, g| {
+                    if budget > 0 && g.time() <= threshold {
+                        budget -= 1;
+                        g.remove(occupancy);
+                    }
+                });
+            shard.evicted_full += (n - budget) as u64;
+        }
+        if self.table.needs_rebuild(&shard.occupancy) {
+            self.table.rebuild(&mut shard.occupancy, index);
+        }
     }
 }
 
@@ -333,7 +382,8 @@ impl<P: Policy, K> fmt::Debug for KeyedLimiter<P, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::throttle::FixedWindow;
+    use crate::throttle::{FixedWindow, FixedWindowState, TokenPoolState};
+    use std::collections::HashMap;
     use std::time::Duration;
 
     fn window(limit: u64) -> FixedWindow {
@@ -397,5 +447,157 @@ mod tests {
             .check_with_ban(&7, 1100, 1, 1000)
             .verdict
             .is_admitted());
+    }
+
+    #[test]
+    fn a_u64_key_with_a_token_pool_takes_one_cache_line() {
+        assert_eq!(std::mem::size_of::<table::Slot<u64, TokenPoolState>>(), 64);
+        assert_eq!(
+            std::mem::size_of::<table::Slot<Box<str>, TokenPoolState>>(),
+            128
+        );
+        // 4 shards of 256 keys, 342 slots each, and one slot of room to
+        // align them.
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(window(1), 1024);
+        assert_eq!(store.max_keys(), 1024);
+        assert_eq!(store.table_bytes(), (4 * 342 + 1) * 64);
+    }
+
+    #[test]
+    fn max_keys_is_capped() {
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(window(1), usize::MAX);
+        assert_eq!(store.max_keys(), KeyedLimiter::<FixedWindow, u64>::MAX_KEYS);
+        assert!(store.check(&1, 0, 1).is_admitted());
+    }
+
+    /// The store's eviction rules on a plain map, for one shard.
+    struct Model {
+        keys: HashMap<u64, (FixedWindowState, u64)>,
+        cap: usize,
+        idle_ns: u64,
+        last_sweep_ns: u64,
+        evictions: Evictions,
+    }
+
+    impl Model {
+        fn check(&mut self, policy: &FixedWindow, key: u64, now_ns: u64) -> Verdict {
+            if !self.keys.contains_key(&key) {
+                let due = now_ns - self.last_sweep_ns >= self.idle_ns;
+                if due || self.keys.len() >= self.cap {
+                    let before = self.keys.len();
+                    let idle_ns = self.idle_ns;
+                    self.keys.retain(|_, (_, t)| now_ns - *t < idle_ns);
+                    self.evictions.idle += (before - self.keys.len()) as u64;
+                    self.last_sweep_ns = now_ns;
+                }
+                if self.keys.len() >= self.cap {
+                    let mut times: Vec<u64> = self.keys.values().map(|e| e.1).collect();
+                    times.sort_unstable();
+                    let n = (times.len() / 8).max(1);
+                    self.keys.retain(|_, (_, t)| *t > times[n - 1]);
+                    self.evictions.full += n as u64;
+                }
+                self.keys.insert(key, (policy.new_state(now_ns), now_ns));
+            }
+            let (state, time) = self.keys.get_mut(&key).unwrap();
+            *time = now_ns;
+            policy.check(state, now_ns, 1)
+        }
+    }
+
+    #[test]
+    fn decisions_match_a_map_through_evictions_and_rebuilds() {
+        // One shard of 64 keys in 86 slots; 200 keys churn through it, so
+        // slots are emptied, reused and rebuilt many times over.
+        let policy = FixedWindow::new(2, Duration::from_nanos(3000)).unwrap();
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(policy.clone(), 64);
+        let mut model = Model {
+            keys: HashMap::new(),
+            cap: 64,
+            idle_ns: policy.idle_ns(),
+            last_sweep_ns: 0,
+            evictions: Evictions::default(),
+        };
+        let (mut rng, mut now) = (0x9E37_79B9_7F4A_7C15u64, 0);
+        for step in 0..50_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Distinct times, so that the oldest eighth is one set of keys.
+            now += 1 + rng % 64;
+            // A skewed key: low keys often, high keys rarely.
+            let key = (rng >> 20) % (1 + (rng >> 40) % 200);
+            assert_eq!(
+                store.check(&key, now, 1),
+                model.check(&policy, key, now),
+                "step {step}, key {key}"
+            );
+        }
+        assert_eq!(store.len(), model.keys.len());
+        assert_eq!(store.evictions(), model.evictions);
+        assert!(model.evictions.full > 1000, "{:?}", model.evictions);
+        assert!(model.evictions.idle > 1000, "{:?}", model.evictions);
+    }
+
+    #[test]
+    fn threads_sharing_keys_never_lose_or_double_a_decision() {
+        // 4 threads x 20,000 checks over 16 keys (5,000 per key), with a
+        // limit of 4,000 per key: exactly 64,000 admitted.
+        let policy = FixedWindow::new(4000, Duration::from_secs(1)).unwrap();
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(policy, 1024);
+        let admitted: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let store = &store;
+                    scope.spawn(move || {
+                        (0..20_000u64)
+                            .filter(|i| store.check(&((i + t) % 16), *i, 1).is_admitted())
+                            .count() as u64
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 64_000);
+        assert_eq!(store.len(), 16);
+    }
+
+    #[test]
+    fn concurrent_churn_inserts_each_key_once_per_admission() {
+        // 4 shards of 256 keys; 4 threads each insert 20,000 fresh keys
+        // (each admitted once) and check 8 shared keys between them. With
+        // a limit of 1 per window and every time inside one window, a key
+        // is admitted exactly once per insertion, so every insertion is
+        // either still held or counted as evicted.
+        let policy = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(policy, 1024);
+        let shared_admitted: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let store = &store;
+                    scope.spawn(move || {
+                        let mut shared = 0;
+                        for i in 0..20_000u64 {
+                            let fresh = (t << 32) | i;
+                            assert!(store.check(&fresh, i, 1).is_admitted());
+                            if store.check(&(1 << 40 | (i % 8)), i, 1).is_admitted() {
+                                shared += 1;
+                            }
+                        }
+                        shared
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let ev = store.evictions();
+        assert_eq!(ev.idle, 0);
+        assert!(store.len() <= 1024);
+        assert_eq!(
+            ev.full + store.len() as u64,
+            4 * 20_000 + shared_admitted,
+            "{ev:?}, {} held",
+            store.len()
+        );
     }
 }
