@@ -363,6 +363,12 @@ impl Source for Core {
             self.in_flight.fetch_sub(sub, Relaxed);
         }
     }
+
+    fn head_untimed(&self) {
+        // The filler may be in a long sleep, standing back for the thread
+        // that headed the queue: the task now at the front needs it on time.
+        self.filler.hurry();
+    }
 }
 
 /// Takes up to `max` tokens from an atomic pool.

@@ -62,6 +62,17 @@ impl FillerSignal {
         }
     }
 
+    /// Cuts the running thread's sleep short, so that it re-reads how long
+    /// to sleep: a waiter that cannot time the fills now heads the queue,
+    /// and the thread may be asleep for the longer spacing it keeps while a
+    /// parked thread times them. An idle thread is left to `kick`.
+    pub(crate) fn hurry(&self) {
+        // SeqCst: as in `kick`.
+        if self.state.load(SeqCst) == RUNNING {
+            self.unpark();
+        }
+    }
+
     /// Tells the thread to exit, and wakes it so it does so now.
     pub(crate) fn stop(&self) {
         // SeqCst: seen by the thread's next state check, after the unpark.

@@ -74,6 +74,10 @@ pub(crate) trait Source {
     fn put_raw(&self, tokens: u64);
     /// Counts tokens gathered by, or released from, large requests.
     fn in_flight(&self, add: u64, sub: u64);
+    /// The queue's head no longer times the fills: a parked thread left the
+    /// front and a task, which cannot time itself, took its place. Called
+    /// after the queue lock is released.
+    fn head_untimed(&self);
 }
 
 /// How a waiter is woken.
@@ -233,12 +237,15 @@ impl WaitQueue {
         // SeqCst fence: orders the registration before the re-check of the
         // pool in `serve_locked`; pairs with the fence in `serve`.
         fence(SeqCst);
-        let woken = self.serve_locked(&mut inner, source, batch);
+        let (woken, untimed) = self.serve_locked(&mut inner, source, batch);
         drop(inner);
         for waiter in woken {
             if !std::sync::Arc::ptr_eq(&waiter, node) {
                 waiter.wake();
             }
+        }
+        if untimed {
+            source.head_untimed();
         }
     }
 
@@ -251,22 +258,27 @@ impl WaitQueue {
         if !self.has_waiters() {
             return;
         }
-        let woken = {
+        let (woken, untimed) = {
             let mut inner = lock(&self.inner);
             self.serve_locked(&mut inner, source, batch)
         };
         for waiter in woken {
             waiter.wake();
         }
+        if untimed {
+            source.head_untimed();
+        }
     }
 
-    /// The hand-off; returns the nodes to wake once the lock is released.
+    /// The hand-off; returns the nodes to wake once the lock is released,
+    /// and whether the head stopped timing the fills (see
+    /// [`Source::head_untimed`]).
     fn serve_locked(
         &self,
         inner: &mut Inner,
         source: &impl Source,
         batch: u64,
-    ) -> Vec<std::sync::Arc<Waiter>> {
+    ) -> (Vec<std::sync::Arc<Waiter>>, bool) {
         let mut woken = Vec::new();
         while let Some(front) = inner.nodes.front() {
             // Relaxed: every state change happens under the queue lock.
@@ -320,8 +332,9 @@ impl WaitQueue {
             }
         }
         // Relaxed: a hint; see `has_timed_head`.
-        self.timed_head.store(timed, Relaxed);
-        woken
+        let was_timed = self.timed_head.swap(timed, Relaxed);
+        let untimed = was_timed && !timed && !inner.nodes.is_empty();
+        (woken, untimed)
     }
 
     /// Takes `node` out of the queue, or reports that it was granted.
@@ -356,10 +369,13 @@ impl WaitQueue {
         }
         // The node may have been the front that blocked the others, and
         // what it gathered is back in the pool: serve.
-        let woken = self.serve_locked(&mut inner, source, batch);
+        let (woken, untimed) = self.serve_locked(&mut inner, source, batch);
         drop(inner);
         for waiter in woken {
             waiter.wake();
+        }
+        if untimed {
+            source.head_untimed();
         }
         Cancel::Left
     }
@@ -382,6 +398,7 @@ mod tests {
     struct Pool {
         tokens: Cell<u64>,
         in_flight: Cell<u64>,
+        untimed: Cell<u32>,
     }
 
     impl Source for Pool {
@@ -402,6 +419,9 @@ mod tests {
         }
         fn in_flight(&self, add: u64, sub: u64) {
             self.in_flight.set(self.in_flight.get() + add - sub);
+        }
+        fn head_untimed(&self) {
+            self.untimed.set(self.untimed.get() + 1);
         }
     }
 
@@ -459,6 +479,40 @@ mod tests {
         assert_eq!(small.granted(), Some(0), "served from what big gave back");
         assert_eq!((pool.tokens.get(), pool.in_flight.get()), (3, 0));
         assert_eq!(queue.cancel(&small, &pool, 0), Cancel::Granted(0));
+    }
+
+    /// A parked thread at the front times the fills; when it is served and
+    /// a task takes the front, the source hears of it once, after the lock.
+    #[test]
+    fn a_task_taking_the_front_from_a_thread_is_reported_once() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let thread = Arc::new(Waiter::thread(1, false, 0, std::thread::current()));
+        let (task, later) = (node(1), node(1));
+        queue.enqueue(&thread, &pool, 0);
+        assert!(queue.has_timed_head());
+        queue.enqueue(&task, &pool, 0);
+        assert_eq!(pool.untimed.get(), 0);
+        pool.put_raw(1);
+        queue.serve(&pool, 0);
+        assert_eq!(thread.granted(), Some(0));
+        assert!(!queue.has_timed_head());
+        assert_eq!(pool.untimed.get(), 1);
+        // A task after a task: nothing changes hands.
+        queue.enqueue(&later, &pool, 0);
+        pool.put_raw(1);
+        queue.serve(&pool, 0);
+        assert_eq!(task.granted(), Some(0));
+        assert_eq!(pool.untimed.get(), 1);
+        // The queue emptied by a thread's exit is not reported either.
+        let lone = Arc::new(Waiter::thread(1, false, 0, std::thread::current()));
+        pool.put_raw(1);
+        queue.serve(&pool, 0);
+        queue.enqueue(&lone, &pool, 0);
+        assert!(queue.has_timed_head());
+        pool.put_raw(1);
+        queue.serve(&pool, 0);
+        assert_eq!(lone.granted(), Some(0));
+        assert_eq!(pool.untimed.get(), 1);
     }
 
     #[test]
