@@ -15,6 +15,7 @@
 //! that server as a hold until its subtree has followed the cut, so the
 //! capacity is not handed out twice (`hold.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::algorithm::{Kind, Request};
@@ -24,8 +25,7 @@ use super::super::lease::{
     ServerGrant, Timestamp,
 };
 use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
-use super::state::EntryState;
-use super::state::Server;
+use super::state::{EntryState, Server, Snapshot};
 use super::wire::{Limits, Rules};
 use super::{hold, parent};
 
@@ -37,48 +37,39 @@ impl Server {
         &self,
         admit: impl FnOnce(&Rules<'_>) -> Result<CapacityRequest, RequestError>,
     ) -> Result<Answer<Vec<Grant>>, RequestError> {
-        let since = match self.mastership() {
-            Ok(since) => since,
-            Err(m) => return Ok(Answer::NotMaster(m)),
-        };
-        let snapshot = self.snapshot();
-        // Validate everything before changing anything.
-        let req = admit(&Rules {
-            limits: &self.inner.limits,
-            config: &snapshot.config,
-        })?;
-        let now = self.inner.clock.now();
-        let mut grants = Vec::with_capacity(req.resources.len());
-        for r in req.resources {
-            let request = Request {
-                client: &req.client_id,
-                has: r.has.map_or(0.0, |h| h.capacity),
-                wants: r.wants,
-                subclients: 1,
-            };
-            let (lease, safe) = self.entry(&r.resource_id, &snapshot, |state| {
-                let (lease, capacity) = state.decide(
-                    &request,
-                    r.priority,
-                    now,
-                    since,
-                    self.upstream(&r.resource_id),
-                    None,
-                );
-                let safe = state.template.safe_capacity.unwrap_or_else(|| {
-                    // Dynamic safe capacity: an equal share per subclient,
-                    // this client included.
-                    capacity / state.store.count().max(1) as f64
+        self.on_master(admit, |req, at| {
+            let mut grants = Vec::with_capacity(req.resources.len());
+            for r in req.resources {
+                let request = Request {
+                    client: &req.client_id,
+                    has: r.has.map_or(0.0, |h| h.capacity),
+                    wants: r.wants,
+                    subclients: 1,
+                };
+                let (lease, safe) = self.entry(&r.resource_id, &at.snapshot, |state| {
+                    let (lease, capacity) = state.decide(
+                        &request,
+                        r.priority,
+                        at.now,
+                        at.since,
+                        self.upstream(&r.resource_id),
+                        None,
+                    );
+                    let safe = state.template.safe_capacity.unwrap_or_else(|| {
+                        // Dynamic safe capacity: an equal share per subclient,
+                        // this client included.
+                        capacity / state.store.count().max(1) as f64
+                    });
+                    (lease, safe)
+                })?;
+                grants.push(Grant {
+                    resource_id: r.resource_id,
+                    lease: (&lease).into(),
+                    safe_capacity: Some(safe),
                 });
-                (lease, safe)
-            })?;
-            grants.push(Grant {
-                resource_id: r.resource_id,
-                lease: (&lease).into(),
-                safe_capacity: Some(safe),
-            });
-        }
-        Ok(Answer::Done(grants))
+            }
+            Ok(grants)
+        })
     }
 
     /// Decides a server client's request: each resource is one client (the
@@ -88,6 +79,58 @@ impl Server {
         &self,
         admit: impl FnOnce(&Rules<'_>) -> Result<ServerCapacityRequest, RequestError>,
     ) -> Result<Answer<Vec<ServerGrant>>, RequestError> {
+        self.on_master(admit, |req, at| {
+            let mut grants = Vec::with_capacity(req.resources.len());
+            for r in req.resources {
+                let request = Request {
+                    client: &req.server_id,
+                    has: r.has.map_or(0.0, |h| h.capacity),
+                    wants: r.wants(),
+                    subclients: r.subclients(),
+                };
+                // One client with one priority: the most urgent of its bands.
+                let priority = r.priority();
+                // Its `has` is what its subtree holds, until when at the latest.
+                let subtree = Subtree {
+                    reports: r.has.is_some(),
+                    until: r.has.map_or(Duration::ZERO, |h| h.expiry),
+                };
+                let (lease, algorithm, safe) =
+                    self.entry(&r.resource_id, &at.snapshot, |state| {
+                        let (lease, _) = state.decide(
+                            &request,
+                            priority,
+                            at.now,
+                            at.since,
+                            self.upstream(&r.resource_id),
+                            Some(subtree),
+                        );
+                        let algorithm = state.template.algorithm.clone();
+                        (lease, algorithm, state.template.safe_capacity)
+                    })?;
+                grants.push(ServerGrant {
+                    grant: Grant {
+                        resource_id: r.resource_id,
+                        lease: (&lease).into(),
+                        safe_capacity: safe,
+                    },
+                    algorithm: Some(algorithm),
+                });
+            }
+            Ok(grants)
+        })
+    }
+
+    /// What every capacity decision starts with: a follower answers
+    /// [`Answer::NotMaster`] and changes nothing; the master checks the
+    /// request with `admit` against its rules (before anything changes, so
+    /// an invalid request changes nothing either), then `decide`s it at one
+    /// time, under one configuration snapshot.
+    fn on_master<R, T>(
+        &self,
+        admit: impl FnOnce(&Rules<'_>) -> Result<R, RequestError>,
+        decide: impl FnOnce(R, &Decision) -> Result<T, RequestError>,
+    ) -> Result<Answer<T>, RequestError> {
         let since = match self.mastership() {
             Ok(since) => since,
             Err(m) => return Ok(Answer::NotMaster(m)),
@@ -97,44 +140,12 @@ impl Server {
             limits: &self.inner.limits,
             config: &snapshot.config,
         })?;
-        let now = self.inner.clock.now();
-        let mut grants = Vec::with_capacity(req.resources.len());
-        for r in req.resources {
-            let request = Request {
-                client: &req.server_id,
-                has: r.has.map_or(0.0, |h| h.capacity),
-                wants: r.wants(),
-                subclients: r.subclients(),
-            };
-            // One client with one priority: the most urgent of its bands.
-            let priority = r.priority();
-            // Its `has` is what its subtree holds, until when at the latest.
-            let subtree = Subtree {
-                reports: r.has.is_some(),
-                until: r.has.map_or(Duration::ZERO, |h| h.expiry),
-            };
-            let (lease, algorithm, safe) = self.entry(&r.resource_id, &snapshot, |state| {
-                let (lease, _) = state.decide(
-                    &request,
-                    priority,
-                    now,
-                    since,
-                    self.upstream(&r.resource_id),
-                    Some(subtree),
-                );
-                let algorithm = state.template.algorithm.clone();
-                (lease, algorithm, state.template.safe_capacity)
-            })?;
-            grants.push(ServerGrant {
-                grant: Grant {
-                    resource_id: r.resource_id,
-                    lease: (&lease).into(),
-                    safe_capacity: safe,
-                },
-                algorithm: Some(algorithm),
-            });
-        }
-        Ok(Answer::Done(grants))
+        let at = Decision {
+            since,
+            now: self.inner.clock.now(),
+            snapshot,
+        };
+        decide(req, &at).map(Answer::Done)
     }
 
     /// Releases a client's leases; unknown resources are ignored. `admit`
@@ -160,6 +171,18 @@ impl Server {
     fn upstream<'a>(&'a self, id: &'a str) -> Option<(&'a parent::Upstream, &'a str)> {
         self.inner.upstream.as_ref().map(|u| (u, id))
     }
+}
+
+/// When and under what configuration a master decides a request (see
+/// [`Server::on_master`]).
+#[derive(Debug)]
+struct Decision {
+    /// Since when this server has been the master.
+    since: Timestamp,
+    /// The time every lease of the request is decided at.
+    now: Timestamp,
+    /// The configuration the request was checked against.
+    snapshot: Arc<Snapshot>,
 }
 
 /// What a server client (GetServerCapacity) says of its subtree.
