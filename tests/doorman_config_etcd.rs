@@ -8,7 +8,6 @@
 //! `tests/doorman_etcd.rs` does, and fails (does not skip) when it cannot.
 //! Every wait polls with a generous bound; no timing is asserted.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,8 @@ use tollgate::doorman::reload::etcd::EtcdConfigSource;
 use tollgate::doorman::server::Server;
 use tollgate::quota::etcd::EtcdDocument;
 
+#[path = "common/cli.rs"]
+mod cli;
 #[path = "common/etcd.rs"]
 mod etcd;
 
@@ -37,81 +38,31 @@ fn document(capacity: u32) -> String {
     )
 }
 
-/// A `tollgate serve` process; killed on drop. Its log lines are kept.
+/// A `tollgate serve` process and its gRPC address; killed on drop. Its log
+/// lines are kept.
 struct ServeProcess {
-    child: Child,
+    process: cli::Server,
     addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl ServeProcess {
     fn start(endpoint: &str, election_key: &str) -> ServeProcess {
-        use std::io::{BufRead as _, BufReader};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--debug-port",
-                "0",
-            ])
-            .args(["--config", &format!("etcd:{KEY}")])
-            .args(["--etcd-endpoints", endpoint, "--election-key", election_key])
-            .args(["--election-ttl", "10s"])
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = log.clone();
-        // Drain the log for as long as the server runs.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let (Some(at), true) = (line.find("addr="), line.contains("gRPC listening")) {
-                    if let Some(tx) = tx.take() {
-                        let addr = line[at + 5..].split_whitespace().next().unwrap();
-                        let _ = tx.send(addr.to_owned());
-                    }
-                }
-                lines.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("the server logs its address: {:?}", log.lock().unwrap()));
-        ServeProcess { child, addr, log }
+        let mut process = cli::start(
+            cli::on_free_ports("serve")
+                .args(["--config", &format!("etcd:{KEY}")])
+                .args(["--etcd-endpoints", endpoint, "--election-key", election_key])
+                .args(["--election-ttl", "10s"]),
+        );
+        let addr = process.logged_addr("gRPC listening");
+        ServeProcess { process, addr }
     }
 
     fn logged(&self, what: &str) -> usize {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(what))
-            .count()
+        self.process.logged(what)
     }
 
     async fn is_master(&self) -> bool {
-        let Ok(mut c) = CapacityClient::connect(format!("http://{}", self.addr)).await else {
-            return false;
-        };
-        c.discovery(pb::DiscoveryRequest {})
-            .await
-            .is_ok_and(|r| r.into_inner().is_master)
+        cli::is_master(&self.addr).await
     }
 
     async fn capacity(&self) -> Option<f64> {
@@ -214,10 +165,7 @@ async fn an_elected_group_serves_the_config_watched_in_etcd() {
     assert_eq!(nodes[master].capacity().await, Some(50.0));
 
     // The follower serves the same configuration once it is master.
-    // SAFETY: kill has no memory-safety preconditions; the pid is our
-    // child's, not yet reaped.
-    let sent = unsafe { libc::kill(nodes[master].child.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(sent, 0);
+    nodes[master].process.signal(libc::SIGTERM);
     until(
         Duration::from_secs(30),
         "the follower takes over",
@@ -229,7 +177,7 @@ async fn an_elected_group_serves_the_config_watched_in_etcd() {
         nodes[follower].logged("loaded configuration path=etcd:/tollgate/config"),
         1,
         "one change applied, the invalid one refused: {:?}",
-        nodes[follower].log.lock().unwrap()
+        nodes[follower].process.lines()
     );
     drop(nodes);
     drop(etcd);
@@ -237,7 +185,7 @@ async fn an_elected_group_serves_the_config_watched_in_etcd() {
 
 #[test]
 fn etcd_config_needs_endpoints_and_an_existing_valid_key() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let out = cli::tollgate()
         .args(["serve", "--port", "0", "--debug-port", "0"])
         .args(["--config", "etcd:/tollgate/config"])
         .output()
@@ -247,16 +195,7 @@ fn etcd_config_needs_endpoints_and_an_existing_valid_key() {
     assert!(err.contains("--etcd-endpoints"), "{err}");
 
     let etcd = start_etcd();
-    let missing = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--debug-port",
-            "0",
-        ])
+    let missing = cli::on_free_ports("serve")
         .args(["--config", "etcd:/tollgate/absent"])
         .args(["--etcd-endpoints", &etcd.endpoint])
         .output()

@@ -8,7 +8,7 @@
 //! (see the failover test), and the measured figures are printed.
 
 use std::fmt;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,8 @@ use tracing::Level;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
+#[path = "common/cli.rs"]
+mod cli;
 #[path = "common/etcd.rs"]
 mod etcd;
 
@@ -640,67 +642,26 @@ async fn mastership_survives_a_stall_shorter_than_the_lease_and_ends_with_it() {
     drop(etcd);
 }
 
-/// A `tollgate serve` process in an etcd election; killed on drop.
+/// A `tollgate serve` process in an etcd election and its gRPC address;
+/// killed on drop.
 struct ServeProcess {
-    child: Child,
+    process: cli::Server,
     addr: String,
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl ServeProcess {
     fn start(endpoint: &str, key: &str, ttl: Duration) -> ServeProcess {
-        use std::io::{BufRead as _, BufReader};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--debug-port",
-                "0",
-            ])
-            .args(["--etcd-endpoints", endpoint, "--election-key", key])
-            .args(["--election-ttl", &format!("{}s", ttl.as_secs())])
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let log = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Drain the log for as long as the server runs.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(log).lines().map_while(Result::ok) {
-                if let (Some(at), true) = (line.find("addr="), line.contains("gRPC listening")) {
-                    if let Some(tx) = tx.take() {
-                        let addr = line[at + 5..].split_whitespace().next().unwrap();
-                        let _ = tx.send(addr.to_owned());
-                    }
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server logs its address");
-        ServeProcess { child, addr }
+        let mut process = cli::start(
+            cli::on_free_ports("serve")
+                .args(["--etcd-endpoints", endpoint, "--election-key", key])
+                .args(["--election-ttl", &format!("{}s", ttl.as_secs())]),
+        );
+        let addr = process.logged_addr("gRPC listening");
+        ServeProcess { process, addr }
     }
 
     async fn is_master(&self) -> bool {
-        let Ok(mut c) = CapacityClient::connect(format!("http://{}", self.addr)).await else {
-            return false;
-        };
-        c.discovery(pb::DiscoveryRequest {})
-            .await
-            .is_ok_and(|r| r.into_inner().is_master)
+        cli::is_master(&self.addr).await
     }
 }
 
@@ -727,10 +688,7 @@ async fn sigterm_resigns_mastership_at_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let follower = 1 - master;
-    // SAFETY: kill has no memory-safety preconditions; the pid is our
-    // child's, not yet reaped.
-    let sent = unsafe { libc::kill(nodes[master].child.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(sent, 0);
+    nodes[master].process.signal(libc::SIGTERM);
     let signalled = Instant::now();
     while !nodes[follower].is_master().await {
         assert!(
@@ -746,7 +704,7 @@ async fn sigterm_resigns_mastership_at_once() {
     );
     // Resigning, not the lease lapsing, ended the term: well under the TTL.
     assert!(takeover < ttl / 2, "takeover took {takeover:?}");
-    let status = tokio::task::block_in_place(|| nodes[master].child.wait().unwrap());
+    let status = tokio::task::block_in_place(|| nodes[master].process.exit_status());
     assert!(status.success(), "{status:?}");
     drop(etcd);
 }

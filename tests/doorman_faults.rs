@@ -8,10 +8,9 @@
 //! far below what an unbounded server reaches; CPU time against a small
 //! fraction of a window, where a spinning accept loop uses all of it.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,8 +19,10 @@ use tokio::net::TcpStream;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 
-/// A guard against hanging; never part of what is asserted.
-const HANG: Duration = Duration::from_secs(60);
+#[path = "common/cli.rs"]
+mod cli;
+
+use cli::HANG;
 
 /// The server's RSS must stay below this under the stream and idle attack:
 /// 1,000 streams each holding most of a 64 KiB message (the default cap)
@@ -30,83 +31,48 @@ const HANG: Duration = Duration::from_secs(60);
 /// streams holding 4 MiB each took a server to 419 MB.)
 const RSS_BOUND_MIB: u64 = 128;
 
-/// Kills the server when the test ends, passing or not.
+/// A `tollgate serve` process and its gRPC address; killed when the test
+/// ends, passing or not.
 struct Server {
-    child: Child,
+    process: cli::Server,
     addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
     /// Starts `tollgate serve` with `extra` flags, through `sh -c` with
     /// `prefix` (e.g. `ulimit -n 64;`) when given.
     fn start(prefix: &str, extra: &[&str]) -> Server {
-        let mut args = vec![
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--debug-port",
-            "0",
-        ];
-        args.extend_from_slice(extra);
-        let bin = env!("CARGO_BIN_EXE_tollgate");
-        let mut command = if prefix.is_empty() {
-            let mut c = Command::new(bin);
-            c.args(&args);
-            c
-        } else {
-            let mut c = Command::new("sh");
-            c.arg("-c")
+        let mut command = cli::on_free_ports("serve");
+        command.args(extra);
+        if !prefix.is_empty() {
+            let mut shell = Command::new("sh");
+            shell
+                .arg("-c")
                 .arg(format!("{prefix} exec \"$0\" \"$@\""))
-                .arg(bin)
-                .args(&args);
-            c
-        };
-        let mut child = command
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        // Drain the log for as long as the server runs, so it never blocks
-        // on a full pipe.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("gRPC listening") {
-                    if let Some(tx) = tx.take() {
-                        let at = line.find("addr=").unwrap();
-                        let _ =
-                            tx.send(line[at + 5..].split_whitespace().next().unwrap().to_owned());
-                    }
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx.recv_timeout(HANG).expect("the server logs its address");
-        Server { child, addr, log }
+                .arg(command.get_program())
+                .args(command.get_args());
+            command = shell;
+        }
+        let mut process = cli::start(&mut command);
+        let addr = process.logged_addr("gRPC listening");
+        Server { process, addr }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
-    fn logged(&self, text: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+    /// Whether a log line containing `text` comes, waiting at most
+    /// [`HANG`]. The log is read by another thread, so a line the server
+    /// wrote just before an event the test saw may still be on its way.
+    async fn logs(&self, text: &str) -> bool {
+        tokio::time::timeout(HANG, async {
+            while self.process.logged(text) == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok()
     }
 
     fn rss_mib(&self) -> u64 {
@@ -126,7 +92,7 @@ impl Server {
     }
 
     fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.process.alive()
     }
 
     async fn client(&self) -> CapacityClient<tonic::transport::Channel> {
@@ -364,13 +330,10 @@ async fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
     for _ in 0..100 {
         idle.push(TcpStream::connect(&server.addr).await.unwrap());
     }
-    tokio::time::timeout(HANG, async {
-        while !server.logged("accept failed; backing off") {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("EMFILE is logged");
+    assert!(
+        server.logs("accept failed; backing off").await,
+        "EMFILE is logged"
+    );
     // CPU time over a window while descriptors are exhausted: a loop that
     // retries accept at once uses all of it.
     let window_ms = 1_000;
@@ -392,42 +355,11 @@ async fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
     assert!(server.alive());
 }
 
-/// Sends `signal` to the server.
-fn kill(server: &Server, signal: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions; the pid is our
-    // child's, which has not been reaped.
-    assert_eq!(
-        unsafe { libc::kill(server.pid() as libc::pid_t, signal) },
-        0
-    );
-}
-
-/// Waits for the server to exit; returns its status.
-fn exit_status(server: &mut Server) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + HANG;
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_without_config_is_logged_and_ignored() {
     let mut server = Server::start("", &[]);
-    kill(&server, libc::SIGHUP);
-    tokio::time::timeout(HANG, async {
-        while !server.logged("SIGHUP ignored") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("SIGHUP is logged");
+    server.process.signal(libc::SIGHUP);
+    assert!(server.logs("SIGHUP ignored").await, "SIGHUP is logged");
     assert!(server.alive());
     server.client().await.get_capacity(ask("a")).await.unwrap();
 }
@@ -443,14 +375,11 @@ async fn sighup_with_config_reloads() {
     )
     .unwrap();
     let mut server = Server::start("", &["--config", path.to_str().unwrap()]);
-    kill(&server, libc::SIGHUP);
-    tokio::time::timeout(HANG, async {
-        while !server.logged("SIGHUP: reloading configuration") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("SIGHUP reloads");
+    server.process.signal(libc::SIGHUP);
+    assert!(
+        server.logs("SIGHUP: reloading configuration").await,
+        "SIGHUP reloads"
+    );
     assert!(server.alive());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -467,26 +396,14 @@ async fn sigterm_and_sigint_exit_cleanly_despite_stuck_connections() {
         let _stuck = partial_streams(&server.addr, 1, 1_000, 10).await;
         // Let the stuck stream's frames reach the server (not asserted).
         tokio::time::sleep(Duration::from_millis(300)).await;
-        kill(&server, signal);
-        let status = tokio::task::block_in_place(|| exit_status(&mut server));
+        server.process.signal(signal);
+        let status = tokio::task::block_in_place(|| server.process.exit_status());
         assert!(status.success(), "signal {signal}: {status:?}");
         // The log is read by another thread: wait for its last lines.
-        let logged = |text: &'static str| {
-            let server = &server;
-            async move {
-                tokio::time::timeout(HANG, async {
-                    while !server.logged(text) {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                })
-                .await
-                .is_ok()
-            }
-        };
-        assert!(logged("shutting down").await);
+        assert!(server.logs("shutting down").await);
         // The stuck stream kept the drain going until its deadline.
-        assert!(logged("drain deadline passed").await);
-        assert!(logged("stopped").await);
+        assert!(server.logs("drain deadline passed").await);
+        assert!(server.logs("stopped").await);
         // Nothing listens any more.
         assert!(TcpStream::connect(&server.addr).await.is_err());
     }

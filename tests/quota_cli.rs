@@ -21,20 +21,7 @@ async fn quota_serves_allow() {
         "ok.yaml",
         "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     );
-    let mut server = cli::start(
-        cli::tollgate()
-            .args([
-                "quota",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--debug-port",
-                "0",
-                "--config",
-            ])
-            .arg(&path),
-    );
+    let mut server = cli::start(cli::on_free_ports("quota").arg("--config").arg(&path));
     let addr = tokio::task::block_in_place(|| server.logged_addr("quota gRPC listening"));
     let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
         .await

@@ -8,15 +8,7 @@ use tollgate::doorman::pb::capacity_client::CapacityClient;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_without_config_grants_capacity() {
-    let mut server = cli::start(cli::tollgate().args([
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--debug-port",
-        "0",
-    ]));
+    let mut server = cli::start(&mut cli::on_free_ports("serve"));
     let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening"));
 
     let mut client = CapacityClient::connect(format!("http://{addr}"))
