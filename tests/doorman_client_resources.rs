@@ -9,12 +9,11 @@ use tollgate::doorman::client::{
     Client, ExpiryMode, GaugeResource, LeaseLayer, RateOptions, RateResource, Rejected,
     ResourceOptions, Source,
 };
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
-use tollgate::doorman::server::Server;
 use tower::{Layer as _, ServiceExt as _};
+
+#[path = "common/lease_server.rs"]
+mod lease_server;
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -29,15 +28,7 @@ resources:
 "#;
 
 async fn start() -> Client {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::new(
-        Config::from_yaml(CONFIG).unwrap(),
-        &election,
-        Arc::new(SystemWallClock),
-    );
-    tokio::spawn(server.serve(listener, std::future::pending()));
+    let (_, addr) = lease_server::serve(CONFIG).await;
     Client::builder().server(addr).build().unwrap()
 }
 
@@ -52,10 +43,7 @@ async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::client:
 async fn a_gauge_caps_operations_in_flight_at_the_lease() {
     // Before any answer (nothing listens on this port) a safe-mode gauge
     // has no safe capacity and admits nothing.
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let dead = lease_server::nowhere().await;
     let unanswered = Client::builder().server(dead).build().unwrap();
     let gauge = GaugeResource::new(&unanswered, "gauge", ResourceOptions::new(2.7), None).unwrap();
     assert_eq!(gauge.resource().current().source, Source::Pending);
@@ -167,10 +155,7 @@ async fn estimated_wants_follow_the_demand_that_was_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_any_answer_each_mode_applies_its_fallback() {
     // Nothing listens on this port.
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let dead = lease_server::nowhere().await;
     let client = Client::builder().server(dead).build().unwrap();
     let make = |id: &str, mode| {
         RateResource::new(
@@ -205,10 +190,7 @@ async fn before_any_answer_each_mode_applies_its_fallback() {
 /// Paused tokio time: the layer waits exactly its bound, then rejects.
 #[tokio::test(start_paused = true)]
 async fn the_layer_waits_exactly_its_bound_before_rejecting() {
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let dead = lease_server::nowhere().await;
     let client = Client::builder().server(dead).build().unwrap();
     let rate = RateResource::new(
         &client,

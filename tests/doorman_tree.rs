@@ -15,6 +15,9 @@ use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::server::{Parent, Server};
 use tonic::transport::Channel;
 
+#[path = "common/lease_server.rs"]
+mod lease_server;
+
 /// The root: 100 units, refresh 4 s, no learning mode.
 const ROOT: &str = r#"
 resources:
@@ -38,15 +41,12 @@ struct Running {
 }
 
 async fn start(yaml: &str, parent: Option<(&str, &str)>) -> Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
-    let config = Config::from_yaml(yaml).unwrap();
+    let (listener, addr) = lease_server::listen().await;
     let server = match parent {
-        None => Server::new(config, &election, Arc::new(SystemWallClock)),
+        None => lease_server::master_at(yaml, &addr),
         Some((parent, id)) => Server::with_parent(
-            config,
-            &election,
+            Config::from_yaml(yaml).unwrap(),
+            &Single::new(Some(addr.clone())),
             Arc::new(SystemWallClock),
             Parent {
                 address: parent.to_owned(),

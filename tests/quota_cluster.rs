@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::doorman::client::Client;
-use tollgate::doorman::clock::SystemWallClock as DoormanClock;
-use tollgate::doorman::config::Config as DoormanConfig;
-use tollgate::doorman::election::single::Single;
-use tollgate::doorman::server::Server;
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::{Limits, Quota, Request, Status};
+
+#[path = "common/lease_server.rs"]
+mod lease_server;
 
 const RATE: f64 = 1000.0;
 const SIZE: u64 = 100;
@@ -39,33 +38,68 @@ namespaces:
       api: {size: 100, fill_rate: 1000, max_tokens_per_request: 1000}
 ";
 
-fn rate_of(q: &Quota) -> f64 {
+/// The rate of `namespace/bucket` on one server: its share of the leased
+/// rate (`None` while the bucket does not exist there).
+fn share(q: &Quota, namespace: &str, bucket: &str) -> Option<f64> {
     q.registry()
-        .settings("svc", "api")
-        .map_or(0.0, |s| s.rate().ops_per_sec())
+        .settings(namespace, bucket)
+        .map(|s| s.rate().ops_per_sec())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_servers_share_one_rate_by_demand() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let lease_addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(lease_addr.clone()));
-    let server = Server::new(
-        DoormanConfig::from_yaml(LEASES).unwrap(),
-        &election,
-        Arc::new(DoormanClock),
-    );
-    tokio::spawn(server.serve(listener, std::future::pending()));
+/// The first test's share: of `svc/api`, 0 while it does not exist.
+fn rate_of_api(q: &Quota) -> f64 {
+    share(q, "svc", "api").unwrap_or(0.0)
+}
+
+/// Samples the servers' shares of `namespace/bucket` every 200 ms until
+/// `settled` holds of them (leases settle after a couple of refresh
+/// intervals of 1 s and a demand measurement; later on a loaded machine, so
+/// for up to 150 samples, 30 s), asserting at every sample that they never
+/// sum to more than `cap` + 2 %. Returns the last sample.
+async fn settle(
+    quotas: &[Arc<Quota>],
+    (namespace, bucket): (&str, &str),
+    cap: f64,
+    settled: impl Fn(&[f64]) -> bool,
+) -> Vec<f64> {
+    let mut rates = Vec::new();
+    for _ in 0..150 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rates = quotas
+            .iter()
+            .map(|q| share(q, namespace, bucket).unwrap_or(0.0))
+            .collect();
+        let sum: f64 = rates.iter().sum();
+        assert!(sum <= cap * 1.02, "shares summed to {sum}: {rates:?}");
+        if settled(&rates) {
+            break;
+        }
+    }
+    rates
+}
+
+/// A lease server on 127.0.0.1:0 deciding by `leases`, and `servers` quota
+/// servers configured by `quota` in cluster mode under it, each asking
+/// every 200 ms. With `prime`, each server makes that bucket of `svc`
+/// exist before its cluster mode starts.
+async fn cluster(
+    leases: &str,
+    quota: &str,
+    servers: usize,
+    prime: Option<&str>,
+) -> Vec<Arc<Quota>> {
+    let (_, lease_addr) = lease_server::serve(leases).await;
 
     let mut quotas = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..servers {
         let quota = Arc::new(Quota::new(
-            Config::from_yaml(QUOTA).unwrap(),
+            Config::from_yaml(quota).unwrap(),
             Limits::default(),
             Arc::new(tollgate::SystemClock::new()),
         ));
-        // Make the shared bucket exist before the load starts.
-        quota.allow(&Request::new("svc", "api", 1).max_wait_millis(0));
+        if let Some(bucket) = prime {
+            quota.allow(&Request::new("svc", bucket, 1).max_wait_millis(0));
+        }
         let client = Client::builder()
             .server(lease_addr.clone())
             .build()
@@ -77,46 +111,59 @@ async fn three_servers_share_one_rate_by_demand() {
         ));
         quotas.push(quota);
     }
+    quotas
+}
+
+/// Load on one server until `stop`: `per_tick` requests for one token of
+/// `(namespace, bucket)` every `every_ms`, each granted only from tokens on
+/// hand; `granted` runs for each one granted.
+fn load(
+    quota: &Arc<Quota>,
+    (namespace, bucket): (&'static str, &'static str),
+    per_tick: u32,
+    every_ms: u64,
+    stop: &Arc<AtomicBool>,
+    granted: impl Fn() + Send + 'static,
+) {
+    let quota = Arc::clone(quota);
+    let stop = Arc::clone(stop);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            for _ in 0..per_tick {
+                let d = quota.allow(&Request::new(namespace, bucket, 1).max_wait_millis(0));
+                if d.status == Status::Ok {
+                    granted();
+                }
+            }
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_share_one_rate_by_demand() {
+    // Make the shared bucket exist before the load starts.
+    let quotas = cluster(LEASES, QUOTA, 3, Some("api")).await;
 
     // Uneven load: 20, 3 and 1 requests every 10 ms (2000, 300, 100 per s
     // if the machine keeps up), each granted only from tokens on hand.
     let granted: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
     let stop = Arc::new(AtomicBool::new(false));
     for (i, per_tick) in [20, 3, 1].into_iter().enumerate() {
-        let quota = Arc::clone(&quotas[i]);
         let granted = Arc::clone(&granted);
-        let stop = Arc::clone(&stop);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                for _ in 0..per_tick {
-                    let d = quota.allow(&Request::new("svc", "api", 1).max_wait_millis(0));
-                    if d.status == Status::Ok {
-                        granted[i].fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
+        load(&quotas[i], ("svc", "api"), per_tick, 10, &stop, move || {
+            granted[i].fetch_add(1, Ordering::Relaxed);
         });
     }
 
-    // Leases settle after a couple of refresh intervals (1 s each) and a
-    // demand measurement; later on a loaded machine, so wait for the busy
-    // server to hold the largest share (up to 30 s).
-    let mut rates: Vec<f64> = Vec::new();
-    for _ in 0..150 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        rates = quotas.iter().map(|q| rate_of(q)).collect();
-        assert!(rates.iter().sum::<f64>() <= RATE * 1.02, "{rates:?}");
-        if rates[0] > rates[1] && rates[0] > rates[2] {
-            break;
-        }
-    }
+    // Wait for the busy server to hold the largest share.
+    let busiest = |rates: &[f64]| rates[0] > rates[1] && rates[0] > rates[2];
+    let rates = settle(&quotas, ("svc", "api"), RATE, busiest).await;
     assert!(
-        rates[0] > rates[1] && rates[0] > rates[2],
+        busiest(&rates),
         "the busy server should hold the largest share: {rates:?}"
     );
-    assert!(rates.iter().sum::<f64>() <= RATE * 1.02, "{rates:?}");
 
     // The combined granted rate over a window, tokens on hand at its start
     // included (at most the configured size, split between the servers).
@@ -125,7 +172,7 @@ async fn three_servers_share_one_rate_by_demand() {
     let mut max_sum: f64 = 0.0;
     for _ in 0..15 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let sum: f64 = quotas.iter().map(|q| rate_of(q)).sum();
+        let sum: f64 = quotas.iter().map(|q| rate_of_api(q)).sum();
         max_sum = max_sum.max(sum);
     }
     let after: u64 = granted.iter().map(|g| g.load(Ordering::Relaxed)).sum();
@@ -138,7 +185,7 @@ async fn three_servers_share_one_rate_by_demand() {
         "granted {total} in {window:.2} s"
     );
     assert!(max_sum <= RATE * 1.02, "shares summed to {max_sum}");
-    let last: Vec<f64> = quotas.iter().map(|q| rate_of(q)).collect();
+    let last: Vec<f64> = quotas.iter().map(|q| rate_of_api(q)).collect();
     eprintln!(
         "shares once settled: {rates:?}, at the end: {last:?}; granted {total} in {window:.2} s ({:.0}/s)",
         total / window
@@ -162,88 +209,39 @@ namespaces:
     dynamic_bucket_template: {size: 10, fill_rate: 100}
 ";
 
-fn dynamic_rate(q: &Quota, name: &str) -> Option<f64> {
-    q.registry()
-        .settings("users", name)
-        .map(|s| s.rate().ops_per_sec())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_buckets_share_their_template_rate_by_demand() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let lease_addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(lease_addr.clone()));
-    let server = Server::new(
-        DoormanConfig::from_yaml(DYNAMIC_LEASES).unwrap(),
-        &election,
-        Arc::new(DoormanClock),
-    );
-    tokio::spawn(server.serve(listener, std::future::pending()));
-
-    let mut quotas = Vec::new();
-    for _ in 0..2 {
-        let quota = Arc::new(Quota::new(
-            Config::from_yaml(DYNAMIC_QUOTA).unwrap(),
-            Limits::default(),
-            Arc::new(tollgate::SystemClock::new()),
-        ));
-        let client = Client::builder()
-            .server(lease_addr.clone())
-            .build()
-            .unwrap();
-        tokio::spawn(cluster::run(
-            Arc::clone(&quota),
-            client,
-            ClusterOptions::default().interval(Duration::from_millis(200)),
-        ));
-        quotas.push(quota);
-    }
+    let quotas = cluster(DYNAMIC_LEASES, DYNAMIC_QUOTA, 2, None).await;
     // Let cluster mode start on both before the first dynamic bucket.
     tokio::time::sleep(Duration::from_millis(50)).await;
     // A dynamic bucket made in cluster mode starts at a share of zero, not
     // at the template's full rate.
     quotas[0].allow(&Request::new("users", "alice", 1).max_wait_millis(0));
-    let first = dynamic_rate(&quotas[0], "alice").unwrap();
+    let first = share(&quotas[0], "users", "alice").unwrap();
     assert!(first < 1.0, "a new dynamic bucket started at {first}/s");
 
     // "alice" on both servers, unevenly: 1000/s asked of the first, 20/s
     // of the second (if the machine keeps up).
     let stop = Arc::new(AtomicBool::new(false));
     for (i, per_tick, every) in [(0, 10, 10), (1, 1, 50)] {
-        let quota = Arc::clone(&quotas[i]);
-        let stop = Arc::clone(&stop);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(every));
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                for _ in 0..per_tick {
-                    quota.allow(&Request::new("users", "alice", 1).max_wait_millis(0));
-                }
-            }
-        });
+        load(
+            &quotas[i],
+            ("users", "alice"),
+            per_tick,
+            every,
+            &stop,
+            || {},
+        );
     }
-    // Leases settle after a couple of refresh intervals (1 s each) and a
-    // demand measurement; later on a loaded machine, so wait for the split
-    // (up to 30 s), checking at every sample that the shares never exceed
-    // the template's rate.
-    let mut max_sum: f64 = 0.0;
-    let mut rates = Vec::new();
-    for _ in 0..150 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        rates = quotas
-            .iter()
-            .map(|q| dynamic_rate(q, "alice").unwrap_or(0.0))
-            .collect();
-        max_sum = max_sum.max(rates.iter().sum());
-        if rates[0] > rates[1] && rates[1] > 1.0 {
-            break;
-        }
-    }
+    // Wait for the split, the shares never exceeding the template's rate.
+    let rates = settle(&quotas, ("users", "alice"), 100.0, |rates| {
+        rates[0] > rates[1] && rates[1] > 1.0
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     // The template's 100/s is split, never exceeded, and the busy server
     // holds the larger share (fair share: the second's 20/s, the rest to
     // the first).
-    assert!(max_sum <= 100.0 * 1.02, "shares summed to {max_sum}");
     assert!(rates[0] > rates[1], "{rates:?}");
     assert!(rates[1] > 1.0, "{rates:?}");
     eprintln!("dynamic bucket shares: {rates:?}");

@@ -23,6 +23,12 @@ use tollgate::doorman::server::{Parent, Server, ServerLimits};
 use tollgate::doorman::tls::{ClientTls, ServerTls};
 use tonic::transport::Endpoint;
 
+#[path = "common/lease_server.rs"]
+mod lease_server;
+
+#[path = "common/cli.rs"]
+mod cli;
+
 /// A guard on how long any wait may take before the test fails.
 const HANG: Duration = Duration::from_secs(60);
 
@@ -74,14 +80,8 @@ fn leaf(dir: &Path, name: &str, names: &[&str], ca: &Ca) -> (PathBuf, PathBuf) {
 /// Serves YAML over `tls` on 127.0.0.1:0; returns the address and the
 /// sender that stops the server.
 async fn serve(tls: ServerTls) -> (String, oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::new(
-        Config::from_yaml(YAML).unwrap(),
-        &election,
-        Arc::new(SystemWallClock),
-    );
+    let (listener, addr) = lease_server::listen().await;
+    let server = lease_server::master_at(YAML, &addr);
     let (stop, stopped) = oneshot::channel::<()>();
     let limits = ServerLimits::default();
     tokio::spawn(async move {
@@ -188,101 +188,77 @@ async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_
 
 /// Runs the tollgate binary with `args`; returns its exit code and stderr.
 fn tollgate(args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = cli::tollgate().args(args).output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
+/// Go Doorman's TLS flag names, as `lease` and `serve` read them: a
+/// missing file is named, whether the flags are written with two dashes or
+/// with one, as Go's flag package writes them (`-name value` or
+/// `-name=value`).
 #[test]
-fn go_doormans_flag_names_are_read_and_a_missing_file_is_named() {
-    let (code, stderr) = tollgate(&[
-        "lease",
-        "r",
-        "--ca_file",
+fn go_doormans_flag_names_are_read_with_two_dashes_or_one_and_a_missing_file_is_named() {
+    // The `lease` flags, the `serve` flags, and the file each names first.
+    let two_dashes: (&[&str], &[&str], &str, &str) = (
+        &["--ca_file", "/nonexistent/ca.pem"],
+        &[
+            "--tls",
+            "--cert_file",
+            "/nonexistent/server.pem",
+            "--key_file",
+            "/nonexistent/server.key",
+        ],
         "/nonexistent/ca.pem",
-        "--count",
-        "1",
-    ]);
-    assert_eq!(code, Some(1));
-    assert!(
-        stderr.contains("cannot read TLS file /nonexistent/ca.pem"),
-        "{stderr}"
-    );
-
-    let (code, stderr) = tollgate(&[
-        "serve",
-        "--port",
-        "0",
-        "--debug-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--tls",
-        "--cert_file",
         "/nonexistent/server.pem",
-        "--key_file",
-        "/nonexistent/server.key",
-    ]);
-    assert_eq!(code, Some(1));
-    assert!(
-        stderr.contains("cannot read TLS file /nonexistent/server.pem"),
-        "{stderr}"
     );
-}
-
-#[test]
-fn go_doormans_one_dash_flags_are_read_as_go_writes_them() {
-    let (code, stderr) = tollgate(&[
-        "lease",
-        "r",
-        "-ca_file=/nonexistent/one-dash-ca.pem",
-        "--count",
-        "1",
-    ]);
-    assert_eq!(code, Some(1));
-    assert!(
-        stderr.contains("cannot read TLS file /nonexistent/one-dash-ca.pem"),
-        "{stderr}"
-    );
-
-    let (code, stderr) = tollgate(&[
-        "serve",
-        "--port",
-        "0",
-        "--debug-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "-tls",
-        "-cert_file",
+    let one_dash: (&[&str], &[&str], &str, &str) = (
+        &["-ca_file=/nonexistent/one-dash-ca.pem"],
+        &[
+            "-tls",
+            "-cert_file",
+            "/nonexistent/one-dash.pem",
+            "-key_file=/nonexistent/one-dash.key",
+        ],
+        "/nonexistent/one-dash-ca.pem",
         "/nonexistent/one-dash.pem",
-        "-key_file=/nonexistent/one-dash.key",
-    ]);
-    assert_eq!(code, Some(1));
-    assert!(
-        stderr.contains("cannot read TLS file /nonexistent/one-dash.pem"),
-        "{stderr}"
     );
+    for (lease_tls, serve_tls, ca, cert) in [two_dashes, one_dash] {
+        let lease = [&["lease", "r"], lease_tls, &["--count", "1"]].concat();
+        let (code, stderr) = tollgate(&lease);
+        assert_eq!(code, Some(1), "{lease:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot read TLS file {ca}")),
+            "{lease:?}: {stderr}"
+        );
+
+        let serve = [
+            &[
+                "serve",
+                "--port",
+                "0",
+                "--debug-port",
+                "0",
+                "--host",
+                "127.0.0.1",
+            ],
+            serve_tls,
+        ]
+        .concat();
+        let (code, stderr) = tollgate(&serve);
+        assert_eq!(code, Some(1), "{serve:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot read TLS file {cert}")),
+            "{serve:?}: {stderr}"
+        );
+    }
 
     // Only those names: another one-dash word is still clap's error.
     let (code, stderr) = tollgate(&["serve", "-tls_cert", "x"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("unexpected argument"), "{stderr}");
-}
-
-/// Kills the child process when the test ends, passing or not.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// One Allow for 2 tokens of svc/db over `tls`: the tokens granted, or the
@@ -309,7 +285,6 @@ async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
-    use std::io::{BufRead as _, BufReader};
     let d = dir("quota");
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
@@ -320,41 +295,18 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
         "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "quota",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--debug-port",
-            "0",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .arg("--tls-client-ca")
-        .arg(&client_ca.cert_file)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = child.stderr.take().unwrap();
-    let _guard = Killed(child);
-    let addr = tokio::task::block_in_place(|| {
-        for line in BufReader::new(log).lines().map_while(Result::ok) {
-            if line.contains("quota gRPC listening over TLS") {
-                let at = line.find("addr=").expect("the log line names its address");
-                return line[at + 5..].split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("tollgate quota exited before listening");
-    });
+    let mut quota = cli::start(
+        cli::on_free_ports("quota")
+            .arg("--config")
+            .arg(&config)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .arg("--tls-client-ca")
+            .arg(&client_ca.cert_file),
+    );
+    let addr = tokio::task::block_in_place(|| quota.logged_addr("quota gRPC listening over TLS"));
 
     let anonymous = ClientTls::new(&server_ca.cert_file);
     assert!(refused_by_the_server(allow(&addr, &anonymous).await.err()));
@@ -376,14 +328,8 @@ resources:
 /// A root server on 127.0.0.1:0 serving YAML over `tls`: the server (to
 /// read its leases) and its address.
 async fn root(tls: ServerTls) -> (Server, String) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::new(
-        Config::from_yaml(YAML).unwrap(),
-        &election,
-        Arc::new(SystemWallClock),
-    );
+    let (listener, addr) = lease_server::listen().await;
+    let server = lease_server::master_at(YAML, &addr);
     server.spawn_background(Duration::from_secs(1));
     let serving = server.clone();
     tokio::spawn(async move {
@@ -403,8 +349,7 @@ async fn root(tls: ServerTls) -> (Server, String) {
 /// An intermediate server on 127.0.0.1:0 (plain gRPC to its clients) whose
 /// poller asks `parent` as `id` over `tls`; returns its address.
 async fn intermediate(parent: &str, id: &str, tls: &ClientTls) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
+    let (listener, addr) = lease_server::listen().await;
     let election = Single::new(Some(addr.clone()));
     let server = Server::with_parent_tls(
         Config::from_yaml(MID).unwrap(),
@@ -545,35 +490,20 @@ async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
         "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     )
     .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "quota",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--debug-port",
-            "0",
-            "--cluster-interval",
-            "100ms",
-            "--lease-servers",
-            &root_addr,
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--lease-tls-ca")
-        .arg(&server_ca.cert_file)
-        .arg("--lease-tls-cert")
-        .arg(&cert)
-        .arg("--lease-tls-key")
-        .arg(&key)
-        .arg("--lease-tls-server-name")
-        .arg("localhost")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _guard = Killed(child);
+    let _quota = cli::start(
+        cli::on_free_ports("quota")
+            .args(["--cluster-interval", "100ms", "--lease-servers", &root_addr])
+            .arg("--config")
+            .arg(&config)
+            .arg("--lease-tls-ca")
+            .arg(&server_ca.cert_file)
+            .arg("--lease-tls-cert")
+            .arg(&cert)
+            .arg("--lease-tls-key")
+            .arg(&key)
+            .arg("--lease-tls-server-name")
+            .arg("localhost"),
+    );
 
     // The root records a lease only for a GetCapacity that came through
     // the mutual TLS handshake.
