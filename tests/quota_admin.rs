@@ -3,30 +3,15 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::config::Config;
 use tollgate::quota::{Limits, Quota, Request, Status};
 use tollgate::ManualClock;
 
-/// One HTTP/1.1 request; returns the status code and the body.
-async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let msg = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(msg.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let code = out[9..12].parse().unwrap();
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_owned();
-    (code, body)
-}
+#[path = "common/http1.rs"]
+mod http1;
+
+use http1::http;
 
 const CONFIG: &str =
     "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";

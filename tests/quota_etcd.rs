@@ -9,7 +9,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tollgate::quota::admin::{self, Admin, AdminError};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
@@ -20,6 +19,11 @@ use tollgate::ManualClock;
 mod etcd;
 
 use etcd::start_etcd;
+
+#[path = "common/http1.rs"]
+mod http1;
+
+use http1::http;
 
 fn temp_dir(what: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
@@ -32,25 +36,6 @@ fn temp_dir(what: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// One HTTP/1.1 request; returns the status code and the body.
-async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let msg = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(msg.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let code = out[9..12].parse().unwrap();
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_owned();
-    (code, body)
 }
 
 const CONFIG: &str = "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";

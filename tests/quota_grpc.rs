@@ -6,12 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tollgate::quota::config::Config;
 use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate::quota::pb::{allow_response, AllowRequest, AllowResponse};
 use tollgate::quota::{grpc, http, reload, Limits, Quota};
 use tollgate::ManualClock;
+
+#[path = "common/http1.rs"]
+mod http1;
+
+use http1::http;
 
 /// namespace = 1 (string), bucket_name = 2 (string), tokens_requested = 3
 /// (int64), max_wait_millis_override = 4 (int64), max_wait_time_override = 5
@@ -173,25 +177,6 @@ async fn allow_over_grpc() {
     // Raw golden bytes on the wire decode to the same request.
     let golden = AllowRequest::decode(NEGATIVE).unwrap();
     assert_eq!(call(golden).await, (S::RejectedInvalidRequest, 0, 0));
-}
-
-/// One HTTP/1.1 request; returns the status code and the body.
-async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let msg = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(msg.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let code = out[9..12].parse().unwrap();
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_owned();
-    (code, body)
 }
 
 #[tokio::test]
