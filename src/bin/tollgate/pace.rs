@@ -386,10 +386,14 @@ fn coordinate(
     let mut stall_seen = control.stalled;
     let mut next_tick = plan.interval;
     let end;
+    let stats;
     loop {
         let now = run.now();
         if now >= plan.duration {
             end = (now, shared.ops());
+            // At the same moment as the count: the ops admitted and the ops
+            // run, side by side.
+            stats = limiter.stats();
             control.stop = true;
             control.epoch += 1;
             shared.set_control(control);
@@ -434,7 +438,6 @@ fn coordinate(
     let host_cores = HostCpu::now()
         .zip(host_start)
         .map(|(now, start)| now.busy_cores_since(&start));
-    let stats = limiter.stats();
     let backlog = limiter.backlog();
 
     // The last (possibly partial) interval: wait briefly for every worker's
@@ -495,6 +498,11 @@ fn coordinate(
             elapsed,
             nanos(backlog),
             active_pool_ns(&plan.spec),
+            report::Admitted {
+                ops: stats.admitted,
+                run: end.1,
+                op_ns: 1e9 / target,
+            },
             plan.stalls.is_some(),
         ),
     }

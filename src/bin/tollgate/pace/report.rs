@@ -97,6 +97,24 @@ pub(super) struct Summary {
     pub(super) warning: Option<String>,
 }
 
+/// What the limiter had admitted when a run ended, beside the ops run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admitted {
+    /// `stats().admitted` when the ops were counted.
+    pub(super) ops: u64,
+    /// The ops the callers had run by then.
+    pub(super) run: u64,
+    /// One op's schedule time, in ns (`1e9 / rate`).
+    pub(super) op_ns: f64,
+}
+
+impl Admitted {
+    /// Admitted ops no caller ran.
+    fn unrun(&self) -> u64 {
+        self.ops.saturating_sub(self.run)
+    }
+}
+
 /// Why a run achieved less than 99 % of its target rate, or `None` if it
 /// did not or if the shortfall fits in the active pool (`pool_ns`, its
 /// most: `max(1 ms, 2 ops) * burst_ratio`), as at very low rates where a
@@ -106,16 +124,28 @@ pub(super) struct Summary {
 /// pools grow only by elapsed time and shrink only by what ops take. So
 /// the schedule the run missed, `elapsed * (1 - ratio)`, is still in the
 /// pools at the end, and beyond what the active pool holds it is backlog,
-/// unless the limiter fell behind the clock. A backlog of at least half
-/// the missed schedule therefore means that ops were due and no caller
-/// came to take them: the callers, not the limiter, were the bottleneck
-/// (too few threads, a slow op, a busy machine, or the stalls asked for).
-/// A smaller backlog points at the limiter or at the measurement.
+/// unless the limiter fell behind the clock or admitted ops that no caller
+/// ran. A backlog of at least half the missed schedule therefore means that
+/// ops were due and no caller came to take them: the callers, not the
+/// limiter, were the bottleneck (too few threads, a slow op, a busy
+/// machine, or the stalls asked for).
+///
+/// Otherwise, admitted ops not run that make up at least half the missed
+/// schedule mean that most of what the run missed was admitted and did not
+/// reach the callers by the end: it waits in the callers' thread-local
+/// budgets. A caller served from the wait queue keeps there
+/// what it is handed beyond its op, and when that is a fraction of an op
+/// it can spend it only together with its next grant, after its next turn
+/// in the queue: with many callers, often after the run.
+///
+/// Anything else points at the limiter falling behind the clock or at the
+/// measurement.
 pub(super) fn shortfall(
     ratio: f64,
     elapsed_s: f64,
     backlog_ns: u64,
     pool_ns: f64,
+    admitted: Admitted,
     stalled: bool,
 ) -> Option<String> {
     if !(ratio < 0.99) || !(elapsed_s > 0.0) {
@@ -136,6 +166,18 @@ pub(super) fn shortfall(
             "achieved {percent:.1}% below target because the callers were the bottleneck, \
              not the limiter: {} of ops were due and not taken at the end; {why}",
             nanos(backlog_ns)
+        )
+    } else if admitted.unrun() as f64 * admitted.op_ns >= 0.5 * missed_ns {
+        let unrun = admitted.unrun();
+        format!(
+            "achieved {percent:.1}% below target, most of it in ops the limiter admitted and \
+             no caller ran: {unrun} of the {} ops it admitted ({} of schedule; the run missed {}) \
+             were not run by the end, held in the callers' thread-local budgets (a caller served from the \
+             wait queue keeps a fraction of an op it is handed beyond its own until its next \
+             turn) or granted to callers not yet running",
+            admitted.ops,
+            nanos((unrun as f64 * admitted.op_ns) as u64),
+            nanos(missed_ns as u64)
         )
     } else {
         format!(
@@ -364,29 +406,85 @@ mod tests {
     fn a_shortfall_with_a_backlog_is_the_callers() {
         // On target, or within 1 %: nothing to say.
         const POOL: f64 = 1.1e6;
-        assert_eq!(shortfall(1.0, 5.0, 0, POOL, false), None);
-        assert_eq!(shortfall(0.991, 5.0, 45_000_000, POOL, false), None);
+        // 5 s at 1K ops/s, every admitted op run.
+        let all_run = |run| Admitted {
+            ops: run,
+            run,
+            op_ns: 1e6,
+        };
+        assert_eq!(shortfall(1.0, 5.0, 0, POOL, all_run(5000), false), None);
+        assert_eq!(
+            shortfall(0.991, 5.0, 45_000_000, POOL, all_run(4955), false),
+            None
+        );
         // 2 ops in 2.5 s at 1 op/s: the missed 0.5 s is in the active pool
         // (2 ops of time, 2.2 s with burst 1.1), not a bottleneck.
-        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, false), None);
+        let slow = Admitted {
+            ops: 2,
+            run: 2,
+            op_ns: 1e9,
+        };
+        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, slow, false), None);
         // 10 % short over 5 s misses 500 ms of schedule; 250 ms or more of
         // it still due at the end means no caller came for it.
-        let w = shortfall(0.9, 5.0, 250_000_000, POOL, false).unwrap();
+        let w = shortfall(0.9, 5.0, 250_000_000, POOL, all_run(4500), false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target because the callers were the bottleneck, \
              not the limiter: 250.0ms of ops were due and not taken at the end; \
              more threads (--threads), a shorter --op-time or a less busy machine would help"
         );
-        let w = shortfall(0.9, 5.0, 400_000_000, POOL, true).unwrap();
+        let w = shortfall(0.9, 5.0, 400_000_000, POOL, all_run(4500), true).unwrap();
         assert!(w.ends_with("the stalls left a backlog the burst ratio had not cleared by the end"));
-        // Less than half of it due: the limiter fell behind.
-        let w = shortfall(0.9, 5.0, 249_000_000, POOL, false).unwrap();
+        // Less than half of it due, and every admitted op run: the limiter
+        // fell behind.
+        let w = shortfall(0.9, 5.0, 249_000_000, POOL, all_run(4500), false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target although the limiter held only 249.0ms of backlog \
              at the end (the run missed 500.0ms): the limiter or the measurement fell behind \
              the clock"
+        );
+    }
+
+    #[test]
+    fn a_shortfall_of_admitted_ops_not_run_is_named() {
+        const POOL: f64 = 2.2e6;
+        // 1K ops/s for 2 s: the limiter admitted its 2004 ops (the target
+        // and the active pool's first ops), the callers ran 1666 of them.
+        // The run missed 334 ms; 338 ops not run are 338 ms, more than half.
+        let admitted = Admitted {
+            ops: 2004,
+            run: 1666,
+            op_ns: 1e6,
+        };
+        let w = shortfall(0.833, 2.0, 0, POOL, admitted, false).unwrap();
+        assert_eq!(
+            w,
+            "achieved 16.7% below target, most of it in ops the limiter admitted and no \
+             caller ran: 338 of the 2004 ops it admitted (338.0ms of schedule; the run missed \
+             334.0ms) were not run by the end, held in the callers' thread-local budgets (a \
+             caller served from the wait queue keeps a fraction of an op it is handed beyond \
+             its own until its next turn) or granted to callers not yet running"
+        );
+        // A backlog of half the missed schedule (or more) still names the
+        // callers, whatever else is unrun.
+        let w = shortfall(0.833, 2.0, 168_000_000, POOL, admitted, false).unwrap();
+        assert!(w.contains("the callers were the bottleneck"), "{w}");
+        // 20 % short over 2 s misses 400 ms: 200 unrun ops (200 ms) are
+        // half of it and name the budgets; 199 do not, and leave the
+        // limiter or the measurement.
+        let run_1600 = |ops| Admitted {
+            ops,
+            run: 1600,
+            op_ns: 1e6,
+        };
+        let w = shortfall(0.8, 2.0, 0, POOL, run_1600(1800), false).unwrap();
+        assert!(w.contains("200 of the 1800 ops it admitted"), "{w}");
+        let w = shortfall(0.8, 2.0, 0, POOL, run_1600(1799), false).unwrap();
+        assert!(
+            w.ends_with("the limiter or the measurement fell behind the clock"),
+            "{w}"
         );
     }
 
