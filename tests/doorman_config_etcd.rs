@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use tollgate::doorman::clock::SystemWallClock;
 use tollgate::doorman::election::single::Single;
-use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
 use tollgate::doorman::server::Server;
 use tollgate::quota::etcd::EtcdDocument;
 
+#[path = "common/ask.rs"]
+mod ask;
 #[path = "common/cli.rs"]
 mod cli;
 #[path = "common/etcd.rs"]
@@ -76,15 +77,7 @@ async fn capacity_at(addr: &str) -> Option<f64> {
         .await
         .ok()?;
     let response = c
-        .get_capacity(pb::GetCapacityRequest {
-            client_id: "probe".into(),
-            resource: vec![pb::ResourceRequest {
-                resource_id: "r".into(),
-                priority: 0,
-                has: None,
-                wants: 1000.0,
-            }],
-        })
+        .get_capacity(ask::get_capacity("probe", "r", 0, 1000.0, None))
         .await
         .ok()?
         .into_inner();

@@ -26,6 +26,8 @@ use tracing::Level;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
+#[path = "common/ask.rs"]
+mod ask;
 #[path = "common/cli.rs"]
 mod cli;
 #[path = "common/etcd.rs"]
@@ -159,22 +161,10 @@ impl Probe {
                 let mut c = CapacityClient::connect(format!("http://{addr}"))
                     .await
                     .map_err(|e| e.to_string())?;
-                c.get_capacity(pb::GetCapacityRequest {
-                    client_id: self.id.clone(),
-                    resource: vec![pb::ResourceRequest {
-                        resource_id: "r".into(),
-                        priority: 0,
-                        has: has.map(|capacity| pb::Lease {
-                            expiry_time: 0,
-                            refresh_interval: 0,
-                            capacity,
-                        }),
-                        wants,
-                    }],
-                })
-                .await
-                .map(tonic::Response::into_inner)
-                .map_err(|e| e.to_string())
+                c.get_capacity(ask::get_capacity(&self.id, "r", 0, wants, has))
+                    .await
+                    .map(tonic::Response::into_inner)
+                    .map_err(|e| e.to_string())
             };
             let r = match tokio::time::timeout(Duration::from_secs(2), call).await {
                 Ok(Ok(r)) => r,

@@ -19,6 +19,8 @@ use tokio::net::TcpStream;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 
+#[path = "common/ask.rs"]
+mod ask;
 #[path = "common/cli.rs"]
 mod cli;
 
@@ -120,16 +122,9 @@ fn raise_nofile() -> u64 {
     }
 }
 
+/// `client` asking for 10 of "r".
 fn ask(client: &str) -> pb::GetCapacityRequest {
-    pb::GetCapacityRequest {
-        client_id: client.into(),
-        resource: vec![pb::ResourceRequest {
-            resource_id: "r".into(),
-            priority: 0,
-            has: None,
-            wants: 10.0,
-        }],
-    }
+    ask::get_capacity(client, "r", 0, 10.0, None)
 }
 
 /// Asks for capacity over and over on one connection; counts answers and

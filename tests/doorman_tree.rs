@@ -15,6 +15,8 @@ use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::server::{Parent, Server};
 use tonic::transport::Channel;
 
+#[path = "common/ask.rs"]
+mod ask;
 #[path = "common/lease_server.rs"]
 mod lease_server;
 
@@ -73,19 +75,7 @@ async fn get(
     has: Option<f64>,
 ) -> pb::Lease {
     let r = c
-        .get_capacity(pb::GetCapacityRequest {
-            client_id: client.into(),
-            resource: vec![pb::ResourceRequest {
-                resource_id: "r".into(),
-                priority: 1,
-                has: has.map(|capacity| pb::Lease {
-                    expiry_time: 0,
-                    refresh_interval: 0,
-                    capacity,
-                }),
-                wants,
-            }],
-        })
+        .get_capacity(ask::get_capacity(client, "r", 1, wants, has))
         .await
         .unwrap()
         .into_inner();

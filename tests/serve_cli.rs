@@ -1,5 +1,7 @@
 //! `tollgate serve` starts with one command (no config) and answers gRPC.
 
+#[path = "common/ask.rs"]
+mod ask;
 #[path = "common/cli.rs"]
 mod cli;
 
@@ -22,15 +24,7 @@ async fn serve_without_config_grants_capacity() {
     assert!(d.is_master);
     assert_eq!(d.mastership.master_address.as_deref(), Some(addr.as_str()));
     let r = client
-        .get_capacity(pb::GetCapacityRequest {
-            client_id: "c".into(),
-            resource: vec![pb::ResourceRequest {
-                resource_id: "anything".into(),
-                priority: 0,
-                has: None,
-                wants: 10.0,
-            }],
-        })
+        .get_capacity(ask::get_capacity("c", "anything", 0, 10.0, None))
         .await
         .unwrap()
         .into_inner();
