@@ -186,13 +186,25 @@ async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_
     assert_eq!(lease(&addr, &known).await, 10.0);
 }
 
-/// Runs the tollgate binary with `args`; returns its exit code and stderr.
-fn tollgate(args: &[&str]) -> (Option<i32>, String) {
-    let out = cli::tollgate().args(args).output().unwrap();
+/// Runs `command` (a tollgate command) to its end; returns its exit code
+/// and stderr.
+fn exit_and_stderr(command: &mut std::process::Command) -> (Option<i32>, String) {
+    let out = command.output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A quota configuration file in `d`: one bucket, svc/db, of 2 tokens.
+fn quota_config(d: &Path) -> PathBuf {
+    let config = d.join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    config
 }
 
 /// Go Doorman's TLS flag names, as `lease` and `serve` read them: a
@@ -227,36 +239,23 @@ fn go_doormans_flag_names_are_read_with_two_dashes_or_one_and_a_missing_file_is_
     );
     for (lease_tls, serve_tls, ca, cert) in [two_dashes, one_dash] {
         let lease = [&["lease", "r"], lease_tls, &["--count", "1"]].concat();
-        let (code, stderr) = tollgate(&lease);
+        let (code, stderr) = exit_and_stderr(cli::tollgate().args(&lease));
         assert_eq!(code, Some(1), "{lease:?}: {stderr}");
         assert!(
             stderr.contains(&format!("cannot read TLS file {ca}")),
             "{lease:?}: {stderr}"
         );
 
-        let serve = [
-            &[
-                "serve",
-                "--port",
-                "0",
-                "--debug-port",
-                "0",
-                "--host",
-                "127.0.0.1",
-            ],
-            serve_tls,
-        ]
-        .concat();
-        let (code, stderr) = tollgate(&serve);
-        assert_eq!(code, Some(1), "{serve:?}: {stderr}");
+        let (code, stderr) = exit_and_stderr(cli::on_free_ports("serve").args(serve_tls));
+        assert_eq!(code, Some(1), "{serve_tls:?}: {stderr}");
         assert!(
             stderr.contains(&format!("cannot read TLS file {cert}")),
-            "{serve:?}: {stderr}"
+            "{serve_tls:?}: {stderr}"
         );
     }
 
     // Only those names: another one-dash word is still clap's error.
-    let (code, stderr) = tollgate(&["serve", "-tls_cert", "x"]);
+    let (code, stderr) = exit_and_stderr(cli::tollgate().args(["serve", "-tls_cert", "x"]));
     assert_eq!(code, Some(2));
     assert!(stderr.contains("unexpected argument"), "{stderr}");
 }
@@ -289,12 +288,7 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
     let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
-    let config = d.join("quotas.yaml");
-    std::fs::write(
-        &config,
-        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
-    )
-    .unwrap();
+    let config = quota_config(&d);
     let mut quota = cli::start(
         cli::on_free_ports("quota")
             .arg("--config")
@@ -484,12 +478,7 @@ async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
     let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
     let (root, root_addr) = root(ServerTls::new(cert, key).client_ca(&client_ca.cert_file)).await;
     let (cert, key) = leaf(&d, "quota", &["quota"], &client_ca);
-    let config = d.join("quotas.yaml");
-    std::fs::write(
-        &config,
-        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
-    )
-    .unwrap();
+    let config = quota_config(&d);
     let _quota = cli::start(
         cli::on_free_ports("quota")
             .args(["--cluster-interval", "100ms", "--lease-servers", &root_addr])
@@ -522,27 +511,14 @@ async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
 #[test]
 fn quota_names_a_missing_lease_tls_file() {
     let d = dir("quota-missing");
-    let config = d.join("quotas.yaml");
-    std::fs::write(
-        &config,
-        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
-    )
-    .unwrap();
-    let (code, stderr) = tollgate(&[
-        "quota",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--debug-port",
-        "0",
-        "--config",
-        config.to_str().unwrap(),
-        "--lease-servers",
-        "127.0.0.1:1",
-        "--lease-tls-ca",
-        "/nonexistent/lease-ca.pem",
-    ]);
+    let config = quota_config(&d);
+    let (code, stderr) = exit_and_stderr(
+        cli::on_free_ports("quota")
+            .arg("--config")
+            .arg(&config)
+            .args(["--lease-servers", "127.0.0.1:1"])
+            .args(["--lease-tls-ca", "/nonexistent/lease-ca.pem"]),
+    );
     assert_eq!(code, Some(1));
     assert!(
         stderr.contains("cannot read TLS file /nonexistent/lease-ca.pem"),
