@@ -66,12 +66,32 @@
 //! 0.9994) but not when it is 13-20% (0.80-0.87). To catch up after CPU
 //! starvation, pick a ratio of 2 or more.
 //!
+//! # Async tasks
+//!
+//! With only tasks waiting, the filler thread times the fills: it spaces
+//! them by two thirds of the active pool (667 µs at 100K ops/s, 66.7 ops),
+//! and each fill hands all of its ops to the task at the front of the
+//! queue, which spends them from its worker's budget without waiting
+//! again. A fill therefore costs the filler's own wake-up and the wake of
+//! the task, which under tokio's multi-thread runtime wakes two workers
+//! (the one that runs the task, and a searching one that finds nothing):
+//! about three sleeps per fill, 38-42 per thousand ops measured on a 2-core
+//! VM (`sleeps/kop`), against 40-58 when a fill woke two tasks. On such a
+//! VM a sleep and its wake-up cost 10-20 µs of CPU, so these wake-ups, not
+//! the per-op work, are nearly all of the 450-1,300 ns per op measured
+//! (load from other builds varying); the spacing, and so the floor, is set
+//! by the active pool, which bounds how many ops one fill may start.
+//!
 //! The machine is shared and noisy: compare the two limiters within one
 //! case, and repeat a case before trusting a surprise.
 //!
 //! `cargo bench --bench crowd` (a few minutes);
 //! `CROWD_SECS=1 CROWD_CASES=threads cargo bench --bench crowd` runs a subset
-//! (`threads`, `async`, `contention`).
+//! (`threads`, `async`, `contention`); `CROWD_LIMITERS=tollgate` (or
+//! `governor`) runs one limiter's rows only. `sleeps/kop` is the
+//! process's voluntary context switches (`getrusage`) per thousand admitted
+//! ops: each is a thread going to sleep and waking again, and on a VM these
+//! are most of what waiting costs.
 
 #![allow(missing_docs)]
 
@@ -87,18 +107,25 @@ use tollgate::{RateLimiter, RateSpec, Verb};
 
 type Gov = governor::DefaultDirectRateLimiter;
 
-/// Process CPU time (user + system).
-fn cpu_now() -> Duration {
+/// Process CPU time (user + system) and voluntary context switches (a
+/// thread going to sleep: each is paid for again by a wake-up).
+fn usage_now() -> (Duration, u64) {
     // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is valid and writable; RUSAGE_SELF is a valid `who`.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, 0);
     }
     let tv = |t: libc::timeval| {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
     };
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    let switches = usage.ru_nvcsw as u64;
+    (tv(usage.ru_utime) + tv(usage.ru_stime), switches)
+}
+
+/// Process CPU time (user + system).
+fn cpu_now() -> Duration {
+    usage_now().0
 }
 
 fn secs() -> Duration {
@@ -117,6 +144,16 @@ enum Limiter {
 }
 
 impl Limiter {
+    /// Whether `CROWD_LIMITERS` (default `tollgate,governor`) names this
+    /// limiter's kind.
+    fn wanted(&self) -> bool {
+        let kind = match self {
+            Limiter::Tollgate(..) => "tollgate",
+            Limiter::Governor(..) => "governor",
+        };
+        std::env::var("CROWD_LIMITERS").map_or(true, |list| list.split(',').any(|k| k == kind))
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Limiter::Tollgate(_, name) | Limiter::Governor(_, name) => name,
@@ -202,6 +239,8 @@ struct Outcome {
     ops: u64,
     elapsed: Duration,
     cpu: Duration,
+    /// Voluntary context switches of the whole process over the span.
+    switches: u64,
 }
 
 fn counters(n: usize) -> Arc<Vec<CachePadded<AtomicU64>>> {
@@ -245,14 +284,20 @@ fn run_threads(limiter: &Limiter, spec: RateSpec, threads: usize, span: Duration
         .collect();
     ready.wait();
     limiter.start(spec);
-    let (t0, c0, o0) = (Instant::now(), cpu_now(), total(&counts));
+    let ((c0, s0), t0, o0) = (usage_now(), Instant::now(), total(&counts));
     std::thread::sleep(span);
-    let (elapsed, cpu, ops) = (t0.elapsed(), cpu_now() - c0, total(&counts) - o0);
+    let (elapsed, (c1, s1), ops) = (t0.elapsed(), usage_now(), total(&counts) - o0);
+    let (cpu, switches) = (c1 - c0, s1 - s0);
     stop.store(true, Relaxed);
     for h in handles {
         h.join().expect("caller panicked");
     }
-    Outcome { ops, elapsed, cpu }
+    Outcome {
+        ops,
+        elapsed,
+        cpu,
+        switches,
+    }
 }
 
 /// A pause between two ops of one caller longer than this is recorded as
@@ -449,7 +494,12 @@ fn run_traced(limiter: &Limiter, spec: RateSpec, threads: usize, span: Duration)
         .map(|h| h.join().expect("caller panicked"))
         .collect();
     Traced {
-        out: Outcome { ops, elapsed, cpu },
+        out: Outcome {
+            ops,
+            elapsed,
+            cpu,
+            switches: 0,
+        },
         origin_mono,
         tollgate: matches!(limiter, Limiter::Tollgate(..)),
         window: (w0, w1),
@@ -612,16 +662,22 @@ fn run_tasks(limiter: &Limiter, spec: RateSpec, tasks: usize, span: Duration) ->
         .collect();
     std::thread::sleep(Duration::from_millis(50));
     limiter.start(spec);
-    let (t0, c0, o0) = (Instant::now(), cpu_now(), total(&counts));
+    let ((c0, s0), t0, o0) = (usage_now(), Instant::now(), total(&counts));
     std::thread::sleep(span);
-    let (elapsed, cpu, ops) = (t0.elapsed(), cpu_now() - c0, total(&counts) - o0);
+    let (elapsed, (c1, s1), ops) = (t0.elapsed(), usage_now(), total(&counts) - o0);
+    let (cpu, switches) = (c1 - c0, s1 - s0);
     stop.store(true, Relaxed);
     runtime.block_on(async {
         for h in handles {
             let _ = h.await;
         }
     });
-    Outcome { ops, elapsed, cpu }
+    Outcome {
+        ops,
+        elapsed,
+        cpu,
+        switches,
+    }
 }
 
 fn report(case: &str, limiter: &Limiter, spec: RateSpec, out: &Outcome, with_cpu: bool) {
@@ -629,16 +685,18 @@ fn report(case: &str, limiter: &Limiter, spec: RateSpec, out: &Outcome, with_cpu
     if with_cpu {
         let per_op = out.cpu.as_nanos() as f64 / out.ops.max(1) as f64;
         let cores = out.cpu.as_secs_f64() / out.elapsed.as_secs_f64();
+        let switches = out.switches as f64 * 1000.0 / out.ops.max(1) as f64;
         println!(
-            "{case:<28} {:<14} {:>10} {ratio:>9.4} {per_op:>10.0} {cores:>6.2}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {per_op:>10.0} {cores:>6.2} {switches:>10.1}",
             limiter.name(),
             out.ops
         );
     } else {
         println!(
-            "{case:<28} {:<14} {:>10} {ratio:>9.4} {:>10} {:>6}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {:>10} {:>6} {:>10}",
             limiter.name(),
             out.ops,
+            "-",
             "-",
             "-"
         );
@@ -683,13 +741,13 @@ fn main() {
     let span = secs();
     let cases = std::env::var("CROWD_CASES").unwrap_or_else(|_| "threads,async,contention".into());
     println!(
-        "{:<28} {:<14} {:>10} {:>9} {:>10} {:>6}",
-        "case", "limiter", "ops", "ach/tgt", "cpu ns/op", "cores"
+        "{:<28} {:<14} {:>10} {:>9} {:>10} {:>6} {:>10}",
+        "case", "limiter", "ops", "ach/tgt", "cpu ns/op", "cores", "sleeps/kop"
     );
     if cases.contains("threads") {
         for threads in [8, 64, 512] {
             let (spec, both) = limiters("1M,1.1");
-            for limiter in &both {
+            for limiter in both.iter().filter(|l| l.wanted()) {
                 let out = run_threads(limiter, spec, threads, span);
                 report(
                     &format!("{threads} threads, 1M/s"),
@@ -704,7 +762,7 @@ fn main() {
     if cases.contains("async") {
         for tasks in [64, 1024] {
             let (spec, both) = limiters("100K,1.1");
-            for limiter in &both {
+            for limiter in both.iter().filter(|l| l.wanted()) {
                 let out = run_tasks(limiter, spec, tasks, span);
                 report(&format!("{tasks} tasks, 100K/s"), limiter, spec, &out, true);
             }
@@ -727,7 +785,7 @@ fn main() {
             ),
         ];
         let busy = BusyLoops::start();
-        for (spec, limiter) in &rows {
+        for (spec, limiter) in rows.iter().filter(|(_, l)| l.wanted()) {
             let traced = run_traced(limiter, *spec, 2, span);
             report("2 threads, 100K, busy", limiter, *spec, &traced.out, false);
             explain(&traced, *spec);

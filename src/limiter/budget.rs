@@ -14,7 +14,7 @@
 //!
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
 //! ops it was handed beyond its need here too (`deposit`: at most 512 ops,
-//! at most half the active pool), so one wake-up admits many ops. A task
+//! at most the active pool), so one wake-up admits many ops. A task
 //! leaves them in the budget of the runtime worker thread that polled it,
 //! where the tasks that worker runs next spend them.
 //!
@@ -23,7 +23,7 @@
 //! one limiter at a time. It gives the budget back to the limiter's
 //! central pool when it switches to another limiter and when it exits (the
 //! thread-local's destructor), so nothing is lost; while a thread is idle
-//! its budget (at most 512 ops, half the active pool) waits for it. A
+//! its budget (at most 512 ops, one active pool) waits for it. A
 //! budget survives `restart`.
 //!
 //! Limiters are told apart by a unique id, never by address, so a budget

@@ -267,3 +267,66 @@ impl Core {
         self.put_back(extra);
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use std::task::Waker;
+    use std::time::Duration;
+
+    use super::super::super::units::TOKENS_PER_OP;
+    use super::Core;
+    use crate::clock::ManualClock;
+
+    const INTERVAL: Duration = Duration::from_micros(500);
+
+    /// With only tasks waiting, the filler spaces its fills by two thirds
+    /// of the 1 ms pool at 100K ops/s: each fill brings 66.67 ops, and
+    /// all of it goes to the first task (its op and the rest as a
+    /// hand-off), so one fill wakes one task, not two.
+    #[test]
+    fn one_fill_at_the_filler_spacing_serves_one_task() {
+        let clock = ManualClock::new();
+        let spec = "100K".parse().expect("a valid spec");
+        let core = Core::new(spec, Box::new(clock.clone()), 4, INTERVAL, None);
+        // Empty the start allowance.
+        while core.try_acquire_slow(TOKENS_PER_OP) {}
+        let waker = Waker::noop();
+        let (mut first, mut second) = (None, None);
+        let (mut held_first, mut held_second) = (0, 0);
+        assert_eq!(
+            core.poll_acquire(TOKENS_PER_OP, &mut held_first, &mut first, waker),
+            None
+        );
+        assert_eq!(
+            core.poll_acquire(TOKENS_PER_OP, &mut held_second, &mut second, waker),
+            None
+        );
+        let spacing = core.until_next_fill(INTERVAL);
+        assert_eq!(spacing, Duration::from_nanos(666_666));
+        let filled = core.ledger().filled;
+        clock.advance(spacing);
+        core.fill_and_wake();
+        let added = core.ledger().filled - filled;
+        // 666,666 ns at 100K ops/s: 66.6666 ops, in tokens of 2^-20 op.
+        assert_eq!(added, 69_904_996);
+        assert_eq!(added / u128::from(TOKENS_PER_OP), 66);
+        let extra = core.poll_acquire(TOKENS_PER_OP, &mut held_first, &mut first, waker);
+        assert_eq!(
+            extra.map(|extra| u128::from(extra + TOKENS_PER_OP)),
+            Some(added),
+            "the first task takes the whole fill"
+        );
+        assert_eq!(core.available(), 0);
+        assert_eq!(
+            core.poll_acquire(TOKENS_PER_OP, &mut held_second, &mut second, waker),
+            None,
+            "the second task is not woken for nothing"
+        );
+        // The next fill is the second task's.
+        clock.advance(spacing);
+        core.fill_and_wake();
+        assert!(core
+            .poll_acquire(TOKENS_PER_OP, &mut held_second, &mut second, waker)
+            .is_some());
+    }
+}

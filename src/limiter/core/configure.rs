@@ -69,9 +69,13 @@ impl Core {
         let batch = (chunk / 4).min(MAX_BATCH_OPS * TOKENS_PER_OP);
         let batch = if batch < TOKENS_PER_OP { 0 } else { batch };
         // A waiter served by hand-off takes whole ops beyond its need, up
-        // to half the active pool (wait.rs), where budgets exist: one fill
-        // at the default interval, so a fill wakes one waiter, not two.
-        let handoff_ops = (st.sizing.active / 2 / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
+        // to the active pool (wait.rs): all that a fill tops the pool up
+        // to, the filler's longer spacing below and a late fill included,
+        // so a fill wakes one waiter, not two. Each wake costs far more
+        // than the ops it admits (a task woken from the filler thread
+        // wakes two runtime workers under tokio: the one that runs it and
+        // a searching one), and the ops of one fill may start together.
+        let handoff_ops = (st.sizing.active / TOKENS_PER_OP).min(MAX_HANDOFF_OPS);
         let handoff = handoff_ops * TOKENS_PER_OP;
         // The filler may space its fills by up to two thirds of the time
         // the active pool covers: a fill that then comes half a spacing
@@ -189,13 +193,14 @@ mod tests {
         core.handoff_tokens() / TOKENS_PER_OP
     }
 
-    /// A served waiter is handed half the active pool (one fill at the
-    /// default interval), at most 512 ops.
+    /// A served waiter is handed up to the active pool (whatever one fill
+    /// tops it up to), at most 512 ops.
     #[test]
-    fn a_hand_off_is_half_the_active_pool_up_to_512_ops() {
-        assert_eq!(handoff_ops("1K"), 1, "a pool of two ops");
-        assert_eq!(handoff_ops("100K"), 50, "a 1 ms pool of 100 ops");
-        assert_eq!(handoff_ops("1M"), 500);
+    fn a_hand_off_is_the_active_pool_up_to_512_ops() {
+        assert_eq!(handoff_ops("1K"), 2, "a pool of two ops");
+        assert_eq!(handoff_ops("100K"), 100, "a 1 ms pool of 100 ops");
+        assert_eq!(handoff_ops("300K"), 300);
+        assert_eq!(handoff_ops("1M"), 512);
         assert_eq!(handoff_ops("10M"), 512);
     }
 }
