@@ -13,8 +13,8 @@
 //! where every op takes from the slices as before).
 //!
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
-//! ops it was handed beyond its need here too (`deposit`: at most 512 ops,
-//! at most the active pool), so one wake-up admits many ops. A task
+//! ops it was handed beyond its need here too (`deposit`: whole ops only,
+//! at most 512, at most the active pool), so one wake-up admits many ops. A task
 //! leaves them in the budget of the runtime worker thread that polled it,
 //! where the tasks that worker runs next spend them.
 //!

@@ -48,7 +48,7 @@ use self::configure::sizing_for;
 use super::filler::{FillerSignal, Fills};
 use super::slice::{move_home, Slices, Take};
 use super::spec::{RateSpec, Verb};
-use super::units::{Meter, Sizing};
+use super::units::{Meter, Sizing, TOKENS_PER_OP};
 use super::wait::{Source, WaitQueue};
 use crate::clock::Clock;
 use crate::sync::{lock, static_counter, AtomicU64, Mutex, Ordering::Relaxed};
@@ -345,6 +345,13 @@ impl Source for Core {
         } else {
             got
         }
+    }
+
+    fn take_handoff(&self, max: u64) -> u64 {
+        let got = Source::take_up_to(self, max);
+        let spare = got % TOKENS_PER_OP;
+        self.put_raw(spare);
+        got - spare
     }
 
     fn put_raw(&self, tokens: u64) {

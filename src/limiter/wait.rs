@@ -70,6 +70,11 @@ pub(crate) trait Source {
     fn take_exact(&self, need: u64) -> bool;
     /// Takes up to `max` tokens; returns how many.
     fn take_up_to(&self, max: u64) -> u64;
+    /// Takes up to `max` tokens for a hand-off, in whole ops only: a
+    /// fraction of an op kept in a thread's budget could start no op there,
+    /// and would sit idle, counted as admitted, until that thread's next
+    /// grant.
+    fn take_handoff(&self, max: u64) -> u64;
     /// Puts tokens back without serving the queue (the caller serves).
     fn put_raw(&self, tokens: u64);
     /// Counts tokens gathered by, or released from, large requests.
@@ -305,7 +310,7 @@ impl WaitQueue {
                 0
             } else if source.take_exact(front.need) {
                 if batch > 0 {
-                    source.take_up_to(batch)
+                    source.take_handoff(batch)
                 } else {
                     0
                 }
@@ -413,6 +418,9 @@ mod tests {
             let got = self.tokens.get().min(max);
             self.tokens.set(self.tokens.get() - got);
             got
+        }
+        fn take_handoff(&self, max: u64) -> u64 {
+            self.take_up_to(max)
         }
         fn put_raw(&self, tokens: u64) {
             self.tokens.set(self.tokens.get() + tokens);
