@@ -16,10 +16,11 @@
 //! `SystemClock`; governor: its default quanta clock). The last two repeat
 //! them with quanta's recent clock for both (one atomic load of a time an
 //! upkeep thread refreshes every millisecond; governor's
-//! `QuantaUpkeepClock`), as a server that reads the time once per request
-//! or per batch would: on some machines (virtual ones in particular) a
-//! counter read waits for the loads before it, so that a decision's cache
-//! miss can no longer overlap the next one's.
+//! `QuantaUpkeepClock`), a coarse clock such as a server may give its
+//! throttler: on some machines (a KVM guest, for one) a counter read waits
+//! for the loads before it, so that one decision's cache miss no longer
+//! overlaps the next one's, and the recent clock shows the stores without
+//! that wait.
 //!
 //! Two more figures bound the spread workloads: random reads from a 64 MiB
 //! array (the size of a million entries), the machine's memory floor, and
