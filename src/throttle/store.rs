@@ -12,6 +12,16 @@
 //! lock is taken on that path, so two threads contend only when they decide
 //! for the same key.
 //!
+//! With more keys than the caches hold, a hit costs about that one miss
+//! (with three fifths of a run occupied, seven keys in ten sit in their
+//! home slot; the rest cost a further line or more). Independent decisions
+//! overlap their misses, unless something between them waits for earlier
+//! loads: on some machines (a KVM guest, for one) reading the
+//! time-stamp counter does, so a caller that reads the clock before every
+//! decision pays each miss in full. Reading the time once per request for
+//! all its keys, or from a coarse clock, keeps the overlap
+//! (`benches/throttle.rs` measures both).
+//!
 //! A key seen for the first time takes its shard's mutex, probes again (so
 //! two threads never insert one key twice) and is inserted only after the
 //! shard has room. Memory is bounded by `max_keys`, split evenly over the
