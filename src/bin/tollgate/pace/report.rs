@@ -134,9 +134,9 @@ impl Admitted {
 /// schedule mean that most of what the run missed was admitted and did not
 /// reach the callers by the end: it waits in the callers' thread-local
 /// budgets. A caller served from the wait queue keeps there
-/// what it is handed beyond its op, and when that is a fraction of an op
-/// it can spend it only together with its next grant, after its next turn
-/// in the queue: with many callers, often after the run.
+/// the whole ops it is handed beyond its own, for its next acquires: a
+/// caller that stops, or acquires seldom, holds them until it acquires
+/// again or exits.
 ///
 /// Anything else points at the limiter falling behind the clock or at the
 /// measurement.
@@ -173,8 +173,8 @@ pub(super) fn shortfall(
             "achieved {percent:.1}% below target, most of it in ops the limiter admitted and \
              no caller ran: {unrun} of the {} ops it admitted ({} of schedule; the run missed {}) \
              were not run by the end, held in the callers' thread-local budgets (a caller served from the \
-             wait queue keeps a fraction of an op it is handed beyond its own until its next \
-             turn) or granted to callers not yet running",
+             wait queue keeps the ops it is handed beyond its own for its next acquires) or \
+             granted to callers not yet running",
             admitted.ops,
             nanos((unrun as f64 * admitted.op_ns) as u64),
             nanos(missed_ns as u64)
@@ -464,8 +464,8 @@ mod tests {
             "achieved 16.7% below target, most of it in ops the limiter admitted and no \
              caller ran: 338 of the 2004 ops it admitted (338.0ms of schedule; the run missed \
              334.0ms) were not run by the end, held in the callers' thread-local budgets (a \
-             caller served from the wait queue keeps a fraction of an op it is handed beyond \
-             its own until its next turn) or granted to callers not yet running"
+             caller served from the wait queue keeps the ops it is handed beyond its own for \
+             its next acquires) or granted to callers not yet running"
         );
         // A backlog of half the missed schedule (or more) still names the
         // callers, whatever else is unrun.
