@@ -93,6 +93,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
+#[cfg(any(feature = "server", feature = "quota"))]
+pub mod conn;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
 #[cfg(feature = "etcd-wire")]
