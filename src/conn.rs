@@ -109,11 +109,12 @@ impl Permits {
     }
 
     /// Completes once every permit is back: every connection accepted has
-    /// closed.
+    /// closed. (Doorman's server learns this from tonic instead.)
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it takes no permit.
+    #[cfg(feature = "quota")]
     pub(crate) async fn all_returned(&self) {
         // The semaphore is never closed, so this only waits.
         let _ = self.semaphore.acquire_many(self.total).await;

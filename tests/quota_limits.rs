@@ -8,6 +8,9 @@
 //! Outcomes only: the timeouts are short and each event is awaited with a
 //! generous bound ([`BOUND`]), never timed.
 
+#[path = "common/grpc_answer.rs"]
+mod grpc_answer;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,18 +146,7 @@ async fn finish_call(
     rest: Vec<u8>,
 ) -> Result<(String, i64), h2::Error> {
     stream.send_data(bytes::Bytes::from(rest), true)?;
-    let (head, mut body) = response.await?.into_parts();
-    let mut data = Vec::new();
-    while let Some(chunk) = body.data().await {
-        data.extend_from_slice(&chunk?);
-    }
-    let trailers = body.trailers().await?;
-    let status = trailers
-        .as_ref()
-        .and_then(|t| t.get("grpc-status"))
-        .or_else(|| head.headers.get("grpc-status"))
-        .map(|s| s.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let (_, status, data) = grpc_answer::read_answer(response).await?;
     let granted = match data.get(5..) {
         Some(m) => AllowResponse::decode(m).unwrap().tokens_granted,
         None => 0,
