@@ -320,19 +320,20 @@ impl Guarded {
     pub(crate) async fn first_bytes(&mut self) -> bool {
         let at = deadline(self.info.activity.origin, self.handshake_timeout);
         let mut first = [0u8; 1];
-        let spoke = tokio::select! {
-            r = tokio::time::timeout_at(at, self.stream.peek(&mut first)) => {
-                matches!(r, Ok(Ok(n)) if n > 0)
-            }
+        let why = tokio::select! {
+            r = tokio::time::timeout_at(at, self.stream.peek(&mut first)) => match r {
+                Ok(Ok(n)) if n > 0 => return true,
+                Ok(Ok(_)) => "closed by the client".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "handshake timeout".to_owned(),
+            },
             () = &mut self.killed, if !self.dead => {
                 self.dead = true;
-                false
+                "server shutting down".to_owned()
             }
         };
-        if !spoke {
-            debug!(remote = %self.info.remote, "no handshake: closed");
-        }
-        spoke
+        debug!(remote = %self.info.remote, why, "no handshake: closed");
+        false
     }
 
     /// Fails with the reason the connection must close, if any; otherwise
