@@ -259,7 +259,7 @@ async fn a_connection_without_a_handshake_is_closed() {
 #[tokio::test]
 async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
     let limits = ConnectionLimits {
-        idle_timeout: Duration::from_millis(150),
+        idle_timeout: Duration::from_millis(400),
         ..ConnectionLimits::default()
     };
     let server = Server::start(limits, None).await;
@@ -268,7 +268,7 @@ async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
     // the connection stays open and the call is answered.
     let mut busy = connect(&server.addr).await.unwrap();
     let (response, stream, rest) = begin_call(&mut busy, 7).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(
         finish_call(response, stream, rest).await.unwrap(),
         ("0".into(), 1)
@@ -291,6 +291,9 @@ async fn shutdown_lets_calls_in_flight_finish() {
     let server = Server::start(limits, None).await;
     let mut client = connect(&server.addr).await.unwrap();
     let (response, stream, rest) = begin_call(&mut client, 7).await.unwrap();
+    // Let the server take the call before it shuts down: one that arrives
+    // after the GOAWAY is refused, as HTTP/2 says.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let Server { mut stop, task, .. } = server;
     stop.take().unwrap().send(()).unwrap();
     // Let the shutdown reach the connection before the call goes on.
@@ -321,6 +324,8 @@ async fn the_drain_deadline_closes_what_is_left() {
         // A call whose message never ends, and a silent connection.
         let (_response, _stream, _rest) = begin_call(&mut stuck, 7).await.unwrap();
         let silent = TcpStream::connect(&server.addr).await.unwrap();
+        // Let the server take the call and the connection first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         server.shut_down().await;
         ended(stuck).await;
         closed_by_server(silent).await;
