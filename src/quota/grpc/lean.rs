@@ -18,9 +18,9 @@
 //!
 //! Connections are accepted, capped and guarded by [`crate::conn`], as
 //! Doorman's are: a connection enters HTTP/2 once its client has sent its
-//! first byte, and each call counts as in flight on its connection from
-//! the moment its stream is accepted until its answer is sent, for the
-//! idle deadline.
+//! first byte, and, for the idle deadline, a batch of calls counts as in
+//! flight on its connection while it is answered, a call waiting for its
+//! message until it has answered.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,7 +34,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
 use tracing::warn;
 
-use crate::conn::{accept_loop, ConnectionLimits, Guarded, InFlightGuard, KillSwitch, Permits};
+use crate::conn::{accept_loop, ConnInfo, ConnectionLimits, Guarded, KillSwitch, Permits};
 use crate::quota::pb;
 use crate::quota::service::{Quota, Request};
 
@@ -323,13 +323,17 @@ async fn connection(
                 Poll::Pending => break,
             }
         }
+        // The batch is in flight until answered; a call that waits for its
+        // message counts on its own.
+        let answering = info.begin();
         std::future::poll_fn(|cx| {
             for (req, respond) in batch.drain(..) {
-                call(&quota, req, respond, info.begin(), cx);
+                call(&quota, req, respond, &info, cx);
             }
             Poll::Ready(())
         })
         .await;
+        drop(answering);
         if !open {
             // Let the answers out before the connection is dropped.
             let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
@@ -339,13 +343,13 @@ async fn connection(
 }
 
 /// Answers one call: at once if its message has arrived, else from a task
-/// of its own that waits for it. The call counts as in flight on its
-/// connection until `in_flight` is dropped, after the answer.
+/// of its own that waits for it, counted in flight on its connection
+/// (`conn`) until it has answered.
 fn call(
     quota: &Arc<Quota>,
     req: http::Request<h2::RecvStream>,
     respond: h2::server::SendResponse<Bytes>,
-    in_flight: InFlightGuard,
+    conn: &ConnInfo,
     cx: &mut Context<'_>,
 ) {
     let (head, mut body) = req.into_parts();
@@ -359,6 +363,7 @@ fn call(
         Poll::Ready(message) => answer(quota, respond, message),
         Poll::Pending => {
             let quota = Arc::clone(quota);
+            let in_flight = conn.begin();
             tokio::spawn(async move {
                 let message =
                     std::future::poll_fn(|cx| read_message(&mut body, &mut partial, cx)).await;
