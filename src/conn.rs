@@ -357,15 +357,22 @@ impl Guarded {
         } else {
             return Ok(());
         };
-        if self.timer.deadline() != at {
+        // The idle deadline moves on with every call; the timer is not
+        // moved with it (a reset takes the timer driver's lock) but may
+        // stay armed earlier, and is moved on when it fires early: at most
+        // once per timeout rather than on every read.
+        if self.timer.deadline() > at {
             self.timer.as_mut().reset(at);
         }
-        if self.timer.as_mut().poll(cx).is_ready() {
-            debug!(remote = %self.info.remote, what, "connection timed out");
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{what} timeout"),
-            ));
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= at {
+                debug!(remote = %self.info.remote, what, "connection timed out");
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{what} timeout"),
+                ));
+            }
+            self.timer.as_mut().reset(at);
         }
         Ok(())
     }
