@@ -28,7 +28,7 @@
 //! tight loop.
 //!
 //! A connection is handed to HTTP/2 once it has sent its first byte
-//! ([`Guarded::first_bytes`]): until then it costs its socket and a small
+//! (`Guarded::first_bytes`): until then it costs its socket and a small
 //! task, not an HTTP/2 connection's buffers.
 //!
 //! [`Guarded`] enforces two deadlines on the socket itself: the HTTP/2
