@@ -7,6 +7,20 @@ mod cli;
 use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate::quota::pb::{allow_response, AllowRequest};
 
+/// Starts `tollgate quota` on `config` with `extra` flags, on ports of its
+/// own; returns it and its gRPC address. Blocks: call it from
+/// `tokio::task::block_in_place`.
+fn start(config: &std::path::Path, extra: &[&str]) -> (cli::Server, String) {
+    let mut server = cli::start(
+        cli::on_free_ports("quota")
+            .arg("--config")
+            .arg(config)
+            .args(extra),
+    );
+    let addr = server.logged_addr("quota gRPC listening");
+    (server, addr)
+}
+
 fn config_file(name: &str, yaml: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tollgate-quota-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -21,8 +35,7 @@ async fn quota_serves_allow() {
         "ok.yaml",
         "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     );
-    let mut server = cli::start(cli::on_free_ports("quota").arg("--config").arg(&path));
-    let addr = tokio::task::block_in_place(|| server.logged_addr("quota gRPC listening"));
+    let (_server, addr) = tokio::task::block_in_place(|| start(&path, &[]));
     let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -61,4 +74,60 @@ fn a_bad_config_is_refused_naming_the_field() {
         ),
         "{err}"
     );
+}
+
+/// The connection limits are flags: with `--max-connections 1` a second
+/// connection is closed at once while the first is served, and with a
+/// short `--handshake-timeout` a silent one is closed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limits_are_flags() {
+    use tokio::io::AsyncReadExt as _;
+
+    /// Waits until the server closes `tcp`.
+    async fn closed(mut tcp: tokio::net::TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while let Ok(n) = tcp.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    let path = config_file(
+        "limits.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    );
+    let (_server, addr) = tokio::task::block_in_place(|| {
+        start(
+            &path,
+            &["--max-connections", "1", "--handshake-timeout", "1h"],
+        )
+    });
+    let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let allow = AllowRequest {
+        namespace: "svc".into(),
+        bucket_name: "db".into(),
+        tokens_requested: 1,
+        ..Default::default()
+    };
+    let r = client.allow(allow.clone()).await.unwrap().into_inner();
+    assert_eq!(r.status(), allow_response::Status::Ok);
+    let second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(
+        closed(second).await,
+        "the connection over the cap is closed"
+    );
+    let r = client.allow(allow).await.unwrap().into_inner();
+    assert_eq!(r.status(), allow_response::Status::Ok);
+
+    let (_server, addr) =
+        tokio::task::block_in_place(|| start(&path, &["--handshake-timeout", "100ms"]));
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(closed(silent).await, "the silent connection is closed");
 }

@@ -2,6 +2,9 @@
 //! reference's field table, Allow over real gRPC on 127.0.0.1:0, the JSON
 //! Allow and metrics on the debug port, and reload from a file.
 
+#[path = "common/grpc_answer.rs"]
+mod grpc_answer;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -280,19 +283,8 @@ async fn raw_call(
             .send_data(bytes::Bytes::copy_from_slice(chunk), last)
             .unwrap();
     }
-    let (head, mut body) = response.await.unwrap().into_parts();
-    assert_eq!(head.status, 200);
-    let mut data = Vec::new();
-    while let Some(chunk) = body.data().await {
-        data.extend_from_slice(&chunk.unwrap());
-    }
-    let trailers = body.trailers().await.unwrap();
-    let status = trailers
-        .as_ref()
-        .and_then(|t| t.get("grpc-status"))
-        .or_else(|| head.headers.get("grpc-status"))
-        .map(|s| s.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let (http, status, data) = grpc_answer::read_answer(response).await.unwrap();
+    assert_eq!(http, 200);
     (status, data)
 }
 

@@ -47,9 +47,8 @@ mod testing;
 mod tree;
 mod wire;
 
-pub use limits::{
-    ConnInfo, Guarded, InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits,
-};
+pub use crate::conn::{ConnInfo, ConnectionLimits, Guarded};
+pub use limits::{InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits};
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;

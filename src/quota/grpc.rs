@@ -5,10 +5,12 @@
 //! gRPC error: that is what the reference's clients expect.
 //!
 //! Two servers speak the same wire protocol. [`Service`] is the tonic
-//! service, for a tonic router (and TLS). [`serve`] and [`serve_threads`]
-//! are a lean plaintext server on the `h2` crate (`grpc/lean.rs`) that
-//! answers Allow inside each connection's task; `tollgate quota` runs
-//! [`serve_threads`] without TLS.
+//! service, for a tonic router (and TLS). [`serve_with`] and
+//! [`serve_threads_with`] are a lean plaintext server on the `h2` crate
+//! (`grpc/lean.rs`) that answers Allow inside each connection's task,
+//! under the same [`ConnectionLimits`] as Doorman's server (a cap on
+//! connections, handshake and idle deadlines, a drain at shutdown);
+//! `tollgate quota` runs [`serve_threads_with`] without TLS.
 
 use std::sync::Arc;
 
@@ -18,7 +20,8 @@ use super::service::{Quota, Request};
 
 mod lean;
 
-pub use lean::{serve, serve_threads, ALLOW_PATH};
+pub use crate::conn::ConnectionLimits;
+pub use lean::{serve, serve_threads, serve_threads_with, serve_with, ALLOW_PATH};
 
 /// The tonic service.
 #[derive(Debug, Clone)]

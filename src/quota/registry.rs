@@ -3,10 +3,13 @@
 //!
 //! # Implementation notes
 //!
-//! Buckets live in a map keyed `namespace:bucket` (names cannot contain
-//! `:`), split into [`SHARDS`] shards each behind its own `RwLock`, so that
-//! concurrent lookups of different buckets rarely share a lock and never
-//! take one exclusively. A bucket is created on first use; its
+//! Buckets live in a map keyed by (namespace, bucket), split into
+//! [`SHARDS`] shards each behind its own `RwLock`, so that concurrent
+//! lookups of different buckets rarely share a lock and never take one
+//! exclusively. A key is stored as one `namespace:bucket` string, but
+//! hashed and compared as the pair, so that a lookup borrows the request's
+//! two names (`&dyn Pair`, which the stored [`Key`] borrows as) and the
+//! hit path allocates nothing. A bucket is created on first use; its
 //! [`TokenBucket`] owns no thread, so a hundred thousand dynamic buckets cost
 //! memory (a few hundred bytes each) and nothing else.
 //!
@@ -21,6 +24,7 @@
 //! a shard's write lock together with the map, so it is exact. Reaching the
 //! cap refuses new names until idle buckets are removed.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -184,7 +188,85 @@ impl Default for Limits {
     }
 }
 
-type Shard = HashMap<Box<str>, Arc<Slot>>;
+/// A live bucket's key: `namespace:bucket` in one allocation, hashed and
+/// compared as the pair of names.
+#[derive(Debug)]
+struct Key {
+    text: Box<str>,
+    /// Where the namespace ends (the `:`).
+    split: usize,
+}
+
+impl Key {
+    fn new(namespace: &str, name: &str) -> Key {
+        Key {
+            text: key(namespace, name).into_boxed_str(),
+            split: namespace.len(),
+        }
+    }
+
+    /// `namespace:bucket`.
+    fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// A key as (namespace, bucket name), owned ([`Key`]) or borrowed
+/// (`(&str, &str)`): the map is looked up through `&dyn Pair`, so a
+/// request's names need not be copied into a [`Key`] to find their bucket.
+trait Pair {
+    fn pair(&self) -> (&str, &str);
+}
+
+impl Pair for Key {
+    fn pair(&self) -> (&str, &str) {
+        (&self.text[..self.split], &self.text[self.split + 1..])
+    }
+}
+
+impl Pair for (&str, &str) {
+    fn pair(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+// The map's contract: `Key` and `dyn Pair` hash and compare alike, both as
+// the pair.
+impl Hash for dyn Pair + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pair().hash(state);
+    }
+}
+
+impl PartialEq for dyn Pair + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for dyn Pair + '_ {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pair().hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for Key {}
+
+impl<'a> Borrow<dyn Pair + 'a> for Key {
+    fn borrow(&self) -> &(dyn Pair + 'a) {
+        self
+    }
+}
+
+type Shard = HashMap<Key, Arc<Slot>>;
 
 /// The settings of a bucket under `config`, or under its share if it has
 /// one.
@@ -259,7 +341,7 @@ impl Registry {
         for shard in self.shards.iter() {
             for (k, slot) in read(shard).iter() {
                 if slot.kind == Kind::Dynamic {
-                    let (ns, name) = k.split_once(':').unwrap_or((k, ""));
+                    let (ns, name) = k.pair();
                     out.push((ns.to_owned(), name.to_owned()));
                 }
             }
@@ -273,10 +355,17 @@ impl Registry {
         read(&self.config)
     }
 
-    fn shard(&self, key: &str) -> &RwLock<Shard> {
+    /// The shard holding (`namespace`, `name`).
+    fn shard(&self, namespace: &str, name: &str) -> &RwLock<Shard> {
         let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
+        (namespace, name).hash(&mut h);
         &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    /// The live bucket kept under (`namespace`, `name`).
+    fn find(&self, namespace: &str, name: &str) -> Option<Arc<Slot>> {
+        let pair: &dyn Pair = &(namespace, name);
+        read(self.shard(namespace, name)).get(pair).cloned()
     }
 
     fn cap(&self, config: &Config, namespace: &str) -> u64 {
@@ -302,15 +391,16 @@ impl Registry {
         name: &str,
         bucket: &BucketConfig,
     ) -> Result<Arc<Slot>, TooManyBuckets> {
-        let k = key(namespace, name);
-        let shard = self.shard(&k);
-        if let Some(slot) = read(shard).get(k.as_str()) {
+        let shard = self.shard(namespace, name);
+        let pair: &dyn Pair = &(namespace, name);
+        if let Some(slot) = read(shard).get(pair) {
             return Ok(Arc::clone(slot));
         }
         let mut map = write(shard);
-        if let Some(slot) = map.get(k.as_str()) {
+        if let Some(slot) = map.get(pair) {
             return Ok(Arc::clone(slot));
         }
+        let k = Key::new(namespace, name);
         if kind == Kind::Dynamic {
             let cap = self.cap(config, namespace);
             let mut counts = lock(&self.dynamic);
@@ -331,15 +421,15 @@ impl Registry {
             counters: SlotCounters::new(&self.metrics, namespace),
         });
         slot.set_max_idle(bucket.max_idle);
-        map.insert(k.into_boxed_str(), Arc::clone(&slot));
+        map.insert(k, Arc::clone(&slot));
         self.metrics.created.with_label_values(&[namespace]).inc();
         self.metrics.buckets.inc();
         Ok(slot)
     }
 
     /// Counts a removed bucket.
-    fn removed(&self, key: &str, slot: &Slot) {
-        let namespace = key.split(':').next().unwrap_or(key);
+    fn removed(&self, key: &Key, slot: &Slot) {
+        let (namespace, _) = key.pair();
         if slot.kind == Kind::Dynamic {
             let mut counts = lock(&self.dynamic);
             if let Some(count) = counts.get_mut(namespace) {
@@ -364,7 +454,7 @@ impl Registry {
         for shard in self.shards.iter() {
             let mut map = write(shard);
             map.retain(|k, slot| {
-                let (namespace, name) = k.split_once(':').unwrap_or((k, ""));
+                let (namespace, name) = k.pair();
                 let keep = match slot.kind {
                     Kind::GlobalDefault => new.global_default_bucket.as_ref(),
                     Kind::NamespaceDefault => new
@@ -384,7 +474,7 @@ impl Registry {
                 match keep {
                     Some(b) => {
                         slot.bucket
-                            .set_settings(effective(b, shares.get(&**k).copied()));
+                            .set_settings(effective(b, shares.get(k.as_str()).copied()));
                         slot.set_max_idle(b.max_idle);
                         true
                     }
@@ -432,7 +522,7 @@ impl Registry {
             Some(r) => write(&self.shares).insert(k.clone(), r),
             None => write(&self.shares).remove(&k),
         };
-        let Some(slot) = read(self.shard(&k)).get(k.as_str()).cloned() else {
+        let Some(slot) = self.find(namespace, name) else {
             return;
         };
         let bucket = if namespace == GLOBAL_NAMESPACE {
@@ -454,19 +544,14 @@ impl Registry {
     /// Tokens asked of the bucket kept under (`namespace`, `name`) since it
     /// was made, granted or not; 0 if it is not alive.
     pub fn demand(&self, namespace: &str, name: &str) -> u64 {
-        let k = key(namespace, name);
-        read(self.shard(&k))
-            .get(k.as_str())
+        self.find(namespace, name)
             .map_or(0, |s| s.demand.load(Ordering::Relaxed))
     }
 
     /// The settings of the bucket kept under (`namespace`, `name`), if it
     /// is alive.
     pub fn settings(&self, namespace: &str, name: &str) -> Option<crate::BucketSettings> {
-        let k = key(namespace, name);
-        read(self.shard(&k))
-            .get(k.as_str())
-            .map(|s| s.bucket.settings())
+        self.find(namespace, name).map(|s| s.bucket.settings())
     }
 
     /// How many buckets are alive.
@@ -491,7 +576,7 @@ impl Registry {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             for (k, slot) in read(shard).iter() {
-                let (ns, name) = k.split_once(':').unwrap_or((k, ""));
+                let (ns, name) = k.pair();
                 out.push((
                     ns.to_owned(),
                     name.to_owned(),
@@ -503,5 +588,67 @@ impl Registry {
         out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         out.truncate(limit);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> Registry {
+        let config = Config::from_yaml(
+            "namespaces:\n  ns:\n    dynamic_bucket_template: {size: 5, fill_rate: 1}\n",
+        )
+        .unwrap();
+        Registry::new(
+            config,
+            Limits::default(),
+            Arc::new(crate::ManualClock::new()),
+            Metrics::new(),
+        )
+    }
+
+    /// A key hashes and compares as its pair of names, whichever form
+    /// holds it, and the split is where the namespace ended, not the first
+    /// `:`.
+    #[test]
+    fn keys_are_pairs() {
+        let hasher = std::collections::hash_map::RandomState::new();
+        let hash = |k: &dyn Pair| hasher.hash_one(k);
+        let owned = Key::new("ns", "b");
+        assert_eq!(owned.as_str(), "ns:b");
+        assert_eq!(owned.pair(), ("ns", "b"));
+        assert_eq!(hash(&owned), hash(&("ns", "b")));
+        assert!(&owned as &dyn Pair == &("ns", "b") as &dyn Pair);
+        assert!(&owned as &dyn Pair != &("ns", "c") as &dyn Pair);
+        let a = Key::new("a:b", "c");
+        let b = Key::new("a", "b:c");
+        assert_eq!(a.as_str(), b.as_str());
+        assert_eq!((a.pair(), b.pair()), (("a:b", "c"), ("a", "b:c")));
+        assert!(a != b);
+    }
+
+    /// A bucket made once is found again by its names, and only by them.
+    #[test]
+    fn buckets_are_found_by_their_names() {
+        let registry = registry();
+        let config = Arc::clone(&registry.config());
+        let template = config.namespaces["ns"]
+            .dynamic_bucket_template
+            .as_ref()
+            .unwrap();
+        let made = registry
+            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .unwrap();
+        let again = registry
+            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .unwrap();
+        assert!(Arc::ptr_eq(&made, &again));
+        assert_eq!(registry.len(), 1);
+        assert_eq!(registry.dynamic_count("ns"), 1);
+        assert!(registry.settings("ns", "x").is_some());
+        assert!(registry.settings("ns", "y").is_none());
+        assert!(registry.settings("ns:x", "").is_none());
+        assert_eq!(registry.dynamic_buckets(), vec![("ns".into(), "x".into())]);
     }
 }

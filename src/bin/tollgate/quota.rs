@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tollgate::conn::ConnectionLimits;
+use tollgate::doorman::server::ServerLimits;
 use tollgate::doorman::tls::ClientTls;
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
@@ -105,9 +107,33 @@ pub(crate) struct Args {
     threads: Option<usize>,
     #[command(flatten)]
     tls: cli::ServerTlsArgs,
+    /// Most gRPC connections open at once; more are accepted and closed at
+    /// once.
+    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
+    max_connections: usize,
+    /// How long a new gRPC connection may take to send the HTTP/2 preface.
+    #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
+    handshake_timeout: Duration,
+    /// How long a gRPC connection may stay open with no call in flight.
+    #[arg(long, default_value = "5m", value_parser = cli::duration, allow_hyphen_values = true)]
+    idle_timeout: Duration,
+    /// On Ctrl-C: how long calls in flight may take to finish before every
+    /// gRPC connection is closed and the server exits.
+    #[arg(long, default_value = "5s", value_parser = cli::duration, allow_hyphen_values = true)]
+    drain_timeout: Duration,
 }
 
 impl Args {
+    /// The gRPC port's connection limits.
+    fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            drain_timeout: self.drain_timeout,
+        }
+    }
+
     /// The lease client's TLS setup, when --lease-tls-ca is given.
     fn lease_tls(&self) -> Option<ClientTls> {
         let mut tls = ClientTls::new(self.lease_tls_ca.clone()?);
@@ -132,6 +158,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<()> {
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls().map(|t| t.load()).transpose()?;
+    let conn_limits = args.connection_limits();
+    crate::serve::raise_fd_limit(conn_limits.max_connections);
     let config = Config::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     let limits = Limits {
@@ -207,21 +235,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     match tls {
         None => {
-            info!(addr = %local, "quota gRPC listening");
+            info!(addr = %local, limits = ?conn_limits, "quota gRPC listening");
             let threads = args.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
-            grpc::serve_threads(quota, listener, threads, shutdown).await?;
+            grpc::serve_threads_with(quota, listener, threads, conn_limits, shutdown).await?;
         }
         Some(tls) => {
-            let mut server = tonic::transport::Server::builder().tls_config(tls)?;
-            info!(addr = %local, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            server
-                .add_service(grpc::Service::new(quota).into_server())
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await?;
+            // Over TLS, tonic serves under Doorman's transport limits, with
+            // these connection limits.
+            let limits = ServerLimits::default().with_connection_limits(conn_limits);
+            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
+            let service = grpc::Service::new(quota)
+                .into_server()
+                .max_decoding_message_size(limits.max_message_bytes);
+            let router = limits.builder().tls_config(tls)?.add_service(service);
+            limits.serve(router, listener, shutdown).await?;
         }
     }
     Ok(())

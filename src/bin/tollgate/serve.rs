@@ -176,7 +176,7 @@ impl Signals {
 
 /// Raises the soft limit on open files to the hard limit: each connection
 /// is a file descriptor.
-fn raise_fd_limit(want: usize) {
+pub(crate) fn raise_fd_limit(want: usize) {
     // SAFETY: getrlimit and setrlimit only read and write the struct
     // passed by pointer, which lives on this stack frame.
     unsafe {

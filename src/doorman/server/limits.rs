@@ -39,47 +39,32 @@
 //! and a stream that stops sending mid-message is ended by
 //! [`ServerLimits::request_timeout`].
 //!
-//! Accepting runs in its own task, which takes a connection permit (a
-//! semaphore) for each connection and hands it, wrapped in [`Guarded`], to
-//! tonic once the client has sent its first bytes (until then a connection
-//! costs its socket and a small task, not HTTP/2's buffers: about 15 KiB
-//! each). A connection over the cap is accepted and closed at once, so a
-//! client learns of it at once instead of hanging in the listen backlog.
-//! An accept error (EMFILE when out of file descriptors) is logged and
-//! retried after an exponential back-off from 5 ms to 1 s, never in a
-//! tight loop.
-//!
-//! [`Guarded`] enforces two deadlines on the socket itself: the HTTP/2
-//! client preface (24 bytes) must arrive within the handshake timeout, and
-//! a connection with no RPC in flight is closed after the idle timeout
-//! (HTTP/2 pings do not count as activity). A tower layer
-//! ([`InFlightLayer`]) counts each connection's RPCs in flight through the
-//! connection info tonic puts in each request's extensions. At shutdown,
-//! tonic stops accepting and drains; when the drain deadline passes every
-//! remaining connection is closed by the same guard.
+//! The connections themselves (the cap, the handshake and idle deadlines,
+//! the kill switch at the end of the drain) are [`crate::conn`]'s, shared
+//! with the quota server: accepting runs in its own task and hands each
+//! connection, wrapped in [`Guarded`], to tonic once the client has sent
+//! its first bytes (until then a connection costs its socket and a small
+//! task, not HTTP/2's buffers: about 15 KiB each). A tower layer
+//! ([`InFlightLayer`]) counts each connection's RPCs in flight, for the
+//! idle deadline, through the [`ConnInfo`] tonic puts in each request's
+//! extensions. At shutdown, tonic stops accepting and drains; when the
+//! drain deadline passes every remaining connection is closed.
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio::time::{Instant, Sleep};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 use tonic::transport::server::{Connected, Router};
 use tonic::transport::Server;
 use tower::layer::util::{Identity, Stack};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+use crate::conn::{self, ConnInfo, ConnectionLimits, Guarded, KillSwitch, Permits};
 use crate::doorman::tls::{ServeError, ServerTls, TlsError};
-
-/// The HTTP/2 client connection preface is this long.
-const PREFACE_BYTES: u64 = 24;
 
 /// The transport limits of a gRPC server. The defaults suit Doorman's small
 /// messages; every field is a `tollgate serve` flag.
@@ -123,6 +108,7 @@ pub struct ServerLimits {
 
 impl Default for ServerLimits {
     fn default() -> Self {
+        let conn = ConnectionLimits::default();
         ServerLimits {
             max_message_bytes: 64 * 1024,
             max_concurrent_streams: 64,
@@ -132,10 +118,10 @@ impl Default for ServerLimits {
             request_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            max_connections: 4096,
-            drain_timeout: Duration::from_secs(5),
+            handshake_timeout: conn.handshake_timeout,
+            idle_timeout: conn.idle_timeout,
+            max_connections: conn.max_connections,
+            drain_timeout: conn.drain_timeout,
         }
     }
 }
@@ -147,6 +133,42 @@ pub type LimitedServer = Server<Stack<InFlightLayer, Identity>>;
 pub type LimitedRouter = Router<Stack<InFlightLayer, Identity>>;
 
 impl ServerLimits {
+    /// The limits on connections alone, which do not depend on tonic.
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            drain_timeout: self.drain_timeout,
+        }
+    }
+
+    /// These limits with `conn`'s limits on connections.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::doorman::server::{ConnectionLimits, ServerLimits};
+    ///
+    /// let conn = ConnectionLimits {
+    ///     max_connections: 10,
+    ///     ..ConnectionLimits::default()
+    /// };
+    /// let limits = ServerLimits::default().with_connection_limits(conn);
+    /// assert_eq!(limits.max_connections, 10);
+    /// assert_eq!(limits.connection_limits(), conn);
+    /// ```
+    pub fn with_connection_limits(self, conn: ConnectionLimits) -> ServerLimits {
+        ServerLimits {
+            max_connections: conn.max_connections,
+            handshake_timeout: conn.handshake_timeout,
+            idle_timeout: conn.idle_timeout,
+            drain_timeout: conn.drain_timeout,
+            ..self
+        }
+    }
+
     /// A tonic server builder with these limits; add services to it and
     /// pass the router to [`serve`](Self::serve). Services should also cap
     /// their decoding at [`max_message_bytes`](Self::max_message_bytes)
@@ -181,12 +203,16 @@ impl ServerLimits {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
-        let (kill, killed) = watch::channel(false);
-        let (tx, rx) = mpsc::channel(1);
-        let accepting = tokio::spawn(accept_loop(listener, *self, tx, killed));
         // Dropping `_kill` (this future ending or being dropped) closes
         // every connection still open.
-        let _kill = KillOnDrop(kill);
+        let _kill = KillSwitch::new();
+        let (tx, rx) = mpsc::channel(1);
+        let accepting = tokio::spawn(accept_loop(
+            listener,
+            self.connection_limits(),
+            tx,
+            _kill.subscribe(),
+        ));
         let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
             shutdown.await;
@@ -214,15 +240,6 @@ impl ServerLimits {
     }
 }
 
-/// Closes every guarded connection when dropped.
-struct KillOnDrop(watch::Sender<bool>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        self.0.send_replace(true);
-    }
-}
-
 /// The accepted connections, as tonic takes them.
 #[derive(Debug)]
 struct Incoming {
@@ -237,266 +254,38 @@ impl tonic::codegen::tokio_stream::Stream for Incoming {
     }
 }
 
-/// Accepts connections until tonic stops taking them.
+/// Accepts connections until tonic stops taking them, handing each to it
+/// once its client has sent something.
 async fn accept_loop(
     listener: TcpListener,
-    limits: ServerLimits,
+    limits: ConnectionLimits,
     tx: mpsc::Sender<Guarded>,
     killed: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let mut backoff = Duration::ZERO;
-    let mut refused: u64 = 0;
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            () = tx.closed() => return,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                backoff = Duration::ZERO;
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    refused += 1;
-                    // Log the first refusal and then one in 1000.
-                    if refused % 1000 == 1 {
-                        warn!(
-                            max_connections = limits.max_connections,
-                            refused, "connection cap reached: closing new connections"
-                        );
-                    }
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let guarded = Guarded::new(stream, peer, &limits, permit, killed.clone());
-                // Hand the connection to HTTP/2 only once it has sent
-                // something: a silent connection then costs a socket and
-                // this small task, not an HTTP/2 connection's buffers.
-                let tx = tx.clone();
-                let timeout = limits.handshake_timeout;
-                tokio::spawn(async move {
-                    let mut first = [0u8; 1];
-                    let spoke =
-                        tokio::time::timeout(timeout, guarded.stream.peek(&mut first)).await;
-                    match spoke {
-                        Ok(Ok(n)) if n > 0 => {
-                            let _ = tx.send(guarded).await;
-                        }
-                        _ => debug!(remote = %guarded.info.remote, "no handshake: closed"),
-                    }
-                });
-            }
-            Err(e) => {
-                backoff = (backoff * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
-                warn!(error = %e, retry_in = ?backoff, "accept failed; backing off");
-                tokio::time::sleep(backoff).await;
-            }
-        }
-    }
-}
-
-/// What a connection's RPCs tell its guard.
-#[derive(Debug)]
-struct Activity {
-    origin: Instant,
-    in_flight: AtomicUsize,
-    /// When the last RPC ended, in nanoseconds since `origin`.
-    idle_since: AtomicU64,
-}
-
-impl Activity {
-    fn begin(self: &Arc<Self>) -> InFlightGuard {
-        // Relaxed: the counter is only compared with 0 by the same
-        // connection's guard; no other memory depends on it.
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlightGuard(self.clone())
-    }
-
-    fn idle_since(&self) -> Instant {
-        self.origin + Duration::from_nanos(self.idle_since.load(Ordering::Relaxed))
-    }
-}
-
-/// Counts one RPC in flight until dropped.
-#[derive(Debug)]
-struct InFlightGuard(Arc<Activity>);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        let nanos = self.0.origin.elapsed().as_nanos();
-        // Relaxed: a timestamp read only by the connection's guard.
-        self.0
-            .idle_since
-            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// The connection info tonic puts in every request's extensions.
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    /// The peer's address.
-    pub remote: SocketAddr,
-    activity: Arc<Activity>,
-}
-
-/// A connection with its deadlines and its permit.
-pub struct Guarded {
-    stream: TcpStream,
-    info: ConnInfo,
-    handshake_timeout: Duration,
-    idle_timeout: Duration,
-    /// Bytes read so far, up to the preface's length.
-    read: u64,
-    timer: Pin<Box<Sleep>>,
-    killed: Pin<Box<dyn Future<Output = ()> + Send>>,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl std::fmt::Debug for Guarded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guarded")
-            .field("remote", &self.info.remote)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Guarded {
-    fn new(
-        stream: TcpStream,
-        remote: SocketAddr,
-        limits: &ServerLimits,
-        permit: OwnedSemaphorePermit,
-        mut killed: watch::Receiver<bool>,
-    ) -> Guarded {
-        let origin = Instant::now();
-        Guarded {
-            stream,
-            info: ConnInfo {
-                remote,
-                activity: Arc::new(Activity {
-                    origin,
-                    in_flight: AtomicUsize::new(0),
-                    idle_since: AtomicU64::new(0),
-                }),
-            },
-            handshake_timeout: limits.handshake_timeout,
-            idle_timeout: limits.idle_timeout,
-            read: 0,
-            timer: Box::pin(tokio::time::sleep_until(deadline(
-                origin,
-                limits.handshake_timeout,
-            ))),
-            killed: Box::pin(async move {
-                let _ = killed.wait_for(|k| *k).await;
-            }),
-            _permit: permit,
-        }
-    }
-
-    /// Fails with the reason the connection must close, if any; otherwise
-    /// arms the wake-ups for the next deadline and for the kill signal.
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if self.killed.as_mut().poll(cx).is_ready() {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "server shutting down",
-            ));
-        }
-        let activity = &self.info.activity;
-        let (at, what) = if self.read < PREFACE_BYTES {
-            (
-                deadline(activity.origin, self.handshake_timeout),
-                "handshake",
-            )
-        } else if activity.in_flight.load(Ordering::Relaxed) == 0 {
-            (deadline(activity.idle_since(), self.idle_timeout), "idle")
-        } else {
-            return Ok(());
-        };
-        if self.timer.deadline() != at {
-            self.timer.as_mut().reset(at);
-        }
-        if self.timer.as_mut().poll(cx).is_ready() {
-            debug!(remote = %self.info.remote, what, "connection timed out");
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{what} timeout"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `from + d`, saturating far in the future.
-fn deadline(from: Instant, d: Duration) -> Instant {
-    from.checked_add(d)
-        .unwrap_or_else(|| from + Duration::from_secs(86_400 * 365))
-}
-
-impl AsyncRead for Guarded {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if let Err(e) = this.check(cx) {
-            return Poll::Ready(Err(e));
-        }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            let n = (buf.filled().len() - before) as u64;
-            this.read = this.read.saturating_add(n).min(PREFACE_BYTES);
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Guarded {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if let Err(e) = this.check(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if let Err(e) = this.check(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
+    let permits = Permits::new(limits.max_connections);
+    let closed = tx.clone();
+    conn::accept_loop(
+        &listener,
+        &permits,
+        closed.closed(),
+        |stream, peer, permit| {
+            let mut guarded = Guarded::new(stream, peer, &limits, permit, killed.clone());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if guarded.first_bytes().await {
+                    let _ = tx.send(guarded).await;
+                }
+            });
+        },
+    )
+    .await;
 }
 
 impl Connected for Guarded {
     type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> ConnInfo {
-        self.info.clone()
+        self.info().clone()
     }
 }
 
@@ -532,10 +321,7 @@ where
     }
 
     fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
-        let guard = request
-            .extensions()
-            .get::<ConnInfo>()
-            .map(|c| c.activity.begin());
+        let guard = request.extensions().get::<ConnInfo>().map(ConnInfo::begin);
         let future = self.inner.call(request);
         Box::pin(async move {
             let response = future.await;

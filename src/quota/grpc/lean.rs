@@ -15,17 +15,29 @@
 //! and accepts the next. Only a stream whose message has not fully arrived
 //! gets a task of its own. Compared with tonic this saves, per call, the
 //! task spawn, the tower service stack and the body and codec machinery.
+//!
+//! Connections are accepted, capped and guarded by [`crate::conn`], as
+//! Doorman's are: a connection enters HTTP/2 once its client has sent its
+//! first byte, and, for the idle deadline, a batch of calls counts as in
+//! flight on its connection while it is answered, a call waiting for its
+//! message until it has answered.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use prost::Message as _;
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
+use tracing::warn;
 
+use crate::conn::{accept_loop, ConnInfo, ConnectionLimits, Guarded, KillSwitch, Permits};
 use crate::quota::pb;
 use crate::quota::service::{Quota, Request};
+
 /// The one method served, as an HTTP/2 path.
 pub const ALLOW_PATH: &str = "/quotaservice.QuotaService/Allow";
 
@@ -51,10 +63,9 @@ const RESOURCE_EXHAUSTED: u8 = 8;
 /// code and message.
 type Failure = (u8, &'static str);
 
-/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, until
-/// `shutdown` completes; then stops accepting and asks every connection to
-/// finish its calls and close (HTTP/2 GOAWAY). Connections run as tasks of
-/// the calling runtime; [`serve_threads`] gives them threads of their own.
+/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, with the
+/// default [`ConnectionLimits`] until `shutdown` completes; see
+/// [`serve_with`].
 ///
 /// # Examples
 ///
@@ -74,55 +85,144 @@ type Failure = (u8, &'static str);
 ///
 /// # Errors
 ///
-/// An error accepting connections (a failed connection is only closed).
+/// None today: a failed connection is only closed, and a failed accept
+/// retried after a back-off.
 pub async fn serve(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    accept_loop(&listener, shutdown, |io| {
-        tokio::spawn(connection(Arc::clone(&quota), io, stop_rx.clone()));
-    })
-    .await?;
-    let _ = stop_tx.send(true);
-    Ok(())
+    serve_with(quota, listener, ConnectionLimits::default(), shutdown).await
 }
 
-/// Like [`serve`], but the connections run on `threads` threads, each with
-/// a single-threaded runtime of its own, handed out round robin: a call is
-/// read, decided and answered on one thread, with no task or wake-up
-/// crossing to another. Returns once every connection has closed.
+/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, under
+/// `limits`, until `shutdown` completes; then stops accepting, asks every
+/// connection to finish its calls and close (HTTP/2 GOAWAY), waits for
+/// them for at most [`ConnectionLimits::drain_timeout`] and closes those
+/// still open. Connections run as tasks of the calling runtime;
+/// [`serve_threads_with`] gives them threads of their own.
+///
+/// A connection beyond [`ConnectionLimits::max_connections`] is accepted
+/// and closed at once; one that has not sent the HTTP/2 preface within
+/// [`ConnectionLimits::handshake_timeout`], or has had no call in flight
+/// for [`ConnectionLimits::idle_timeout`], is closed.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::conn::ConnectionLimits;
+/// use tollgate::quota::config::Config;
+/// use tollgate::quota::{grpc, Limits, Quota};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
+/// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
+/// let limits = ConnectionLimits {
+///     max_connections: 10_000,
+///     idle_timeout: Duration::from_secs(60),
+///     ..ConnectionLimits::default()
+/// };
+/// grpc::serve_with(quota, listener, limits, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Errors
 ///
-/// An error accepting connections or starting a thread's runtime.
+/// None today: a failed connection is only closed, and a failed accept
+/// retried after a back-off.
+///
+/// # Cancel safety
+///
+/// Dropping the future stops accepting and closes every connection.
+pub async fn serve_with(
+    quota: Arc<Quota>,
+    listener: tokio::net::TcpListener,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let kill = KillSwitch::new();
+    let permits = Permits::new(limits.max_connections);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    accept_loop(&listener, &permits, shutdown, |io, peer, permit| {
+        let guarded = Guarded::new(io, peer, &limits, permit, kill.subscribe());
+        tokio::spawn(connection(Arc::clone(&quota), guarded, stop_rx.clone()));
+    })
+    .await;
+    drop(listener);
+    drain(&permits, &stop_tx, &kill, limits.drain_timeout).await;
+    Ok(())
+}
+
+/// Like [`serve`], but the connections run on `threads` threads; see
+/// [`serve_threads_with`].
+///
+/// # Errors
+///
+/// An error starting a thread's runtime.
 pub async fn serve_threads(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     threads: usize,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_threads_with(
+        quota,
+        listener,
+        threads,
+        ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Like [`serve_with`], but the connections run on `threads` threads, each
+/// with a single-threaded runtime of its own, handed out round robin: a
+/// call is read, decided and answered on one thread, with no task or
+/// wake-up crossing to another. Returns once every connection has closed.
+///
+/// # Errors
+///
+/// An error starting a thread's runtime.
+///
+/// # Cancel safety
+///
+/// Dropping the future stops accepting and closes every connection.
+pub async fn serve_threads_with(
+    quota: Arc<Quota>,
+    listener: tokio::net::TcpListener,
+    threads: usize,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    type Handed = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit);
+    let kill = KillSwitch::new();
+    let permits = Permits::new(limits.max_connections);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = Vec::with_capacity(threads.max(1));
     let mut done = Vec::with_capacity(threads.max(1));
     for i in 0..threads.max(1) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Handed>();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (quota, stop) = (Arc::clone(&quota), stop_rx.clone());
+        let (quota, stop, killed) = (Arc::clone(&quota), stop_rx.clone(), kill.subscribe());
         std::thread::Builder::new()
             .name(format!("quota-grpc-{i}"))
             .spawn(move || {
                 rt.block_on(async move {
                     let mut open = tokio::task::JoinSet::new();
-                    while let Some(io) = rx.recv().await {
+                    while let Some((io, peer, permit)) = rx.recv().await {
                         // Reap finished connections so the set stays small.
                         while open.try_join_next().is_some() {}
                         if let Ok(io) = tokio::net::TcpStream::from_std(io) {
-                            open.spawn(connection(Arc::clone(&quota), io, stop.clone()));
+                            // Made here: its timer belongs to this runtime.
+                            let guarded = Guarded::new(io, peer, &limits, permit, killed.clone());
+                            open.spawn(connection(Arc::clone(&quota), guarded, stop.clone()));
                         }
                     }
                     while open.join_next().await.is_some() {}
@@ -133,59 +233,51 @@ pub async fn serve_threads(
         done.push(done_rx);
     }
     let mut next = 0;
-    let accepted = accept_loop(&listener, shutdown, |io| {
+    accept_loop(&listener, &permits, shutdown, |io, peer, permit| {
         if let Ok(io) = io.into_std() {
-            let _ = workers[next % workers.len()].send(io);
+            let _ = workers[next % workers.len()].send((io, peer, permit));
             next += 1;
         }
     })
     .await;
-    let _ = stop_tx.send(true);
+    drop(listener);
     drop(workers);
+    drain(&permits, &stop_tx, &kill, limits.drain_timeout).await;
     for d in done {
         let _ = d.await;
     }
-    accepted
+    Ok(())
 }
 
-/// Accepts connections until `shutdown` completes, handing each to `each`.
-async fn accept_loop(
-    listener: &tokio::net::TcpListener,
-    shutdown: impl Future<Output = ()>,
-    mut each: impl FnMut(tokio::net::TcpStream),
-) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((io, _)) => each(io),
-                // Out of file descriptors or a connection reset before
-                // accept: retry rather than stop serving.
-                Err(e) if is_transient(&e) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                Err(e) => return Err(e),
-            },
-            () = &mut shutdown => return Ok(()),
-        }
+/// Asks every connection to finish its calls and close, and closes those
+/// still open after `timeout`.
+async fn drain(
+    permits: &Permits,
+    stop: &tokio::sync::watch::Sender<bool>,
+    kill: &KillSwitch,
+    timeout: Duration,
+) {
+    stop.send_replace(true);
+    if tokio::time::timeout(timeout, permits.all_returned())
+        .await
+        .is_err()
+    {
+        warn!(drain = ?timeout, "drain deadline passed: closing the remaining connections");
+        kill.kill();
     }
 }
 
-fn is_transient(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(
-        e.kind(),
-        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
-    ) || e.raw_os_error().is_some_and(|n| n == 23 || n == 24) // ENFILE, EMFILE
-}
-
-/// One HTTP/2 connection: accepts streams and answers each.
+/// One HTTP/2 connection: once its client has spoken, accepts streams and
+/// answers each.
 async fn connection(
     quota: Arc<Quota>,
-    io: tokio::net::TcpStream,
+    mut io: Guarded,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let _ = io.set_nodelay(true);
+    if !io.first_bytes().await {
+        return;
+    }
+    let info = io.info().clone();
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(MAX_STREAMS)
         .initial_window_size(STREAM_WINDOW)
@@ -231,13 +323,17 @@ async fn connection(
                 Poll::Pending => break,
             }
         }
+        // The batch is in flight until answered; a call that waits for its
+        // message counts on its own.
+        let answering = info.begin();
         std::future::poll_fn(|cx| {
             for (req, respond) in batch.drain(..) {
-                call(&quota, req, respond, cx);
+                call(&quota, req, respond, &info, cx);
             }
             Poll::Ready(())
         })
         .await;
+        drop(answering);
         if !open {
             // Let the answers out before the connection is dropped.
             let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
@@ -247,11 +343,13 @@ async fn connection(
 }
 
 /// Answers one call: at once if its message has arrived, else from a task
-/// of its own that waits for it.
+/// of its own that waits for it, counted in flight on its connection
+/// (`conn`) until it has answered.
 fn call(
     quota: &Arc<Quota>,
     req: http::Request<h2::RecvStream>,
     respond: h2::server::SendResponse<Bytes>,
+    conn: &ConnInfo,
     cx: &mut Context<'_>,
 ) {
     let (head, mut body) = req.into_parts();
@@ -265,10 +363,12 @@ fn call(
         Poll::Ready(message) => answer(quota, respond, message),
         Poll::Pending => {
             let quota = Arc::clone(quota);
+            let in_flight = conn.begin();
             tokio::spawn(async move {
                 let message =
                     std::future::poll_fn(|cx| read_message(&mut body, &mut partial, cx)).await;
                 answer(&quota, respond, message);
+                drop(in_flight);
             });
         }
     }
