@@ -14,9 +14,9 @@
 //!
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
 //! ops it was handed beyond its need here too (`deposit`: whole ops only,
-//! at most 512, at most the active pool), so one wake-up admits many ops. A task
-//! leaves them in the budget of the runtime worker thread that polled it,
-//! where the tasks that worker runs next spend them.
+//! at most 512, at most the active pool), so one wake-up admits many ops.
+//! A task leaves them in the budget of the runtime worker thread that
+//! polled it, where the tasks that worker runs next spend them.
 //!
 //! Tokens in a budget have left the pool: the ledger counts them as
 //! admitted. Bounds: a thread holds at most one batch or one hand-off, for
