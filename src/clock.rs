@@ -9,6 +9,12 @@ use std::fmt;
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod coarse;
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use self::coarse::CoarseClock;
+
 /// A monotonic clock in nanoseconds since an arbitrary origin.
 ///
 /// Implementations must never go backwards; the limiter treats a reading
@@ -16,10 +22,27 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Nanoseconds since this clock's origin.
     fn now_ns(&self) -> u64;
+
+    /// The step in which the clock moves, in nanoseconds (default 1).
+    ///
+    /// Time from a clock with a coarse step arrives in chunks of a whole
+    /// step, so pools that must take in one chunk without spilling are
+    /// sized to cover at least one and a half steps: the
+    /// [`RateLimiter`](crate::RateLimiter) fills no more often than once a
+    /// step, and the throttler's token pools widen their active pools.
+    fn resolution_ns(&self) -> u64 {
+        1
+    }
 }
 
 /// The default clock: the CPU's time-stamp counter through `quanta`,
 /// calibrated against the OS monotonic clock (about 10 ns a read).
+///
+/// On some machines (a KVM guest, for one) a counter read waits for the
+/// loads issued before it to complete, so a read right after a cache miss
+/// costs the miss's whole latency. Where every decision reads the clock
+/// and touches memory no cache holds (a throttler with a million keys),
+/// [`CoarseClock`] avoids that wait.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,

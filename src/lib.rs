@@ -50,8 +50,8 @@
 //! # Crate features
 //!
 //! The limiter core ([`RateLimiter`], [`RateSpec`], [`TokenBucket`], the
-//! clocks) is always built, on crossbeam-utils and quanta alone. The rest
-//! is opt-in; the default enables every feature, so build with
+//! clocks) is always built, on crossbeam-utils, quanta and libc alone. The
+//! rest is opt-in; the default enables every feature, so build with
 //! `--no-default-features` and name the ones you want:
 //!
 //! | feature    | what it builds |
@@ -110,6 +110,8 @@ mod sync;
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use clock::CoarseClock;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
 pub use limiter::spec::{RateSpec, SpecError, Verb};

@@ -127,7 +127,8 @@ impl Builder {
     /// times the fills (async tasks wait), it spaces them by up to two
     /// intervals, as far as the active pool still covers one and a half
     /// spacings (at 100K ops/s: 667 µs), so each of its wake-ups serves more
-    /// ops.
+    /// ops. With a clock whose step is longer (see
+    /// [`Clock::resolution_ns`]), the interval is that step.
     pub fn fill_interval(mut self, interval: Duration) -> Builder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self

@@ -7,7 +7,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{ManualClock, RateLimiter, RateSpec};
+use tollgate::{Clock, ManualClock, RateLimiter, RateSpec};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -449,6 +449,38 @@ fn the_active_pool_covers_one_and_a_half_fill_intervals() {
     clock.advance(10 * MS);
     assert_eq!(limiter.backlog(), 8 * MS);
     assert_eq!(drain(&limiter), 2);
+}
+
+/// A manual clock that says it moves in steps of 10 ms.
+#[derive(Debug, Clone)]
+struct SteppedClock(ManualClock);
+
+impl Clock for SteppedClock {
+    fn now_ns(&self) -> u64 {
+        self.0.now_ns()
+    }
+
+    fn resolution_ns(&self) -> u64 {
+        10_000_000
+    }
+}
+
+#[test]
+fn a_clock_with_a_coarse_step_fills_as_if_that_were_the_interval() {
+    // The default 500 µs interval, but time comes in 10 ms steps: A = 15
+    // ops, as with a 10 ms interval, so each step reaches the pool whole.
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder("1K,1.0".parse().unwrap())
+        .clock(SteppedClock(clock.clone()))
+        .filler_thread(false)
+        .build();
+    assert_eq!(drain(&limiter), 1);
+    for _ in 0..3 {
+        clock.advance(10 * MS);
+        assert_eq!(limiter.backlog(), Duration::ZERO);
+        assert_eq!(drain(&limiter), 10);
+    }
+    assert_conserved(&limiter, 31);
 }
 
 #[test]

@@ -128,8 +128,11 @@ impl Core {
         fill_interval: Duration,
         max_backlog: Option<Duration>,
     ) -> Core {
+        // Filling more often than the clock moves adds nothing: a clock
+        // with a coarse step fills once a step, and the pool covers it.
         let fill_interval_ns = u64::try_from(fill_interval.as_nanos())
             .unwrap_or(u64::MAX)
+            .max(clock.resolution_ns())
             .max(1);
         let meter = Meter::new(spec.nano_ops_per_sec());
         let sizing = sizing_for(&meter, spec.burst_ppm(), fill_interval_ns);

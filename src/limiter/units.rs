@@ -139,6 +139,30 @@ impl Sizing {
         }
     }
 
+    /// These sizes with the active pool widened, if need be, to cover one
+    /// and a half times `step_ns` (a fill interval, a clock's step), so
+    /// that time arriving a step at a time, up to half a step late, fits
+    /// instead of spilling into the backlog. The burst headroom keeps its
+    /// ratio to the active pool.
+    pub(crate) fn covering(self, meter: &Meter, burst_ppm: u64, step_ns: u64) -> Sizing {
+        let span = step_ns.saturating_add(step_ns / 2);
+        let wide = meter.tokens_floor(span);
+        if wide <= u128::from(self.active) {
+            return self;
+        }
+        // As in `new`, with room to spare: A + B stays below 2^62.
+        let active = u64::try_from(wide).unwrap_or(u64::MAX).min(u64::MAX >> 3);
+        let burst = mul_div(
+            u128::from(active),
+            u128::from(burst_ppm.saturating_sub(1_000_000)),
+            1_000_000,
+        );
+        Sizing {
+            active,
+            burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
+        }
+    }
+
     /// `A + B`: the most the active pool can hold while catching up.
     pub(crate) fn max_over(&self) -> u64 {
         self.active + self.burst

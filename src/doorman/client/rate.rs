@@ -48,6 +48,10 @@ impl Clock for SharedClock {
     fn now_ns(&self) -> u64 {
         self.0.now_ns()
     }
+
+    fn resolution_ns(&self) -> u64 {
+        self.0.resolution_ns()
+    }
 }
 
 impl RateOptions {

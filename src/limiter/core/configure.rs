@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::super::spec::{RateSpec, Verb};
-use super::super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
+use super::super::units::{Meter, Sizing, TOKENS_PER_OP};
 use super::{Core, Schedule};
 use crate::sync::{lock, Ordering::Relaxed};
 
@@ -157,25 +157,9 @@ impl Core {
 /// least one and a half fill intervals, so a fill that comes up to half an
 /// interval late still fits instead of spilling into the backlog (at a
 /// 1K rate and a 10 ms interval, a 1 ms pool would admit under 200 ops a
-/// second). The burst headroom keeps its ratio to the active pool.
+/// second).
 pub(super) fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -> Sizing {
-    let base = Sizing::new(meter, burst_ppm);
-    let span = fill_interval_ns.saturating_add(fill_interval_ns / 2);
-    let wide = meter.tokens_floor(span);
-    if wide <= u128::from(base.active) {
-        return base;
-    }
-    // As in `Sizing::new`: A + B stays below 2^62.
-    let active = u64::try_from(wide).unwrap_or(u64::MAX).min(u64::MAX >> 3);
-    let burst = mul_div(
-        u128::from(active),
-        u128::from(burst_ppm.saturating_sub(1_000_000)),
-        1_000_000,
-    );
-    Sizing {
-        active,
-        burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
-    }
+    Sizing::new(meter, burst_ppm).covering(meter, burst_ppm, fill_interval_ns)
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
