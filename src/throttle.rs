@@ -20,8 +20,8 @@
 //! while. Shadow rules only count. Costs may be fixed, read from a header,
 //! or predicted per class from recent measured costs and post-accounted
 //! ([`CostModel`]); the layer measures a request's cost as the CPU time of
-//! its own work by default ([`CostMeter`]). An optional admission queue releases requests at a
-//! fixed cost rate, and a [`Criticality::Critical`] request evicts the most
+//! its own work by default ([`CostMeter`]). An optional admission queue
+//! releases requests at a fixed cost rate, and a [`Criticality::Critical`] request evicts the most
 //! recent NOT_CRITICAL one when it is full (503 / `UNAVAILABLE`).
 //!
 //! [`ThrottleLayer`] puts a throttler in front of any tower HTTP service
@@ -29,6 +29,16 @@
 //! ([`Throttler::registry`]); rules can come from YAML
 //! ([`rules_from_yaml`]) and reload when their file changes
 //! ([`spawn_rules_reload`]).
+//!
+//! A throttler reads its clock once per decision. The default,
+//! [`SystemClock`](crate::SystemClock), is exact to the nanosecond; on
+//! machines where a time-stamp counter read waits for the loads before it
+//! (a KVM guest, for one), that read costs a whole cache miss when keys
+//! are spread wider than the caches. For millions of decisions a second
+//! over many keys, give it [`CoarseClock`](crate::CoarseClock) instead
+//! ([`ThrottlerBuilder::clock`]): limits then move in steps of the
+//! kernel's tick (often 4 ms), and token pools widen to cover a step and a
+//! half so that their rates hold.
 //!
 //! Every policy is pure arithmetic on a per-key state and an explicit time
 //! in nanoseconds, so it can be tested to the exact number:

@@ -307,3 +307,71 @@ async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
     );
     assert!(text.contains(r#"tollgate_throttle_queue_total{outcome="queued"} 1"#));
 }
+
+/// A manual clock that says it moves in steps of 4 ms, as a coarse
+/// kernel clock at HZ=250 does.
+#[derive(Debug, Clone)]
+struct SteppedClock(ManualClock);
+
+impl tollgate::Clock for SteppedClock {
+    fn now_ns(&self) -> u64 {
+        self.0.now_ns()
+    }
+
+    fn resolution_ns(&self) -> u64 {
+        4_000_000
+    }
+}
+
+/// Requests admitted now for key `a`, asking until one is rejected.
+fn admitted_now(t: &Throttler) -> u64 {
+    let r = req("a");
+    let head = RequestHead::of(&r);
+    let mut n = 0;
+    while t.check(&head).is_ok() {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn token_pools_keep_their_rate_on_a_clock_with_a_coarse_step() {
+    // 1000/s, strict: the spec's pool is 2 ms, so a 4 ms step would spill
+    // half of every step. The throttler widens it to 6 ms (1.5 steps).
+    let rule = || {
+        Rule::new(
+            "key",
+            Extract::header("x-api-key"),
+            Limit::TokenPool(tollgate::throttle::TokenPool::new(
+                "1000,1.0".parse().unwrap(),
+            )),
+        )
+    };
+    let clock = ManualClock::new();
+    let stepped = Throttler::builder()
+        .clock(SteppedClock(clock.clone()))
+        .rule(rule())
+        .build();
+    let fine = Throttler::builder()
+        .clock(clock.clone())
+        .rule(rule())
+        .build();
+    assert_eq!(
+        admitted_now(&stepped),
+        6,
+        "a fresh key holds the widened pool"
+    );
+    assert_eq!(admitted_now(&fine), 2, "the spec's pool: 2 ms");
+    for _ in 0..5 {
+        clock.advance(Duration::from_millis(4));
+        assert_eq!(admitted_now(&stepped), 4, "every step is kept whole");
+        assert_eq!(
+            admitted_now(&fine),
+            2,
+            "a 2 ms pool spills half a 4 ms step"
+        );
+    }
+    // Reloaded rules are widened too.
+    stepped.reload(vec![rule().max_keys(1000)]);
+    assert_eq!(admitted_now(&stepped), 6);
+}

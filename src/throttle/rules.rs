@@ -171,9 +171,14 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub(crate) fn keyed(self, max_keys: usize) -> Box<dyn Keyed> {
+    /// The limit over keys, timed by a clock moving in steps of
+    /// `clock_step` (token pools widen to cover them).
+    pub(crate) fn keyed(self, max_keys: usize, clock_step: Duration) -> Box<dyn Keyed> {
         match self {
-            Limit::TokenPool(p) => Box::new(KeyedLimiter::<_, Box<str>>::new(p, max_keys)),
+            Limit::TokenPool(p) => Box::new(KeyedLimiter::<_, Box<str>>::new(
+                p.with_clock_step(clock_step),
+                max_keys,
+            )),
             Limit::Gcra(p) => Box::new(KeyedLimiter::<_, Box<str>>::new(p, max_keys)),
             Limit::FixedWindow(p) => Box::new(KeyedLimiter::<_, Box<str>>::new(p, max_keys)),
             Limit::SlidingLog(p) => Box::new(KeyedLimiter::<_, Box<str>>::new(p, max_keys)),
@@ -327,13 +332,13 @@ pub(crate) struct LiveRule {
 }
 
 impl LiveRule {
-    pub(crate) fn new(rule: Rule) -> LiveRule {
+    pub(crate) fn new(rule: Rule, clock_step: Duration) -> LiveRule {
         LiveRule {
             fingerprint: format!("{rule:?}"),
             name: rule.name,
             key: rule.key,
-            hard: rule.hard.keyed(rule.max_keys),
-            soft: rule.soft.map(|s| s.keyed(rule.max_keys)),
+            hard: rule.hard.keyed(rule.max_keys, clock_step),
+            soft: rule.soft.map(|s| s.keyed(rule.max_keys, clock_step)),
             ban_ns: rule
                 .ban
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),

@@ -289,7 +289,10 @@ impl ThrottlerBuilder {
         self
     }
 
-    /// The clock (default: [`SystemClock`]).
+    /// The clock (default: [`SystemClock`]). With a coarse one
+    /// ([`CoarseClock`](crate::CoarseClock)), token-pool rules widen their
+    /// active pools to cover one and a half of its steps
+    /// ([`TokenPool::with_clock_step`](super::TokenPool::with_clock_step)).
     pub fn clock(mut self, clock: impl Clock) -> ThrottlerBuilder {
         self.clock = Some(Arc::new(clock));
         self
@@ -325,15 +328,17 @@ impl ThrottlerBuilder {
             }
             _ => None,
         };
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let step = Duration::from_nanos(clock.resolution_ns());
         let rules: Rules = self
             .rules
             .into_iter()
-            .map(|r| Arc::new(LiveRule::new(r)))
+            .map(|r| Arc::new(LiveRule::new(r, step)))
             .collect();
         let metrics = ThrottleMetrics::new();
         let inner = Arc::new(Inner {
             rules: RwLock::new(rules),
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+            clock,
             cost: self.cost,
             predictor,
             criticality_header: self.criticality_header,
@@ -580,6 +585,7 @@ impl Throttler {
     /// old rules are post-accounted to them.
     pub fn reload(&self, rules: Vec<Rule>) {
         let old = self.inner.rules();
+        let step = Duration::from_nanos(self.inner.clock.resolution_ns());
         let new: Rules = rules
             .into_iter()
             .map(|rule| {
@@ -587,7 +593,7 @@ impl Throttler {
                 old.iter()
                     .find(|live| live.fingerprint == fingerprint)
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(LiveRule::new(rule)))
+                    .unwrap_or_else(|| Arc::new(LiveRule::new(rule, step)))
             })
             .collect();
         *write(&self.inner.rules) = new;

@@ -55,6 +55,7 @@ use crate::RateSpec;
 #[derive(Debug, Clone)]
 pub struct TokenPool {
     meter: Meter,
+    burst_ppm: u64,
     sizing: Sizing,
     /// The backlog cap, in tokens.
     backlog_cap: u128,
@@ -94,6 +95,7 @@ impl TokenPool {
         let sizing = Sizing::new(&meter, spec.burst_ppm());
         let mut pool = TokenPool {
             meter,
+            burst_ppm: spec.burst_ppm(),
             sizing,
             backlog_cap: 0,
         };
@@ -105,6 +107,32 @@ impl TokenPool {
     /// burst rate) at `cap`; zero means no catching up.
     pub fn with_backlog_cap(mut self, cap: Duration) -> TokenPool {
         self.backlog_cap = self.tokens_for_duration(cap);
+        self
+    }
+
+    /// Widens the active pool to cover one and a half `step`s of the
+    /// clock that times the decisions (a clock's
+    /// [`resolution_ns`](crate::Clock::resolution_ns)), so a key used
+    /// steadily takes in each step whole and keeps its rate. A
+    /// [`Throttler`](super::Throttler) does this with its own clock's step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::throttle::{Policy, TokenPool, Verdict};
+    ///
+    /// // 1000 ops/s on a clock that moves 4 ms at a time: the active pool
+    /// // holds 6 ops, not 2, so every step's 4 ops are kept.
+    /// let policy = TokenPool::new("1000,1.0".parse()?).with_clock_step(Duration::from_millis(4));
+    /// let mut key = policy.new_state(0);
+    /// assert_eq!(policy.check(&mut key, 0, 6), Verdict::Admit { remaining: 0 });
+    /// assert_eq!(policy.check(&mut key, 4_000_000, 4), Verdict::Admit { remaining: 0 });
+    /// # Ok::<(), tollgate::SpecError>(())
+    /// ```
+    pub fn with_clock_step(mut self, step: Duration) -> TokenPool {
+        let step_ns = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX);
+        self.sizing = self.sizing.covering(&self.meter, self.burst_ppm, step_ns);
         self
     }
 
