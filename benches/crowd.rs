@@ -17,7 +17,8 @@
 //! every thread of a limiter waits milliseconds for a CPU now and then;
 //! only achieved/target is reported (the busy loops own the CPU). Rows, in
 //! one run: tollgate at `100K,1.0`; the same without its filler thread
-//! (`nf`: waiting callers fill for themselves); governor with a burst of
+//! (`nf`: waiting callers fill for themselves); the same with a 10 ms fill
+//! interval (`10ms`: a 15 ms active pool); governor with a burst of
 //! 1 ms of ops (100 cells, tollgate's active pool at this rate: the
 //! like-for-like baseline) and with its default burst of 1 s; tollgate at
 //! burst ratios 1.1, 2 and 1000 (headroom `B = A × (ratio − 1)`: 0.999 s
@@ -80,7 +81,11 @@
 //! VM a sleep and its wake-up cost 10-20 µs of CPU, so these wake-ups, not
 //! the per-op work, are nearly all of the 450-1,300 ns per op measured
 //! (load from other builds varying); the spacing, and so the floor, is set
-//! by the active pool, which bounds how many ops one fill may start.
+//! by the active pool, which bounds how many ops one fill may start. The
+//! `tollgate 2ms` row widens it: a 2 ms fill interval makes the pool
+//! 3 ms (1.5 intervals), and the filler spaces its fills by 2 ms, so each
+//! wakes one task for 200 ops; an op then starts up to 2 ms after its slot
+//! rather than 0.67 ms.
 //!
 //! The machine is shared and noisy: compare the two limiters within one
 //! case, and repeat a case before trusting a surprise.
@@ -166,6 +171,15 @@ impl Limiter {
             Arc::new(RateLimiter::new(spec.with_verb(Verb::Configure))),
             name,
         )
+    }
+
+    /// Tollgate for `spec` with a longer fill interval: a wider active pool
+    /// (1.5 intervals), fewer and larger fills.
+    fn tollgate_interval(spec: RateSpec, interval: Duration, name: &'static str) -> Limiter {
+        let limiter = RateLimiter::builder(spec.with_verb(Verb::Configure))
+            .fill_interval(interval)
+            .build();
+        Limiter::Tollgate(Arc::new(limiter), name)
     }
 
     /// Tollgate for `spec` without the filler thread: waiting callers fill
@@ -762,7 +776,8 @@ fn main() {
     if cases.contains("async") {
         for tasks in [64, 1024] {
             let (spec, both) = limiters("100K,1.1");
-            for limiter in both.iter().filter(|l| l.wanted()) {
+            let wide = Limiter::tollgate_interval(spec, Duration::from_millis(2), "tollgate 2ms");
+            for limiter in both.iter().chain([&wide]).filter(|l| l.wanted()) {
                 let out = run_tasks(limiter, spec, tasks, span);
                 report(&format!("{tasks} tasks, 100K/s"), limiter, spec, &out, true);
             }
@@ -775,6 +790,10 @@ fn main() {
         let rows = [
             (spec, Limiter::tollgate(spec, "tollgate 1.0")),
             (spec, Limiter::tollgate_no_filler(spec, "tollgate 1.0 nf")),
+            (
+                spec,
+                Limiter::tollgate_interval(spec, Duration::from_millis(10), "tollgate 10ms"),
+            ),
             (spec, Limiter::governor(spec, Some(100), "gov burst 1ms")),
             (spec, Limiter::governor(spec, None, "gov burst 1s")),
             (ratio(1.1), Limiter::tollgate(ratio(1.1), "tollgate 1.1")),
