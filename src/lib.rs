@@ -103,6 +103,8 @@ pub mod doorman;
 #[cfg(feature = "etcd-wire")]
 mod etcd_wire;
 mod limiter;
+#[cfg(any(feature = "quota", all(feature = "throttle", not(tollgate_loom))))]
+mod locks;
 pub mod plot;
 #[cfg(feature = "quota")]
 pub mod quota;
