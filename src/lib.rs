@@ -111,6 +111,8 @@ pub mod quota;
 mod sync;
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod watch;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
