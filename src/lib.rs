@@ -103,12 +103,16 @@ pub mod doorman;
 #[cfg(feature = "etcd-wire")]
 mod etcd_wire;
 mod limiter;
+#[cfg(any(feature = "quota", all(feature = "throttle", not(tollgate_loom))))]
+mod locks;
 pub mod plot;
 #[cfg(feature = "quota")]
 pub mod quota;
 mod sync;
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod watch;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;

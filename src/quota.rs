@@ -41,7 +41,6 @@ pub mod config;
 pub mod etcd;
 pub mod grpc;
 pub mod http;
-mod locks;
 pub mod metrics;
 pub mod names;
 #[doc(hidden)]

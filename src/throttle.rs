@@ -64,7 +64,6 @@ mod error;
 mod fixed_window;
 mod gcra;
 mod layer;
-mod locks;
 mod metrics;
 mod policy;
 mod queue;

@@ -39,6 +39,13 @@ async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::client:
         .unwrap();
 }
 
+/// A rate resource on `client`, once its first lease has come.
+async fn leased_rate(client: &Client, id: &str, options: RateOptions) -> RateResource {
+    let rate = RateResource::new(client, id, options).unwrap();
+    leased(&mut rate.resource().watch()).await;
+    rate
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gauge_caps_operations_in_flight_at_the_lease() {
     // Before any answer (nothing listens on this port) a safe-mode gauge
@@ -81,13 +88,12 @@ async fn a_gauge_caps_operations_in_flight_at_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layer_rejects_when_the_lease_is_zero_and_admits_when_it_is_not() {
     let client = start().await;
-    let closed = RateResource::new(
+    let closed = leased_rate(
         &client,
         "closed",
         RateOptions::new(ResourceOptions::new(10.0).mode(ExpiryMode::Optimistic)),
     )
-    .unwrap();
-    leased(&mut closed.resource().watch()).await;
+    .await;
     assert_eq!(closed.capacity(), 0.0);
     assert!(!closed.try_acquire());
     let closed = Arc::new(closed);
@@ -106,13 +112,12 @@ async fn the_layer_rejects_when_the_lease_is_zero_and_admits_when_it_is_not() {
     let status = err.downcast_ref::<tonic::Status>().expect("a tonic Status");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
 
-    let open = RateResource::new(
+    let open = leased_rate(
         &client,
         "open",
         RateOptions::new(ResourceOptions::new(50.0)),
     )
-    .unwrap();
-    leased(&mut open.resource().watch()).await;
+    .await;
     assert_eq!(open.limiter().spec().ops_per_sec(), 50.0);
     let svc = LeaseLayer::new(Arc::new(open), HANG).layer(echo);
     assert_eq!(svc.oneshot(7).await.unwrap(), 7);
@@ -124,18 +129,13 @@ async fn estimated_wants_follow_the_demand_that_was_refused() {
     let client = start().await;
     // Starts asking for 5/s; the server (STATIC, cap 100) grants what is
     // asked, so wants are what the server records.
-    let rate = RateResource::new(
-        &client,
-        "estimated",
-        RateOptions::new(ResourceOptions::new(5.0)).estimate(Smoothing {
-            tau: Duration::from_secs(1),
-            headroom: 1.0,
-            floor: 1.0,
-        }),
-    )
-    .unwrap();
+    let options = RateOptions::new(ResourceOptions::new(5.0)).estimate(Smoothing {
+        tau: Duration::from_secs(1),
+        headroom: 1.0,
+        floor: 1.0,
+    });
+    let rate = leased_rate(&client, "estimated", options).await;
     let mut rx = rate.resource().watch();
-    leased(&mut rx).await;
     assert_eq!(rate.capacity(), 5.0);
     // 20,000 ops asked for within one refresh interval (mostly refused):
     // whatever the interval's length, the demand is far above 5/s; the next
@@ -262,26 +262,24 @@ async fn layered_tonic(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tonic_server_answers_resource_exhausted_when_the_lease_is_spent() {
     let client = start().await;
-    let closed = RateResource::new(
+    let closed = leased_rate(
         &client,
         "closed",
         RateOptions::new(ResourceOptions::new(10.0)),
     )
-    .unwrap();
-    leased(&mut closed.resource().watch()).await;
+    .await;
     let layer = LeaseLayer::new(Arc::new(closed), Duration::from_millis(5)).grpc();
     let mut grpc = layered_tonic(layer).await;
     let status = grpc.discovery(pb::DiscoveryRequest {}).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
     assert!(status.message().contains("\"closed\""), "{status}");
 
-    let open = RateResource::new(
+    let open = leased_rate(
         &client,
         "open",
         RateOptions::new(ResourceOptions::new(50.0)),
     )
-    .unwrap();
-    leased(&mut open.resource().watch()).await;
+    .await;
     let mut grpc = layered_tonic(LeaseLayer::new(Arc::new(open), HANG).grpc()).await;
     assert!(
         grpc.discovery(pb::DiscoveryRequest {})

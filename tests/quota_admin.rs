@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
-use tollgate::quota::admin::{self, Admin};
+use tollgate::quota::admin::Admin;
 use tollgate::quota::config::Config;
 use tollgate::quota::{Limits, Quota, Request, Status};
 use tollgate::ManualClock;
 
-#[path = "common/http1.rs"]
-mod http1;
+#[path = "common/admin_api.rs"]
+mod admin_api;
 
-use http1::http;
+use admin_api::http1::http;
+use admin_api::{on_bucket, serve};
 
 const CONFIG: &str =
     "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";
@@ -27,10 +28,8 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
         Limits::default(),
         Arc::new(ManualClock::new()),
     ));
-    let admin = Arc::new(Admin::new(Arc::clone(&quota), path.clone()).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, admin::router(admin)).await });
+    let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
+    let addr = serve(Arc::new(admin)).await;
 
     let allow = |b: &str, n| {
         quota
@@ -41,10 +40,11 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     assert_eq!(allow("cache", 1), Status::RejectedNoBucket);
 
     // Add a bucket: served at once, written to the file, db still empty.
-    let (code, _) = http(
+    let (code, _) = on_bucket(
         &addr,
         "PUT",
-        "/api/admin/namespaces/svc/buckets/cache",
+        "svc",
+        "cache",
         r#"{"size": 5, "fill_rate": 5}"#,
     )
     .await;
@@ -56,28 +56,16 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     assert_eq!(on_disk.namespaces["svc"].buckets["db"].size, 2);
 
     // An invalid change names the field and changes nothing.
-    let (code, body) = http(
-        &addr,
-        "PUT",
-        "/api/admin/namespaces/svc/buckets/cache",
-        r#"{"size": -1}"#,
-    )
-    .await;
+    let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"size": -1}"#).await;
     assert_eq!(code, 400);
     assert!(
         body.contains("namespace \\\"svc\\\": bucket \\\"cache\\\": size"),
         "{body}"
     );
     assert_eq!(Config::from_file(&path).unwrap(), on_disk);
-    let (code, _) = http(
-        &addr,
-        "PUT",
-        "/api/admin/namespaces/svc/buckets/cache",
-        r#"{"sise": 1}"#,
-    )
-    .await;
+    let (code, _) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"sise": 1}"#).await;
     assert_eq!(code, 400);
-    let (code, _) = http(&addr, "PUT", "/api/admin/namespaces/s:v/buckets/x", "{}").await;
+    let (code, _) = on_bucket(&addr, "PUT", "s:v", "x", "{}").await;
     assert_eq!(code, 400);
 
     // A new namespace, listed; then deletions.
@@ -98,22 +86,10 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["namespaces"]["logins"]["max_dynamic_buckets"], 10);
     assert_eq!(v["metrics_enabled"], true);
-    let (code, _) = http(
-        &addr,
-        "DELETE",
-        "/api/admin/namespaces/svc/buckets/cache",
-        "",
-    )
-    .await;
+    let (code, _) = on_bucket(&addr, "DELETE", "svc", "cache", "").await;
     assert_eq!(code, 200);
     assert_eq!(allow("cache", 1), Status::RejectedNoBucket);
-    let (code, _) = http(
-        &addr,
-        "DELETE",
-        "/api/admin/namespaces/svc/buckets/cache",
-        "",
-    )
-    .await;
+    let (code, _) = on_bucket(&addr, "DELETE", "svc", "cache", "").await;
     assert_eq!(code, 404);
     let (code, _) = http(&addr, "DELETE", "/api/admin/namespaces/logins", "").await;
     assert_eq!(code, 200);

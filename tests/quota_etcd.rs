@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tollgate::quota::admin::{self, Admin, AdminError};
+use tollgate::quota::admin::{Admin, AdminError};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{Limits, Quota, Request, Status};
@@ -20,10 +20,10 @@ mod etcd;
 
 use etcd::start_etcd;
 
-#[path = "common/http1.rs"]
-mod http1;
+#[path = "common/admin_api.rs"]
+mod admin_api;
 
-use http1::http;
+use admin_api::{on_bucket, serve};
 
 fn temp_dir(what: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
@@ -50,14 +50,6 @@ fn quota(path: &PathBuf) -> Arc<Quota> {
     ))
 }
 
-async fn serve(admin: Admin) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let router = admin::router(Arc::new(admin));
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
-
 fn allow(quota: &Quota, bucket: &str, n: i64) -> Status {
     quota
         .allow(&Request::new("svc", bucket, n).max_wait_millis(0))
@@ -82,11 +74,12 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         Config::from_yaml(&stored).unwrap(),
         Config::from_yaml(CONFIG).unwrap()
     );
-    let addr = serve(admin).await;
-    let (code, _) = http(
+    let addr = serve(Arc::new(admin)).await;
+    let (code, _) = on_bucket(
         &addr,
         "PUT",
-        "/api/admin/namespaces/svc/buckets/cache",
+        "svc",
+        "cache",
         r#"{"size": 5, "fill_rate": 5}"#,
     )
     .await;
@@ -123,10 +116,11 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     // etcd down: the running admin refuses changes with 503 and applies
     // nothing; a new one cannot start.
     drop(etcd);
-    let (code, body) = http(
+    let (code, body) = on_bucket(
         &addr,
         "PUT",
-        "/api/admin/namespaces/svc/buckets/queue",
+        "svc",
+        "queue",
         r#"{"size": 1, "fill_rate": 1}"#,
     )
     .await;

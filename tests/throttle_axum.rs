@@ -39,6 +39,18 @@ async fn serve(throttler: Throttler) -> SocketAddr {
     addr
 }
 
+/// A throttler on a frozen clock, with no rules, that predicts a request's
+/// cost from those measured for its method and path (1 for a new one).
+fn cost_predicting() -> Throttler {
+    Throttler::builder()
+        .clock(ManualClock::new())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .build()
+}
+
 /// Sends one request; returns the status and the lowercased head.
 async fn get_with(addr: SocketAddr, headers: &[(&str, &str)]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -95,13 +107,7 @@ async fn throttles_per_api_key_and_per_ip_over_tcp() {
 async fn the_measured_cost_is_the_meter_summed_over_the_inner_polls_only() {
     // A fake CPU clock in nanoseconds.
     let cpu = Arc::new(AtomicU64::new(0));
-    let throttler = Throttler::builder()
-        .clock(ManualClock::new())
-        .cost(CostModel::Predicted {
-            class: Extract::method_and_path(),
-            default: 1,
-        })
-        .build();
+    let throttler = cost_predicting();
     let (release, released) = oneshot::channel::<()>();
     let released = Arc::new(Mutex::new(Some(released)));
     let work = cpu.clone();
@@ -151,13 +157,7 @@ fn thread_cpu() -> Duration {
 
 #[tokio::test]
 async fn thread_cpu_time_charges_a_handler_s_work_and_not_its_waits() {
-    let throttler = Throttler::builder()
-        .clock(ManualClock::new())
-        .cost(CostModel::Predicted {
-            class: Extract::method_and_path(),
-            default: 1,
-        })
-        .build();
+    let throttler = cost_predicting();
     // The default meter: thread CPU time, in milliseconds.
     let service = ThrottleLayer::new(throttler.clone()).layer(tower::service_fn(
         |req: Request<()>| async move {

@@ -4,7 +4,7 @@
 //! logged and rejected; the server keeps serving the old one.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tracing::{error, info};
 
@@ -42,27 +42,13 @@ fn apply(
     }
 }
 
-fn mtime(path: &std::path::Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
 /// Spawns a task that reloads `path` on SIGHUP (on Unix) and whenever its
 /// modification time changes, polled every `poll`.
 ///
 /// The file's modification time is read before this returns, so any later
 /// change triggers a reload.
 pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
-    #[cfg(unix)]
-    let hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            error!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
-            None
-        }
-    };
-    #[cfg(not(unix))]
-    let hup = None;
-    spawn_inner(server, path, poll, hup);
+    spawn_inner(server, path, poll, crate::watch::hangup());
 }
 
 /// As [`spawn`], with a SIGHUP listener the caller installed earlier (so
@@ -72,43 +58,8 @@ pub fn spawn_on(server: Server, path: PathBuf, poll: Duration, hup: tokio::signa
     spawn_inner(server, path, poll, Some(hup));
 }
 
-#[cfg(unix)]
-type Hangup = tokio::signal::unix::Signal;
-#[cfg(not(unix))]
-type Hangup = std::convert::Infallible;
-
-fn spawn_inner(server: Server, path: PathBuf, poll: Duration, hup: Option<Hangup>) {
-    let mut last = mtime(&path);
-    #[cfg_attr(not(unix), allow(unused_mut, unused_variables))]
-    let mut hup = hup;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hup.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
-            tokio::select! {
-                _ = hangup => {
-                    info!("SIGHUP: reloading configuration");
-                    last = mtime(&path);
-                    reload(&server, &path);
-                }
-                _ = tick.tick() => {
-                    let now = mtime(&path);
-                    if now != last {
-                        last = now;
-                        info!("configuration file changed: reloading");
-                        reload(&server, &path);
-                    }
-                }
-            }
-        }
+fn spawn_inner(server: Server, path: PathBuf, poll: Duration, hup: Option<crate::watch::Hangup>) {
+    crate::watch::spawn(path, poll, hup, move |path| {
+        reload(&server, path);
     });
 }

@@ -29,14 +29,13 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
-
-use super::locks::{lock, read, write};
 use std::time::Duration;
 
 use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::metrics::Metrics;
 use crate::clock::Clock;
 use crate::limiter::reservation::TokenBucket;
+use crate::locks::{lock, read, write};
 
 /// How many shards the bucket map is split into.
 pub(crate) const SHARDS: usize = 64;

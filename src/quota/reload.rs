@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tracing::{error, info};
 
@@ -28,46 +28,17 @@ pub fn reload(quota: &Quota, path: &Path) -> bool {
     }
 }
 
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
 /// Spawns a task that reloads `path` on SIGHUP (on Unix) and whenever its
 /// modification time changes, polled every `poll`.
+///
+/// The file's modification time is read before this returns, so any later
+/// change triggers a reload.
 ///
 /// # Panics
 ///
 /// Outside a tokio runtime.
 pub fn spawn(quota: Arc<Quota>, path: PathBuf, poll: Duration) -> tokio::task::JoinHandle<()> {
-    let mut last = mtime(&path);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        #[cfg(unix)]
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hup.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
-            tokio::select! {
-                _ = hangup => {
-                    last = mtime(&path);
-                    reload(&quota, &path);
-                }
-                _ = tick.tick() => {
-                    let now = mtime(&path);
-                    if now != last {
-                        last = now;
-                        reload(&quota, &path);
-                    }
-                }
-            }
-        }
+    crate::watch::spawn(path, poll, crate::watch::hangup(), move |path| {
+        reload(&quota, path);
     })
 }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::locks::lock;
+use crate::locks::lock;
 
 /// Fixed-point scale of the averages.
 const SCALE: u64 = 256;

@@ -52,8 +52,8 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use super::locks::lock;
 use super::policy::{Policy, Verdict};
+use crate::locks::lock;
 
 mod table;
 

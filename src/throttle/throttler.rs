@@ -31,11 +31,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::cost::CostPredictor;
-use super::locks::{lock, read, write};
 use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
+use crate::locks::{lock, read, write};
 use crate::{Clock, RateSpec, SystemClock};
 
 /// How much a request costs, in the units the rules' limits count.

@@ -1,5 +1,6 @@
-//! What every subcommand shares: the logging setup and the value grammars
-//! (durations, counts) of its flags.
+//! What every subcommand shares: the logging setup, the runtime the
+//! servers and load generators run on, and the value grammars (durations,
+//! counts) of its flags.
 //!
 //! # Implementation notes
 //!
@@ -74,6 +75,23 @@ where
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Runs `main` to completion on a multi-threaded runtime with `threads`
+/// workers (tokio's default, one per core, when `None`).
+///
+/// # Errors
+///
+/// When the runtime cannot be built, and whatever `main` returns.
+pub(crate) fn block_on<T>(
+    threads: Option<usize>,
+    main: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        rt.worker_threads(n);
+    }
+    rt.enable_all().build()?.block_on(main)
 }
 
 #[cfg(test)]

@@ -84,12 +84,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             server_pid: args.server_pid,
         });
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n);
-    }
-    let rt = rt.enable_all().build()?;
-    rt.block_on(load(args))
+    cli::block_on(args.threads, load(args))
 }
 
 /// What one worker measured.

@@ -239,11 +239,7 @@ impl ConfigSource {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n);
-    }
-    rt.enable_all().build()?.block_on(serve(args))
+    cli::block_on(args.threads, serve(args))
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {

@@ -74,6 +74,21 @@ struct Node {
     sums: Demand,
 }
 
+impl Node {
+    /// A node holding `own`, with no children yet, at heap priority
+    /// `priority`.
+    fn leaf(own: Demand, priority: u64) -> Node {
+        Node {
+            own,
+            ratio: own.ratio(),
+            priority,
+            left: NIL,
+            right: NIL,
+            sums: own,
+        }
+    }
+}
+
 /// Leases ordered by wants per subclient, with subtree sums of wants, has and
 /// subclients. See the module notes.
 #[derive(Clone, Debug)]
@@ -115,14 +130,7 @@ impl DemandIndex {
             });
         }
         let priority = self.next_priority();
-        self.nodes[index] = Node {
-            own,
-            ratio: own.ratio(),
-            priority,
-            left: NIL,
-            right: NIL,
-            sums: own,
-        };
+        self.nodes[index] = Node::leaf(own, priority);
         self.root = self.insert_at(self.root, slot);
     }
 
@@ -141,15 +149,7 @@ impl DemandIndex {
         } else {
             self.remove(slot);
             let priority = self.nodes[slot as usize].priority;
-            let node = &mut self.nodes[slot as usize];
-            *node = Node {
-                own,
-                ratio: own.ratio(),
-                priority,
-                left: NIL,
-                right: NIL,
-                sums: own,
-            };
+            self.nodes[slot as usize] = Node::leaf(own, priority);
             self.root = self.insert_at(self.root, slot);
         }
     }

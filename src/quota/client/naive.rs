@@ -18,8 +18,6 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-use crate::quota::locks::lock;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -28,6 +26,7 @@ use super::{Admit, AdmitFuture, Admitted, Denied, Source};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::reservation::{BucketSettings, TokenBucket};
 use crate::limiter::spec::RateSpec;
+use crate::locks::lock;
 use crate::quota::pb;
 use crate::quota::pb::quota_service_client::QuotaServiceClient;
 use crate::quota::service::Status;
