@@ -161,6 +161,8 @@ struct Plan {
     interval: Duration,
     op_time: Duration,
     stalls: Option<Stalls>,
+    /// The limiter's fill interval, if not the library's.
+    fill_interval: Option<Duration>,
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
@@ -197,6 +199,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         interval: args.interval,
         op_time: args.op_time.unwrap_or_default(),
         stalls,
+        fill_interval: args.fill_interval,
     })
 }
 
@@ -498,6 +501,7 @@ fn coordinate(
             elapsed,
             nanos(backlog),
             active_pool_ns(&plan.spec),
+            plan.fill_interval.map(|i| i.as_nanos() as f64),
             report::Admitted {
                 ops: stats.admitted,
                 run: end.1,

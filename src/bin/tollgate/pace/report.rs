@@ -138,6 +138,12 @@ impl Admitted {
 /// caller that stops, or acquires seldom, holds them until it acquires
 /// again or exits.
 ///
+/// Otherwise, with a fill interval set (`fill_interval_ns`) and a missed
+/// schedule of at most one and a quarter intervals (a waiting caller fills
+/// a quarter interval after the filler was due), the schedule since the
+/// last fill is missing: it reaches the pool at the next fill, so a run
+/// ends with up to one interval of it still to come.
+///
 /// Anything else points at the limiter falling behind the clock or at the
 /// measurement.
 pub(super) fn shortfall(
@@ -145,6 +151,7 @@ pub(super) fn shortfall(
     elapsed_s: f64,
     backlog_ns: u64,
     pool_ns: f64,
+    fill_interval_ns: Option<f64>,
     admitted: Admitted,
     stalled: bool,
 ) -> Option<String> {
@@ -177,6 +184,15 @@ pub(super) fn shortfall(
              granted to callers not yet running",
             admitted.ops,
             nanos((unrun as f64 * admitted.op_ns) as u64),
+            nanos(missed_ns as u64)
+        )
+    } else if let Some(interval) = fill_interval_ns.filter(|&i| missed_ns <= 1.25 * i) {
+        format!(
+            "achieved {percent:.1}% below target, the schedule since the last fill: with a {} \
+             fill interval the pool takes in each interval's time when it has passed, so a run \
+             ends with up to an interval of it still to come (the run missed {}); a run of many \
+             intervals, or a shorter --fill-interval, makes that a smaller share",
+            nanos(interval as u64),
             nanos(missed_ns as u64)
         )
     } else {
@@ -412,9 +428,12 @@ mod tests {
             run,
             op_ns: 1e6,
         };
-        assert_eq!(shortfall(1.0, 5.0, 0, POOL, all_run(5000), false), None);
         assert_eq!(
-            shortfall(0.991, 5.0, 45_000_000, POOL, all_run(4955), false),
+            shortfall(1.0, 5.0, 0, POOL, None, all_run(5000), false),
+            None
+        );
+        assert_eq!(
+            shortfall(0.991, 5.0, 45_000_000, POOL, None, all_run(4955), false),
             None
         );
         // 2 ops in 2.5 s at 1 op/s: the missed 0.5 s is in the active pool
@@ -424,27 +443,55 @@ mod tests {
             run: 2,
             op_ns: 1e9,
         };
-        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, slow, false), None);
+        assert_eq!(shortfall(0.8, 2.5, 0, 2.2e9, None, slow, false), None);
         // 10 % short over 5 s misses 500 ms of schedule; 250 ms or more of
         // it still due at the end means no caller came for it.
-        let w = shortfall(0.9, 5.0, 250_000_000, POOL, all_run(4500), false).unwrap();
+        let w = shortfall(0.9, 5.0, 250_000_000, POOL, None, all_run(4500), false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target because the callers were the bottleneck, \
              not the limiter: 250.0ms of ops were due and not taken at the end; \
              more threads (--threads), a shorter --op-time or a less busy machine would help"
         );
-        let w = shortfall(0.9, 5.0, 400_000_000, POOL, all_run(4500), true).unwrap();
+        let w = shortfall(0.9, 5.0, 400_000_000, POOL, None, all_run(4500), true).unwrap();
         assert!(w.ends_with("the stalls left a backlog the burst ratio had not cleared by the end"));
         // Less than half of it due, and every admitted op run: the limiter
         // fell behind.
-        let w = shortfall(0.9, 5.0, 249_000_000, POOL, all_run(4500), false).unwrap();
+        let w = shortfall(0.9, 5.0, 249_000_000, POOL, None, all_run(4500), false).unwrap();
         assert_eq!(
             w,
             "achieved 10.0% below target although the limiter held only 249.0ms of backlog \
              at the end (the run missed 500.0ms): the limiter or the measurement fell behind \
              the clock"
         );
+    }
+
+    #[test]
+    fn a_shortfall_of_the_schedule_since_the_last_fill_is_named() {
+        // `max(1 ms, 2 ops) * 1.1`, as `pace` passes it.
+        const POOL: f64 = 2.2e6;
+        // 1K ops/s for 3 s with a 1 s interval: fills at 1 s and 2 s, the
+        // one at 3 s after the end; 2001 ops (with the start's op).
+        let admitted = Admitted {
+            ops: 2001,
+            run: 2001,
+            op_ns: 1e6,
+        };
+        let w = shortfall(0.667, 3.0, 0, POOL, Some(1e9), admitted, false).unwrap();
+        assert_eq!(
+            w,
+            "achieved 33.3% below target, the schedule since the last fill: with a 1.000s \
+             fill interval the pool takes in each interval's time when it has passed, so a run \
+             ends with up to an interval of it still to come (the run missed 999.0ms); a run \
+             of many intervals, or a shorter --fill-interval, makes that a smaller share"
+        );
+        // Up to an interval and a quarter; beyond it, or with no interval
+        // set, the limiter or the measurement fell behind.
+        let at = |ratio| shortfall(ratio, 3.0, 0, POOL, Some(1e9), admitted, false).unwrap();
+        assert!(at(0.5834).contains("since the last fill"));
+        assert!(at(0.5832).contains("fell behind the clock"));
+        let w = shortfall(0.667, 3.0, 0, POOL, None, admitted, false).unwrap();
+        assert!(w.contains("fell behind the clock"), "{w}");
     }
 
     #[test]
@@ -458,7 +505,7 @@ mod tests {
             run: 1666,
             op_ns: 1e6,
         };
-        let w = shortfall(0.833, 2.0, 0, POOL, admitted, false).unwrap();
+        let w = shortfall(0.833, 2.0, 0, POOL, None, admitted, false).unwrap();
         assert_eq!(
             w,
             "achieved 16.7% below target, most of it in ops the limiter admitted and no \
@@ -469,7 +516,7 @@ mod tests {
         );
         // A backlog of half the missed schedule (or more) still names the
         // callers, whatever else is unrun.
-        let w = shortfall(0.833, 2.0, 168_000_000, POOL, admitted, false).unwrap();
+        let w = shortfall(0.833, 2.0, 168_000_000, POOL, None, admitted, false).unwrap();
         assert!(w.contains("the callers were the bottleneck"), "{w}");
         // 20 % short over 2 s misses 400 ms: 200 unrun ops (200 ms) are
         // half of it and name the budgets; 199 do not, and leave the
@@ -479,9 +526,9 @@ mod tests {
             run: 1600,
             op_ns: 1e6,
         };
-        let w = shortfall(0.8, 2.0, 0, POOL, run_1600(1800), false).unwrap();
+        let w = shortfall(0.8, 2.0, 0, POOL, None, run_1600(1800), false).unwrap();
         assert!(w.contains("200 of the 1800 ops it admitted"), "{w}");
-        let w = shortfall(0.8, 2.0, 0, POOL, run_1600(1799), false).unwrap();
+        let w = shortfall(0.8, 2.0, 0, POOL, None, run_1600(1799), false).unwrap();
         assert!(
             w.ends_with("the limiter or the measurement fell behind the clock"),
             "{w}"
