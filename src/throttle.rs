@@ -37,8 +37,8 @@
 //! are spread wider than the caches. For millions of decisions a second
 //! over many keys, give it [`CoarseClock`](crate::CoarseClock) instead
 //! ([`ThrottlerBuilder::clock`]): limits then move in steps of the
-//! kernel's tick (often 4 ms), and token pools widen to cover a step and a
-//! half so that their rates hold.
+//! kernel's tick (often 4 ms), retry times include one tick, and token
+//! pools widen to cover a tick and a half so that their rates hold.
 //!
 //! Every policy is pure arithmetic on a per-key state and an explicit time
 //! in nanoseconds, so it can be tested to the exact number:

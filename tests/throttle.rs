@@ -371,6 +371,18 @@ fn token_pools_keep_their_rate_on_a_clock_with_a_coarse_step() {
             "a 2 ms pool spills half a 4 ms step"
         );
     }
+    // A retry time includes one step of the coarse clock, for it to get
+    // there: one op at 1000/s is 1 ms.
+    let r = req("a");
+    let head = RequestHead::of(&r);
+    assert_eq!(
+        stepped.check(&head).unwrap_err().retry_after(),
+        Some(Duration::from_millis(5))
+    );
+    assert_eq!(
+        fine.check(&head).unwrap_err().retry_after(),
+        Some(Duration::from_millis(1))
+    );
     // Reloaded rules are widened too.
     stepped.reload(vec![rule().max_keys(1000)]);
     assert_eq!(admitted_now(&stepped), 6);

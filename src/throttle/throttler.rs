@@ -98,7 +98,9 @@ impl Rejection {
     }
 
     /// When a retry may be admitted; `None` if never (the cost exceeds the
-    /// limit) or unknown.
+    /// limit) or unknown. With a clock that moves in steps of more than a
+    /// nanosecond, it includes one step, for the clock to reach the time
+    /// the limit names.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -232,6 +234,8 @@ type Rules = Arc<[Arc<LiveRule>]>;
 pub(crate) struct Inner {
     rules: RwLock<Rules>,
     clock: Arc<dyn Clock>,
+    /// Added to a retry time: the clock's step, if it moves in steps.
+    retry_slack_ns: u64,
     cost: CostModel,
     predictor: Option<CostPredictor>,
     criticality_header: String,
@@ -338,6 +342,11 @@ impl ThrottlerBuilder {
         let metrics = ThrottleMetrics::new();
         let inner = Arc::new(Inner {
             rules: RwLock::new(rules),
+            retry_slack_ns: if step > Duration::from_nanos(1) {
+                clock.resolution_ns()
+            } else {
+                0
+            },
             clock,
             cost: self.cost,
             predictor,
@@ -461,8 +470,11 @@ impl Throttler {
                     return Err(Rejection {
                         kind,
                         rule: Some(rule.name.clone()),
-                        retry_after: (retry_after_ns != u64::MAX)
-                            .then(|| Duration::from_nanos(retry_after_ns)),
+                        retry_after: (retry_after_ns != u64::MAX).then(|| {
+                            Duration::from_nanos(
+                                retry_after_ns.saturating_add(inner.retry_slack_ns),
+                            )
+                        }),
                     });
                 }
                 Verdict::Delay { delay_ns } => {
@@ -566,10 +578,10 @@ impl Throttler {
             }
             Err(kind) => {
                 self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = lock(queue)
-                    .core
-                    .next_release_ns()
-                    .map(|at| Duration::from_nanos(at.saturating_sub(self.inner.clock.now_ns())));
+                let retry_after = lock(queue).core.next_release_ns().map(|at| {
+                    let wait = at.saturating_sub(self.inner.clock.now_ns());
+                    Duration::from_nanos(wait.saturating_add(self.inner.retry_slack_ns))
+                });
                 Err(Rejection {
                     kind,
                     rule: None,
