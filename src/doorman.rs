@@ -41,8 +41,6 @@ pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
 pub mod pb;
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-mod poison;
 #[cfg(feature = "server")]
 pub mod reload;
 #[cfg(feature = "server")]

@@ -103,7 +103,13 @@ pub mod doorman;
 #[cfg(feature = "etcd-wire")]
 mod etcd_wire;
 mod limiter;
-#[cfg(any(feature = "quota", all(feature = "throttle", not(tollgate_loom))))]
+// Built for each of its users: doorman (client or server), quota, throttle.
+#[cfg(any(
+    feature = "client",
+    feature = "server",
+    feature = "quota",
+    all(feature = "throttle", not(tollgate_loom))
+))]
 mod locks;
 pub mod plot;
 #[cfg(feature = "quota")]

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lease::Timestamp;
-use super::poison::LockUnpoisoned;
+use crate::locks::LockUnpoisoned;
 
 /// A source of Unix time.
 ///

@@ -30,8 +30,8 @@ use super::election::{Election, Mastership};
 use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
-use super::poison::RwLockUnpoisoned;
 use super::transport::{Grpc, Transport};
+use crate::locks::RwLockUnpoisoned;
 use state::{Inner, Snapshot, View, WeakServer};
 
 mod decisions;

@@ -22,7 +22,7 @@ use tonic::Status;
 
 use super::pb;
 use super::pb::capacity_client::CapacityClient;
-use super::poison::LockUnpoisoned;
+use crate::locks::LockUnpoisoned;
 
 /// One RPC's answer, or its failure as a gRPC status.
 pub(crate) type Call<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;

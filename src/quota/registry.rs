@@ -35,7 +35,7 @@ use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE}
 use super::metrics::Metrics;
 use crate::clock::Clock;
 use crate::limiter::reservation::TokenBucket;
-use crate::locks::{lock, read, write};
+use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// How many shards the bucket map is split into.
 pub(crate) const SHARDS: usize = 64;
@@ -338,7 +338,7 @@ impl Registry {
     pub fn dynamic_buckets(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            for (k, slot) in read(shard).iter() {
+            for (k, slot) in shard.read_unpoisoned().iter() {
                 if slot.kind == Kind::Dynamic {
                     let (ns, name) = k.pair();
                     out.push((ns.to_owned(), name.to_owned()));
@@ -351,7 +351,7 @@ impl Registry {
     /// The configuration, read-locked: hold the guard while using a bucket
     /// found under it.
     pub fn config(&self) -> RwLockReadGuard<'_, Arc<Config>> {
-        read(&self.config)
+        self.config.read_unpoisoned()
     }
 
     /// The shard holding (`namespace`, `name`).
@@ -364,7 +364,10 @@ impl Registry {
     /// The live bucket kept under (`namespace`, `name`).
     fn find(&self, namespace: &str, name: &str) -> Option<Arc<Slot>> {
         let pair: &dyn Pair = &(namespace, name);
-        read(self.shard(namespace, name)).get(pair).cloned()
+        self.shard(namespace, name)
+            .read_unpoisoned()
+            .get(pair)
+            .cloned()
     }
 
     fn cap(&self, config: &Config, namespace: &str) -> u64 {
@@ -392,26 +395,31 @@ impl Registry {
     ) -> Result<Arc<Slot>, TooManyBuckets> {
         let shard = self.shard(namespace, name);
         let pair: &dyn Pair = &(namespace, name);
-        if let Some(slot) = read(shard).get(pair) {
+        if let Some(slot) = shard.read_unpoisoned().get(pair) {
             return Ok(Arc::clone(slot));
         }
-        let mut map = write(shard);
+        let mut map = shard.write_unpoisoned();
         if let Some(slot) = map.get(pair) {
             return Ok(Arc::clone(slot));
         }
         let k = Key::new(namespace, name);
         if kind == Kind::Dynamic {
             let cap = self.cap(config, namespace);
-            let mut counts = lock(&self.dynamic);
+            let mut counts = self.dynamic.lock_unpoisoned();
             let count = counts.entry(namespace.into()).or_insert(0);
             if *count >= cap {
                 return Err(TooManyBuckets { cap });
             }
             *count += 1;
         }
-        let share = read(&self.shares).get(k.as_str()).copied().or_else(|| {
-            (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
-        });
+        let share = self
+            .shares
+            .read_unpoisoned()
+            .get(k.as_str())
+            .copied()
+            .or_else(|| {
+                (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
+            });
         let slot = Arc::new(Slot {
             bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
@@ -430,7 +438,7 @@ impl Registry {
     fn removed(&self, key: &Key, slot: &Slot) {
         let (namespace, _) = key.pair();
         if slot.kind == Kind::Dynamic {
-            let mut counts = lock(&self.dynamic);
+            let mut counts = self.dynamic.lock_unpoisoned();
             if let Some(count) = counts.get_mut(namespace) {
                 *count = count.saturating_sub(1);
                 if *count == 0 {
@@ -447,11 +455,11 @@ impl Registry {
     /// others are removed and made afresh on next use. Returns how many
     /// were removed.
     pub fn reload(&self, new: Config) -> usize {
-        let mut config = write(&self.config);
-        let shares = read(&self.shares).clone();
+        let mut config = self.config.write_unpoisoned();
+        let shares = self.shares.read_unpoisoned().clone();
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut map = write(shard);
+            let mut map = shard.write_unpoisoned();
             map.retain(|k, slot| {
                 let (namespace, name) = k.pair();
                 let keep = match slot.kind {
@@ -494,10 +502,10 @@ impl Registry {
     pub fn reap(&self) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
-            if !read(shard).values().any(|s| s.is_idle()) {
+            if !shard.read_unpoisoned().values().any(|s| s.is_idle()) {
                 continue;
             }
-            write(shard).retain(|k, slot| {
+            shard.write_unpoisoned().retain(|k, slot| {
                 if slot.is_idle() {
                     self.removed(k, slot);
                     removed += 1;
@@ -518,8 +526,8 @@ impl Registry {
         let config = self.config();
         let k = key(namespace, name);
         match rate {
-            Some(r) => write(&self.shares).insert(k.clone(), r),
-            None => write(&self.shares).remove(&k),
+            Some(r) => self.shares.write_unpoisoned().insert(k.clone(), r),
+            None => self.shares.write_unpoisoned().remove(&k),
         };
         let Some(slot) = self.find(namespace, name) else {
             return;
@@ -555,7 +563,7 @@ impl Registry {
 
     /// How many buckets are alive.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| read(s).len()).sum()
+        self.shards.iter().map(|s| s.read_unpoisoned().len()).sum()
     }
 
     /// Whether no bucket is alive.
@@ -565,7 +573,7 @@ impl Registry {
 
     /// How many dynamic buckets of `namespace` are alive.
     pub fn dynamic_count(&self, namespace: &str) -> u64 {
-        let counts = lock(&self.dynamic);
+        let counts = self.dynamic.lock_unpoisoned();
         counts.get(namespace).copied().unwrap_or(0)
     }
 
@@ -574,7 +582,7 @@ impl Registry {
     pub fn list(&self, limit: usize) -> Vec<(String, String, Kind, i64)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            for (k, slot) in read(shard).iter() {
+            for (k, slot) in shard.read_unpoisoned().iter() {
                 let (ns, name) = k.pair();
                 out.push((
                     ns.to_owned(),

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::locks::lock;
+use crate::locks::LockUnpoisoned;
 
 /// Fixed-point scale of the averages.
 const SCALE: u64 = 256;
@@ -38,7 +38,7 @@ impl CostPredictor {
 
     /// The predicted cost of a request of `class`.
     pub(crate) fn predict(&self, class: &str) -> u64 {
-        let classes = lock(&self.classes);
+        let classes = self.classes.lock_unpoisoned();
         match classes.get(class) {
             Some(avg) => avg.div_ceil(SCALE).max(1),
             None => self.default,
@@ -48,7 +48,7 @@ impl CostPredictor {
     /// Records the measured cost of a finished request of `class`.
     pub(crate) fn record(&self, class: &str, cost: u64) {
         let sample = cost.saturating_mul(SCALE);
-        let mut classes = lock(&self.classes);
+        let mut classes = self.classes.lock_unpoisoned();
         if let Some(avg) = classes.get_mut(class) {
             // avg += (sample - avg) / 8, in signed arithmetic.
             let a = *avg as i128;

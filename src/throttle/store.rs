@@ -53,7 +53,7 @@ use std::sync::Mutex;
 use crossbeam_utils::CachePadded;
 
 use super::policy::{Policy, Verdict};
-use crate::locks::lock;
+use crate::locks::LockUnpoisoned;
 
 mod table;
 
@@ -229,7 +229,10 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).occupancy.len).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock_unpoisoned().occupancy.len)
+            .sum()
     }
 
     /// Whether no key is held.
@@ -252,7 +255,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     pub fn banned(&self, now_ns: u64) -> usize {
         let mut banned = 0;
         for (index, shard) in self.shards.iter().enumerate() {
-            let mut shard = lock(shard);
+            let mut shard = shard.lock_unpoisoned();
             self.table.for_each(&mut shard.occupancy, index, |_, g| {
                 if g.banned() && g.time() > now_ns {
                     banned += 1;
@@ -265,7 +268,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     /// Keys dropped so far.
     pub fn evictions(&self) -> Evictions {
         self.shards.iter().fold(Evictions::default(), |acc, s| {
-            let s = lock(s);
+            let s = s.lock_unpoisoned();
             Evictions {
                 idle: acc.idle + s.evicted_idle,
                 full: acc.full + s.evicted_full,
@@ -276,7 +279,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     /// Drops every idle key now (inserts also do this lazily).
     pub fn sweep(&self, now_ns: u64) {
         for (index, shard) in self.shards.iter().enumerate() {
-            self.sweep_idle(&mut lock(shard), index, now_ns);
+            self.sweep_idle(&mut shard.lock_unpoisoned(), index, now_ns);
         }
     }
 
@@ -299,7 +302,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         if let Some(guard) = self.table.find(index, hash, key) {
             return self.decide(guard, now_ns, f);
         }
-        let mut shard = lock(&self.shards[index]);
+        let mut shard = self.shards[index].lock_unpoisoned();
         // Another thread may have inserted the key, or a rebuild hidden it.
         if let Some(guard) = self.table.find(index, hash, key) {
             return self.decide(guard, now_ns, f);

@@ -35,7 +35,7 @@ use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
-use crate::locks::{lock, read, write};
+use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 use crate::{Clock, RateSpec, SystemClock};
 
 /// How much a request costs, in the units the rules' limits count.
@@ -215,7 +215,7 @@ impl Permit {
             }
         }
         if let (true, Some(queue)) = (self.queued, &inner.queue) {
-            lock(queue).core.settle(now, delta);
+            queue.lock_unpoisoned().core.settle(now, delta);
         }
     }
 }
@@ -543,7 +543,7 @@ impl Throttler {
         let criticality = self.criticality(head);
         let (tx, rx) = oneshot::channel();
         let offer = {
-            let mut q = lock(queue);
+            let mut q = queue.lock_unpoisoned();
             let offer = q
                 .core
                 .offer(tx, permit.cost, criticality, self.inner.clock.now_ns());
@@ -578,7 +578,7 @@ impl Throttler {
             }
             Err(kind) => {
                 self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = lock(queue).core.next_release_ns().map(|at| {
+                let retry_after = queue.lock_unpoisoned().core.next_release_ns().map(|at| {
                     let wait = at.saturating_sub(self.inner.clock.now_ns());
                     Duration::from_nanos(wait.saturating_add(self.inner.retry_slack_ns))
                 });
@@ -608,7 +608,7 @@ impl Throttler {
                     .unwrap_or_else(|| Arc::new(LiveRule::new(rule, step)))
             })
             .collect();
-        *write(&self.inner.rules) = new;
+        *self.inner.rules.write_unpoisoned() = new;
     }
 
     /// Drops idle keys of every rule now (inserts also do this lazily).
@@ -639,7 +639,7 @@ async fn drive(inner: Arc<Inner>) {
     };
     loop {
         let wait = {
-            let mut q = lock(queue);
+            let mut q = queue.lock_unpoisoned();
             let now = inner.clock.now_ns();
             for waiter in q.core.release(now, |w| !w.is_closed()) {
                 let _ = waiter.send(Ok(()));
@@ -659,13 +659,13 @@ async fn drive(inner: Arc<Inner>) {
 impl Inner {
     /// The rules in force.
     pub(crate) fn rules(&self) -> Rules {
-        read(&self.rules).clone()
+        self.rules.read_unpoisoned().clone()
     }
 
     /// The queue's waiting cost and length.
     pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
         self.queue.as_ref().map(|q| {
-            let q = lock(q);
+            let q = q.lock_unpoisoned();
             (q.core.queued_cost(), q.core.len())
         })
     }

@@ -24,10 +24,10 @@ use super::super::lease::{
     Answer, CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest,
     ServerGrant, Timestamp,
 };
-use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::state::{EntryState, Server, Snapshot};
 use super::wire::{Limits, Rules};
 use super::{hold, parent};
+use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {
     /// Decides a client's request. `admit` checks it against the server's

@@ -16,8 +16,8 @@ use tracing::info;
 
 use super::super::election::Mastership;
 use super::super::lease::Timestamp;
-use super::super::poison::RwLockUnpoisoned;
 use super::state::{Server, View};
+use crate::locks::RwLockUnpoisoned;
 
 impl Server {
     /// The current mastership, after bringing the server's state in line

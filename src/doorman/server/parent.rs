@@ -53,10 +53,10 @@ use super::super::algorithm::AlgorithmConfig;
 use super::super::config::Template;
 use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
 use super::super::pb;
-use super::super::poison::LockUnpoisoned;
 use super::super::session::{MasterSession, SessionError};
 use super::super::transport::Transport;
 use super::wire;
+use crate::locks::LockUnpoisoned;
 
 /// How a server reaches its parent.
 #[derive(Debug, Clone)]

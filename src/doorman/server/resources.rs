@@ -33,9 +33,9 @@ use super::super::config::Config;
 use super::super::error::RequestError;
 use super::super::lease::{ClientLease, Timestamp};
 use super::super::metrics::{Gauges, ResourceGauges};
-use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::super::store::Resource;
 use super::state::{Entry, EntryState, Server, Snapshot};
+use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// One resource as shown on the status page.
 #[derive(Debug, Clone)]

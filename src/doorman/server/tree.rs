@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use tracing::warn;
 
 use super::super::lease::{Band, ServerResourceRequest, Timestamp};
-use super::super::poison::{LockUnpoisoned, RwLockUnpoisoned};
 use super::parent::{self, Demand, Upstream};
 use super::state::{EntryState, Server, WeakServer};
 use super::wire;
+use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {
     /// The time on the server's clock.

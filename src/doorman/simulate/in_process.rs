@@ -14,9 +14,9 @@ use std::sync::RwLock;
 use tonic::Status;
 
 use crate::doorman::pb;
-use crate::doorman::poison::RwLockUnpoisoned;
 use crate::doorman::server::Server;
 use crate::doorman::transport::{Call, Transport};
+use crate::locks::RwLockUnpoisoned;
 
 /// Servers in this process, by address; an unknown address is
 /// `unavailable`, as a dead server would be.

@@ -26,7 +26,7 @@ use super::{Admit, AdmitFuture, Admitted, Denied, Source};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::reservation::{BucketSettings, TokenBucket};
 use crate::limiter::spec::RateSpec;
-use crate::locks::lock;
+use crate::locks::LockUnpoisoned;
 use crate::quota::pb;
 use crate::quota::pb::quota_service_client::QuotaServiceClient;
 use crate::quota::service::Status;
@@ -192,7 +192,7 @@ impl NaiveClient {
     }
 
     fn circuit_open(&self) -> bool {
-        let until = *lock(&self.open_until);
+        let until = *self.open_until.lock_unpoisoned();
         self.clock.now_ns() < until
     }
 
@@ -201,7 +201,7 @@ impl NaiveClient {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if self.failure_threshold > 0 && n >= self.failure_threshold {
             let retry = u64::try_from(self.retry_after.as_nanos()).unwrap_or(u64::MAX);
-            *lock(&self.open_until) = self.clock.now_ns().saturating_add(retry);
+            *self.open_until.lock_unpoisoned() = self.clock.now_ns().saturating_add(retry);
             self.failures.store(0, Ordering::Relaxed);
         }
     }
