@@ -11,13 +11,14 @@
 //! slices, fills when the filler is late (with `try_lock`: a caller never
 //! blocks on the fill lock), and finally waits.
 //!
-//! A fill runs the pure [`Pool::fill`] on a snapshot of `P` (central plus
-//! the sum of the slices). Concurrent takes can only lower `P` after the
-//! snapshot, so `P` stays within `A + B`; a concurrent steal that moves
-//! tokens from a slice not yet read into `central` already read can make
-//! the snapshot low by at most what the slices held, so `P` may exceed
-//! `A + B` transiently by at most `slices * chunk`. Either way each fill
-//! adds exactly the measured tokens to `P + W`.
+//! A fill runs the pure [`Pool::fill`](super::pool::Pool::fill) on a
+//! snapshot of `P` (central plus the sum of the slices). Concurrent takes
+//! can only lower `P` after the snapshot, so `P` stays within `A + B`; a
+//! concurrent steal that moves tokens from a slice not yet read into
+//! `central` already read can make the snapshot low by at most what the
+//! slices held, so `P` may exceed `A + B` transiently by at most `slices *
+//! chunk`. Either way each fill adds exactly the measured tokens to `P +
+//! W`.
 //!
 //! Stranding bound: idle slices hold at most `slices * chunk` tokens
 //! (`chunk = max(one op, A / (4 * slices))`, so at most a quarter of `A`),
