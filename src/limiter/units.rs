@@ -128,15 +128,8 @@ impl Sizing {
     pub(crate) fn new(meter: &Meter, burst_ppm: u64) -> Sizing {
         let one_ms = meter.tokens_floor(MIN_ACTIVE_NS);
         let two_ops = u128::from(2 * TOKENS_PER_OP);
-        let active = one_ms.max(two_ops);
-        let extra_ppm = u128::from(burst_ppm.saturating_sub(1_000_000));
-        let burst = mul_div(active, extra_ppm, 1_000_000);
         // A spec is at most 1e12 ops/s and ratio 1000: A + B < 2^61.
-        let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX >> 2).min(u64::MAX >> 2);
-        Sizing {
-            active: clamp(active),
-            burst: clamp(burst),
-        }
+        Sizing::with_active(one_ms.max(two_ops), burst_ppm)
     }
 
     /// These sizes with the active pool widened, if need be, to cover one
@@ -150,16 +143,18 @@ impl Sizing {
         if wide <= u128::from(self.active) {
             return self;
         }
-        // As in `new`, with room to spare: A + B stays below 2^62.
-        let active = u64::try_from(wide).unwrap_or(u64::MAX).min(u64::MAX >> 3);
-        let burst = mul_div(
-            u128::from(active),
-            u128::from(burst_ppm.saturating_sub(1_000_000)),
-            1_000_000,
-        );
+        Sizing::with_active(wide, burst_ppm)
+    }
+
+    /// An active pool of `active` tokens and its burst headroom, each
+    /// kept below 2^61 so that `A + B` stays below 2^62.
+    fn with_active(active: u128, burst_ppm: u64) -> Sizing {
+        let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX).min(u64::MAX >> 3);
+        let active = clamp(active);
+        let extra_ppm = u128::from(burst_ppm.saturating_sub(1_000_000));
         Sizing {
             active,
-            burst: u64::try_from(burst).unwrap_or(u64::MAX).min(u64::MAX >> 3),
+            burst: clamp(mul_div(u128::from(active), extra_ppm, 1_000_000)),
         }
     }
 

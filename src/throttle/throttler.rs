@@ -333,7 +333,8 @@ impl ThrottlerBuilder {
             _ => None,
         };
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-        let step = Duration::from_nanos(clock.resolution_ns());
+        let step_ns = clock.resolution_ns();
+        let step = Duration::from_nanos(step_ns);
         let rules: Rules = self
             .rules
             .into_iter()
@@ -342,11 +343,7 @@ impl ThrottlerBuilder {
         let metrics = ThrottleMetrics::new();
         let inner = Arc::new(Inner {
             rules: RwLock::new(rules),
-            retry_slack_ns: if step > Duration::from_nanos(1) {
-                clock.resolution_ns()
-            } else {
-                0
-            },
+            retry_slack_ns: if step_ns > 1 { step_ns } else { 0 },
             clock,
             cost: self.cost,
             predictor,
