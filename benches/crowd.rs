@@ -667,7 +667,7 @@ fn run_tasks(limiter: &Limiter, spec: RateSpec, tasks: usize, span: Duration) ->
                     limiter.acquire_async().await;
                     n += 1;
                     counts[i].store(n, Relaxed);
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }

@@ -126,7 +126,7 @@ fn main() {
                         while !stop.load(Relaxed) {
                             t[i].record(limiter.acquire_async().await);
                             n += 1;
-                            if n % 64 == 0 {
+                            if n.is_multiple_of(64) {
                                 tokio::task::yield_now().await;
                             }
                         }

@@ -33,6 +33,9 @@ pub(crate) struct Gauges {
     pub(crate) subclients: u64,
 }
 
+/// One gauge family: its name, its help text and how to read it from a row.
+type Family = (&'static str, &'static str, fn(&Gauges) -> f64);
+
 /// The per-resource gauge families, written as text.
 #[derive(Debug, Default)]
 pub(crate) struct ResourceGauges {
@@ -55,7 +58,7 @@ impl ResourceGauges {
         let ids: usize = self.rows.iter().map(|(id, _)| id.len()).sum();
         // Per row: the name, `{resource="`, the id, `"} `, a number.
         out.reserve(3 * ids + self.rows.len() * 3 * 64 + 512);
-        let families: [(&str, &str, fn(&Gauges) -> f64); 3] = [
+        let families: [Family; 3] = [
             (
                 "doorman_server_has",
                 "All capacity assigned to clients for a resource.",
@@ -169,6 +172,12 @@ pub(crate) fn encode(registry: &Registry) -> String {
     String::from_utf8(buf).expect("the text format is UTF-8")
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,11 +212,5 @@ mod tests {
         let mut empty = String::new();
         ResourceGauges::default().write(&mut empty);
         assert_eq!(empty, "");
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
     }
 }

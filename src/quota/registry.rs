@@ -356,9 +356,7 @@ impl Registry {
 
     /// The shard holding (`namespace`, `name`).
     fn shard(&self, namespace: &str, name: &str) -> &RwLock<Shard> {
-        let mut h = self.hasher.build_hasher();
-        (namespace, name).hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one((namespace, name)) as usize) % SHARDS]
     }
 
     /// The live bucket kept under (`namespace`, `name`).

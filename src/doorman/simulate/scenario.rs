@@ -71,7 +71,7 @@ impl World {
         for job in due {
             self.jobs[job].elect(&mut self.rng);
         }
-        if t > 0 && t % 10 == 0 {
+        if t > 0 && t.is_multiple_of(10) {
             for c in 0..self.clients.len() {
                 let w = self.clients[c].2 * (0.9 + 0.2 * self.rng.unit());
                 self.set_wants(c, w);

@@ -26,7 +26,7 @@ pub(super) struct History {
 impl History {
     pub(super) fn push(&mut self, line: Line, lateness_recorded: bool) {
         self.stride = self.stride.max(1);
-        if self.seen % self.stride == 0 {
+        if self.seen.is_multiple_of(self.stride) {
             if self.lines.len() == KEEP {
                 let mut i = 0;
                 self.lines.retain(|_| {
@@ -35,7 +35,7 @@ impl History {
                 });
                 self.stride *= 2;
             }
-            if self.seen % self.stride == 0 {
+            if self.seen.is_multiple_of(self.stride) {
                 self.lines.push((line, lateness_recorded));
             }
         }

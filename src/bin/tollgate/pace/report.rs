@@ -155,7 +155,8 @@ pub(super) fn shortfall(
     admitted: Admitted,
     stalled: bool,
 ) -> Option<String> {
-    if !(ratio < 0.99) || !(elapsed_s > 0.0) {
+    // NaN in either (an empty run) names no shortfall either.
+    if ratio.is_nan() || ratio >= 0.99 || elapsed_s.is_nan() || elapsed_s <= 0.0 {
         return None;
     }
     let missed_ns = elapsed_s * (1.0 - ratio).min(1.0) * 1e9;
