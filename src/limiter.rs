@@ -134,6 +134,9 @@ impl Builder {
     /// tasks waiting at 100K ops/s, 2 ms makes each fill serve 200 ops
     /// rather than 67 and cuts the CPU per op by about 2.5 times (the
     /// `crowd` bench), while an op may start up to 2 ms after its slot.
+    ///
+    /// An interval below 10 µs is taken as 10 µs: the filler thread would
+    /// otherwise spend its time going to sleep.
     pub fn fill_interval(mut self, interval: Duration) -> Builder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self

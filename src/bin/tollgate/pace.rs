@@ -104,6 +104,12 @@ pub(crate) struct Args {
     idle: bool,
 }
 
+/// The shortest fill interval the limiter takes (shorter ones are raised to
+/// it); pace refuses them instead of running something else than asked.
+const MIN_FILL_INTERVAL: Duration = Duration::from_micros(10);
+/// The longest fill interval pace takes: beyond it, no run sees a fill.
+const MAX_FILL_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// Most callers pace runs: far more than needed to oversubscribe any core.
 const MAX_THREADS: usize = 100_000;
 
@@ -173,6 +179,13 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     );
     if args.slices == Some(0) {
         bail!("--slices must be at least 1");
+    }
+    if let Some(interval) = args.fill_interval {
+        ensure!(
+            (MIN_FILL_INTERVAL..=MAX_FILL_INTERVAL).contains(&interval),
+            "--fill-interval must be between 10us and 1h (got {})",
+            humantime::format_duration(interval)
+        );
     }
     let stalls = match (args.stall_at, args.stall_every, args.stall_for) {
         (None, None, None) => None,
@@ -578,6 +591,35 @@ mod tests {
         }
         assert!(help.contains("--fill-interval"));
         assert!(help.contains("the library's, 500us"), "{help}");
+    }
+
+    #[test]
+    fn a_fill_interval_outside_10us_to_1h_is_refused() {
+        #[derive(clap::Parser)]
+        struct Pace {
+            #[command(flatten)]
+            args: Args,
+        }
+        let plan_for = |interval: &str| {
+            let pace =
+                <Pace as clap::Parser>::try_parse_from(["pace", "1K", "--fill-interval", interval])
+                    .expect("valid arguments");
+            plan(&pace.args).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(plan_for("10us"), Ok(()));
+        assert_eq!(plan_for("1h"), Ok(()));
+        assert_eq!(
+            plan_for("0s"),
+            Err("--fill-interval must be between 10us and 1h (got 0s)".into())
+        );
+        assert_eq!(
+            plan_for("9us"),
+            Err("--fill-interval must be between 10us and 1h (got 9us)".into())
+        );
+        assert_eq!(
+            plan_for("2h"),
+            Err("--fill-interval must be between 10us and 1h (got 2h)".into())
+        );
     }
 
     #[test]
