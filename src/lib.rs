@@ -100,6 +100,13 @@ mod clock;
 pub mod conn;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
+// Built for the configuration reloads that log it: doorman, quota, throttle.
+#[cfg(any(
+    feature = "server",
+    feature = "quota",
+    all(feature = "throttle", not(tollgate_loom))
+))]
+mod error_chain;
 #[cfg(feature = "etcd-wire")]
 mod etcd_wire;
 mod limiter;

@@ -244,7 +244,28 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
         "namespaces:\n  ns:\n    buckets:\n      b: {size: -1}\n",
     )
     .unwrap();
-    assert!(!reload::reload(&quota, &path));
+    // The log names what is wrong, not only that the file was refused:
+    // here the bucket's size, then the YAML parser's complaint.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = std::sync::Arc::clone(&log);
+    let logger = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || Captured(std::sync::Arc::clone(&writer)))
+        .finish();
+    tracing::subscriber::with_default(logger, || {
+        assert!(!reload::reload(&quota, &path));
+        std::fs::write(&path, "namespaces:\n  ns: [\n").unwrap();
+        assert!(!reload::reload(&quota, &path));
+    });
+    let logged = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains(r#"namespace "ns": bucket "b": size: must be between 1 and"#),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("error=invalid quota configuration YAML: ") && logged.contains("at line 2"),
+        "{logged}"
+    );
     std::fs::write(&path, CONFIG.replace("fill_rate: 10,", "fill_rate: 20,")).unwrap();
     assert!(reload::reload(&quota, &path));
     // Still empty after the reload; one token is now 50 ms away.
@@ -255,6 +276,19 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
         50
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Log output, kept for a test to read.
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// One call spoken with raw HTTP/2: `chunks` are sent as separate DATA

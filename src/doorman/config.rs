@@ -136,7 +136,7 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Read { source, .. } => Some(source),
-            ConfigError::Parse(e) => Some(e),
+            // The parser's message is already in this error's own.
             _ => None,
         }
     }

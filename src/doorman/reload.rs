@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error_chain::ErrorChain;
 use tracing::{error, info};
 
 use super::config::{Config, ConfigError};
@@ -36,7 +37,7 @@ fn apply(
             true
         }
         Err(e) => {
-            error!(path = %origin, error = %e, "rejected new configuration; still serving the previous one");
+            error!(path = %origin, error = %ErrorChain(&e), "rejected new configuration; still serving the previous one");
             false
         }
     }

@@ -82,8 +82,9 @@ impl fmt::Display for AdminError {
 impl std::error::Error for AdminError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            AdminError::Config(e) => Some(e),
-            AdminError::Etcd(e) => Some(e),
+            // Their messages are already in this error's: go on from their causes.
+            AdminError::Config(e) => e.source(),
+            AdminError::Etcd(e) => e.source(),
             AdminError::Write { source, .. } => Some(source),
         }
     }

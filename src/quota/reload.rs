@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error_chain::ErrorChain;
 use tracing::{error, info};
 
 use super::config::Config;
@@ -22,7 +23,7 @@ pub fn reload(quota: &Quota, path: &Path) -> bool {
             true
         }
         Err(e) => {
-            error!(path = %path.display(), error = %e, "rejected new quota configuration; still serving the previous one");
+            error!(path = %path.display(), error = %ErrorChain(&e), "rejected new quota configuration; still serving the previous one");
             false
         }
     }

@@ -29,6 +29,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::error_chain::ErrorChain;
 use serde::Deserialize;
 use tracing::{error, info};
 
@@ -218,7 +219,7 @@ pub fn reload_rules(throttler: &Throttler, path: &Path) -> bool {
             true
         }
         Err(e) => {
-            error!(path = %path.display(), error = %e, "rejected new throttle rules; keeping the previous ones");
+            error!(path = %path.display(), error = %ErrorChain(&e), "rejected new throttle rules; keeping the previous ones");
             false
         }
     }

@@ -111,9 +111,10 @@ impl fmt::Display for EtcdSourceError {
 impl std::error::Error for EtcdSourceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            EtcdSourceError::Connect(e) => Some(e),
+            // Their messages are already in this error's: go on from their causes.
+            EtcdSourceError::Connect(e) => e.source(),
             EtcdSourceError::Etcd { source, .. } => Some(source),
-            EtcdSourceError::Invalid { source, .. } => Some(source),
+            EtcdSourceError::Invalid { source, .. } => source.source(),
             _ => None,
         }
     }
