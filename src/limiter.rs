@@ -159,7 +159,29 @@ impl Builder {
     }
 
     /// Builds the limiter; it starts unless the spec's verb is `configure`.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses the filler thread (a process at its
+    /// thread limit); [`Builder::try_build`] returns that error instead.
     pub fn build(self) -> RateLimiter {
+        self.try_build()
+            .unwrap_or_else(|e| panic!("tollgate: cannot spawn the filler thread: {e}"))
+    }
+
+    /// Builds the limiter, or returns the error of spawning its filler
+    /// thread, for a process that may be at its thread limit.
+    ///
+    /// ```
+    /// let limiter = tollgate::RateLimiter::builder("1K".parse()?).try_build()?;
+    /// assert_eq!(limiter.spec().to_string(), "1K,1.1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`std::io::Error`] of [`std::thread::Builder::spawn`].
+    pub fn try_build(self) -> std::io::Result<RateLimiter> {
         let slices = self.slices.unwrap_or_else(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             (cores * 4).min(64)
@@ -172,19 +194,20 @@ impl Builder {
             self.fill_interval,
             self.max_backlog,
         ));
-        let filler = self
-            .filler_thread
-            .then(|| spawn_filler(&core, self.fill_interval));
-        RateLimiter { core, filler }
+        let filler = if self.filler_thread {
+            Some(spawn_filler(&core, self.fill_interval)?)
+        } else {
+            None
+        };
+        Ok(RateLimiter { core, filler })
     }
 }
 
 /// Starts the filler thread (a model thread under loom, where the models
 /// drive it with a manual clock).
-fn spawn_filler(core: &Arc<Core>, interval: Duration) -> JoinHandle<()> {
+fn spawn_filler(core: &Arc<Core>, interval: Duration) -> std::io::Result<JoinHandle<()>> {
     let core = Arc::clone(core);
     spawn_named("tollgate-filler", move || filler::run(core, interval))
-        .expect("tollgate: cannot spawn the filler thread")
 }
 
 /// The filler's default period: half the smallest active pool (1 ms), so
@@ -213,6 +236,10 @@ impl RateLimiter {
 
     /// A limiter for `spec` with default options, started unless the
     /// spec's verb is `configure`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Builder::build`]: if the filler thread cannot be spawned.
     pub fn new(spec: RateSpec) -> RateLimiter {
         RateLimiter::builder(spec).build()
     }

@@ -226,7 +226,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if let Some(interval) = args.fill_interval {
         builder = builder.fill_interval(interval);
     }
-    let limiter = builder.build();
+    let limiter = builder
+        .try_build()
+        .context("cannot start the limiter's filler thread")?;
     let mut printer = Printer::new(args.format);
     if args.idle {
         let summary = idle(&limiter, &plan);
