@@ -8,6 +8,10 @@
 //! a manual clock, so the fixed expiry times in the bytes stay in the
 //! future.
 
+#[path = "common/logs.rs"]
+mod logs;
+
+use logs::Logs;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -236,20 +240,6 @@ fn answer(
     }
 }
 
-/// A `MakeWriter` collecting log output.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn junk_from_the_server_is_logged_and_never_panics() {
     let logs = Logs::default();
@@ -313,7 +303,7 @@ async fn junk_from_the_server_is_logged_and_never_panics() {
     assert_eq!(last.source, Source::Lease);
     assert_eq!(last.refreshes, 4);
 
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     for needle in [
         "granted capacity NaN",
         "granted capacity -3",

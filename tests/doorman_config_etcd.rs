@@ -8,7 +8,8 @@
 //! `tests/doorman_etcd.rs` does, and fails (does not skip) when it cannot.
 //! Every wait polls with a generous bound; no timing is asserted.
 
-use std::sync::{Arc, Mutex};
+use logs::Logs;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::doorman::clock::SystemWallClock;
@@ -24,6 +25,8 @@ mod ask;
 mod cli;
 #[path = "common/etcd.rs"]
 mod etcd;
+#[path = "common/logs.rs"]
+mod logs;
 
 use etcd::start_etcd;
 
@@ -239,33 +242,11 @@ async fn delete(endpoint: &str, key: &str) {
     assert_eq!(deleted, 1);
 }
 
-/// The log lines of this process, captured.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn count(&self, what: &str) -> usize {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .matches(what)
-            .count()
-    }
-}
-
 /// The library API: a deleted key keeps the configuration, and the watch
 /// comes back after etcd is killed and restarted, missing no change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
-    let log = Captured::default();
+    let log = Logs::default();
     let writer = log.clone();
     tracing::subscriber::set_global_default(
         tracing_subscriber::fmt()

@@ -5,6 +5,7 @@
 #[path = "common/grpc_answer.rs"]
 mod grpc_answer;
 
+use logs::Logs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use tollgate::ManualClock;
 
 #[path = "common/http1.rs"]
 mod http1;
+#[path = "common/logs.rs"]
+mod logs;
 
 use http1::http;
 
@@ -246,18 +249,18 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
     .unwrap();
     // The log names what is wrong, not only that the file was refused:
     // here the bucket's size, then the YAML parser's complaint.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-    let writer = std::sync::Arc::clone(&log);
+    let log = Logs::default();
+    let writer = log.clone();
     let logger = tracing_subscriber::fmt()
         .with_ansi(false)
-        .with_writer(move || Captured(std::sync::Arc::clone(&writer)))
+        .with_writer(move || writer.clone())
         .finish();
     tracing::subscriber::with_default(logger, || {
         assert!(!reload::reload(&quota, &path));
         std::fs::write(&path, "namespaces:\n  ns: [\n").unwrap();
         assert!(!reload::reload(&quota, &path));
     });
-    let logged = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    let logged = log.text();
     assert!(
         logged.contains(r#"namespace "ns": bucket "b": size: must be between 1 and"#),
         "{logged}"
@@ -276,19 +279,6 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
         50
     );
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// Log output, kept for a test to read.
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// One call spoken with raw HTTP/2: `chunks` are sent as separate DATA
