@@ -103,3 +103,47 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     assert_eq!(restarted.namespaces["svc"].buckets.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A full disk (the temporary file is `/dev/full`): the change is refused,
+/// the file keeps the old document, nothing is applied, and no temporary
+/// file is left behind; once there is room the same change goes through.
+#[tokio::test]
+async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
+    let dir = std::env::temp_dir().join(format!("tollgate-quota-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("quota.yaml");
+    std::fs::write(&path, CONFIG).unwrap();
+    let quota = Arc::new(Quota::new(
+        Config::from_file(&path).unwrap(),
+        Limits::default(),
+        Arc::new(ManualClock::new()),
+    ));
+    let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
+    let addr = serve(Arc::new(admin)).await;
+    let tmp = dir.join("quota.tmp");
+    std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+
+    let cache = r#"{"size": 5, "fill_rate": 5}"#;
+    let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", cache).await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("No space left on device"), "{body}");
+    assert!(body.contains("nothing changed"), "{body}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG);
+    assert!(
+        std::fs::symlink_metadata(&tmp).is_err(),
+        "the temporary file is removed"
+    );
+    let allow = |b: &str| {
+        quota
+            .allow(&Request::new("svc", b, 1).max_wait_millis(0))
+            .status
+    };
+    assert_eq!(allow("cache"), Status::RejectedNoBucket);
+
+    let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", cache).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(allow("cache"), Status::Ok);
+    let on_disk = Config::from_file(&path).unwrap();
+    assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -88,6 +88,28 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     let stored = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.namespaces["svc"].buckets["cache"].size, 5);
 
+    // The file cannot be written (a full disk): etcd gets the previous
+    // document back, so the refused change is in neither.
+    let tmp = first.with_extension("tmp");
+    std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+    let (code, body) = on_bucket(
+        &addr,
+        "PUT",
+        "svc",
+        "queue",
+        r#"{"size": 1, "fill_rate": 1}"#,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("No space left on device (os error 28); nothing changed"),
+        "{body}"
+    );
+    let kept = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    assert_eq!(kept, stored);
+    assert_eq!(allow(&q1, "queue", 1), Status::RejectedNoBucket);
+    assert!(std::fs::symlink_metadata(&tmp).is_err());
+
     // A restart whose file is the original one (lost, or another server's):
     // the document in etcd wins, is applied and written to the file.
     let second = dir.join("second.yaml");

@@ -150,9 +150,24 @@ impl Admin {
     }
 
     /// Writes `document` to the file, through a temporary file renamed over it.
+    ///
+    /// The temporary file reaches the disk before the rename, so a crash
+    /// leaves the old document or the new one, never a torn one; a failed
+    /// write (a full disk) removes the temporary file and leaves the old
+    /// document in place.
     fn write_file(&self, document: &Document) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, document.to_yaml()).and_then(|()| std::fs::rename(&tmp, &self.path))
+        let written = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut file, document.to_yaml().as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        })();
+        if written.is_err() {
+            // Best effort: the error that matters is the write's.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Applies `change` to the document; validates, stores, writes and
@@ -173,10 +188,19 @@ impl Admin {
             }
         }
         if let Err(e) = self.write_file(&next) {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot write {}: {e}", self.path.display()),
-            );
+            let mut message = format!("cannot write {}: {e}; nothing changed", self.path.display());
+            // etcd already holds the change: put the previous document
+            // back, so that a refused change is refused everywhere.
+            if let Some(etcd) = &self.etcd {
+                if let Err(undo) = etcd.save(&doc.to_yaml()).await {
+                    message = format!(
+                        "cannot write {}: {e}; the change is in etcd (putting the previous \
+                         document back failed: {undo}) but not applied here",
+                        self.path.display()
+                    );
+                }
+            }
+            return error(StatusCode::INTERNAL_SERVER_ERROR, &message);
         }
         self.quota.reload(config);
         *doc = next;
