@@ -21,17 +21,20 @@ fn start(config: &std::path::Path, extra: &[&str]) -> (cli::Server, String) {
     (server, addr)
 }
 
-fn config_file(name: &str, yaml: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-quota-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+/// `yaml` written to `name` in a directory removed when the guard drops.
+fn config_file(name: &str, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-quota-cli-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
     std::fs::write(&path, yaml).unwrap();
-    path
+    (dir, path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_serves_allow() {
-    let path = config_file(
+    let (_dir, path) = config_file(
         "ok.yaml",
         "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     );
@@ -57,7 +60,7 @@ async fn quota_serves_allow() {
 
 #[test]
 fn a_bad_config_is_refused_naming_the_field() {
-    let path = config_file(
+    let (_dir, path) = config_file(
         "bad.yaml",
         "namespaces:\n  svc:\n    buckets:\n      db: {max_debt_millis: -1}\n",
     );
@@ -97,7 +100,7 @@ async fn connection_limits_are_flags() {
         .is_ok()
     }
 
-    let path = config_file(
+    let (_dir, path) = config_file(
         "limits.yaml",
         "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
     );

@@ -45,10 +45,12 @@ struct Ca {
     issuer: Issuer<'static, KeyPair>,
 }
 
-fn dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tollgate-tls-e2e-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory for one test's files, removed when the test ends.
+fn dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tollgate-tls-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn ca(dir: &Path, name: &str) -> Ca {
@@ -147,7 +149,8 @@ fn refused_by_the_server(code: Option<tonic::Code>) -> bool {
 #[tokio::test]
 async fn a_client_trusting_the_servers_ca_is_granted_capacity_and_one_trusting_another_is_refused()
 {
-    let d = dir("tls");
+    let tmp = dir("tls");
+    let d = tmp.path();
     let server_ca = ca(&d, "server-ca");
     let other_ca = ca(&d, "other-ca");
     let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
@@ -166,7 +169,8 @@ async fn a_client_trusting_the_servers_ca_is_granted_capacity_and_one_trusting_a
 
 #[tokio::test]
 async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_served() {
-    let d = dir("mtls");
+    let tmp = dir("mtls");
+    let d = tmp.path();
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
     let other_ca = ca(&d, "other-ca");
@@ -284,7 +288,8 @@ async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
-    let d = dir("quota");
+    let tmp = dir("quota");
+    let d = tmp.path();
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
     let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
@@ -407,7 +412,8 @@ async fn relay(to: String) -> (String, Arc<AtomicUsize>) {
 /// seen a connection end (a failed handshake), the root has granted that
 /// one nothing and its client holds no capacity.
 async fn tree(mutual: bool) {
-    let d = dir(if mutual { "tree-mtls" } else { "tree-tls" });
+    let tmp = dir(if mutual { "tree-mtls" } else { "tree-tls" });
+    let d = tmp.path();
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
     let other_ca = ca(&d, "other-ca");
@@ -472,7 +478,8 @@ async fn an_intermediate_polls_its_parent_over_mutual_tls_only_with_a_certificat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
-    let d = dir("quota-cluster");
+    let tmp = dir("quota-cluster");
+    let d = tmp.path();
     let server_ca = ca(&d, "server-ca");
     let client_ca = ca(&d, "client-ca");
     let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
@@ -510,7 +517,8 @@ async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
 
 #[test]
 fn quota_names_a_missing_lease_tls_file() {
-    let d = dir("quota-missing");
+    let tmp = dir("quota-missing");
+    let d = tmp.path();
     let config = quota_config(&d);
     let (code, stderr) = exit_and_stderr(
         cli::on_free_ports("quota")

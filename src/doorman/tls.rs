@@ -276,12 +276,16 @@ fn read_pem(path: &Path, kind: Pem) -> Result<Vec<u8>, TlsError> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str, contents: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tollgate-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+    /// `contents` in a file `name`, in a directory removed when the guard
+    /// drops.
+    fn temp(name: &str, contents: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-tls-unit-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join(name);
         std::fs::write(&path, contents).unwrap();
-        path
+        (dir, path)
     }
 
     #[test]
@@ -303,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_key_given_as_a_certificate_is_refused() {
-        let key = temp(
+        let (_dir, key) = temp(
             "key-as-cert.pem",
             "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
         );
@@ -316,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_certificate_given_as_a_key_is_refused() {
-        let cert = temp(
+        let (_dir, cert) = temp(
             "cert.pem",
             "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
         );
