@@ -17,11 +17,14 @@ use admin_api::{on_bucket, serve};
 const CONFIG: &str =
     "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n";
 
-#[tokio::test]
-async fn admin_changes_are_validated_persisted_and_keep_state() {
-    let dir = std::env::temp_dir().join(format!("tollgate-quota-admin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("quota.yaml");
+/// An admin API over `CONFIG` in a new directory (removed when the guard
+/// drops): the directory, the config file, the quota and the address.
+async fn start() -> (tempfile::TempDir, std::path::PathBuf, Arc<Quota>, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-quota-admin-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("quota.yaml");
     std::fs::write(&path, CONFIG).unwrap();
     let quota = Arc::new(Quota::new(
         Config::from_file(&path).unwrap(),
@@ -30,6 +33,12 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     ));
     let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
     let addr = serve(Arc::new(admin)).await;
+    (dir, path, quota, addr)
+}
+
+#[tokio::test]
+async fn admin_changes_are_validated_persisted_and_keep_state() {
+    let (dir, path, quota, addr) = start().await;
 
     let allow = |b: &str, n| {
         quota
@@ -101,7 +110,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     let restarted = Config::from_file(&path).unwrap();
     assert!(!restarted.namespaces.contains_key("logins"));
     assert_eq!(restarted.namespaces["svc"].buckets.len(), 1);
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
 }
 
 /// A full disk (the temporary file is `/dev/full`): the change is refused,
@@ -109,18 +118,8 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
 /// file is left behind; once there is room the same change goes through.
 #[tokio::test]
 async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
-    let dir = std::env::temp_dir().join(format!("tollgate-quota-full-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("quota.yaml");
-    std::fs::write(&path, CONFIG).unwrap();
-    let quota = Arc::new(Quota::new(
-        Config::from_file(&path).unwrap(),
-        Limits::default(),
-        Arc::new(ManualClock::new()),
-    ));
-    let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
-    let addr = serve(Arc::new(admin)).await;
-    let tmp = dir.join("quota.tmp");
+    let (dir, path, quota, addr) = start().await;
+    let tmp = dir.path().join("quota.tmp");
     std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
 
     let cache = r#"{"size": 5, "fill_rate": 5}"#;
@@ -145,5 +144,5 @@ async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     assert_eq!(allow("cache"), Status::Ok);
     let on_disk = Config::from_file(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(dir);
 }

@@ -88,18 +88,22 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     let stored = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.namespaces["svc"].buckets["cache"].size, 5);
 
+    // Adding a bucket the two failures below must both refuse.
+    let put_queue = || {
+        on_bucket(
+            &addr,
+            "PUT",
+            "svc",
+            "queue",
+            r#"{"size": 1, "fill_rate": 1}"#,
+        )
+    };
+
     // The file cannot be written (a full disk): etcd gets the previous
     // document back, so the refused change is in neither.
     let tmp = first.with_extension("tmp");
     std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
-    let (code, body) = on_bucket(
-        &addr,
-        "PUT",
-        "svc",
-        "queue",
-        r#"{"size": 1, "fill_rate": 1}"#,
-    )
-    .await;
+    let (code, body) = put_queue().await;
     assert_eq!(code, 500, "{body}");
     assert!(
         body.contains("No space left on device (os error 28); nothing changed"),
@@ -138,14 +142,7 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     // etcd down: the running admin refuses changes with 503 and applies
     // nothing; a new one cannot start.
     drop(etcd);
-    let (code, body) = on_bucket(
-        &addr,
-        "PUT",
-        "svc",
-        "queue",
-        r#"{"size": 1, "fill_rate": 1}"#,
-    )
-    .await;
+    let (code, body) = put_queue().await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("etcd put"), "{body}");
     assert_eq!(allow(&q1, "queue", 1), Status::RejectedNoBucket);
