@@ -151,9 +151,9 @@ async fn a_client_trusting_the_servers_ca_is_granted_capacity_and_one_trusting_a
 {
     let tmp = dir("tls");
     let d = tmp.path();
-    let server_ca = ca(&d, "server-ca");
-    let other_ca = ca(&d, "other-ca");
-    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let server_ca = ca(d, "server-ca");
+    let other_ca = ca(d, "other-ca");
+    let (cert, key) = leaf(d, "server", &["localhost", "127.0.0.1"], &server_ca);
     let (addr, _stop) = serve(ServerTls::new(cert, key)).await;
 
     let right = ClientTls::new(&server_ca.cert_file);
@@ -171,20 +171,20 @@ async fn a_client_trusting_the_servers_ca_is_granted_capacity_and_one_trusting_a
 async fn with_mutual_tls_only_a_client_with_a_certificate_from_the_client_ca_is_served() {
     let tmp = dir("mtls");
     let d = tmp.path();
-    let server_ca = ca(&d, "server-ca");
-    let client_ca = ca(&d, "client-ca");
-    let other_ca = ca(&d, "other-ca");
-    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let server_ca = ca(d, "server-ca");
+    let client_ca = ca(d, "client-ca");
+    let other_ca = ca(d, "other-ca");
+    let (cert, key) = leaf(d, "server", &["localhost", "127.0.0.1"], &server_ca);
     let (addr, _stop) = serve(ServerTls::new(cert, key).client_ca(&client_ca.cert_file)).await;
 
     let anonymous = ClientTls::new(&server_ca.cert_file);
     assert!(refused_by_the_server(discovery(&addr, &anonymous).await));
 
-    let (cert, key) = leaf(&d, "stranger", &["stranger"], &other_ca);
+    let (cert, key) = leaf(d, "stranger", &["stranger"], &other_ca);
     let stranger = ClientTls::new(&server_ca.cert_file).identity(cert, key);
     assert!(refused_by_the_server(discovery(&addr, &stranger).await));
 
-    let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
+    let (cert, key) = leaf(d, "client", &["client"], &client_ca);
     let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
     assert_eq!(discovery(&addr, &known).await, None);
     assert_eq!(lease(&addr, &known).await, 10.0);
@@ -290,10 +290,10 @@ async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
 async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
     let tmp = dir("quota");
     let d = tmp.path();
-    let server_ca = ca(&d, "server-ca");
-    let client_ca = ca(&d, "client-ca");
-    let (cert, key) = leaf(&d, "server", &["localhost", "127.0.0.1"], &server_ca);
-    let config = quota_config(&d);
+    let server_ca = ca(d, "server-ca");
+    let client_ca = ca(d, "client-ca");
+    let (cert, key) = leaf(d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let config = quota_config(d);
     let mut quota = cli::start(
         cli::on_free_ports("quota")
             .arg("--config")
@@ -310,7 +310,7 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
     let anonymous = ClientTls::new(&server_ca.cert_file);
     assert!(refused_by_the_server(allow(&addr, &anonymous).await.err()));
 
-    let (cert, key) = leaf(&d, "client", &["client"], &client_ca);
+    let (cert, key) = leaf(d, "client", &["client"], &client_ca);
     let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
     assert_eq!(allow(&addr, &known).await, Ok(2));
 }
@@ -414,10 +414,10 @@ async fn relay(to: String) -> (String, Arc<AtomicUsize>) {
 async fn tree(mutual: bool) {
     let tmp = dir(if mutual { "tree-mtls" } else { "tree-tls" });
     let d = tmp.path();
-    let server_ca = ca(&d, "server-ca");
-    let client_ca = ca(&d, "client-ca");
-    let other_ca = ca(&d, "other-ca");
-    let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
+    let server_ca = ca(d, "server-ca");
+    let client_ca = ca(d, "client-ca");
+    let other_ca = ca(d, "other-ca");
+    let (cert, key) = leaf(d, "root", &["localhost", "127.0.0.1"], &server_ca);
     let tls = ServerTls::new(cert, key);
     let tls = if mutual {
         tls.client_ca(&client_ca.cert_file)
@@ -426,7 +426,7 @@ async fn tree(mutual: bool) {
     };
     let (root, root_addr) = root(tls).await;
 
-    let (cert, key) = leaf(&d, "mid", &["mid"], &client_ca);
+    let (cert, key) = leaf(d, "mid", &["mid"], &client_ca);
     let good = ClientTls::new(&server_ca.cert_file).identity(&cert, &key);
     let good_addr = intermediate(&root_addr, "good", &good).await;
     let (_client, resource) = plain_client(&good_addr);
@@ -445,7 +445,7 @@ async fn tree(mutual: bool) {
     )];
     if mutual {
         bad.push(("anonymous", ClientTls::new(&server_ca.cert_file)));
-        let (cert, key) = leaf(&d, "stranger", &["stranger"], &other_ca);
+        let (cert, key) = leaf(d, "stranger", &["stranger"], &other_ca);
         bad.push((
             "stranger",
             ClientTls::new(&server_ca.cert_file).identity(cert, key),
@@ -480,12 +480,12 @@ async fn an_intermediate_polls_its_parent_over_mutual_tls_only_with_a_certificat
 async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
     let tmp = dir("quota-cluster");
     let d = tmp.path();
-    let server_ca = ca(&d, "server-ca");
-    let client_ca = ca(&d, "client-ca");
-    let (cert, key) = leaf(&d, "root", &["localhost", "127.0.0.1"], &server_ca);
+    let server_ca = ca(d, "server-ca");
+    let client_ca = ca(d, "client-ca");
+    let (cert, key) = leaf(d, "root", &["localhost", "127.0.0.1"], &server_ca);
     let (root, root_addr) = root(ServerTls::new(cert, key).client_ca(&client_ca.cert_file)).await;
-    let (cert, key) = leaf(&d, "quota", &["quota"], &client_ca);
-    let config = quota_config(&d);
+    let (cert, key) = leaf(d, "quota", &["quota"], &client_ca);
+    let config = quota_config(d);
     let _quota = cli::start(
         cli::on_free_ports("quota")
             .args(["--cluster-interval", "100ms", "--lease-servers", &root_addr])
@@ -519,7 +519,7 @@ async fn quota_in_cluster_mode_leases_its_buckets_rates_over_mutual_tls() {
 fn quota_names_a_missing_lease_tls_file() {
     let tmp = dir("quota-missing");
     let d = tmp.path();
-    let config = quota_config(&d);
+    let config = quota_config(d);
     let (code, stderr) = exit_and_stderr(
         cli::on_free_ports("quota")
             .arg("--config")
