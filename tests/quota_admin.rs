@@ -59,6 +59,8 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     .await;
     assert_eq!(code, 200);
     assert_eq!(allow("cache", 5), Status::Ok);
+    // Still empty: one token borrowed, then refused.
+    assert_eq!(allow("db", 1), Status::Ok);
     assert_eq!(allow("db", 1), Status::RejectedTimeout);
     let on_disk = Config::from_file(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
@@ -74,7 +76,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     assert_eq!(Config::from_file(&path).unwrap(), on_disk);
     let (code, _) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"sise": 1}"#).await;
     assert_eq!(code, 400);
-    let (code, _) = on_bucket(&addr, "PUT", "s:v", "x", "{}").await;
+    let (code, _) = on_bucket(&addr, "PUT", &"s".repeat(257), "x", "{}").await;
     assert_eq!(code, 400);
 
     // A new namespace, listed; then deletions.

@@ -134,3 +134,78 @@ async fn connection_limits_are_flags() {
     let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
     assert!(closed(silent).await, "the silent connection is closed");
 }
+
+/// SIGTERM is handled as Ctrl-C: logged, the server drains and exits 0
+/// (before, the process died with the signal: exit 143, no log line).
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let (_dir, path) = config_file(
+        "term.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    );
+    let (mut server, _) = start(&path, &[]);
+    server.signal(libc::SIGTERM);
+    let line = server.wait_line("shutting down");
+    assert!(line.contains("signal=\"SIGTERM\""), "{line}");
+    server.wait_line("drained: exiting");
+    let status = server.exit_status();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// The reference-style example configuration (`test.namespace`) loads and
+/// serves; start-up says where the server-wide dynamic-bucket cap binds,
+/// and warns about a configuration with no buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_configuration_serves_and_start_up_explains_itself() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join("quota-test-namespace.yaml");
+    let (server, addr) = tokio::task::block_in_place(|| start(&example, &[]));
+    let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .allow(AllowRequest {
+                namespace: "test.namespace".into(),
+                bucket_name: "one".into(),
+                tokens_requested: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        answers.push((r.status(), r.tokens_granted, r.wait_millis));
+    }
+    // Size 2 at 1/s: two on hand, the third borrowed, all at once.
+    assert_eq!(answers, [(allow_response::Status::Ok, 1, 0); 3]);
+    assert_eq!(server.logged("dynamic buckets capped"), 0);
+    assert_eq!(server.logged("no buckets"), 0);
+
+    let (_dir, path) = config_file(
+        "open.yaml",
+        "namespaces:\n  ips:\n    dynamic_bucket_template: {size: 1}\n",
+    );
+    // Logged before the server listens, which `start` waits for.
+    let line_with = |server: &cli::Server, text: &str| {
+        server
+            .lines()
+            .into_iter()
+            .find(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no line with {text:?}: {:#?}", server.lines()))
+    };
+    let (server, _) =
+        tokio::task::block_in_place(|| start(&path, &["--max-dynamic-buckets", "5000"]));
+    let line = line_with(&server, "dynamic buckets capped");
+    assert!(
+        line.contains("max_dynamic_buckets=5000")
+            && line.contains("namespace \"ips\" has no max_dynamic_buckets of its own"),
+        "{line}"
+    );
+
+    let (_dir, path) = config_file("empty.yaml", "namespaces:\n  svc: {}\n");
+    let (server, _) = tokio::task::block_in_place(|| start(&path, &[]));
+    let line = line_with(&server, "no buckets");
+    assert!(line.contains("WARN"), "{line}");
+}

@@ -49,14 +49,16 @@ async fn dead_address() -> String {
     listener.local_addr().unwrap().to_string()
 }
 
-/// A fallback of `size` tokens on a frozen clock that never waits.
+/// A fallback of `size` tokens on a frozen clock that never waits and
+/// never borrows (no debt).
 fn fallback(size: u64) -> (NaiveOptions, ManualClock) {
     let clock = ManualClock::new();
     let options = NaiveOptions::new(RateSpec::new(1.0).unwrap())
         .fallback(
             BucketSettings::new(RateSpec::new(1.0).unwrap())
                 .size(size)
-                .max_wait(Duration::ZERO),
+                .max_wait(Duration::ZERO)
+                .max_debt(Duration::ZERO),
         )
         .deadline(Duration::from_secs(5))
         .clock(Arc::new(clock.clone()));
@@ -68,11 +70,16 @@ async fn naive_asks_the_service_and_obeys_its_refusal() {
     let (_quota, addr) = server().await;
     let (options, _) = fallback(5);
     let client = NaiveClient::new(&addr, "svc", "two", options).unwrap();
-    for _ in 0..2 {
-        assert_eq!(client.admit(1).await.unwrap().source, Source::Service);
+    // Two on hand, and a third borrowed at once.
+    for _ in 0..3 {
+        let admitted = client.admit(1).await.unwrap();
+        assert_eq!(
+            (admitted.source, admitted.waited),
+            (Source::Service, Duration::ZERO)
+        );
     }
-    // The service says the next token is 1 s away, beyond its 10 ms
-    // timeout: refused by the service, not sent to the fallback.
+    // The service says 1 s is owed, beyond its 10 ms timeout: refused by
+    // the service, not sent to the fallback.
     let denied = client.admit(1).await.unwrap_err();
     assert_eq!(denied.status(), Some(Status::RejectedTimeout));
     assert_eq!(
@@ -157,17 +164,23 @@ async fn smart_fetches_in_batches_and_never_more_than_the_service_grants() {
         assert_eq!(a.source, Source::Local);
         admitted += 1;
     }
-    // The server's 100 tokens are spent (its clock is frozen): refused.
+    // The server's 100 tokens are spent (its clock is frozen) and a batch
+    // of ten borrowed, 10 s of debt: the next batch would wait that long,
+    // beyond the refresh interval the client allows. Refused.
+    for _ in 0..10 {
+        assert_eq!(client.admit(1).await.unwrap().source, Source::Local);
+        admitted += 1;
+    }
     let options_wait = client.admit(1).await.unwrap_err();
     assert_eq!(options_wait.status(), None);
     assert_eq!(
         (admitted, client.fetched(), client.fallback_tokens()),
-        (100, 100, 0)
+        (110, 110, 0)
     );
-    // Ten requests of ten on the service's side, not a hundred of one.
+    // Eleven requests of ten on the service's side, not 110 of one.
     let text = quota.metrics().render();
     assert!(
-        text.contains("tollgate_quota_tokens_served{namespace=\"svc\"} 100"),
+        text.contains("tollgate_quota_tokens_served{namespace=\"svc\"} 110"),
         "{text}"
     );
     let served: u64 = text
@@ -175,7 +188,7 @@ async fn smart_fetches_in_batches_and_never_more_than_the_service_grants() {
         .filter(|l| l.starts_with("tollgate_quota_requests_served{"))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
-    assert_eq!(served, 10);
+    assert_eq!(served, 11);
 }
 
 #[tokio::test]

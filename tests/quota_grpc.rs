@@ -145,21 +145,25 @@ async fn allow_over_grpc() {
     };
     use allow_response::Status as S;
     assert_eq!(call(req("ns", "b", 3)).await, (S::Ok, 3, 0));
-    assert_eq!(call(req("ns", "b", 0)).await, (S::Ok, 1, 100));
-    // The override lowers the 1000 ms timeout to 150 ms: 200 ms is too long.
+    // 0 tokens (the field unset) take one, borrowed, and are answered as
+    // the reference answers them: 0 granted.
+    assert_eq!(call(req("ns", "b", 0)).await, (S::Ok, 0, 0));
+    // The override lowers the 1000 ms timeout to 50 ms: the 100 ms owed
+    // are too long.
     let mut lowered = req("ns", "b", 1);
     lowered.max_wait_time_override = true;
-    lowered.max_wait_millis_override = 150;
+    lowered.max_wait_millis_override = 50;
     assert_eq!(call(lowered.clone()).await, (S::RejectedTimeout, 0, 0));
     // Without the flag the override is ignored.
     lowered.max_wait_time_override = false;
-    assert_eq!(call(lowered).await, (S::Ok, 1, 200));
+    assert_eq!(call(lowered).await, (S::Ok, 1, 100));
     clock.advance(Duration::from_millis(300));
     assert_eq!(call(req("ns", "b", 1)).await, (S::Ok, 1, 0));
     // Bad input: the right status, never a gRPC error.
     assert_eq!(call(req("nope", "b", 1)).await, (S::RejectedNoBucket, 0, 0));
+    assert_eq!(call(req("ns", "b:c", 1)).await, (S::RejectedNoBucket, 0, 0));
     assert_eq!(
-        call(req("ns", "b:c", 1)).await,
+        call(req("ns", &"b".repeat(257), 1)).await,
         (S::RejectedInvalidRequest, 0, 0)
     );
     assert_eq!(
@@ -208,6 +212,20 @@ async fn json_allow_and_metrics_on_the_debug_port() {
         r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2,"max_wait_time_override":true,"max_wait_millis_override":50}"#,
     )
     .await;
+    // One on hand, one borrowed: granted at once; the next caller owes
+    // 100 ms, over its 50 ms.
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"status": "OK", "tokens_granted": 2, "wait_millis": 0})
+    );
+    let (_, body) = http(
+        &daddr,
+        "POST",
+        "/api/allow",
+        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":1,"max_wait_time_override":true,"max_wait_millis_override":50}"#,
+    )
+    .await;
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["status"], "REJECTED_TIMEOUT");
     let (code, body) = http(&daddr, "POST", "/api/allow", "{not json").await;
@@ -218,12 +236,12 @@ async fn json_allow_and_metrics_on_the_debug_port() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         v,
-        serde_json::json!([{"namespace": "ns", "bucket_name": "b", "kind": "named", "tokens_available": 1}])
+        serde_json::json!([{"namespace": "ns", "bucket_name": "b", "kind": "named", "tokens_available": -1}])
     );
     let (code, body) = http(&daddr, "GET", "/metrics", "").await;
     assert_eq!(code, 200);
-    assert!(body.contains("tollgate_quota_requests_served{namespace=\"ns\",waited=\"false\"} 1"));
-    assert!(body.contains("tollgate_quota_tokens_served{namespace=\"ns\"} 2"));
+    assert!(body.contains("tollgate_quota_requests_served{namespace=\"ns\",waited=\"false\"} 2"));
+    assert!(body.contains("tollgate_quota_tokens_served{namespace=\"ns\"} 4"));
     assert!(body.contains("tollgate_quota_timeouts{namespace=\"ns\"} 1"));
     assert!(body.contains("tollgate_quota_buckets_created{namespace=\"ns\"} 1"));
 }
@@ -271,13 +289,11 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
     );
     std::fs::write(&path, CONFIG.replace("fill_rate: 10,", "fill_rate: 20,")).unwrap();
     assert!(reload::reload(&quota, &path));
-    // Still empty after the reload; one token is now 50 ms away.
-    assert_eq!(
-        quota
-            .allow(&tollgate::quota::Request::new("ns", "b", 1))
-            .wait_millis(),
-        50
-    );
+    // Still empty after the reload: one token borrowed at once, and the
+    // next caller owes 50 ms at the new rate.
+    let one = tollgate::quota::Request::new("ns", "b", 1);
+    assert_eq!(quota.allow(&one).wait_millis(), 0);
+    assert_eq!(quota.allow(&one).wait_millis(), 50);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -380,10 +396,16 @@ async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer(
     );
     assert_eq!(raw_call(&mut send, allow, &[]).await, ("13".into(), vec![]));
 
-    // The connection still answers.
+    // The connection still answers: 3 more borrowed at once...
     let (status, body) = raw_call(&mut send, allow, &[&whole]).await;
     assert_eq!(status, "0");
-    // The next 3 tokens are 300 ms away, beyond the request's 250 ms.
+    assert_eq!(
+        AllowResponse::decode(&body[5..]).unwrap().status(),
+        allow_response::Status::Ok
+    );
+    // ...and then 300 ms are owed, beyond the request's 250 ms.
+    let (status, body) = raw_call(&mut send, allow, &[&whole]).await;
+    assert_eq!(status, "0");
     assert_eq!(
         AllowResponse::decode(&body[5..]).unwrap().status(),
         allow_response::Status::RejectedTimeout

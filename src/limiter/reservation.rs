@@ -13,12 +13,15 @@
 //! drops what does not fit, fraction included, as the active pool of the
 //! limiter does at its capacity.
 //!
-//! A reservation of `n` ops subtracts `n << 20` from the level. If the level
-//! stays non-negative the caller proceeds at once. Otherwise the wait is the
-//! exact time for the debt to be earned back: the least `t` with
-//! `tokens_for(t, carry) >= debt`. When that wait exceeds the bucket's max
-//! debt or the caller's max wait the reservation is refused and the level is
-//! left as it was: a refused caller claims nothing.
+//! A reservation of `n` ops subtracts `n << 20` from the level, as the
+//! quotaservice design's algorithm does: what is on hand is granted and
+//! what is lacking becomes debt that *later* callers pay. The caller's own
+//! wait is the debt that existed before it (zero when the level is not
+//! negative): the exact time for that debt to be earned back, the least `t`
+//! with `tokens_for(t, carry) >= debt`. A reservation is refused, leaving
+//! the level as it was, when that wait exceeds the caller's max wait, or
+//! when the debt it would leave behind would take longer than the max debt
+//! to earn back: a refused caller claims nothing.
 //!
 //! One small mutex guards the state. The critical section is a few integer
 //! operations (about 30-60 ns uncontended); a bucket is typically reached
@@ -84,7 +87,8 @@ impl BucketSettings {
     }
 
     /// How far into the future a reservation may claim tokens: a
-    /// reservation whose wait would exceed this is refused.
+    /// reservation that would leave a debt taking longer than this to earn
+    /// back is refused.
     #[must_use]
     pub fn max_debt(self, max_debt: Duration) -> BucketSettings {
         BucketSettings { max_debt, ..self }
@@ -122,7 +126,8 @@ impl BucketSettings {
 /// Why a reservation was refused; nothing was claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The wait would exceed the bucket's max debt.
+    /// The debt the reservation would leave would take longer than the
+    /// bucket's max debt to earn back.
     MaxDebt,
     /// The wait would exceed the max wait (the bucket's, or the lower one
     /// the caller asked for).
@@ -146,8 +151,9 @@ impl ReserveError {
         self.refusal
     }
 
-    /// The wait the reservation would have needed (zero for
-    /// [`Refusal::TooLarge`]).
+    /// For [`Refusal::MaxWait`], the wait the caller would have had; for
+    /// [`Refusal::MaxDebt`], the time the debt it would have left takes to
+    /// earn back; zero for [`Refusal::TooLarge`].
     pub fn wait(&self) -> Duration {
         self.wait
     }
@@ -163,7 +169,7 @@ impl fmt::Display for ReserveError {
         match self.refusal {
             Refusal::MaxDebt => write!(
                 f,
-                "token bucket: a wait of {:?} exceeds the max debt of {:?}",
+                "token bucket: a debt of {:?} exceeds the max debt of {:?}",
                 self.wait, self.limit
             ),
             Refusal::MaxWait => write!(
@@ -230,6 +236,13 @@ impl State {
         }
     }
 
+    /// Whether `debt` tokens are earned back within `within` from now:
+    /// `nanos_until(debt) <= within`, in one step of the meter.
+    fn earns_within(&self, debt: u128, within: Duration) -> bool {
+        let ns = u64::try_from(within.as_nanos()).unwrap_or(u64::MAX);
+        self.meter.tokens_for(ns, &mut self.carry.clone()) >= debt
+    }
+
     /// Nanoseconds until `debt` tokens are earned from now: the least `t`
     /// with `tokens_for(t, carry) >= debt`.
     fn nanos_until(&self, debt: u128) -> u64 {
@@ -259,11 +272,17 @@ impl State {
 /// A token bucket without a filler thread that grants a reservation now and
 /// says how long to wait before using it, going into debt up to a cap.
 ///
+/// The debt rule is quotaservice's (and Guava's `RateLimiter`'s): a
+/// reservation takes what is on hand and borrows the rest, and the *next*
+/// caller waits for that debt to be earned back. A caller's wait is the
+/// debt owed before it, so the reservation that empties the bucket, or
+/// borrows, waits for nothing. A reservation is refused, and claims
+/// nothing, when its wait exceeds the max wait or the debt it would leave
+/// exceeds the max debt.
+///
 /// Built on the limiter's exact fixed-point tokens: rates below one per
 /// second and fractional refills are exact, and a bucket polled more often
-/// than its interval still earns its full rate. A reservation that would
-/// wait longer than the bucket's max debt or the caller's max wait is
-/// refused and claims nothing. A new bucket starts full.
+/// than its interval still earns its full rate. A new bucket starts full.
 ///
 /// `TokenBucket` is `Send + Sync` and cheap to keep by the thousand: it owns
 /// no thread, only a small mutex-guarded state and a shared clock.
@@ -282,12 +301,14 @@ impl State {
 /// let bucket = TokenBucket::with_clock(settings, Arc::new(clock.clone()));
 ///
 /// assert_eq!(bucket.reserve(2), Ok(Duration::ZERO)); // the bucket starts full
-/// assert_eq!(bucket.reserve(1), Ok(Duration::from_millis(100))); // into debt
-/// assert_eq!(bucket.reserve(1), Ok(Duration::from_millis(200)));
-/// let refused = bucket.reserve(1).unwrap_err(); // 300 ms > the 250 ms cap
+/// // Nothing on hand: borrowed, and the next caller pays.
+/// assert_eq!(bucket.reserve(1), Ok(Duration::ZERO));
+/// assert_eq!(bucket.reserve(1), Ok(Duration::from_millis(100)));
+/// // 200 ms owed; one more op would leave 300 ms > the 250 ms cap.
+/// let refused = bucket.reserve(1).unwrap_err();
 /// assert_eq!(refused.refusal(), Refusal::MaxDebt);
 /// clock.advance(Duration::from_millis(150));
-/// assert_eq!(bucket.reserve(1), Ok(Duration::from_millis(150)));
+/// assert_eq!(bucket.reserve(1), Ok(Duration::from_millis(50)));
 /// # Ok::<(), tollgate::SpecError>(())
 /// ```
 pub struct TokenBucket {
@@ -327,21 +348,22 @@ impl TokenBucket {
     }
 
     /// Reserves `ops` ops, waiting at most the bucket's max wait; returns
-    /// how long to wait before using them (zero when they are on hand).
-    /// Zero ops are always granted at once.
+    /// how long to wait before using them: the debt owed before this
+    /// reservation (zero when none is). Zero ops are always granted at once.
     ///
     /// # Errors
     ///
-    /// A [`ReserveError`] when the wait would exceed the max debt or the
-    /// max wait, or `ops` exceeds [`TokenBucket::MAX_OPS`]; nothing is
-    /// claimed.
+    /// A [`ReserveError`] when the wait would exceed the max wait, the debt
+    /// left would exceed the max debt, or `ops` exceeds
+    /// [`TokenBucket::MAX_OPS`]; nothing is claimed.
     pub fn reserve(&self, ops: u64) -> Result<Duration, ReserveError> {
         self.reserve_inner(ops, None)
     }
 
     /// Like [`reserve`](TokenBucket::reserve), with a max wait of
     /// `max_wait` if that is lower than the bucket's: a caller may lower the
-    /// max wait, never raise it. `Duration::ZERO` means "only if on hand".
+    /// max wait, never raise it. `Duration::ZERO` means "only while nothing
+    /// is owed".
     ///
     /// # Errors
     ///
@@ -370,28 +392,29 @@ impl TokenBucket {
         let now = self.clock.now_ns();
         state.refill(now);
         state.used_ns = state.used_ns.max(now);
-        let after = state.level - need;
-        let wait = if after >= 0 {
-            0
+        // The caller waits for the debt owed before it, not for its own
+        // tokens: those are owed by whoever comes next.
+        let wait = if state.level >= 0 {
+            Duration::ZERO
         } else {
-            // after >= -(size + need) > -2^64 << 20: the negation fits.
-            state.nanos_until(after.unsigned_abs())
+            Duration::from_nanos(state.nanos_until(state.level.unsigned_abs()))
         };
-        let wait = Duration::from_nanos(wait);
-        let max_debt = state.settings.max_debt;
         let max_wait = max_wait.map_or(state.settings.max_wait, |w| w.min(state.settings.max_wait));
-        if wait > max_debt {
-            return Err(ReserveError {
-                refusal: Refusal::MaxDebt,
-                wait,
-                limit: max_debt,
-            });
-        }
         if wait > max_wait {
             return Err(ReserveError {
                 refusal: Refusal::MaxWait,
                 wait,
                 limit: max_wait,
+            });
+        }
+        // after >= -(size + need) > -2^64 << 20: the negation fits.
+        let after = state.level - need;
+        let max_debt = state.settings.max_debt;
+        if after < 0 && !state.earns_within(after.unsigned_abs(), max_debt) {
+            return Err(ReserveError {
+                refusal: Refusal::MaxDebt,
+                wait: Duration::from_nanos(state.nanos_until(after.unsigned_abs())),
+                limit: max_debt,
             });
         }
         state.level = after;
@@ -474,20 +497,24 @@ mod tests {
             }
         }
         // 10 on hand at the start plus 1010 polls * 0.99 ops = 1009.9 ops
-        // over 99.99 s: every whole op is granted, 10/s.
-        assert_eq!(granted, 1009);
+        // over 99.99 s, and a poll is granted while nothing is owed: every
+        // poll but the one that finds 0.01 ops owed, 10/s.
+        assert_eq!(granted, 1010);
+        assert_eq!(b.available(), -1); // -0.1 rounds down
     }
 
     #[test]
     fn rates_below_one_per_second_are_exact() {
         let (b, clock) = bucket(0.3, 1, 100_000);
         assert_eq!(b.reserve(1), Ok(Duration::ZERO));
-        // One op per 3.333... s: the wait rounds up to the nanosecond.
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO)); // borrowed
+                                                      // One op owed at one op per 3.333... s: the wait rounds up to the
+                                                      // nanosecond.
         assert_eq!(b.reserve(1), Ok(Duration::from_nanos(3_333_333_334)));
         clock.advance(Duration::from_nanos(3_333_333_333));
-        assert_eq!(b.available(), -1);
+        assert_eq!(b.available(), -2);
         clock.advance(Duration::from_nanos(1));
-        assert_eq!(b.available(), 0);
+        assert_eq!(b.available(), -1);
         // Over 1000 s, 300 ops exactly, plus 2 on hand at the start.
         // Size 2 so the bucket never fills (a full bucket drops time).
         let (b, clock) = bucket(0.3, 2, 0);
@@ -505,18 +532,23 @@ mod tests {
     fn debt_is_paid_back_exactly_and_capped() {
         let (b, clock) = bucket(10.0, 5, 1_000);
         assert_eq!(b.reserve(5), Ok(Duration::ZERO));
-        // Ten more ops: one second of debt, exactly the cap.
-        assert_eq!(b.reserve(10), Ok(Duration::from_secs(1)));
+        // Ten more ops: one second of debt, exactly the cap, which the
+        // next caller pays.
+        assert_eq!(b.reserve(10), Ok(Duration::ZERO));
         assert_eq!(b.available(), -10);
-        // One more would be 1.1 s out: refused, nothing claimed.
+        // One more would leave 1.1 s owed: refused, nothing claimed.
         let err = b.reserve(1).unwrap_err();
         assert_eq!(err.refusal(), Refusal::MaxDebt);
         assert_eq!(err.wait(), 1100 * MS);
         assert_eq!(err.limit(), Duration::from_secs(1));
+        assert_eq!(
+            err.to_string(),
+            "token bucket: a debt of 1.1s exceeds the max debt of 1s"
+        );
         assert_eq!(b.available(), -10);
         clock.advance(250 * MS);
         assert_eq!(b.available(), -8); // -7.5 rounds down
-        assert_eq!(b.reserve(1), Ok(850 * MS));
+        assert_eq!(b.reserve(1), Ok(750 * MS));
         clock.advance(Duration::from_secs(10));
         assert_eq!(b.available(), 5); // full again, not 5 + the surplus
     }
@@ -525,11 +557,13 @@ mod tests {
     fn a_carried_fraction_shortens_the_wait_exactly() {
         let (b, clock) = bucket(10.0, 1, 10_000);
         assert_eq!(b.reserve(1), Ok(Duration::ZERO));
-        assert_eq!(b.reserve(1), Ok(100 * MS));
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO));
         // 60 ms earn 0.6 ops, 629145.6 tokens: the fraction is carried.
         clock.advance(60 * MS);
+        assert_eq!(b.reserve(1), Ok(40 * MS));
         assert_eq!(b.reserve(1), Ok(140 * MS));
         let (b, clock) = bucket(0.001, 1, u64::MAX / 2_000_000);
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO));
         assert_eq!(b.reserve(1), Ok(Duration::ZERO));
         clock.advance(Duration::from_nanos(123_456_789_123));
         assert_eq!(b.reserve(1), Ok(Duration::from_nanos(876_543_210_877)));
@@ -565,11 +599,12 @@ mod tests {
             .max_wait(300 * MS);
         let b = TokenBucket::with_clock(settings, StdArc::new(clock.clone()));
         assert_eq!(b.reserve(1), Ok(Duration::ZERO));
-        // Lowered: 100 ms > 50 ms.
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO)); // 100 ms owed
+                                                      // Lowered: 100 ms > 50 ms.
         let err = b.reserve_within(1, 50 * MS).unwrap_err();
         assert_eq!((err.refusal(), err.limit()), (Refusal::MaxWait, 50 * MS));
         // Raising to 1 s keeps the bucket's 300 ms.
-        assert_eq!(b.reserve_within(3, Duration::from_secs(1)), Ok(300 * MS));
+        assert_eq!(b.reserve_within(3, Duration::from_secs(1)), Ok(100 * MS));
         let err = b.reserve_within(1, Duration::from_secs(1)).unwrap_err();
         assert_eq!(
             (err.refusal(), err.wait(), err.limit()),
@@ -589,7 +624,7 @@ mod tests {
         assert_eq!(b.reserve(4), Ok(Duration::ZERO));
         b.set_settings(b.settings().size(3));
         assert_eq!(b.available(), 3);
-        assert_eq!(b.reserve(5), Ok(200 * MS));
+        assert_eq!(b.reserve(5), Ok(Duration::ZERO));
         b.set_settings(
             BucketSettings::new(RateSpec::new(20.0).unwrap())
                 .size(3)
@@ -607,7 +642,7 @@ mod tests {
         assert_eq!(b.reserve(1), Ok(Duration::ZERO));
         clock.set_ns(1_000_000_000);
         assert_eq!(b.available(), 0);
-        assert_eq!(b.reserve(1), Ok(Duration::from_secs(1)));
+        assert_eq!(b.reserve(1), Ok(Duration::ZERO));
         clock.set_ns(6_000_000_000);
         assert_eq!(b.available(), 0);
         assert_eq!(b.idle(), Duration::from_secs(1));

@@ -26,11 +26,16 @@
 //! `max_idle_millis` -1 (never reaped; any negative value means never),
 //! `max_debt_millis` 10000, `max_tokens_per_request` the fill rate (at least
 //! 1). Unlike the reference, `fill_rate` may be fractional (`0.2` is one
-//! token every 5 s). A namespace may have a default bucket or a dynamic
-//! bucket template, not both; `max_dynamic_buckets: 0` means the server's
-//! own cap (see [`Limits`](super::Limits)).
+//! token every 5 s; the reference truncates it to 0 and so runs at 50/s).
+//! A namespace may have a default bucket or a dynamic bucket template, not
+//! both; `max_dynamic_buckets: 0` means no cap of the namespace's own, only
+//! the server-wide one (see [`Limits`](super::Limits)). Names are any
+//! non-empty string up to [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN)
+//! bytes (`test.namespace`, `bad-name`), except the reference's reserved
+//! `___GLOBAL___` namespace and `___DEFAULT_BUCKET___` bucket.
 //!
-//! Every validation error names the namespace, the bucket and the field.
+//! Every validation error is one line naming the namespace, the bucket and
+//! the field.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -350,6 +355,15 @@ fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> Co
     }
 }
 
+fn reserved(namespace: Option<&str>, bucket: Option<&str>) -> ConfigError {
+    ConfigError::Invalid {
+        namespace: namespace.map(str::to_owned),
+        bucket: bucket.map(str::to_owned),
+        field: "name",
+        problem: "reserved for the default buckets".into(),
+    }
+}
+
 impl Document {
     /// Parses a configuration file's text without validating it.
     ///
@@ -388,6 +402,9 @@ impl Document {
         let mut namespaces = BTreeMap::new();
         for (ns_name, ns) in raw.namespaces.clone().unwrap_or_default() {
             check_name(&ns_name).map_err(|e| name_error(Some(&ns_name), None, e))?;
+            if ns_name == GLOBAL_NAMESPACE {
+                return Err(reserved(Some(&ns_name), None));
+            }
             let invalid = |field: &'static str, problem: String| ConfigError::Invalid {
                 namespace: Some(ns_name.clone()),
                 bucket: None,
@@ -430,6 +447,9 @@ impl Document {
             let mut buckets = BTreeMap::new();
             for (b_name, b) in ns.buckets.unwrap_or_default() {
                 check_name(&b_name).map_err(|e| name_error(Some(&ns_name), Some(&b_name), e))?;
+                if b_name == DEFAULT_BUCKET_NAME {
+                    return Err(reserved(Some(&ns_name), Some(&b_name)));
+                }
                 let config = b.validate(&Place {
                     namespace: Some(&ns_name),
                     bucket: &b_name,
@@ -485,6 +505,28 @@ impl Config {
     /// namespace with both a default bucket and a dynamic template.
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
         Document::from_yaml(text)?.validate()
+    }
+
+    /// Whether no request can find a bucket: no global default bucket and
+    /// no namespace with a bucket, a default bucket or a template. Such a
+    /// configuration answers every request `REJECTED_NO_BUCKET`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::quota::config::Config;
+    ///
+    /// assert!(Config::from_yaml("namespaces:\n  a: {}\n")?.has_no_buckets());
+    /// assert!(!Config::from_yaml("global_default_bucket: {}\n")?.has_no_buckets());
+    /// # Ok::<(), tollgate::quota::config::ConfigError>(())
+    /// ```
+    pub fn has_no_buckets(&self) -> bool {
+        self.global_default_bucket.is_none()
+            && self.namespaces.values().all(|ns| {
+                ns.buckets.is_empty()
+                    && ns.default_bucket.is_none()
+                    && ns.dynamic_bucket_template.is_none()
+            })
     }
 
     /// Reads, parses and validates a configuration file.
@@ -613,12 +655,23 @@ namespaces:
             "namespace \"a\": name: \"b\" differs from the namespace's key"
         );
         assert_eq!(
-            err("namespaces:\n  \"a:b\":\n    buckets: {}\n"),
-            "namespace \"a:b\": name: invalid character ':' at byte 1; names match [a-zA-Z0-9_]+"
+            err("namespaces:\n  \"\":\n    buckets: {}\n"),
+            "namespace \"\": name: empty; a name needs at least one character"
+        );
+        let long = "x".repeat(257);
+        assert_eq!(
+            err(&format!(
+                "namespaces:\n  a:\n    buckets:\n      {long}: {{}}\n"
+            )),
+            format!("namespace \"a\": bucket \"{long}\": name: 257 bytes long, longer than 256")
         );
         assert_eq!(
-            err("namespaces:\n  a:\n    buckets:\n      \"x y\": {}\n"),
-            "namespace \"a\": bucket \"x y\": name: invalid character ' ' at byte 1; names match [a-zA-Z0-9_]+"
+            err("namespaces:\n  ___GLOBAL___:\n    buckets: {}\n"),
+            "namespace \"___GLOBAL___\": name: reserved for the default buckets"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    buckets:\n      ___DEFAULT_BUCKET___: {}\n"),
+            "namespace \"a\": bucket \"___DEFAULT_BUCKET___\": name: reserved for the default buckets"
         );
         assert_eq!(
             err("namespaces:\n  a:\n    bukkets: {}\n"),

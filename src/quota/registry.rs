@@ -1,4 +1,4 @@
-//! The live buckets: lookup in the design's order, lazy creation under the
+//! The live buckets: lookup in the reference quotaservice's order, lazy creation under the
 //! dynamic-bucket caps, reload that keeps state, and idle removal.
 //!
 //! # Implementation notes
@@ -20,9 +20,10 @@
 //! that is gone. Locks are always taken in the order configuration, shard,
 //! dynamic counts.
 //!
-//! Dynamic buckets are counted per namespace; the count only changes under
-//! a shard's write lock together with the map, so it is exact. Reaching the
-//! cap refuses new names until idle buckets are removed.
+//! Dynamic buckets are counted per namespace and in all; the counts only
+//! change under a shard's write lock together with the map, so they are
+//! exact. Reaching a namespace's cap, or the server-wide one, refuses new
+//! names until idle buckets are removed.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -66,9 +67,13 @@ impl Kind {
 }
 
 /// The bucket that serves a (namespace, name) pair under a configuration,
-/// in the design's lookup order: the named bucket, the namespace's default
-/// bucket, a dynamic bucket from the namespace's template, the global
-/// default bucket. `None`: no bucket.
+/// in the reference quotaservice's lookup order. In a configured namespace:
+/// the named bucket, else a dynamic bucket from the namespace's template,
+/// else the namespace's default bucket, else none. In a namespace that is
+/// not configured: the global default bucket, else none. `None`: no bucket.
+///
+/// The global default bucket never serves a configured namespace: a name
+/// a namespace does not know is refused there, as the reference does.
 ///
 /// Returns the kind, the namespace and bucket name it is kept under, and
 /// its configuration.
@@ -81,12 +86,13 @@ pub fn resolve<'a>(
         if let Some(b) = ns.buckets.get(name) {
             return Some((Kind::Named, namespace, name, b));
         }
-        if let Some(b) = &ns.default_bucket {
-            return Some((Kind::NamespaceDefault, namespace, DEFAULT_BUCKET_NAME, b));
-        }
         if let Some(b) = &ns.dynamic_bucket_template {
             return Some((Kind::Dynamic, namespace, name, b));
         }
+        return ns
+            .default_bucket
+            .as_ref()
+            .map(|b| (Kind::NamespaceDefault, namespace, DEFAULT_BUCKET_NAME, b));
     }
     config.global_default_bucket.as_ref().map(|b| {
         (
@@ -164,27 +170,99 @@ impl Slot {
     }
 }
 
-/// A namespace's dynamic-bucket cap was reached.
+/// A dynamic-bucket cap was reached: the namespace's own, or the
+/// server-wide one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TooManyBuckets {
     /// The cap.
     pub cap: u64,
+    /// Whether it is the server-wide cap ([`Limits::max_dynamic_buckets`]).
+    pub server_wide: bool,
 }
 
 /// Server-wide limits that the configuration cannot raise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// The cap on dynamic buckets of a namespace whose `max_dynamic_buckets`
-    /// is 0 (the reference's "unlimited"; default 100 000).
-    pub default_max_dynamic_buckets: u64,
+    /// The most dynamic buckets alive at once, all namespaces together
+    /// (default [`Limits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
+    /// `max_dynamic_buckets` caps it further; 0 there means no cap of its
+    /// own, the reference's "unlimited", so this one bounds memory.
+    pub max_dynamic_buckets: u64,
+}
+
+impl Limits {
+    /// The default server-wide cap on live dynamic buckets: a million,
+    /// about 0.5 GB with names of a few dozen bytes.
+    pub const DEFAULT_MAX_DYNAMIC_BUCKETS: u64 = 1_000_000;
+
+    /// Why the server-wide cap may refuse buckets that `config` allows, or
+    /// `None` when the namespaces' own caps add up to no more than it: the
+    /// namespaces with a template and no cap of their own, or the sum of
+    /// their caps.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::quota::config::Config;
+    /// use tollgate::quota::Limits;
+    ///
+    /// let limits = Limits { max_dynamic_buckets: 1000 };
+    /// let capped = Config::from_yaml(
+    ///     "namespaces:\n  ips:\n    max_dynamic_buckets: 10\n    dynamic_bucket_template: {}\n",
+    /// )?;
+    /// assert_eq!(limits.binds(&capped), None);
+    /// let open = Config::from_yaml("namespaces:\n  ips:\n    dynamic_bucket_template: {}\n")?;
+    /// assert_eq!(
+    ///     limits.binds(&open).as_deref(),
+    ///     Some("namespace \"ips\" has no max_dynamic_buckets of its own")
+    /// );
+    /// # Ok::<(), tollgate::quota::config::ConfigError>(())
+    /// ```
+    pub fn binds(&self, config: &Config) -> Option<String> {
+        let dynamic = || {
+            config
+                .namespaces
+                .iter()
+                .filter(|(_, ns)| ns.dynamic_bucket_template.is_some())
+        };
+        let open: Vec<&str> = dynamic()
+            .filter(|(_, ns)| ns.max_dynamic_buckets == 0)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        match open.as_slice() {
+            [] => {}
+            [one] => {
+                return Some(format!(
+                    "namespace {one:?} has no max_dynamic_buckets of its own"
+                ))
+            }
+            many => {
+                return Some(format!(
+                    "namespaces {many:?} have no max_dynamic_buckets of their own"
+                ))
+            }
+        }
+        let sum = dynamic().fold(0u64, |sum, (_, ns)| {
+            sum.saturating_add(ns.max_dynamic_buckets)
+        });
+        (sum > self.max_dynamic_buckets)
+            .then(|| format!("the namespaces' max_dynamic_buckets add up to {sum}"))
+    }
 }
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            default_max_dynamic_buckets: 100_000,
+            max_dynamic_buckets: Limits::DEFAULT_MAX_DYNAMIC_BUCKETS,
         }
     }
+}
+
+/// Live dynamic buckets, per namespace and in all.
+#[derive(Debug, Default)]
+struct DynamicCounts {
+    per_namespace: HashMap<Box<str>, u64>,
+    total: u64,
 }
 
 /// A live bucket's key: `namespace:bucket` in one allocation, hashed and
@@ -281,8 +359,8 @@ fn effective(config: &BucketConfig, share: Option<f64>) -> crate::BucketSettings
 pub struct Registry {
     config: RwLock<Arc<Config>>,
     shards: Box<[RwLock<Shard>]>,
-    /// Live dynamic buckets per namespace.
-    dynamic: Mutex<HashMap<Box<str>, u64>>,
+    /// Live dynamic buckets.
+    dynamic: Mutex<DynamicCounts>,
     hasher: std::collections::hash_map::RandomState,
     clock: Arc<dyn Clock>,
     limits: Limits,
@@ -313,7 +391,7 @@ impl Registry {
         Registry {
             config: RwLock::new(Arc::new(config)),
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
-            dynamic: Mutex::new(HashMap::new()),
+            dynamic: Mutex::new(DynamicCounts::default()),
             hasher: std::collections::hash_map::RandomState::new(),
             clock,
             limits,
@@ -368,13 +446,6 @@ impl Registry {
             .cloned()
     }
 
-    fn cap(&self, config: &Config, namespace: &str) -> u64 {
-        match config.namespaces.get(namespace) {
-            Some(ns) if ns.max_dynamic_buckets > 0 => ns.max_dynamic_buckets,
-            _ => self.limits.default_max_dynamic_buckets,
-        }
-    }
-
     /// The bucket kept under (`namespace`, `name`), created from `bucket` if
     /// it is not there. `config` must be the guard from
     /// [`Registry::config`].
@@ -382,7 +453,7 @@ impl Registry {
     /// # Errors
     ///
     /// [`TooManyBuckets`] when a dynamic bucket would exceed its
-    /// namespace's cap.
+    /// namespace's cap or the server-wide one.
     pub fn get_or_create(
         &self,
         config: &Config,
@@ -402,13 +473,27 @@ impl Registry {
         }
         let k = Key::new(namespace, name);
         if kind == Kind::Dynamic {
-            let cap = self.cap(config, namespace);
+            let own = config
+                .namespaces
+                .get(namespace)
+                .map_or(0, |ns| ns.max_dynamic_buckets);
             let mut counts = self.dynamic.lock_unpoisoned();
-            let count = counts.entry(namespace.into()).or_insert(0);
-            if *count >= cap {
-                return Err(TooManyBuckets { cap });
+            let server = self.limits.max_dynamic_buckets;
+            if counts.total >= server {
+                return Err(TooManyBuckets {
+                    cap: server,
+                    server_wide: true,
+                });
+            }
+            let count = counts.per_namespace.entry(namespace.into()).or_insert(0);
+            if own > 0 && *count >= own {
+                return Err(TooManyBuckets {
+                    cap: own,
+                    server_wide: false,
+                });
             }
             *count += 1;
+            counts.total += 1;
         }
         let share = self
             .shares
@@ -437,10 +522,11 @@ impl Registry {
         let (namespace, _) = key.pair();
         if slot.kind == Kind::Dynamic {
             let mut counts = self.dynamic.lock_unpoisoned();
-            if let Some(count) = counts.get_mut(namespace) {
+            counts.total = counts.total.saturating_sub(1);
+            if let Some(count) = counts.per_namespace.get_mut(namespace) {
                 *count = count.saturating_sub(1);
                 if *count == 0 {
-                    counts.remove(namespace);
+                    counts.per_namespace.remove(namespace);
                 }
             }
         }
@@ -572,7 +658,12 @@ impl Registry {
     /// How many dynamic buckets of `namespace` are alive.
     pub fn dynamic_count(&self, namespace: &str) -> u64 {
         let counts = self.dynamic.lock_unpoisoned();
-        counts.get(namespace).copied().unwrap_or(0)
+        counts.per_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// How many dynamic buckets are alive, all namespaces together.
+    pub fn dynamic_total(&self) -> u64 {
+        self.dynamic.lock_unpoisoned().total
     }
 
     /// The live buckets as (namespace, bucket, kind, tokens on hand), sorted,

@@ -3,16 +3,27 @@
 //!
 //! # Implementation notes
 //!
+//! The answers are the reference quotaservice's, call for call, except
+//! where it is plainly broken (see the README's table of differences).
+//!
 //! The order of checks fixes which status a bad request gets: names
-//! (`REJECTED_INVALID_REQUEST`), token count and override sign (likewise),
-//! then the bucket lookup (`REJECTED_NO_BUCKET`), the token count against
-//! the bucket's `max_tokens_per_request`
-//! (`REJECTED_TOO_MANY_TOKENS_REQUESTED`, checked before a dynamic bucket is
-//! created so that a refused request never costs memory), the dynamic cap
+//! (`REJECTED_INVALID_REQUEST` for an empty one, or one over
+//! [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN) bytes) and a negative token
+//! count (likewise: the reference would echo it as granted), then the
+//! bucket lookup (`REJECTED_NO_BUCKET`), the token count against the
+//! bucket's `max_tokens_per_request` (`REJECTED_TOO_MANY_TOKENS_REQUESTED`,
+//! checked before a dynamic bucket is created so that a refused request
+//! never costs a dynamic bucket slot), the dynamic caps
 //! (`REJECTED_TOO_MANY_BUCKETS`) and finally the reservation
-//! (`REJECTED_TIMEOUT` when the wait exceeds the max wait or max debt).
-//! Waits are reported in whole milliseconds rounded *up*, so a wait below a
-//! millisecond is never reported as none.
+//! (`REJECTED_TIMEOUT` when the debt owed before the request exceeds the
+//! max wait, or the debt it would leave exceeds the max debt).
+//!
+//! As in the reference: 0 tokens (proto3's default for an unset field)
+//! reserve one token and are answered `tokens_granted: 0`; a max wait
+//! override counts only with `max_wait_time_override` set, only when lower
+//! than the bucket's `wait_timeout_millis`, and a negative one means no
+//! wait at all; waits are reported in whole milliseconds rounded *down*,
+//! the time already being accounted for by the bucket.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +48,7 @@ pub enum Status {
     RejectedTooManyBuckets,
     /// More tokens than the bucket's `max_tokens_per_request`.
     RejectedTooManyTokensRequested,
-    /// Invalid names, negative tokens or a negative max wait.
+    /// An empty or over-long name, or negative tokens.
     RejectedInvalidRequest,
     /// The server failed.
     RejectedServerError,
@@ -65,9 +76,11 @@ pub struct Request<'a> {
     pub namespace: &'a str,
     /// The bucket's name in the namespace.
     pub bucket: &'a str,
-    /// Tokens wanted; 0 means 1, as in the reference.
+    /// Tokens wanted; 0 reserves 1 (and is answered as 0 granted), as in
+    /// the reference.
     pub tokens: i64,
-    /// A max wait in milliseconds that replaces the bucket's if lower.
+    /// A max wait in milliseconds that replaces the bucket's if lower; a
+    /// negative one means no wait at all (the reference's answer).
     pub max_wait_millis: Option<i64>,
 }
 
@@ -98,9 +111,11 @@ impl<'a> Request<'a> {
 pub struct Decision {
     /// The outcome.
     pub status: Status,
-    /// Tokens granted: the tokens requested if `status` is `Ok`, else 0.
+    /// Tokens granted: the tokens requested if `status` is `Ok` (0 when 0
+    /// were requested, though one was reserved), else 0.
     pub tokens_granted: i64,
-    /// How long to wait before using them (exact).
+    /// How long to wait before using them (exact): the debt owed before
+    /// the request.
     pub wait: Duration,
 }
 
@@ -113,10 +128,9 @@ impl Decision {
         }
     }
 
-    /// The wait in whole milliseconds, rounded up.
+    /// The wait in whole milliseconds, rounded down as the reference does.
     pub fn wait_millis(&self) -> i64 {
-        let ns = self.wait.as_nanos();
-        i64::try_from(ns.div_ceil(1_000_000)).unwrap_or(i64::MAX)
+        i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX)
     }
 }
 
@@ -139,8 +153,12 @@ impl Decision {
 ///
 /// let first = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
 /// assert_eq!((first.status, first.wait_millis()), (Status::Ok, 0));
+/// // Nothing on hand: granted, and the token it borrows is the next
+/// // caller's wait.
 /// let second = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
-/// assert_eq!((second.status, second.wait_millis()), (Status::Ok, 100));
+/// assert_eq!((second.status, second.wait_millis()), (Status::Ok, 0));
+/// let third = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// assert_eq!((third.status, third.wait_millis()), (Status::Ok, 100));
 /// let other = quota.allow(&Request::new("Pinky_TheBrain", "Other", 1));
 /// assert_eq!(other.status, Status::RejectedNoBucket);
 /// # Ok::<(), tollgate::quota::config::ConfigError>(())
@@ -163,11 +181,7 @@ impl Quota {
 
     /// Answers one Allow request. Never panics on any input.
     pub fn allow(&self, req: &Request<'_>) -> Decision {
-        if check_name(req.namespace).is_err()
-            || check_name(req.bucket).is_err()
-            || req.tokens < 0
-            || req.max_wait_millis.is_some_and(|ms| ms < 0)
-        {
+        if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
             self.metrics.invalid.inc();
             return Decision::rejected(Status::RejectedInvalidRequest);
         }
@@ -205,7 +219,7 @@ impl Quota {
         let reserved = match req.max_wait_millis {
             Some(ms) => slot
                 .bucket()
-                .reserve_within(ops, Duration::from_millis(ms.unsigned_abs())),
+                .reserve_within(ops, Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
             None => slot.bucket().reserve(ops),
         };
         match reserved {
@@ -219,7 +233,7 @@ impl Quota {
                 c.tokens.inc_by(ops as f64);
                 Decision {
                     status: Status::Ok,
-                    tokens_granted: tokens,
+                    tokens_granted: req.tokens,
                     wait,
                 }
             }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::signal::unix::{signal, SignalKind};
 use tollgate::conn::ConnectionLimits;
 use tollgate::doorman::server::ServerLimits;
 use tollgate::doorman::tls::ClientTls;
@@ -23,7 +24,7 @@ use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli;
 
@@ -52,9 +53,10 @@ pub(crate) struct Args {
     /// authentication.
     #[arg(long, default_value = "127.0.0.1")]
     debug_host: IpAddr,
-    /// Cap on the dynamic buckets of a namespace whose
-    /// `max_dynamic_buckets` is 0.
-    #[arg(long, default_value_t = 100_000, value_parser = cli::positive::<u64>)]
+    /// Most dynamic buckets alive at once, all namespaces together: bounds
+    /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
+    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
     /// How often idle buckets are removed.
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
@@ -117,8 +119,8 @@ pub(crate) struct Args {
     /// How long a gRPC connection may stay open with no call in flight.
     #[arg(long, default_value = "5m", value_parser = cli::duration, allow_hyphen_values = true)]
     idle_timeout: Duration,
-    /// On Ctrl-C: how long calls in flight may take to finish before every
-    /// gRPC connection is closed and the server exits.
+    /// On SIGTERM or SIGINT (Ctrl-C): how long calls in flight may take to
+    /// finish before every gRPC connection is closed and the server exits.
     #[arg(long, default_value = "5s", value_parser = cli::duration, allow_hyphen_values = true)]
     drain_timeout: Duration,
 }
@@ -152,6 +154,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // Before anything else, so that no signal can kill the process with its
+    // default action once it runs.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls().map(|t| t.load()).transpose()?;
     let conn_limits = args.connection_limits();
@@ -159,8 +165,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let config = Config::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     let limits = Limits {
-        default_max_dynamic_buckets: args.max_dynamic_buckets,
+        max_dynamic_buckets: args.max_dynamic_buckets,
     };
+    if config.has_no_buckets() {
+        warn!(config = %args.config.display(), "the configuration has no buckets: every request will be answered REJECTED_NO_BUCKET");
+    }
+    if let Some(why) = limits.binds(&config) {
+        info!(
+            max_dynamic_buckets = limits.max_dynamic_buckets,
+            "dynamic buckets capped server-wide ({why}); past the cap, REJECTED_TOO_MANY_BUCKETS"
+        );
+    }
     let quota = Arc::new(Quota::new(
         config,
         limits,
@@ -225,9 +240,21 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-        info!("shutting down");
+    let shutdown = async move {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!(signal = which, "shutting down");
+        // A second signal ends the drain at once.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            warn!("second signal: exiting without draining");
+            std::process::exit(1);
+        });
     };
     match tls {
         None => {
@@ -249,5 +276,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             limits.serve(router, listener, shutdown).await?;
         }
     }
+    info!("drained: exiting");
     Ok(())
 }
