@@ -209,3 +209,38 @@ async fn the_example_configuration_serves_and_start_up_explains_itself() {
     let line = line_with(&server, "no buckets");
     assert!(line.contains("WARN"), "{line}");
 }
+
+/// `tollgate load --mode allow --bucket NAME` asks that named bucket, not
+/// `b0`: every call is served by it, none refused for want of a bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_asks_the_named_bucket() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join("quota-load.yaml");
+    let (_server, addr) = tokio::task::block_in_place(|| start(&example, &[]));
+    let load = |names: &[&str]| {
+        let out = cli::tollgate()
+            .args(["load", "--mode", "allow", "--server", &addr])
+            .args(["--namespace", "one", "--duration", "200ms"])
+            .args(["--concurrency", "2", "--connections", "1", "--threads", "1"])
+            .args(names)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (stdout, stderr) = tokio::task::block_in_place(|| load(&["--bucket", "b"]));
+    assert!(
+        stderr.contains("on bucket \"b\" in namespace \"one\""),
+        "{stderr}"
+    );
+    assert!(stdout.contains(" OK="), "{stdout}");
+    assert!(!stdout.contains("REJECTED"), "{stdout}");
+    // `b0` is no bucket of namespace `one`.
+    let (stdout, _) = tokio::task::block_in_place(|| load(&["--buckets", "1"]));
+    assert!(stdout.contains("REJECTED_NO_BUCKET="), "{stdout}");
+    assert!(!stdout.contains(" OK="), "{stdout}");
+}

@@ -24,7 +24,8 @@ enum Mode {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate load --server 127.0.0.1:15000 --clients 5000 --duration 30s\n  \
-    tollgate load --mode allow --server 127.0.0.1:15100 --buckets 100 --concurrency 256")]
+    tollgate load --mode allow --server 127.0.0.1:15100 --buckets 100 --concurrency 256\n  \
+    tollgate load --mode allow --server 127.0.0.1:15100 --namespace svc --bucket db")]
 pub(crate) struct Args {
     /// What to load: a lease server or a quota server.
     #[arg(long, value_enum, default_value_t = Mode::Lease)]
@@ -39,6 +40,10 @@ pub(crate) struct Args {
     /// Allow mode: distinct bucket names (`b0`, `b1`, ...), asked round robin.
     #[arg(long, default_value_t = 1, value_parser = cli::positive::<usize>)]
     buckets: usize,
+    /// Allow mode: ask this one bucket name instead of `b0`, `b1`, ...
+    /// (e.g. a bucket named in the server's configuration).
+    #[arg(long, conflicts_with = "buckets")]
+    bucket: Option<String>,
     /// Allow mode: tokens per request.
     #[arg(long, default_value_t = 1, value_parser = cli::positive::<i64>)]
     tokens: i64,
@@ -75,7 +80,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         return crate::load_allow::run(crate::load_allow::Params {
             server: args.server.unwrap_or_else(|| "127.0.0.1:15100".to_owned()),
             namespace: args.namespace,
-            buckets: args.buckets,
+            bucket_names: match args.bucket {
+                Some(name) => vec![name],
+                None => (0..args.buckets).map(|i| format!("b{i}")).collect(),
+            },
             tokens: args.tokens,
             duration: args.duration,
             concurrency: args.concurrency,

@@ -24,7 +24,8 @@ use tonic::codegen::Bytes;
 pub(crate) struct Params {
     pub(crate) server: String,
     pub(crate) namespace: String,
-    pub(crate) buckets: usize,
+    /// The bucket names asked, round robin.
+    pub(crate) bucket_names: Vec<String>,
     pub(crate) tokens: i64,
     pub(crate) duration: Duration,
     pub(crate) concurrency: usize,
@@ -67,13 +68,13 @@ struct Bodies {
 }
 
 impl Bodies {
-    fn new(namespace: &str, buckets: usize, tokens: i64) -> Bodies {
+    fn new(namespace: &str, names: &[String], tokens: i64) -> Bodies {
         let mut all = Vec::new();
-        let mut ends = Vec::with_capacity(buckets);
-        for i in 0..buckets {
+        let mut ends = Vec::with_capacity(names.len());
+        for name in names {
             let req = AllowRequest {
                 namespace: namespace.to_owned(),
-                bucket_name: format!("b{i}"),
+                bucket_name: name.clone(),
                 tokens_requested: tokens,
                 max_wait_millis_override: 0,
                 max_wait_time_override: false,
@@ -99,7 +100,7 @@ impl Bodies {
 
 /// Runs the load: `threads` threads share the connections and callers.
 pub(crate) fn run(p: Params) -> anyhow::Result<()> {
-    anyhow::ensure!(p.buckets >= 1, "--buckets must be at least 1");
+    anyhow::ensure!(!p.bucket_names.is_empty(), "--buckets must be at least 1");
     let threads = p.threads.min(p.concurrency).max(1);
     let connections = p.connections.max(threads);
     let authority = p
@@ -111,10 +112,14 @@ pub(crate) fn run(p: Params) -> anyhow::Result<()> {
     let uri: Uri = format!("http://{authority}{ALLOW_PATH}")
         .parse()
         .with_context(|| format!("--server {:?} is not host:port", p.server))?;
-    let bodies = std::sync::Arc::new(Bodies::new(&p.namespace, p.buckets, p.tokens));
+    let bodies = std::sync::Arc::new(Bodies::new(&p.namespace, &p.bucket_names, p.tokens));
+    let names = match p.bucket_names.as_slice() {
+        [one] => format!("bucket {one:?}"),
+        many => format!("{} bucket names", many.len()),
+    };
     eprintln!(
-        "Allow load on {} bucket name(s) in namespace {:?} for {:?}, {} in flight over {} connections, {} threads",
-        p.buckets, p.namespace, p.duration, p.concurrency, connections, threads
+        "Allow load on {names} in namespace {:?} for {:?}, {} in flight over {} connections, {} threads",
+        p.namespace, p.duration, p.concurrency, connections, threads
     );
     let server_cpu_start = p.server_pid.map(process_cpu_seconds).transpose()?;
     let cpu_start = cpu_seconds();
