@@ -164,18 +164,15 @@ async fn the_example_configuration_serves_and_start_up_explains_itself() {
     let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    let one = AllowRequest {
+        namespace: "test.namespace".into(),
+        bucket_name: "one".into(),
+        tokens_requested: 1,
+        ..Default::default()
+    };
     let mut answers = Vec::new();
     for _ in 0..3 {
-        let r = client
-            .allow(AllowRequest {
-                namespace: "test.namespace".into(),
-                bucket_name: "one".into(),
-                tokens_requested: 1,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let r = client.allow(one.clone()).await.unwrap().into_inner();
         answers.push((r.status(), r.tokens_granted, r.wait_millis));
     }
     // Size 2 at 1/s: two on hand, the third borrowed, all at once.

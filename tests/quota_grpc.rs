@@ -192,41 +192,26 @@ async fn allow_over_grpc() {
 #[tokio::test]
 async fn json_allow_and_metrics_on_the_debug_port() {
     let (_quota, _clock, _, daddr) = start(CONFIG).await;
-    let (code, body) = http(
-        &daddr,
-        "POST",
-        "/api/allow",
-        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2}"#,
-    )
-    .await;
-    assert_eq!(code, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let post = |body: &'static str| {
+        let daddr = daddr.clone();
+        async move {
+            let (code, body) = http(&daddr, "POST", "/api/allow", body).await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()
+        }
+    };
+    let ok_two = serde_json::json!({"status": "OK", "tokens_granted": 2, "wait_millis": 0});
     assert_eq!(
-        v,
-        serde_json::json!({"status": "OK", "tokens_granted": 2, "wait_millis": 0})
+        post(r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2}"#).await,
+        ok_two
     );
-    let (_, body) = http(
-        &daddr,
-        "POST",
-        "/api/allow",
-        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2,"max_wait_time_override":true,"max_wait_millis_override":50}"#,
-    )
-    .await;
     // One on hand, one borrowed: granted at once; the next caller owes
     // 100 ms, over its 50 ms.
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
-        v,
-        serde_json::json!({"status": "OK", "tokens_granted": 2, "wait_millis": 0})
+        post(r#"{"namespace":"ns","bucket_name":"b","tokens_requested":2,"max_wait_time_override":true,"max_wait_millis_override":50}"#).await,
+        ok_two
     );
-    let (_, body) = http(
-        &daddr,
-        "POST",
-        "/api/allow",
-        r#"{"namespace":"ns","bucket_name":"b","tokens_requested":1,"max_wait_time_override":true,"max_wait_millis_override":50}"#,
-    )
-    .await;
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let v = post(r#"{"namespace":"ns","bucket_name":"b","tokens_requested":1,"max_wait_time_override":true,"max_wait_millis_override":50}"#).await;
     assert_eq!(v["status"], "REJECTED_TIMEOUT");
     let (code, body) = http(&daddr, "POST", "/api/allow", "{not json").await;
     assert_eq!(code, 400);
