@@ -26,6 +26,7 @@ mod plot;
 mod report;
 mod worker;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ use tollgate::{RateLimiter, RateSpec, Verb};
 
 use self::cpu::{CpuTime, HostCpu};
 use self::plot::History;
-use self::report::{Format, IdleSummary, Lag, Line, Printer, Summary};
+use self::report::{Format, IdleSummary, Lateness, Line, Printer, Start, Summary};
 use self::worker::{new_histogram, Control, Report, Shared};
 
 /// Options of `tollgate pace`.
@@ -229,6 +230,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let limiter = builder
         .try_build()
         .context("cannot start the limiter's filler thread")?;
+    // Created now, so that a path that cannot be written fails before the
+    // run rather than after it.
+    let plot_file = match &args.plot {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write the picture to {}", path.display()))?,
+        ),
+        None => None,
+    };
     let mut printer = Printer::new(args.format);
     if args.idle {
         let summary = idle(&limiter, &plan);
@@ -236,6 +246,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
+    printer.start(&Start {
+        spec: plan.spec.to_string(),
+        mode: mode(args.use_async),
+        threads: plan.threads,
+        duration: plan.duration,
+        interval: plan.interval,
+        plot: args.plot.as_ref().map(|p| p.display().to_string()),
+    });
     let shared = Arc::new(Shared::new(limiter, plan.threads, plan.op_time));
     let (reports, inbox) = mpsc::channel();
     let runtime = if args.use_async {
@@ -255,8 +273,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         args.use_async,
     );
     printer.summary(&summary);
-    if let (Some(path), Some(history)) = (&args.plot, &history) {
-        std::fs::write(path, history.svg(&summary))
+    if let (Some(path), Some(mut file), Some(history)) = (&args.plot, plot_file, &history) {
+        file.write_all(history.svg(&summary).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -330,7 +348,7 @@ impl Run<'_> {
             ratio: achieved / target,
             ops,
             backlog_ns: nanos(p.backlog),
-            lag: Lag::of(&histogram),
+            lateness: Lateness::of(&histogram),
             stalled: p.stalled,
         };
         self.printer.line(&line);
@@ -490,17 +508,18 @@ fn coordinate(
     let achieved = end.1 as f64 / elapsed;
     Summary {
         spec: plan.spec.to_string(),
-        mode: if use_async { "async" } else { "threads" },
+        mode: mode(use_async),
         threads: plan.threads,
         elapsed_s: elapsed,
         total_ops: end.1,
         target_ops_per_s: target,
         achieved_ops_per_s: achieved,
         ratio: achieved / target,
-        lag: Lag::of(&run.total),
+        lateness: Lateness::of(&run.total),
+        lateness_ops: run.total.len(),
         admitted: stats.admitted,
         total_wait_ns: nanos(stats.total_wait),
-        mean_lateness_ns: nanos(stats.total_wait) / stats.admitted.max(1),
+        limiter_mean_wait_ns: nanos(stats.total_wait) / stats.admitted.max(1),
         backlog_ns: nanos(backlog),
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_system_s: cpu.system.as_secs_f64(),
@@ -524,6 +543,15 @@ fn coordinate(
             },
             plan.stalls.is_some(),
         ),
+    }
+}
+
+/// The summary's name for what runs the ops.
+fn mode(use_async: bool) -> &'static str {
+    if use_async {
+        "async"
+    } else {
+        "threads"
     }
 }
 
