@@ -17,7 +17,9 @@ use crate::cli;
     tollgate lease api --server doorman.example:15000 --tls-ca ca.pem\n  \
     tollgate lease api --server doorman.example:15000 --tls-ca ca.pem --tls-cert me.pem --tls-key me.key\n  \
     tollgate lease api --format json --count 1\n\n\
-    SIGINT (Ctrl-C) and SIGTERM release the leases before exiting; a second one exits at once.\n\
+    SIGINT (Ctrl-C) and SIGTERM release the leases before exiting; a second one exits at once.\n\n\
+    Go Doorman's client flags are read too: -server, -resource, -wants, -client_id (--id), \
+    -ca_file (--tls-ca).\n\n\
     A server in learning mode (after it becomes master, for its learning_mode_duration, by \
     default one lease length) grants a client only what it already holds, so a new client \
     is granted 0 until learning mode ends: lease says so on stderr.")]
@@ -31,8 +33,13 @@ pub(crate) struct Args {
     /// Priority sent with every request.
     #[arg(long, default_value_t = 0)]
     priority: i64,
-    /// Server address (`host:port`); repeat for failover.
-    #[arg(long = "server", default_value = "127.0.0.1:15000")]
+    /// Server address (`host:port`); repeat, or separate with commas, for
+    /// failover.
+    #[arg(
+        long = "server",
+        default_value = "127.0.0.1:15000",
+        value_delimiter = ','
+    )]
     servers: Vec<String>,
     /// What to enforce while no lease is valid: optimistic, pessimistic or
     /// safe.
