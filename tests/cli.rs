@@ -321,3 +321,21 @@ fn pace_refuses_a_plot_it_cannot_write_before_the_run() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn simulate_help_lists_the_seven_scenarios() {
+    let o = tollgate(&["simulate", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8(o.stdout).unwrap();
+    for n in 1..=7 {
+        let line = help
+            .lines()
+            .find(|l| l.starts_with(&format!("  {n}  ")))
+            .unwrap_or_else(|| panic!("scenario {n} in {help}"));
+        assert!(line.len() > 20, "{line}");
+    }
+    assert!(
+        !help.contains("see `tollgate::doorman::simulate`"),
+        "{help}"
+    );
+}
