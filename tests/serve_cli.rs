@@ -7,12 +7,10 @@ mod cli;
 
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
+use tonic::transport::Channel;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_without_config_grants_capacity() {
-    let mut server = cli::start(&mut cli::on_free_ports("serve"));
-    let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening"));
-
+/// A client of the server at `addr`, and its answer to Discovery.
+async fn discover(addr: &str) -> (CapacityClient<Channel>, pb::DiscoveryResponse) {
     let mut client = CapacityClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -21,6 +19,15 @@ async fn serve_without_config_grants_capacity() {
         .await
         .unwrap()
         .into_inner();
+    (client, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_config_grants_capacity() {
+    let mut server = cli::start(&mut cli::on_free_ports("serve"));
+    let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening"));
+
+    let (mut client, d) = discover(&addr).await;
     assert!(d.is_master);
     assert_eq!(d.mastership.master_address.as_deref(), Some(addr.as_str()));
     let r = client
@@ -54,14 +61,7 @@ async fn go_doormans_server_flags_are_read() {
     ]));
     let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening"));
     let port = addr.rsplit(':').next().unwrap();
-    let mut client = CapacityClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let d = client
-        .discovery(pb::DiscoveryRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let (_, d) = discover(&addr).await;
     assert_eq!(
         d.mastership.master_address.as_deref(),
         Some(format!("doorman-1.test:{port}").as_str())

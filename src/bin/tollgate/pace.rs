@@ -83,11 +83,14 @@ pub(crate) struct Args {
     #[arg(long = "async")]
     use_async: bool,
     /// Output: text for people, csv or json (one object a line) for plots.
+    /// Each starts with what the run does (a `# start` line in csv, a
+    /// `start` object in json); lateness fields are `lateness_*`.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Also draw the run in FILE as an SVG picture: achieved rate against
     /// the target, the backlog, and lateness p50/p99/max per --interval,
-    /// over time.
+    /// over time. FILE is created before the run starts, so a path that
+    /// cannot be written is an error at once.
     #[arg(long, value_name = "FILE.svg", conflicts_with = "idle")]
     plot: Option<PathBuf>,
     /// How often to print a line.
