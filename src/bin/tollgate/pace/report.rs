@@ -355,7 +355,7 @@ impl Printer {
                  \x20 lateness    p50 {p50}  p99 {p99}  max {max}  mean {mean}, over the {reported} ops the callers reported\n\
                  \x20 limiter     mean wait {limiter_mean} over its {admitted} admitted ops (the backlog at each fill times the ops admitted after it)\n\
                  \x20 backlog     {backlog} due and not taken at the end\n\
-                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op} per op{host}{warning}",
+                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op} per op{host}{note}{warning}",
                 spec = s.spec,
                 threads = s.threads,
                 mode = callers(s),
@@ -380,6 +380,7 @@ impl Printer {
                     "\n  machine     {h:.2} cores busy in all (other processes: {:.2})",
                     (h - s.cpu_cores).max(0.0)
                 )),
+                note = unreported(s).map_or(String::new(), |n| format!("\n  note        {n}")),
                 warning = s
                     .warning
                     .as_ref()
@@ -407,6 +408,20 @@ impl Printer {
         };
         emit(&text);
     }
+}
+
+/// Why the lateness percentiles may disagree with the limiter's mean:
+/// said when the callers reported fewer than half the ops they ran.
+fn unreported(s: &Summary) -> Option<String> {
+    (s.lateness_ops.saturating_mul(2) < s.total_ops).then(|| {
+        format!(
+            "the lateness figures cover {} of the {} ops run: a caller reports its ops when it \
+             returns from acquire after an interval ends, and most were still waiting at the \
+             end (each fill serves one caller a burst of ops, who then queues behind all the \
+             others); the limiter's mean wait covers every op",
+            s.lateness_ops, s.total_ops
+        )
+    })
 }
 
 /// What ran the ops, as a word for `threads` of them: `thread`, `tasks`.
@@ -525,7 +540,7 @@ mod tests {
             cpu_system_s: 0.168,
             cpu_ns_per_op: 60_379.0,
             cpu_cores: 0.27,
-            host_busy_cores: None,
+            host_busy_cores: Some(0.5),
             warning: None,
         }
     }
@@ -551,6 +566,18 @@ mod tests {
             lines[6],
             "  cpu         0.636s user + 0.168s system (0.27 cores), 60.4µs per op"
         );
+        assert_eq!(
+            lines[8],
+            "  note        the lateness figures cover 1000 of the 299956 ops run: a caller \
+             reports its ops when it returns from acquire after an interval ends, and most were \
+             still waiting at the end (each fill serves one caller a burst of ops, who then \
+             queues behind all the others); the limiter's mean wait covers every op"
+        );
+        // Half the ops reported, or more: nothing to explain.
+        let mut most = summary();
+        most.lateness_ops = most.total_ops / 2;
+        let text = Printer::new(Format::Text).summary_text(&most);
+        assert!(!text.contains("note"), "{text}");
         let json: serde_json::Value =
             serde_json::from_str(&Printer::new(Format::Json).summary_text(&summary())).unwrap();
         assert_eq!(json["lateness_mean_ns"], 20);
