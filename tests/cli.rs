@@ -339,3 +339,34 @@ fn simulate_help_lists_the_seven_scenarios() {
         "{help}"
     );
 }
+
+/// Ten thousand tasks at 100K ops/s: each fill serves one task a burst of
+/// ops, after which it waits behind all the others, past the end of the
+/// run. The ops of tasks still waiting are reported all the same, so the
+/// lateness figures cover the run (not a hundredth of it).
+#[test]
+fn pace_reports_the_ops_of_tasks_waiting_at_the_end() {
+    let o = tollgate(&[
+        "pace",
+        "100K",
+        "--async",
+        "--threads",
+        "10000",
+        "--duration",
+        "1s",
+        "--interval",
+        "250ms",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let run = summary["total_ops"].as_u64().unwrap();
+    let reported = summary["lateness_ops"].as_u64().unwrap();
+    assert!(run > 0, "{summary}");
+    assert!(
+        reported * 2 >= run,
+        "{reported} of {run} reported: {summary}"
+    );
+}

@@ -16,7 +16,14 @@
 //! collects the workers' histograms, which each worker sends through a
 //! channel the first time it sees the new number. A worker blocked in
 //! `acquire` across a boundary sends late; its lateness joins whichever
-//! line is open when it arrives, and always the summary.
+//! line is open when it arrives, and the summary. A task leaves its
+//! histogram in a slot of its own while its `acquire_async` waits (two
+//! uncontended locks per wait, when it is suspended anyway), and the
+//! coordinator takes those left when the run ends, so the ops of tasks
+//! waiting past the end are reported too. A thread blocked past the end
+//! is not: knowing it is about to block would cost the measured path a
+//! lock or a second atomic per op; the summary says how many ops the
+//! lateness figures cover instead.
 //!
 //! The limiter is built unstarted and started only once every worker is
 //! running, so the run's clock and the limiter's schedule begin together.
@@ -334,6 +341,14 @@ impl Run<'_> {
         }
     }
 
+    /// Adds the histograms of the tasks waiting in `acquire_async` now.
+    fn merge_parked(&mut self, shared: &Shared) {
+        for histogram in shared.take_parked() {
+            self.open.add(&histogram).expect("histograms auto-resize");
+            self.total.add(&histogram).expect("histograms auto-resize");
+        }
+    }
+
     fn print_pending(&mut self) {
         let Some(p) = self.pending.take() else {
             return;
@@ -481,9 +496,10 @@ fn coordinate(
 
     // The last (possibly partial) interval: wait briefly for every worker's
     // final histogram, but not for workers still blocked in `acquire` (at a
-    // low rate with many threads most are; what they recorded before
-    // blocking is left out of the last line, and their next op would come
-    // after the end anyway).
+    // low rate with many threads most are; what threads recorded before
+    // blocking is left out, and their next op would come after the end
+    // anyway). Tasks leave theirs parked while they wait: it joins the last
+    // line.
     run.print_pending();
     if end.0 > last.0 + Duration::from_millis(1) {
         run.pending = Some(Pending {
@@ -495,11 +511,13 @@ fn coordinate(
             deadline: end.0 + grace(plan.interval),
             seen: 0,
         });
+        run.merge_parked(shared);
         while run.pending.is_some() {
             let deadline = run.pending.as_ref().map_or(end.0, |p| p.deadline);
             run.wait(inbox, deadline);
         }
     } else {
+        run.merge_parked(shared);
         let deadline = run.now() + grace(plan.interval);
         while let Ok(report) = inbox.recv_timeout(deadline.saturating_sub(run.now())) {
             run.receive(&report);

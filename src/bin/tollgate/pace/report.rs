@@ -415,10 +415,9 @@ impl Printer {
 fn unreported(s: &Summary) -> Option<String> {
     (s.lateness_ops.saturating_mul(2) < s.total_ops).then(|| {
         format!(
-            "the lateness figures cover {} of the {} ops run: a caller reports its ops when it \
-             returns from acquire after an interval ends, and most were still waiting at the \
-             end (each fill serves one caller a burst of ops, who then queues behind all the \
-             others); the limiter's mean wait covers every op",
+            "the lateness figures cover {} of the {} ops run: a caller thread reports its ops \
+             when it returns from acquire after an interval ends, and most were still waiting \
+             at the end; the limiter's mean wait covers every op",
             s.lateness_ops, s.total_ops
         )
     })
@@ -569,9 +568,8 @@ mod tests {
         assert_eq!(
             lines[8],
             "  note        the lateness figures cover 1000 of the 299956 ops run: a caller \
-             reports its ops when it returns from acquire after an interval ends, and most were \
-             still waiting at the end (each fill serves one caller a burst of ops, who then \
-             queues behind all the others); the limiter's mean wait covers every op"
+             thread reports its ops when it returns from acquire after an interval ends, and \
+             most were still waiting at the end; the limiter's mean wait covers every op"
         );
         // Half the ops reported, or more: nothing to explain.
         let mut most = summary();
