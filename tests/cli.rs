@@ -230,6 +230,8 @@ fn pace_plot_writes_an_svg_picture() {
     for text in [
         ">tollgate pace 2K,1.1: 2 threads",
         ">Rate per interval</text>",
+        ">Backlog at the end of each interval: schedule time due and not taken</text>",
+        ">backlog (",
         ">rate (ops/s)</text>",
         ">achieved</text>",
         ">target</text>",
