@@ -70,12 +70,19 @@
 //! deadlines that Doorman's server and the quota server share) comes with
 //! either `server` or `quota`.
 //!
+//! tollgate is not on crates.io yet: depend on a clone by its path, or on
+//! its git repository (the URL you cloned it from), until it is.
+//!
 //! ```toml
 //! [dependencies]
-//! # The limiter alone:
-//! tollgate = { version = "0.1", default-features = false }
+//! # The limiter alone, from a clone beside your project:
+//! tollgate = { path = "../tollgate", default-features = false }
+//! # or from its git repository:
+//! # tollgate = { git = "URL-YOU-CLONED", default-features = false }
 //! # A service that takes Doorman leases:
-//! # tollgate = { version = "0.1", default-features = false, features = ["client"] }
+//! # tollgate = { path = "../tollgate", default-features = false, features = ["client"] }
+//! # Once published:
+//! # tollgate = { version = "0.1", default-features = false }
 //! ```
 //!
 //! `--cfg tollgate_loom` switches the limiter's synchronisation to loom for

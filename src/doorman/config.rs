@@ -255,6 +255,16 @@ impl Config {
         &self.templates
     }
 
+    /// The longest learning mode of any template: zero when every
+    /// template turns learning mode off.
+    pub(crate) fn longest_learning_mode(&self) -> Duration {
+        self.templates
+            .iter()
+            .map(|t| t.learning_mode())
+            .max()
+            .unwrap_or_default()
+    }
+
     /// The template for resource `id`: one whose glob is exactly `id` first,
     /// else the first glob that matches, in order, else the catch-all.
     ///

@@ -55,6 +55,13 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// Whether `addr` (`host:port`) names every interface rather than one
+/// host: `0.0.0.0:15000`, `[::]:15000`.
+fn is_wildcard(addr: &str) -> bool {
+    addr.parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified())
+}
+
 /// Percent-encodes a query value.
 fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -80,6 +87,14 @@ async fn status(State(server): State<Server>) -> Html<String> {
         m.is_master,
         esc(master)
     );
+    if is_wildcard(master) {
+        page.push_str(
+            "<p><b>Hint:</b> the master address is a wildcard (the server listens on every \
+             interface): clients redirected to it, and followers of an election, cannot reach \
+             it. Start the server with <code>--advertise HOST:PORT</code>, the address others \
+             reach it at.</p>\n",
+        );
+    }
     page.push_str(
         "<table border=1 cellpadding=4>\n<tr><th>resource</th><th>template</th><th>capacity</th><th>sum of has</th><th>sum of wants</th><th>clients</th><th>subclients</th><th>learning mode</th><th>algorithm</th></tr>\n",
     );
@@ -139,4 +154,40 @@ async fn metrics(State(server): State<Server>) -> Response {
         server.metrics_text(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::doorman::clock::SystemWallClock;
+    use crate::doorman::config::Config;
+    use crate::doorman::election::single::Single;
+
+    async fn page(advertised: &str) -> String {
+        let election = Single::new(Some(advertised.to_owned()));
+        let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
+        status(State(server)).await.0
+    }
+
+    #[tokio::test]
+    async fn a_wildcard_master_address_comes_with_a_hint() {
+        for wildcard in ["0.0.0.0:15000", "[::]:15000"] {
+            let page = page(wildcard).await;
+            assert!(
+                page.contains(&format!("Master address: {wildcard}.</p>")),
+                "{page}"
+            );
+            assert!(
+                page.contains("<code>--advertise HOST:PORT</code>"),
+                "{page}"
+            );
+        }
+        for reachable in ["10.0.0.2:15000", "doorman.example:15000", "[::1]:15000"] {
+            let page = page(reachable).await;
+            assert!(page.contains(reachable), "{page}");
+            assert!(!page.contains("Hint"), "{page}");
+        }
+    }
 }

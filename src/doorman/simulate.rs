@@ -212,6 +212,23 @@ mod tests {
     }
 
     #[test]
+    fn scenario_seven_draws_all_it_wants_on_an_axis_of_its_own() {
+        let r = run(7, 1).unwrap();
+        let most_wanted = r.samples.iter().map(|s| s.wants).fold(0.0, f64::max);
+        let most_held = r.samples.iter().map(|s| s.has).fold(0.0, f64::max);
+        // Wants climb far above the capacity, and what is held does not.
+        assert!(most_wanted > 2.0 * CAPACITY, "{most_wanted}");
+        assert!(most_held < 1.1 * CAPACITY, "{most_held}");
+        let svg = r.svg();
+        // Nothing clipped: each axis spans its chart's data.
+        assert!(!svg.contains("run along the top"), "{svg}");
+        assert!(svg.contains(">Capacity and total has</text>"));
+        assert!(svg.contains(">Total wants against the capacity</text>"));
+        // has and the capacity; wants and the capacity.
+        assert_eq!(svg.matches("<polyline").count(), 4);
+    }
+
+    #[test]
     fn scenario_two_keeps_the_leases_through_a_short_root_outage() {
         let r = run(2, 1).unwrap();
         let before = r.samples[119].has;

@@ -22,6 +22,13 @@ use crate::cli;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Go Doorman's flags are read too, with one dash or two: -port, -debug_port, -config, \
+    -parent, -hostname, -etcd_endpoints, -master_election_lock (--election-key), \
+    -master_delay (--election-ttl), -tls, -cert_file, -key_file, -logtostderr; the others \
+    are refused with what to use instead.\n\n\
+    Without --advertise, a server listening on 0.0.0.0 advertises 0.0.0.0:PORT, which \
+    followers cannot redirect clients to: give --advertise (or --hostname) with \
+    --etcd-endpoints.\n\n\
     Examples:\n  tollgate serve --config doorman.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
     tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
@@ -55,6 +62,10 @@ pub(crate) struct Args {
     /// 0.0.0.0, and with --etcd-endpoints, where followers redirect to it).
     #[arg(long)]
     advertise: Option<String>,
+    /// Advertise this host with the gRPC port (`HOST:PORT`), as Go
+    /// Doorman's `-hostname` does; --advertise gives the whole address.
+    #[arg(long, value_name = "HOST", conflicts_with = "advertise")]
+    hostname: Option<String>,
     /// How often expired leases and idle resources are swept.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     sweep_interval: Duration,
@@ -238,12 +249,44 @@ impl ConfigSource {
     }
 }
 
+/// Warns when the address others are given to reach this server is a
+/// wildcard (`0.0.0.0:15000`, listening on every interface), where it
+/// matters: followers of an election redirect clients to it, and a parent
+/// tells its intermediates apart by it.
+fn warn_if_unreachable(args: &Args, advertised: &str) {
+    let wildcard = advertised
+        .parse::<SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified());
+    if !wildcard {
+        return;
+    }
+    if !args.etcd_endpoints.is_empty() {
+        warn!(
+            advertise = advertised,
+            "the advertised address is a wildcard: followers will redirect clients to an \
+             address they cannot reach; give this server's own with --advertise HOST:PORT"
+        );
+    }
+    if args.parent.is_some() && args.server_id.is_none() {
+        warn!(
+            server_id = advertised,
+            "the id this server gives its parent is a wildcard address, the same for every \
+             intermediate listening on this port; give --advertise HOST:PORT or --server-id"
+        );
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     cli::block_on(args.threads, serve(args))
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     let mut signals = Signals::install()?;
+    // The files are read again when serving starts; reading them now
+    // names a bad one before anything listens.
+    if let Some(tls) = args.tls.tls() {
+        tls.load()?;
+    }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
     let etcd_tls = args.etcd_tls_ca.as_ref().map(|ca| {
@@ -282,7 +325,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
-    let advertised = args.advertise.clone().unwrap_or_else(|| local.to_string());
+    let advertised = match (&args.advertise, &args.hostname) {
+        (Some(address), _) => address.clone(),
+        (None, Some(host)) if host.contains(':') && !host.starts_with('[') => {
+            format!("[{host}]:{}", local.port())
+        }
+        (None, Some(host)) => format!("{host}:{}", local.port()),
+        (None, None) => local.to_string(),
+    };
+    warn_if_unreachable(&args, &advertised);
     let etcd = if args.etcd_endpoints.is_empty() {
         None
     } else {
