@@ -130,6 +130,6 @@ mod watch;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
 pub use limiter::spec::{RateSpec, SpecError, Verb};
+pub use limiter::token_bucket::{BucketSettings, Refusal, ReserveError, TokenBucket};
 pub use limiter::{AcquireFuture, Builder, Ledger, RateLimiter, Stats, TimeoutError};

@@ -3,22 +3,21 @@
 
 mod budget;
 mod core;
-mod fast;
 mod filler;
 mod future;
 pub(crate) mod pool;
-pub(crate) mod reservation;
 mod slice;
 pub(crate) mod spec;
 mod stats;
+pub(crate) mod token_bucket;
 pub(crate) mod units;
 mod wait;
 
 use std::fmt;
 use std::time::Duration;
 
+use self::budget::{keep_extra, take_fast};
 use self::core::Core;
-use self::fast::{keep_extra, take_fast};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
 pub use self::stats::{Ledger, Stats};
