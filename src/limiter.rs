@@ -179,7 +179,7 @@ impl RateLimiterBuilder {
     ///
     /// # Errors
     ///
-    /// The [`std::io::Error`] of [`std::thread::RateLimiterBuilder::spawn`].
+    /// The [`std::io::Error`] of [`std::thread::Builder::spawn`].
     pub fn try_build(self) -> std::io::Result<RateLimiter> {
         let slices = self.slices.unwrap_or_else(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -363,7 +363,7 @@ impl RateLimiter {
     /// ```
     /// # tokio_test_runtime();
     /// # fn tokio_test_runtime() {
-    /// # let rt = tokio::runtime::RateLimiterBuilder::new_current_thread().build().unwrap();
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     /// # rt.block_on(async {
     /// let limiter = tollgate::RateLimiter::new("1K".parse().unwrap());
     /// let late = limiter.acquire_n_async(1).await;

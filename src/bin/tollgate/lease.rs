@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
-use tollgate::doorman::client::{Capacity, Client, ExpiryMode, ResourceOptions};
+use tollgate::doorman::{Capacity, Client, ExpiryMode, ResourceOptions};
 
 use crate::cli;
 
