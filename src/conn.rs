@@ -1,6 +1,6 @@
 //! Accepted TCP connections under limits: a cap on how many are open, a
 //! deadline for the HTTP/2 preface, an idle deadline and a drain deadline
-//! at shutdown. Doorman's lease server (`doorman::server::ServerLimits`)
+//! at shutdown. Doorman's lease server (`doorman::ServerLimits`)
 //! and the quota server's Allow transport (`quota::grpc::serve_with`) both
 //! accept through here, whatever HTTP/2 stack serves the connection.
 //!

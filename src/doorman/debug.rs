@@ -162,12 +162,15 @@ mod tests {
 
     use super::*;
     use crate::doorman::clock::SystemWallClock;
-    use crate::doorman::config::Config;
-    use crate::doorman::election::single::Single;
+    use crate::doorman::config::ServerConfig;
+    use crate::doorman::election::single::SingleElection;
 
     async fn page(advertised: &str) -> String {
-        let election = Single::new(Some(advertised.to_owned()));
-        let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
+        let election = SingleElection::new(Some(advertised.to_owned()));
+        let server = Server::builder(ServerConfig::builtin())
+            .election(&election)
+            .clock(Arc::new(SystemWallClock))
+            .build();
         status(State(server)).await.0
     }
 

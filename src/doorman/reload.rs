@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::error_chain::ErrorChain;
 use tracing::{error, info};
 
-use super::config::{Config, ConfigError};
+use super::config::{ServerConfig, ServerConfigError};
 use super::server::Server;
 
 #[cfg(feature = "etcd")]
@@ -18,7 +18,7 @@ pub mod etcd;
 /// Reloads `path` into `server`, logging the outcome. Returns whether the new
 /// configuration was accepted.
 pub fn reload(server: &Server, path: &std::path::Path) -> bool {
-    apply(server, &path.display(), Config::from_file(path))
+    apply(server, &path.display(), ServerConfig::from_file(path))
 }
 
 /// Applies a newly read configuration from `origin` (a file or an etcd
@@ -28,7 +28,7 @@ pub fn reload(server: &Server, path: &std::path::Path) -> bool {
 fn apply(
     server: &Server,
     origin: &dyn std::fmt::Display,
-    parsed: Result<Config, ConfigError>,
+    parsed: Result<ServerConfig, ServerConfigError>,
 ) -> bool {
     match parsed {
         Ok(config) => {

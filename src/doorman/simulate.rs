@@ -1,7 +1,7 @@
 //! A deterministic convergence simulation: the real
-//! [`Server`](crate::doorman::server::Server)s (templates, learning mode,
+//! [`Server`](crate::doorman::Server)s (templates, learning mode,
 //! algorithms, the intermediate servers' parent poller) and the real lease
-//! [`Client`](crate::doorman::client::Client)s, in one process on one
+//! [`Client`](crate::doorman::Client)s, in one process on one
 //! virtual clock, through the design doc's scenarios 1 to 7.
 //!
 //! # Implementation notes

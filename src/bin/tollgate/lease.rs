@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
-use tollgate::doorman::client::{Capacity, Client, ExpiryMode, ResourceOptions, Source};
+use tollgate::doorman::{Capacity, CapacitySource, Client, ExpiryMode, ResourceOptions};
 
 use crate::cli;
 
@@ -147,7 +147,7 @@ fn rounded(x: f64) -> String {
 /// some: the protocol does not tell a learning server apart, so name what
 /// leads to it and for how long learning mode lasts by default.
 fn granted_nothing(id: &str, wants: f64, c: &Capacity) -> Option<String> {
-    if c.source != Source::Lease || c.capacity != 0.0 || wants <= 0.0 {
+    if c.source != CapacitySource::Lease || c.capacity != 0.0 || wants <= 0.0 {
         return None;
     }
     let length = lease_times(c).map_or(String::new(), |(expires, _)| {
@@ -204,7 +204,7 @@ async fn lease(args: Args) -> anyhow::Result<()> {
                         told = true;
                     }
                     Some(_) => {}
-                    None => told &= c.source != Source::Lease,
+                    None => told &= c.source != CapacitySource::Lease,
                 }
                 if tx.send(line(format, &id, &c)).is_err() {
                     break;
@@ -288,7 +288,7 @@ mod tests {
     fn text_rounds_and_json_keeps_full_precision() {
         let c = Capacity {
             capacity: 10_000.0 / 3.0,
-            source: Source::Pending,
+            source: CapacitySource::Pending,
             lease: None,
             safe_capacity: Some(10_000.0 / 3.0),
             refreshes: 0,

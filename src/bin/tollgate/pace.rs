@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
 use hdrhistogram::Histogram;
-use tollgate::{RateLimiter, RateSpec, Verb};
+use tollgate::spec::Verb;
+use tollgate::{RateLimiter, RateSpec};
 
 use self::cpu::{CpuTime, HostCpu};
 use self::plot::History;

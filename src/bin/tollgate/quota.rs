@@ -17,8 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
 use tollgate::conn::ConnectionLimits;
-use tollgate::doorman::server::ServerLimits;
-use tollgate::doorman::tls::ClientTls;
+use tollgate::doorman::{ClientTls, ServerLimits};
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
@@ -191,8 +190,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.reload_interval,
     );
     if !args.lease_servers.is_empty() {
-        let mut builder =
-            tollgate::doorman::client::Client::builder().servers(args.lease_servers.clone());
+        let mut builder = tollgate::doorman::Client::builder().servers(args.lease_servers.clone());
         if let Some(tls) = args.lease_tls() {
             builder = builder.tls(&tls)?;
         }

@@ -2,20 +2,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
-use tollgate::doorman::election::single::Single;
-use tollgate::doorman::election::Election;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
-use tollgate::doorman::server::{Parent, Server, ServerLimits};
-use tollgate::doorman::tls::ClientTls;
-use tollgate::doorman::{debug, reload};
+use tollgate::doorman::{
+    debug, reload, ClientTls, Election, EtcdElection, EtcdElectionConfig, Parent, Server,
+    ServerConfig, ServerLimits, SingleElection,
+};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -299,7 +294,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let source = ConfigSource::of(&args)?;
     let (config, etcd_config) = match &source {
         ConfigSource::File(path) => (
-            Config::from_file(path).with_context(|| format!("loading {}", path.display()))?,
+            ServerConfig::from_file(path).with_context(|| format!("loading {}", path.display()))?,
             None,
         ),
         ConfigSource::Etcd(key) => {
@@ -317,7 +312,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         ConfigSource::Builtin => {
             info!("no --config: serving the built-in catch-all FAIR_SHARE template");
-            (Config::builtin(), None)
+            (ServerConfig::builtin(), None)
         }
     };
     let addr = SocketAddr::new(args.host, args.port);
@@ -338,53 +333,46 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None
     } else {
         info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
-        let config = EtcdConfig {
+        let config = EtcdElectionConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
             ttl: args.election_ttl,
             advertise: advertised.clone(),
         };
         Some(match &etcd_tls {
-            None => Etcd::start(config)?,
-            Some(tls) => Etcd::start_tls(config, tls)?,
+            None => EtcdElection::start(config)?,
+            Some(tls) => EtcdElection::start_tls(config, tls)?,
         })
     };
-    let single = Single::new(Some(advertised.clone()));
+    let single = SingleElection::new(Some(advertised.clone()));
     let election: &dyn Election = match &etcd {
         Some(e) => e,
         None => &single,
     };
-    let server = match &args.parent {
-        None => Server::new(config, election, Arc::new(SystemWallClock)),
-        Some(parent) => {
-            anyhow::ensure!(
-                args.decay_factor > 0.0 && args.decay_factor <= 1.0,
-                "--decay-factor must be in (0, 1]"
-            );
-            info!(parent, "intermediate server");
-            let parent = Parent {
-                address: parent.clone(),
-                server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
-                decay_factor: args.decay_factor,
-            };
-            match &args.parent_tls_ca {
-                None => Server::with_parent(config, election, Arc::new(SystemWallClock), parent),
-                Some(ca) => {
-                    let mut tls = ClientTls::new(ca);
-                    if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
-                        tls = tls.identity(cert, key);
-                    }
-                    Server::with_parent_tls(
-                        config,
-                        election,
-                        Arc::new(SystemWallClock),
-                        parent,
-                        &tls,
-                    )?
-                }
+    let mut builder = Server::builder(config).election(election).limits(limits);
+    if let Some(tls) = args.tls.tls() {
+        builder = builder.tls(&tls)?;
+    }
+    if let Some(parent) = &args.parent {
+        anyhow::ensure!(
+            args.decay_factor > 0.0 && args.decay_factor <= 1.0,
+            "--decay-factor must be in (0, 1]"
+        );
+        info!(parent, "intermediate server");
+        builder = builder.parent(Parent {
+            address: parent.clone(),
+            server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
+            decay_factor: args.decay_factor,
+        });
+        if let Some(ca) = &args.parent_tls_ca {
+            let mut tls = ClientTls::new(ca);
+            if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
+                tls = tls.identity(cert, key);
             }
+            builder = builder.parent_tls(&tls)?;
         }
-    };
+    }
+    let server = builder.build();
     server.spawn_background(args.sweep_interval);
     match source {
         ConfigSource::File(path) => {
@@ -445,17 +433,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     }
     match args.tls.tls() {
-        Some(tls) => {
-            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS");
-            server
-                .serve_with_tls(listener, limits, &tls, shutdown)
-                .await?;
+        Some(_) => {
+            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS")
         }
-        None => {
-            info!(addr = %local, limits = ?limits, "gRPC listening");
-            server.serve_with(listener, limits, shutdown).await?;
-        }
+        None => info!(addr = %local, limits = ?limits, "gRPC listening"),
     }
+    server.serve(listener, shutdown).await?;
     if resigned.await.is_ok() {
         info!("stopped");
     }

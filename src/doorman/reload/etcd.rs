@@ -17,16 +17,12 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
-//! use tollgate::doorman::clock::SystemWallClock;
-//! use tollgate::doorman::election::single::Single;
 //! use tollgate::doorman::reload::etcd::EtcdConfigSource;
-//! use tollgate::doorman::server::Server;
+//! use tollgate::doorman::Server;
 //!
 //! let source = EtcdConfigSource::new(&["127.0.0.1:2379".to_owned()], "/tollgate/config")?;
 //! let loaded = source.load().await?;
-//! let election = Single::new(None);
-//! let server = Server::new(loaded.config, &election, Arc::new(SystemWallClock));
+//! let server = Server::builder(loaded.config).build();
 //! // From now on every change to the key is applied to `server`.
 //! let watch = source.spawn(server.clone(), loaded.revision);
 //! # drop(watch);
@@ -45,10 +41,10 @@ use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 use super::apply;
-use crate::doorman::config::{Config, ConfigError};
 use crate::doorman::election::etcd::{channel, EtcdError};
-use crate::doorman::server::Server;
-use crate::doorman::tls::ClientTls;
+use crate::doorman::ClientTls;
+use crate::doorman::Server;
+use crate::doorman::{ServerConfig, ServerConfigError};
 use crate::etcd_wire::{self as wire, unary};
 
 /// The first wait before reconnecting a failed watch.
@@ -85,7 +81,7 @@ pub enum EtcdSourceError {
         /// The key.
         key: String,
         /// What is wrong with it.
-        source: ConfigError,
+        source: ServerConfigError,
     },
 }
 
@@ -124,7 +120,7 @@ impl std::error::Error for EtcdSourceError {
 #[derive(Debug)]
 pub struct Loaded {
     /// The configuration.
-    pub config: Config,
+    pub config: ServerConfig,
     /// The store revision of the read; watch from it with
     /// [`EtcdConfigSource::spawn`] so that no later change is missed.
     pub revision: i64,
@@ -345,10 +341,10 @@ fn deleted(key: &str) {
     );
 }
 
-fn parse(value: &[u8]) -> Result<Config, ConfigError> {
+fn parse(value: &[u8]) -> Result<ServerConfig, ServerConfigError> {
     let text = std::str::from_utf8(value)
-        .map_err(|e| ConfigError::Repository(format!("the document is not UTF-8: {e}")))?;
-    Config::from_yaml(text)
+        .map_err(|e| ServerConfigError::Repository(format!("the document is not UTF-8: {e}")))?;
+    ServerConfig::from_yaml(text)
 }
 
 #[cfg(test)]

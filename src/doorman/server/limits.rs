@@ -7,7 +7,7 @@
 //! # Examples
 //!
 //! ```
-//! use tollgate::doorman::server::ServerLimits;
+//! use tollgate::doorman::ServerLimits;
 //! # use tollgate::doorman::pb::capacity_server::CapacityServer;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -64,7 +64,7 @@ use tower::layer::util::{Identity, Stack};
 use tracing::{info, warn};
 
 use crate::conn::{self, ConnInfo, ConnectionLimits, Guarded, KillSwitch, Permits};
-use crate::doorman::tls::{ServeError, ServerTls, TlsError};
+use crate::doorman::{ServerTls, TlsError};
 
 /// The transport limits of a gRPC server. The defaults suit Doorman's small
 /// messages; every field is a `tollgate serve` flag.
@@ -127,10 +127,10 @@ impl Default for ServerLimits {
 }
 
 /// A tonic server builder with the limits applied.
-pub type LimitedServer = Server<Stack<InFlightLayer, Identity>>;
+pub(super) type LimitedServer = Server<Stack<InFlightLayer, Identity>>;
 
 /// A tonic router built from a [`LimitedServer`].
-pub type LimitedRouter = Router<Stack<InFlightLayer, Identity>>;
+pub(super) type LimitedRouter = Router<Stack<InFlightLayer, Identity>>;
 
 impl ServerLimits {
     /// The limits on connections alone, which do not depend on tonic.
@@ -149,7 +149,8 @@ impl ServerLimits {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::doorman::server::{ConnectionLimits, ServerLimits};
+    /// use tollgate::conn::ConnectionLimits;
+    /// use tollgate::doorman::ServerLimits;
     ///
     /// let conn = ConnectionLimits {
     ///     max_connections: 10,
@@ -343,29 +344,5 @@ impl ServerLimits {
         self.builder()
             .tls_config(tls.load()?)
             .map_err(|source| TlsError::Rejected { source })
-    }
-}
-
-impl super::Server {
-    /// As [`Server::serve_with`](super::Server::serve_with), over TLS as
-    /// `tls` says; the files are read before anything is served.
-    ///
-    /// # Errors
-    ///
-    /// [`ServeError::Tls`] when the TLS files cannot be used, else a
-    /// transport error from tonic.
-    pub async fn serve_with_tls(
-        self,
-        listener: TcpListener,
-        limits: ServerLimits,
-        tls: &ServerTls,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<(), ServeError> {
-        let service = crate::doorman::pb::capacity_server::CapacityServer::new(
-            super::grpc::Service::new(self),
-        )
-        .max_decoding_message_size(limits.max_message_bytes);
-        let router = limits.tls_builder(tls)?.add_service(service);
-        Ok(limits.serve(router, listener, shutdown).await?)
     }
 }
