@@ -16,7 +16,8 @@
 //! - Time never runs backwards: a `now` below the state's last time is
 //!   treated as that last time.
 //! - A state untouched for [`Policy::idle_ns`] decides exactly like a fresh
-//!   one, so the keyed store may evict it then without changing any
+//!   one unless it [`owes`](Policy::owes) post-accounted cost, so the keyed
+//!   store may evict it then (and only then) without changing any
 //!   decision.
 
 use std::fmt;
@@ -93,8 +94,20 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
     /// window's limit): the `RateLimit-Limit` a client sees.
     fn quota(&self) -> u64;
 
-    /// After this long untouched a state decides exactly like a fresh one.
+    /// After this long untouched a state without debt decides exactly like
+    /// a fresh one. A state that [`owes`](Policy::owes) needs longer: its
+    /// debt is repaid first.
     fn idle_ns(&self) -> u64;
+
+    /// Whether `state` still owes post-accounted cost ([`settle`](Policy::settle)
+    /// beyond what it held) at `now_ns`, so that it would not yet decide
+    /// like a fresh one however long it has been idle. The keyed store never
+    /// drops an idle state that owes. The default, for policies whose
+    /// [`idle_ns`](Policy::idle_ns) already covers any charge: `false`.
+    fn owes(&self, state: &Self::State, now_ns: u64) -> bool {
+        let _ = (state, now_ns);
+        false
+    }
 }
 
 /// Rounds `ns` (a `u128`) into a `u64`, saturating.

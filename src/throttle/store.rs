@@ -28,9 +28,10 @@
 //! shards:
 //!
 //! 1. Idle sweep: once per idle period, and whenever the shard is full,
-//!    entries untouched for the policy's [`Policy::idle_ns`] (and not
-//!    banned) are dropped. Their state equals a fresh one, so idle eviction
-//!    never changes a decision.
+//!    entries untouched for the policy's [`Policy::idle_ns`] (and neither
+//!    banned nor owing post-accounted cost, [`Policy::owes`]) are dropped.
+//!    Their state equals a fresh one, so idle eviction never changes a
+//!    decision.
 //! 2. If the shard is still full, the least recently used eighth is
 //!    dropped (a selection on last-use times, O(n) for n/8 evictions, so
 //!    O(1) amortised per insert). Those keys lose their state and start
@@ -341,10 +342,13 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         let idle_ns = self.idle_ns;
         let mut evicted = 0;
         self.table
-            .for_each(&mut shard.occupancy, index, |occupancy, g| {
+            .for_each(&mut shard.occupancy, index, |occupancy, mut g| {
                 // A banned slot's time is its ban's end: idle only from then.
                 let banned = g.banned() && g.time() > now_ns;
-                if !banned && now_ns.saturating_sub(g.time()) >= idle_ns {
+                if !banned
+                    && now_ns.saturating_sub(g.time()) >= idle_ns
+                    && !self.policy.owes(g.state(), now_ns)
+                {
                     g.remove(occupancy);
                     evicted += 1;
                 }

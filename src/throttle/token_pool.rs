@@ -169,6 +169,12 @@ impl TokenPool {
         }
     }
 
+    /// The tokens a debt-free state needs to become a fresh one: a full
+    /// pool with its burst headroom, and a full backlog.
+    fn full(&self) -> u128 {
+        u128::from(self.sizing.max_over()) + self.backlog_cap
+    }
+
     /// The fewest nanoseconds whose tokens are at least `tokens`.
     fn ceil_ns(&self, tokens: u128) -> u64 {
         let ns = self.meter.nanos_for(tokens);
@@ -248,8 +254,15 @@ impl Policy for TokenPool {
     fn idle_ns(&self) -> u64 {
         // One fill of A + B + cap tokens from any debt-free state reaches
         // the fresh state: P = A + B and W = cap.
-        let full = u128::from(self.sizing.max_over()) + self.backlog_cap;
-        sat_u64(u128::from(self.ceil_ns(full)) + 1)
+        sat_u64(u128::from(self.ceil_ns(self.full())) + 1)
+    }
+
+    fn owes(&self, s: &TokenPoolState, now_ns: u64) -> bool {
+        // The tokens since the last fill repay the debt first, then must
+        // still fill the pool and the backlog (the carry only adds).
+        s.debt > 0
+            && self.meter.tokens_floor(now_ns.saturating_sub(s.last_ns))
+                < u128::from(s.debt) + self.full()
     }
 }
 
