@@ -5,9 +5,42 @@
 
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
 use axum::http::Request;
-use tollgate::throttle::{CostModel, Extract, Limit, RequestHead, Rule, Throttler, TokenPool};
-use tollgate::ManualClock;
+use tollgate::throttle::{
+    CostModel, Extract, FixedWindow, Limit, RejectionKind, RequestHead, Rule, Throttler, TokenPool,
+};
+use tollgate::{ManualClock, RateSpec};
+
+/// Polls a future once: its output if ready, `None` if it would wait (the
+/// future is then dropped, as a client closing its connection drops it).
+fn poll_once<F: Future>(f: F) -> Option<F::Output> {
+    match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => Some(out),
+        Poll::Pending => None,
+    }
+}
+
+/// A request declaring its cost.
+fn costing(cost: &str) -> Request<()> {
+    Request::builder().header("x-cost", cost).body(()).unwrap()
+}
+
+/// A throttler with a queue of 10 units released at 100 per second, costs
+/// read from `x-cost`.
+fn queued(clock: &ManualClock) -> Throttler {
+    Throttler::builder()
+        .clock(clock.clone())
+        .cost(CostModel::Header {
+            name: "x-cost".into(),
+            default: 1,
+        })
+        .queue(10, RateSpec::new(100.0).unwrap())
+        .build()
+}
 
 /// A request for `path` with API key `key`.
 fn keyed(path: &str, key: &str) -> Request<()> {
@@ -56,4 +89,111 @@ fn an_idle_key_in_debt_is_kept_until_its_debt_is_repaid() {
     clock.advance(after + Duration::from_secs(5));
     t.sweep();
     assert!(t.check(&RequestHead::of(&keyed("/light", "b"))).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_above_the_queue_capacity_is_refused_busy_or_idle() {
+    let clock = ManualClock::new();
+    let t = queued(&clock);
+    for cost in ["500", "18446744073709551615", "11"] {
+        let err = poll_once(t.admit(&RequestHead::of(&costing(cost))))
+            .expect("refused at once")
+            .unwrap_err();
+        assert_eq!(err.kind(), RejectionKind::CostTooHigh);
+        assert_eq!(err.http_status(), 413);
+        assert_eq!(err.retry_after(), None);
+        assert_eq!(
+            err.to_string(),
+            format!("cost {cost} exceeds the admission queue's capacity (10)")
+        );
+    }
+    // Nothing was scheduled: the idle queue lets the next request through
+    // at once, and a full one (10 units) too.
+    assert!(poll_once(t.admit(&RequestHead::of(&costing("1"))))
+        .expect("passes at once")
+        .is_ok());
+    clock.advance(Duration::from_millis(10));
+    assert!(poll_once(t.admit(&RequestHead::of(&costing("10"))))
+        .expect("passes at once")
+        .is_ok());
+    // Busy now: still refused at once, not queued.
+    let err = poll_once(t.admit(&RequestHead::of(&costing("11"))))
+        .expect("refused at once")
+        .unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::CostTooHigh);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_queued_request_leaves_the_queue_at_once() {
+    let clock = ManualClock::new();
+    let t = queued(&clock);
+    assert!(poll_once(t.admit(&RequestHead::of(&costing("1"))))
+        .unwrap()
+        .is_ok());
+    // Two clients queue (5 units each, filling the queue) and hang up.
+    for _ in 0..2 {
+        assert!(poll_once(t.admit(&RequestHead::of(&costing("5")))).is_none());
+    }
+    // Their places are free: a live request queues instead of a 503.
+    let r = costing("5");
+    let head = RequestHead::of(&r);
+    let mut live = pin!(t.admit(&head));
+    assert!(futures_pending(live.as_mut()));
+    let text = gathered(&t);
+    assert!(
+        text.contains("tollgate_throttle_queued_requests 1"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_throttle_queued_cost 5"), "{text}");
+    // It leaves in its turn: the first request's 10 ms.
+    clock.advance(Duration::from_millis(10));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(live.await.is_ok());
+}
+
+/// Polls a pinned future once; whether it is still waiting.
+fn futures_pending<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    f.poll(&mut Context::from_waker(Waker::noop())).is_pending()
+}
+
+fn gathered(t: &Throttler) -> String {
+    use prometheus::Encoder;
+    let mut out = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&t.registry().gather(), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_cost_above_a_limit_is_refused_as_never_and_others_say_when() {
+    let clock = ManualClock::new();
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .cost(CostModel::Header {
+            name: "x-cost".into(),
+            default: 1,
+        })
+        .rule(Rule::new(
+            "global",
+            Extract::global(),
+            Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(60)).unwrap()),
+        ))
+        .build();
+    let err = t.check(&RequestHead::of(&costing("500"))).unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::CostTooHigh);
+    assert_eq!(err.rule(), Some("global"));
+    assert_eq!(err.http_status(), 413);
+    assert_eq!(err.grpc_code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.retry_after(), None);
+    assert_eq!(
+        err.to_string(),
+        "cost 500 exceeds the most rule \"global\" ever admits (10)"
+    );
+    // Within the limit but over what is left: a 429 that says when.
+    assert!(t.check(&RequestHead::of(&costing("8"))).is_ok());
+    clock.advance(Duration::from_secs(20));
+    let err = t.check(&RequestHead::of(&costing("3"))).unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::Limited);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(40)));
 }

@@ -140,6 +140,10 @@ impl Policy for Gcra {
         self.burst
     }
 
+    fn max_cost(&self) -> u64 {
+        self.burst + self.queue
+    }
+
     fn idle_ns(&self) -> u64 {
         // After TAT <= t the state decides like a fresh one (TAT = 0).
         self.ceil_ns(u128::from((self.burst + self.queue) * TOKENS_PER_OP))

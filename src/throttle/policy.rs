@@ -91,8 +91,15 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
     fn settle(&self, state: &mut Self::State, now_ns: u64, delta: i64);
 
     /// The most cost admitted at once from a fresh state (the burst or the
-    /// window's limit): the `RateLimit-Limit` a client sees.
+    /// window's limit): the quota a client sees in `RateLimit-Policy`.
     fn quota(&self) -> u64;
+
+    /// The most cost one request may have and ever be admitted (at once or
+    /// after a delay); a dearer request is rejected with a retry time of
+    /// `u64::MAX`. The default: [`quota`](Policy::quota).
+    fn max_cost(&self) -> u64 {
+        self.quota()
+    }
 
     /// After this long untouched a state without debt decides exactly like
     /// a fresh one. A state that [`owes`](Policy::owes) needs longer: its

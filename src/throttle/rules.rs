@@ -194,6 +194,7 @@ pub(crate) trait Keyed: Send + Sync + fmt::Debug {
     fn check(&self, key: &str, now_ns: u64, cost: u64, ban_ns: Option<u64>) -> BanCheck;
     fn settle(&self, key: &str, now_ns: u64, delta: i64);
     fn quota(&self) -> u64;
+    fn max_cost(&self) -> u64;
     fn len(&self) -> usize;
     fn banned(&self, now_ns: u64) -> usize;
     fn sweep(&self, now_ns: u64);
@@ -215,6 +216,9 @@ impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
     }
     fn quota(&self) -> u64 {
         self.policy().quota()
+    }
+    fn max_cost(&self) -> u64 {
+        self.policy().max_cost()
     }
     fn len(&self) -> usize {
         KeyedLimiter::len(self)

@@ -71,6 +71,9 @@ pub enum RejectionKind {
     QueueFull,
     /// Evicted from the admission queue by a CRITICAL request.
     Evicted,
+    /// The request's cost exceeds what a rule or the admission queue ever
+    /// admits: no retry of it can succeed.
+    CostTooHigh,
 }
 
 /// A rejected request.
@@ -78,12 +81,19 @@ pub enum RejectionKind {
 /// Per-key limits and bans map to HTTP 429 / gRPC `RESOURCE_EXHAUSTED`
 /// (the client is over its quota); a full queue and an eviction map to
 /// HTTP 503 / gRPC `UNAVAILABLE` (the server shed load; retrying elsewhere
-/// or later is right).
+/// or later is right). Each of those says when a retry may succeed. A cost
+/// no rule or queue can ever admit maps to HTTP 413 / gRPC
+/// `INVALID_ARGUMENT`, with no retry time: retrying it unchanged never
+/// succeeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     kind: RejectionKind,
     rule: Option<Arc<str>>,
     retry_after: Option<Duration>,
+    /// The request's cost and, for [`RejectionKind::CostTooHigh`], the most
+    /// the rule or queue ever admits.
+    cost: u64,
+    most: u64,
 }
 
 impl Rejection {
@@ -97,15 +107,15 @@ impl Rejection {
         self.rule.as_deref()
     }
 
-    /// When a retry may be admitted; `None` if never (the cost exceeds the
-    /// limit) or unknown. With a clock that moves in steps of more than a
-    /// nanosecond, it includes one step, for the clock to reach the time
-    /// the limit names.
+    /// When a retry may be admitted: always known for the kinds that map
+    /// to 429 and 503; `None` for [`RejectionKind::CostTooHigh`] (never).
+    /// With a clock that moves in steps of more than a nanosecond, it
+    /// includes one step, for the clock to reach the time the limit names.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
 
-    /// The HTTP status: 429 or 503.
+    /// The HTTP status: 429, 503 or 413.
     pub fn http_status(&self) -> axum::http::StatusCode {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => {
@@ -114,14 +124,35 @@ impl Rejection {
             RejectionKind::QueueFull | RejectionKind::Evicted => {
                 axum::http::StatusCode::SERVICE_UNAVAILABLE
             }
+            RejectionKind::CostTooHigh => axum::http::StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
-    /// The gRPC status code: `RESOURCE_EXHAUSTED` or `UNAVAILABLE`.
+    /// The gRPC status code: `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+    /// `INVALID_ARGUMENT`.
     pub fn grpc_code(&self) -> tonic::Code {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => tonic::Code::ResourceExhausted,
             RejectionKind::QueueFull | RejectionKind::Evicted => tonic::Code::Unavailable,
+            RejectionKind::CostTooHigh => tonic::Code::InvalidArgument,
+        }
+    }
+
+    fn new(kind: RejectionKind, rule: Option<Arc<str>>, retry_after: Option<Duration>) -> Self {
+        Rejection {
+            kind,
+            rule,
+            retry_after,
+            cost: 0,
+            most: 0,
+        }
+    }
+
+    fn too_costly(rule: Option<Arc<str>>, cost: u64, most: u64) -> Rejection {
+        Rejection {
+            cost,
+            most,
+            ..Rejection::new(RejectionKind::CostTooHigh, rule, None)
         }
     }
 }
@@ -136,6 +167,18 @@ impl fmt::Display for Rejection {
             RejectionKind::Evicted => {
                 f.write_str("evicted from the admission queue by a critical request")
             }
+            RejectionKind::CostTooHigh => match &self.rule {
+                Some(rule) => write!(
+                    f,
+                    "cost {} exceeds the most rule \"{rule}\" ever admits ({})",
+                    self.cost, self.most
+                ),
+                None => write!(
+                    f,
+                    "cost {} exceeds the admission queue's capacity ({})",
+                    self.cost, self.most
+                ),
+            },
         }
     }
 }
@@ -396,7 +439,11 @@ impl Throttler {
             .unwrap_or(self.inner.default_criticality)
     }
 
-    fn cost_of(&self, head: &RequestHead<'_>) -> (u64, Option<String>) {
+    /// The request's cost and, when predicted, its class. A prediction is
+    /// at most what every enforced rule and the queue can admit (`most`):
+    /// a class whose measured costs grew beyond that is admitted at that
+    /// cost and post-accounted the rest, rather than refused for ever.
+    fn cost_of(&self, head: &RequestHead<'_>, most: impl Fn() -> u64) -> (u64, Option<String>) {
         match &self.inner.cost {
             CostModel::Fixed(c) => (*c, None),
             CostModel::Header { name, default } => (
@@ -414,7 +461,7 @@ impl Throttler {
                         .predictor
                         .as_ref()
                         .map_or(*default, |p| p.predict(&c));
-                    (predicted, Some(c))
+                    (predicted.min(most()), Some(c))
                 }
                 None => (*default, None),
             },
@@ -428,10 +475,31 @@ impl Throttler {
     ///
     /// A [`Rejection`] when an enforced rule rejects; nothing is charged.
     pub fn check(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
+        self.decide(head, None)
+    }
+
+    /// The rules' decision, refusing first a cost above `queue_capacity`.
+    fn decide(
+        &self,
+        head: &RequestHead<'_>,
+        queue_capacity: Option<u64>,
+    ) -> Result<Permit, Rejection> {
         let inner = &self.inner;
-        let (cost, class) = self.cost_of(head);
-        let now = inner.clock.now_ns();
         let rules = inner.rules();
+        let (cost, class) = self.cost_of(head, || {
+            rules
+                .iter()
+                .filter(|r| r.mode == Mode::Enforce)
+                .map(|r| r.hard.max_cost())
+                .chain(queue_capacity)
+                .min()
+                .unwrap_or(u64::MAX)
+        });
+        if let Some(capacity) = queue_capacity.filter(|c| cost > *c) {
+            inner.metrics.queue("too_costly");
+            return Err(Rejection::too_costly(None, cost, capacity));
+        }
+        let now = inner.clock.now_ns();
         let mut permit = Permit {
             throttler: self.clone(),
             cost,
@@ -450,8 +518,11 @@ impl Throttler {
             let c = rule.hard.check(&key, now, cost, rule.ban_ns);
             let outcome = match c.verdict {
                 Verdict::Reject { retry_after_ns } => {
+                    let most = rule.hard.max_cost();
                     let kind = if c.banned {
                         RejectionKind::Banned
+                    } else if cost > most {
+                        RejectionKind::CostTooHigh
                     } else {
                         RejectionKind::Limited
                     };
@@ -464,14 +535,12 @@ impl Throttler {
                     }
                     self.refund(&permit, now);
                     permit.charged.clear();
-                    return Err(Rejection {
-                        kind,
-                        rule: Some(rule.name.clone()),
-                        retry_after: (retry_after_ns != u64::MAX).then(|| {
-                            Duration::from_nanos(
-                                retry_after_ns.saturating_add(inner.retry_slack_ns),
-                            )
-                        }),
+                    let name = Some(rule.name.clone());
+                    return Err(if kind == RejectionKind::CostTooHigh {
+                        Rejection::too_costly(name, cost, most)
+                    } else {
+                        let wait = retry_after_ns.saturating_add(inner.retry_slack_ns);
+                        Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
                     });
                 }
                 Verdict::Delay { delay_ns } => {
@@ -522,19 +591,22 @@ impl Throttler {
     /// # Errors
     ///
     /// A [`Rejection`] from a rule, a full queue or an eviction; nothing
-    /// stays charged.
+    /// stays charged. A cost above the queue's capacity is refused before
+    /// the rules, busy or idle ([`RejectionKind::CostTooHigh`]).
     ///
     /// # Cancel safety
     ///
     /// Dropping the future while it waits keeps the rules' charge; a
-    /// queued request whose future is dropped leaves the queue without
-    /// using its rate.
+    /// queued request whose future is dropped leaves the queue at once,
+    /// without using its rate.
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
-        let mut permit = self.check(head)?;
+        let queue = self.inner.queue.as_ref();
+        let capacity = queue.map(|q| q.lock_unpoisoned().core.capacity());
+        let mut permit = self.decide(head, capacity)?;
         if !permit.delay.is_zero() {
             tokio::time::sleep(permit.delay).await;
         }
-        let Some(queue) = &self.inner.queue else {
+        let Some(queue) = queue else {
             return Ok(permit);
         };
         let criticality = self.criticality(head);
@@ -559,13 +631,28 @@ impl Throttler {
                 self.inner.metrics.queue("full");
                 Err(RejectionKind::QueueFull)
             }
-            Offer::Queued { evicted } => {
+            Offer::TooCostly(_) => {
+                // The capacity was checked before the rules; kept for a
+                // queue whose capacity no longer matches.
+                self.inner.metrics.queue("too_costly");
+                self.refund(&permit, self.inner.clock.now_ns());
+                return Err(Rejection::too_costly(
+                    None,
+                    permit.cost,
+                    capacity.unwrap_or(0),
+                ));
+            }
+            Offer::Queued { ticket, evicted } => {
                 self.inner.metrics.queue("queued");
                 for waiter in evicted {
                     self.inner.metrics.queue("evicted");
                     let _ = waiter.send(Err(RejectionKind::Evicted));
                 }
-                rx.await.unwrap_or(Err(RejectionKind::QueueFull))
+                // Leaves the queue if this future is dropped while waiting.
+                let place = Place { queue, ticket };
+                let result = rx.await.unwrap_or(Err(RejectionKind::QueueFull));
+                std::mem::forget(place);
+                result
             }
         };
         match result {
@@ -574,16 +661,13 @@ impl Throttler {
                 Ok(permit)
             }
             Err(kind) => {
-                self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = queue.lock_unpoisoned().core.next_release_ns().map(|at| {
-                    let wait = at.saturating_sub(self.inner.clock.now_ns());
-                    Duration::from_nanos(wait.saturating_add(self.inner.retry_slack_ns))
-                });
-                Err(Rejection {
-                    kind,
-                    rule: None,
-                    retry_after,
-                })
+                let now = self.inner.clock.now_ns();
+                self.refund(&permit, now);
+                let free_at = queue.lock_unpoisoned().core.free_at_ns();
+                let wait = free_at
+                    .saturating_sub(now)
+                    .saturating_add(self.inner.retry_slack_ns);
+                Err(Rejection::new(kind, None, Some(Duration::from_nanos(wait))))
             }
         }
     }
@@ -624,8 +708,23 @@ fn kind_label(kind: RejectionKind, shadow: bool) -> &'static str {
     match (kind, shadow) {
         (RejectionKind::Banned, false) => "banned",
         (RejectionKind::Banned, true) => "shadow_banned",
+        (RejectionKind::CostTooHigh, false) => "too_costly",
+        (RejectionKind::CostTooHigh, true) => "shadow_too_costly",
         (_, false) => "rejected",
         (_, true) => "shadow_rejected",
+    }
+}
+
+/// A place in the admission queue, given up when dropped: a waiting
+/// request whose future is dropped leaves the queue at once.
+struct Place<'a> {
+    queue: &'a Mutex<QueueState>,
+    ticket: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.queue.lock_unpoisoned().core.leave(self.ticket);
     }
 }
 
