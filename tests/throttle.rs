@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::Request;
 use tollgate::throttle::{
     CostModel, Criticality, Extract, FixedWindow, Limit, Mode, RejectionKind, RequestHead, Rule,
-    Throttler,
+    Throttler, Trust,
 };
 use tollgate::{ManualClock, RateSpec};
 
@@ -52,13 +52,8 @@ fn soft_limit_warns_and_hard_limit_rejects_with_retry_after() {
     assert_eq!(err.http_status(), 429);
     assert_eq!(err.grpc_code(), tonic::Code::ResourceExhausted);
     assert_eq!(err.retry_after(), Some(Duration::from_secs(45)));
-    // Another key is independent; a request without the header is not
-    // subject to the rule.
+    // Another key is independent.
     assert!(t.check(&RequestHead::of(&req("b"))).is_ok());
-    let anonymous = Request::builder().body(()).unwrap();
-    for _ in 0..10 {
-        assert!(t.check(&RequestHead::of(&anonymous)).is_ok());
-    }
     let text = gathered(&t);
     assert!(
         text.contains(r#"tollgate_throttle_decisions_total{outcome="soft_exceeded",rule="key"} 2"#),
@@ -66,6 +61,13 @@ fn soft_limit_warns_and_hard_limit_rejects_with_retry_after() {
     );
     assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="rejected",rule="key"} 1"#));
     assert!(text.contains(r#"tollgate_throttle_keys{rule="key"} 2"#));
+    // Requests without the header share one bucket of their own.
+    let anonymous = Request::builder().body(()).unwrap();
+    for _ in 0..3 {
+        assert!(t.check(&RequestHead::of(&anonymous)).is_ok());
+    }
+    assert!(t.check(&RequestHead::of(&anonymous)).is_err());
+    assert!(t.check(&RequestHead::of(&req("c"))).is_ok());
 }
 
 #[test]
@@ -169,7 +171,8 @@ fn header_costs_and_criticality() {
             name: "x-cost".into(),
             default: 2,
         })
-        .criticality("x-priority", Criticality::Critical)
+        .default_criticality(Criticality::Critical)
+        .criticality_header("x-priority", Trust::everyone())
         .build();
     let r = Request::builder()
         .header("x-cost", "7")
@@ -199,9 +202,11 @@ fn crit(c: &str) -> Request<()> {
 #[tokio::test(start_paused = true)]
 async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
     let clock = ManualClock::new();
-    // Three units of queue, released one per second.
+    // Three units of queue, released one per second; callers are trusted
+    // to say their criticality.
     let t = Throttler::builder()
         .clock(clock.clone())
+        .criticality_header("x-criticality", Trust::everyone())
         .queue(3, RateSpec::new(1.0).unwrap())
         .build();
     // The first passes the idle queue at once.

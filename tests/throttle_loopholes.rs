@@ -9,11 +9,16 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use axum::http::Request;
+use axum::http::{HeaderValue, Request};
 use tollgate::throttle::{
-    CostModel, Extract, FixedWindow, Limit, RejectionKind, RequestHead, Rule, Throttler, TokenPool,
+    CostModel, Criticality, Extract, FixedWindow, Limit, MissingKey, PeerAddr, RejectionKind,
+    RequestHead, Rule, Throttler, TokenPool, Trust,
 };
 use tollgate::{ManualClock, RateSpec};
+
+#[path = "common/logs.rs"]
+mod logs;
+use logs::Logs;
 
 /// Polls a future once: its output if ready, `None` if it would wait (the
 /// future is then dropped, as a client closing its connection drops it).
@@ -196,4 +201,154 @@ fn a_cost_above_a_limit_is_refused_as_never_and_others_say_when() {
     let err = t.check(&RequestHead::of(&costing("3"))).unwrap_err();
     assert_eq!(err.kind(), RejectionKind::Limited);
     assert_eq!(err.retry_after(), Some(Duration::from_secs(40)));
+}
+
+/// A request with header `x-api-key` of raw bytes `key`.
+fn raw_key(key: &[u8]) -> Request<()> {
+    Request::builder()
+        .header("x-api-key", HeaderValue::from_bytes(key).unwrap())
+        .body(())
+        .unwrap()
+}
+
+fn one_per_minute(key: Extract) -> Rule {
+    Rule::new(
+        "key",
+        key,
+        Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(60)).unwrap()),
+    )
+}
+
+#[test]
+fn every_utf8_value_is_a_key_and_keyless_requests_share_one_bucket() {
+    let t = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(one_per_minute(Extract::header("x-api-key")))
+        .build();
+    let check = |r: &Request<()>| t.check(&RequestHead::of(r)).map(|_| ());
+    // A non-ASCII key is a key like any other.
+    let accented = raw_key("clé".as_bytes());
+    assert!(check(&accented).is_ok());
+    assert_eq!(check(&accented).unwrap_err().kind(), RejectionKind::Limited);
+    assert!(check(&raw_key("cle".as_bytes())).is_ok());
+    // No header, or one that is not UTF-8: one shared bucket.
+    assert!(check(&Request::builder().body(()).unwrap()).is_ok());
+    for r in [Request::builder().body(()).unwrap(), raw_key(b"\xff\xfe")] {
+        assert_eq!(check(&r).unwrap_err().kind(), RejectionKind::Limited);
+    }
+
+    // Rejected outright, or (chosen explicitly) not limited.
+    let t = Throttler::builder()
+        .rule(one_per_minute(Extract::header("x-api-key")).missing_key(MissingKey::Reject))
+        .rule(
+            Rule::new(
+                "other",
+                Extract::header("x-other"),
+                Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(60)).unwrap()),
+            )
+            .missing_key(MissingKey::Skip),
+        )
+        .build();
+    let err = t
+        .check(&RequestHead::of(&Request::builder().body(()).unwrap()))
+        .unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::NoKey);
+    assert_eq!(err.http_status(), 400);
+    assert_eq!(err.retry_after(), None);
+    assert_eq!(err.to_string(), "no key for rule \"key\"");
+    let r = raw_key(b"k2");
+    assert!(t.check(&RequestHead::of(&r)).is_ok());
+    // "other" skips it, "key" limits it.
+    assert_eq!(
+        t.check(&RequestHead::of(&r)).unwrap_err().rule(),
+        Some("key")
+    );
+}
+
+#[test]
+fn a_peer_ip_rule_on_a_server_without_peer_addresses_is_logged_once_and_limits() {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let t = Throttler::builder()
+            .clock(ManualClock::new())
+            .rule(one_per_minute(Extract::peer_ip()))
+            .build();
+        // No connect info: every request lands in the one shared bucket.
+        let r = Request::builder().body(()).unwrap();
+        assert!(t.check(&RequestHead::of(&r)).is_ok());
+        for _ in 0..3 {
+            assert!(t.check(&RequestHead::of(&r)).is_err());
+        }
+    });
+    let text = logs.text();
+    assert_eq!(logs.count("can find no key"), 1, "{text}");
+    assert!(
+        text.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_cannot_declare_itself_critical() {
+    let clock = ManualClock::new();
+    let build = |trust: Trust| {
+        Throttler::builder()
+            .clock(clock.clone())
+            .criticality_header("x-criticality", trust)
+            .queue(1, RateSpec::new(1.0).unwrap())
+            .build()
+    };
+    let from = |peer: &str, crit: Option<Criticality>| {
+        let mut r = Request::builder()
+            .header("x-criticality", "CRITICAL")
+            .body(())
+            .unwrap();
+        r.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+        if let Some(c) = crit {
+            r.extensions_mut().insert(c);
+        }
+        r
+    };
+    let t = build(Trust::networks(["10.0.0.0/8"]).unwrap());
+    let outsider = from("192.0.2.1:4000", None);
+    assert_eq!(
+        t.criticality(&RequestHead::of(&outsider)),
+        Criticality::NotCritical
+    );
+    assert_eq!(
+        t.criticality(&RequestHead::of(&from("10.1.1.1:4000", None))),
+        Criticality::Critical
+    );
+    // An authenticating layer's word (an extension) counts from anyone.
+    let vouched = from("192.0.2.1:4000", Some(Criticality::Critical));
+    assert_eq!(
+        t.criticality(&RequestHead::of(&vouched)),
+        Criticality::Critical
+    );
+    // The default trusts no header at all.
+    let plain = Throttler::builder().build();
+    assert_eq!(
+        plain.criticality(&RequestHead::of(&from("10.1.1.1:4000", None))),
+        Criticality::NotCritical
+    );
+    // So an outsider's "CRITICAL" evicts nobody from a full queue.
+    assert!(poll_once(t.admit(&RequestHead::of(&outsider)))
+        .unwrap()
+        .is_ok());
+    let r = from("192.0.2.2:4000", None);
+    let head = RequestHead::of(&r);
+    let mut queued = pin!(t.admit(&head));
+    assert!(futures_pending(queued.as_mut()));
+    let err = poll_once(t.admit(&RequestHead::of(&outsider)))
+        .expect("refused at once")
+        .unwrap_err();
+    assert_eq!(err.kind(), RejectionKind::QueueFull);
+    assert!(futures_pending(queued.as_mut()));
 }

@@ -24,7 +24,7 @@
 //! before its slot.
 
 use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Verdict};
+use super::policy::{sat_u64, Policy, Standing, Verdict};
 use crate::limiter::units::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use crate::RateSpec;
 
@@ -138,6 +138,19 @@ impl Policy for Gcra {
 
     fn quota(&self) -> u64 {
         self.burst
+    }
+
+    fn window_ns(&self) -> u64 {
+        self.ceil_ns(u128::from(self.burst * TOKENS_PER_OP))
+    }
+
+    fn standing(&self, s: &GcraState, now_ns: u64) -> Standing {
+        let ahead = s.tat.saturating_sub(self.meter.tokens_floor(now_ns));
+        let burst = u128::from(self.burst * TOKENS_PER_OP);
+        Standing {
+            remaining: sat_u64(burst.saturating_sub(ahead) / u128::from(TOKENS_PER_OP)),
+            reset_ns: self.ceil_ns(ahead),
+        }
     }
 
     fn max_cost(&self) -> u64 {

@@ -41,8 +41,8 @@ impl ThrottleMetrics {
             Opts::new(
                 "tollgate_throttle_decisions_total",
                 "Throttle decisions by rule and outcome (admitted, delayed, rejected, banned, \
-                 ban_started, soft_exceeded, too_costly, shadow_rejected, shadow_banned,\
-                 shadow_too_costly).",
+                 ban_started, soft_exceeded, too_costly, no_key, shadow_rejected, \
+                 shadow_banned, shadow_too_costly).",
             ),
             &["rule", "outcome"],
         )

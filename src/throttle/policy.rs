@@ -52,6 +52,17 @@ impl Verdict {
     }
 }
 
+/// Where a key stands under a policy at some time: what a client sees in
+/// the `RateLimit` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Units of cost admitted at once now.
+    pub remaining: u64,
+    /// Nanoseconds until the key holds its whole quota again if nothing
+    /// arrives (0: it does now).
+    pub reset_ns: u64,
+}
+
 /// One rate-limiting algorithm over a per-key state.
 ///
 /// Implementations: [`TokenPool`](super::TokenPool),
@@ -93,6 +104,14 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
     /// The most cost admitted at once from a fresh state (the burst or the
     /// window's limit): the quota a client sees in `RateLimit-Policy`.
     fn quota(&self) -> u64;
+
+    /// The time over which [`quota`](Policy::quota) applies, the `w` of
+    /// `RateLimit-Policy`: a window's length; for a bucket, the time it
+    /// takes to refill its quota from empty.
+    fn window_ns(&self) -> u64;
+
+    /// Where `state` stands at `now_ns` (without changing it).
+    fn standing(&self, state: &Self::State, now_ns: u64) -> Standing;
 
     /// The most cost one request may have and ever be admitted (at once or
     /// after a delay); a dearer request is rejected with a retry time of

@@ -35,6 +35,7 @@ use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
+use super::trust::Trust;
 use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 use crate::{Clock, RateSpec, SystemClock};
 
@@ -74,6 +75,9 @@ pub enum RejectionKind {
     /// The request's cost exceeds what a rule or the admission queue ever
     /// admits: no retry of it can succeed.
     CostTooHigh,
+    /// The request has no usable key for a rule that rejects such requests
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject)).
+    NoKey,
 }
 
 /// A rejected request.
@@ -83,8 +87,9 @@ pub enum RejectionKind {
 /// HTTP 503 / gRPC `UNAVAILABLE` (the server shed load; retrying elsewhere
 /// or later is right). Each of those says when a retry may succeed. A cost
 /// no rule or queue can ever admit maps to HTTP 413 / gRPC
-/// `INVALID_ARGUMENT`, with no retry time: retrying it unchanged never
-/// succeeds.
+/// `INVALID_ARGUMENT`, and a request without a key a rule requires to
+/// HTTP 400 / gRPC `INVALID_ARGUMENT`; neither has a retry time: retrying
+/// it unchanged never succeeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     kind: RejectionKind,
@@ -94,6 +99,7 @@ pub struct Rejection {
     /// the rule or queue ever admits.
     cost: u64,
     most: u64,
+    limits: Vec<LimitStatus>,
 }
 
 impl Rejection {
@@ -108,14 +114,15 @@ impl Rejection {
     }
 
     /// When a retry may be admitted: always known for the kinds that map
-    /// to 429 and 503; `None` for [`RejectionKind::CostTooHigh`] (never).
+    /// to 429 and 503; `None` for [`RejectionKind::CostTooHigh`] and
+    /// [`RejectionKind::NoKey`] (never).
     /// With a clock that moves in steps of more than a nanosecond, it
     /// includes one step, for the clock to reach the time the limit names.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
 
-    /// The HTTP status: 429, 503 or 413.
+    /// The HTTP status: 429, 503, 413 or 400.
     pub fn http_status(&self) -> axum::http::StatusCode {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => {
@@ -125,6 +132,7 @@ impl Rejection {
                 axum::http::StatusCode::SERVICE_UNAVAILABLE
             }
             RejectionKind::CostTooHigh => axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            RejectionKind::NoKey => axum::http::StatusCode::BAD_REQUEST,
         }
     }
 
@@ -134,8 +142,14 @@ impl Rejection {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => tonic::Code::ResourceExhausted,
             RejectionKind::QueueFull | RejectionKind::Evicted => tonic::Code::Unavailable,
-            RejectionKind::CostTooHigh => tonic::Code::InvalidArgument,
+            RejectionKind::CostTooHigh | RejectionKind::NoKey => tonic::Code::InvalidArgument,
         }
+    }
+
+    /// The quotas and standings of the rules that decided the request,
+    /// for those with headers on ([`Rule::ratelimit_headers`]).
+    pub fn limits(&self) -> &[LimitStatus] {
+        &self.limits
     }
 
     fn new(kind: RejectionKind, rule: Option<Arc<str>>, retry_after: Option<Duration>) -> Self {
@@ -145,6 +159,7 @@ impl Rejection {
             retry_after,
             cost: 0,
             most: 0,
+            limits: Vec::new(),
         }
     }
 
@@ -167,6 +182,7 @@ impl fmt::Display for Rejection {
             RejectionKind::Evicted => {
                 f.write_str("evicted from the admission queue by a critical request")
             }
+            RejectionKind::NoKey => write!(f, "no key for rule \"{rule}\""),
             RejectionKind::CostTooHigh => match &self.rule {
                 Some(rule) => write!(
                     f,
@@ -184,6 +200,23 @@ impl fmt::Display for Rejection {
 }
 
 impl Error for Rejection {}
+
+/// One rule's quota and where the request's key stands under it: the
+/// `RateLimit-Policy` and `RateLimit` fields a client sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitStatus {
+    /// The rule.
+    pub rule: Arc<str>,
+    /// The most cost the rule admits at once from a fresh key (`q`).
+    pub quota: u64,
+    /// The time the quota applies over (`w`): a window, or the time a
+    /// bucket takes to refill its quota.
+    pub window: Duration,
+    /// What the key may still spend at once (`r`).
+    pub remaining: u64,
+    /// When the key holds its whole quota again if nothing arrives (`t`).
+    pub reset: Duration,
+}
 
 /// A soft limit a request went over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +239,7 @@ pub struct Permit {
     class: Option<String>,
     delay: Duration,
     warnings: Vec<Warning>,
+    limits: Vec<LimitStatus>,
     /// The rules in force when it was admitted.
     rules: Rules,
     /// (rule index, key, soft limit charged too).
@@ -229,6 +263,12 @@ impl Permit {
     /// Soft limits exceeded.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
+    }
+
+    /// The quotas and standings of the rules that admitted it, for those
+    /// with headers on ([`Rule::ratelimit_headers`]).
+    pub fn limits(&self) -> &[LimitStatus] {
+        &self.limits
     }
 
     /// Post-accounting: records the request's measured cost for its class
@@ -281,8 +321,11 @@ pub(crate) struct Inner {
     retry_slack_ns: u64,
     cost: CostModel,
     predictor: Option<CostPredictor>,
-    criticality_header: String,
+    /// The criticality header and the peers it is believed from.
+    criticality_header: Option<(String, Trust)>,
     default_criticality: Criticality,
+    /// Every rule reports its standing (as if each had headers on).
+    headers: bool,
     queue: Option<Mutex<QueueState>>,
     pub(crate) metrics: ThrottleMetrics,
 }
@@ -324,8 +367,9 @@ pub struct ThrottlerBuilder {
     clock: Option<Arc<dyn Clock>>,
     cost: CostModel,
     max_classes: usize,
-    criticality_header: String,
+    criticality_header: Option<(String, Trust)>,
     default_criticality: Criticality,
+    headers: bool,
     queue: Option<(u64, RateSpec)>,
 }
 
@@ -351,12 +395,46 @@ impl ThrottlerBuilder {
         self
     }
 
-    /// The header (or gRPC metadata) holding `CRITICAL` / `NOT_CRITICAL`
-    /// (default `x-criticality`), and the criticality without it (default
-    /// NOT_CRITICAL).
-    pub fn criticality(mut self, header: &str, default: Criticality) -> ThrottlerBuilder {
-        self.criticality_header = header.to_ascii_lowercase();
+    /// The criticality of a request that says none (default
+    /// NOT_CRITICAL). See [`Throttler::criticality`] for who may say.
+    pub fn default_criticality(mut self, default: Criticality) -> ThrottlerBuilder {
         self.default_criticality = default;
+        self
+    }
+
+    /// Believes the header (or gRPC metadata) `name` holding `CRITICAL` /
+    /// `NOT_CRITICAL` on requests from the peers `trusted` names (say, the
+    /// other services of the cluster); from any other peer the header is
+    /// ignored. By default no header is believed: a client that could
+    /// declare itself CRITICAL could evict everyone else from the queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::throttle::{Criticality, PeerAddr, RequestHead, Throttler, Trust};
+    ///
+    /// let throttler = Throttler::builder()
+    ///     .criticality_header("x-criticality", Trust::networks(["10.0.0.0/8"])?)
+    ///     .build();
+    /// let mut req = axum::http::Request::builder()
+    ///     .header("x-criticality", "CRITICAL")
+    ///     .body(())?;
+    /// req.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse()?));
+    /// assert_eq!(throttler.criticality(&RequestHead::of(&req)), Criticality::NotCritical);
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.7:5000".parse()?));
+    /// assert_eq!(throttler.criticality(&RequestHead::of(&req)), Criticality::Critical);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn criticality_header(mut self, name: &str, trusted: Trust) -> ThrottlerBuilder {
+        self.criticality_header = Some((name.to_ascii_lowercase(), trusted));
+        self
+    }
+
+    /// Turns on the `RateLimit-Policy` and `RateLimit` fields for every
+    /// rule, present and reloaded ([`Rule::ratelimit_headers`] turns them
+    /// on for one).
+    pub fn ratelimit_headers(mut self, yes: bool) -> ThrottlerBuilder {
+        self.headers = yes;
         self
     }
 
@@ -392,6 +470,7 @@ impl ThrottlerBuilder {
             predictor,
             criticality_header: self.criticality_header,
             default_criticality: self.default_criticality,
+            headers: self.headers,
             queue: self.queue.map(|(capacity, rate)| {
                 Mutex::new(QueueState {
                     core: AdmissionQueue::new(capacity, rate.nano_ops_per_sec()),
@@ -413,8 +492,9 @@ impl Throttler {
             clock: None,
             cost: CostModel::Fixed(1),
             max_classes: 10_000,
-            criticality_header: "x-criticality".to_owned(),
+            criticality_header: None,
             default_criticality: Criticality::NotCritical,
+            headers: false,
             queue: None,
         }
     }
@@ -430,10 +510,19 @@ impl Throttler {
         self.inner.predictor.is_some()
     }
 
-    /// The criticality of a request.
+    /// The criticality of a request: a [`Criticality`] extension set by a
+    /// layer in front of the throttler (after authenticating the caller,
+    /// say); else the criticality header, only from a trusted peer
+    /// ([`ThrottlerBuilder::criticality_header`]); else the default.
     pub fn criticality(&self, head: &RequestHead<'_>) -> Criticality {
-        head.headers
-            .get(self.inner.criticality_header.as_str())
+        if let Some(c) = head.extensions.get::<Criticality>() {
+            return *c;
+        }
+        self.inner
+            .criticality_header
+            .as_ref()
+            .filter(|(_, trusted)| trusted.trusts(head.peer_addr()))
+            .and_then(|(name, _)| head.headers.get(name.as_str()))
             .and_then(|v| v.to_str().ok())
             .and_then(Criticality::parse)
             .unwrap_or(self.inner.default_criticality)
@@ -506,16 +595,42 @@ impl Throttler {
             class,
             delay: Duration::ZERO,
             warnings: Vec::new(),
+            limits: Vec::new(),
             rules: rules.clone(),
             charged: Vec::new(),
             queued: false,
         };
         for (i, rule) in rules.iter().enumerate() {
-            let Some(key) = rule.key.key(head) else {
-                continue;
+            let key = match rule.key_of(head) {
+                Ok(Some(key)) => key,
+                Ok(None) => continue,
+                Err(()) => {
+                    inner.metrics.decision(&rule.name, "no_key");
+                    if rule.mode == Mode::Shadow {
+                        continue;
+                    }
+                    self.refund(&permit, now);
+                    permit.charged.clear();
+                    let name = Some(rule.name.clone());
+                    return Err(Rejection::new(RejectionKind::NoKey, name, None));
+                }
             };
             let shadow = rule.mode == Mode::Shadow;
-            let c = rule.hard.check(&key, now, cost, rule.ban_ns);
+            let want = rule.headers || inner.headers;
+            let c = rule.hard.check(&key, now, cost, rule.ban_ns, want);
+            if let Some(st) = c.standing {
+                permit.limits.push(LimitStatus {
+                    rule: rule.name.clone(),
+                    quota: rule.hard.quota(),
+                    window: Duration::from_nanos(rule.hard.window_ns()),
+                    remaining: st.remaining,
+                    reset: Duration::from_nanos(if st.reset_ns == 0 {
+                        0
+                    } else {
+                        st.reset_ns.saturating_add(inner.retry_slack_ns)
+                    }),
+                });
+            }
             let outcome = match c.verdict {
                 Verdict::Reject { retry_after_ns } => {
                     let most = rule.hard.max_cost();
@@ -536,12 +651,14 @@ impl Throttler {
                     self.refund(&permit, now);
                     permit.charged.clear();
                     let name = Some(rule.name.clone());
-                    return Err(if kind == RejectionKind::CostTooHigh {
+                    let mut rejection = if kind == RejectionKind::CostTooHigh {
                         Rejection::too_costly(name, cost, most)
                     } else {
                         let wait = retry_after_ns.saturating_add(inner.retry_slack_ns);
                         Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
-                    });
+                    };
+                    rejection.limits = std::mem::take(&mut permit.limits);
+                    return Err(rejection);
                 }
                 Verdict::Delay { delay_ns } => {
                     permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
@@ -552,7 +669,11 @@ impl Throttler {
             inner.metrics.decision(&rule.name, outcome);
             let mut soft_charged = false;
             if let Some(soft) = &rule.soft {
-                if soft.check(&key, now, cost, None).verdict.is_admitted() {
+                if soft
+                    .check(&key, now, cost, None, false)
+                    .verdict
+                    .is_admitted()
+                {
                     soft_charged = true;
                 } else {
                     inner.metrics.decision(&rule.name, "soft_exceeded");
@@ -667,7 +788,9 @@ impl Throttler {
                 let wait = free_at
                     .saturating_sub(now)
                     .saturating_add(self.inner.retry_slack_ns);
-                Err(Rejection::new(kind, None, Some(Duration::from_nanos(wait))))
+                let mut rejection = Rejection::new(kind, None, Some(Duration::from_nanos(wait)));
+                rejection.limits = std::mem::take(&mut permit.limits);
+                Err(rejection)
             }
         }
     }
