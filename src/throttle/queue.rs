@@ -186,10 +186,6 @@ impl<T> AdmissionQueue<T> {
         Some(q.item)
     }
 
-    /// The most cost one request may have: the capacity.
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
-    }
 
     /// Releases the requests whose turn has come by `now_ns`, in order.
     /// Requests for which `live` is false (their caller has gone) leave

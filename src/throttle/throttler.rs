@@ -327,6 +327,8 @@ pub(crate) struct Inner {
     /// Every rule reports its standing (as if each had headers on).
     headers: bool,
     queue: Option<Mutex<QueueState>>,
+    /// The queue's capacity, read without its lock.
+    queue_capacity: Option<u64>,
     pub(crate) metrics: ThrottleMetrics,
 }
 
@@ -471,6 +473,7 @@ impl ThrottlerBuilder {
             criticality_header: self.criticality_header,
             default_criticality: self.default_criticality,
             headers: self.headers,
+            queue_capacity: self.queue.as_ref().map(|(capacity, _)| *capacity),
             queue: self.queue.map(|(capacity, rate)| {
                 Mutex::new(QueueState {
                     core: AdmissionQueue::new(capacity, rate.nano_ops_per_sec()),
@@ -722,7 +725,7 @@ impl Throttler {
     /// without using its rate.
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
         let queue = self.inner.queue.as_ref();
-        let capacity = queue.map(|q| q.lock_unpoisoned().core.capacity());
+        let capacity = self.inner.queue_capacity;
         let mut permit = self.decide(head, capacity)?;
         if !permit.delay.is_zero() {
             tokio::time::sleep(permit.delay).await;
