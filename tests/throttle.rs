@@ -1,6 +1,8 @@
 //! The throttler: rules, soft and hard limits, bans, shadow mode, cost
 //! prediction and the criticality queue, on a manual clock.
 
+#[path = "common/gathered.rs"]
+mod common_gathered;
 use std::time::Duration;
 
 use axum::http::Request;
@@ -23,12 +25,7 @@ fn window(limit: u64, secs: u64) -> Limit {
 }
 
 fn gathered(t: &Throttler) -> String {
-    use prometheus::Encoder;
-    let mut out = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&t.registry().gather(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
+    common_gathered::gathered(t.registry())
 }
 
 #[test]

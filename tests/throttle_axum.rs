@@ -209,13 +209,7 @@ async fn thread_cpu_time_charges_a_handler_s_work_and_not_its_waits() {
 #[tokio::test]
 async fn a_per_ip_rule_served_without_connect_info_still_limits_and_says_why() {
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .with_ansi(false)
-        .finish();
+    let subscriber = logs.subscriber();
     let _guard = tracing::subscriber::set_default(subscriber);
     let throttler = Throttler::builder()
         .rule(Rule::new("per-ip", Extract::peer_ip(), window(2)))

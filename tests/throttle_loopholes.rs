@@ -3,6 +3,8 @@
 //! queue places, requests without a usable key, client-asserted
 //! criticality and unbounded key bytes. All on a manual clock.
 
+#[path = "common/gathered.rs"]
+mod common_gathered;
 use std::time::Duration;
 
 use std::future::Future;
@@ -162,12 +164,7 @@ fn futures_pending<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
 }
 
 fn gathered(t: &Throttler) -> String {
-    use prometheus::Encoder;
-    let mut out = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&t.registry().gather(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
+    common_gathered::gathered(t.registry())
 }
 
 #[test]
@@ -268,13 +265,7 @@ fn every_utf8_value_is_a_key_and_keyless_requests_share_one_bucket() {
 #[test]
 fn a_peer_ip_rule_on_a_server_without_peer_addresses_is_logged_once_and_limits() {
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .with_ansi(false)
-        .finish();
+    let subscriber = logs.subscriber();
     tracing::subscriber::with_default(subscriber, || {
         let t = Throttler::builder()
             .clock(ManualClock::new())

@@ -186,7 +186,6 @@ impl<T> AdmissionQueue<T> {
         Some(q.item)
     }
 
-
     /// Releases the requests whose turn has come by `now_ns`, in order.
     /// Requests for which `live` is false (their caller has gone) leave
     /// without using the rate.
