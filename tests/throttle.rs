@@ -3,6 +3,7 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
+use common_gathered::gathered;
 use std::time::Duration;
 
 use axum::http::Request;
@@ -22,10 +23,6 @@ fn req(key: &str) -> Request<()> {
 
 fn window(limit: u64, secs: u64) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(secs)).unwrap())
-}
-
-fn gathered(t: &Throttler) -> String {
-    common_gathered::gathered(t.registry())
 }
 
 #[test]
@@ -51,7 +48,7 @@ fn soft_limit_warns_and_hard_limit_rejects_with_retry_after() {
     assert_eq!(err.retry_after(), Some(Duration::from_secs(45)));
     // Another key is independent.
     assert!(t.check(&RequestHead::of(&req("b"))).is_ok());
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_decisions_total{outcome="soft_exceeded",rule="key"} 2"#),
         "{text}"
@@ -90,7 +87,7 @@ fn a_ban_lasts_past_the_limit_for_its_duration() {
     assert_eq!(err.kind(), RejectionKind::Banned);
     assert_eq!(err.to_string(), "banned by rule \"key\"");
     assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
-    assert!(gathered(&t).contains(r#"tollgate_throttle_banned_keys{rule="key"} 1"#));
+    assert!(gathered(t.registry()).contains(r#"tollgate_throttle_banned_keys{rule="key"} 1"#));
     clock.advance(Duration::from_secs(1));
     assert!(t.check(&head).is_ok());
 }
@@ -105,7 +102,7 @@ fn shadow_mode_counts_but_admits() {
     for _ in 0..5 {
         assert!(t.check(&RequestHead::of(&r)).is_ok());
     }
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="admitted",rule="dry"} 2"#));
     assert!(text
         .contains(r#"tollgate_throttle_decisions_total{outcome="shadow_rejected",rule="dry"} 3"#));
@@ -253,7 +250,7 @@ async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
         assert!(w.await.unwrap().is_ok());
     }
     assert!(critical.await.unwrap().is_ok());
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_queue_total{outcome="evicted"} 1"#),
         "{text}"
@@ -294,7 +291,7 @@ async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
     tokio::task::yield_now().await;
     // At 3 s it waits in the queue.
     assert!(!waiting.is_finished());
-    assert!(gathered(&t).contains("tollgate_throttle_queued_requests 1"));
+    assert!(gathered(t.registry()).contains("tollgate_throttle_queued_requests 1"));
     clock.advance(Duration::from_secs(1));
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(waiting.await.unwrap().unwrap(), 4);
@@ -302,7 +299,7 @@ async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
     // 5 s the queue is idle again and the next request passes at once.
     clock.advance(Duration::from_secs(1));
     assert!(t.admit(&RequestHead::of(&r)).await.is_ok());
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_queue_total{outcome="immediate"} 2"#),
         "{text}"

@@ -5,6 +5,7 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
+use common_gathered::gathered;
 use std::time::Duration;
 
 use std::future::Future;
@@ -146,7 +147,7 @@ async fn an_abandoned_queued_request_leaves_the_queue_at_once() {
     let head = RequestHead::of(&r);
     let mut live = pin!(t.admit(&head));
     assert!(futures_pending(live.as_mut()));
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains("tollgate_throttle_queued_requests 1"),
         "{text}"
@@ -161,10 +162,6 @@ async fn an_abandoned_queued_request_leaves_the_queue_at_once() {
 /// Polls a pinned future once; whether it is still waiting.
 fn futures_pending<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
     f.poll(&mut Context::from_waker(Waker::noop())).is_pending()
-}
-
-fn gathered(t: &Throttler) -> String {
-    common_gathered::gathered(t.registry())
 }
 
 #[test]
@@ -342,4 +339,29 @@ async fn a_client_cannot_declare_itself_critical() {
         .unwrap_err();
     assert_eq!(err.kind(), RejectionKind::QueueFull);
     assert!(futures_pending(queued.as_mut()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_predicted_cost_is_capped_at_what_the_queue_admits() {
+    let clock = ManualClock::new();
+    let t = Throttler::builder()
+        .clock(clock.clone())
+        .cost(CostModel::Predicted {
+            class: Extract::method_and_path(),
+            default: 1,
+        })
+        .queue(10, RateSpec::new(100.0).unwrap())
+        .build();
+    let r = Request::builder().uri("/report").body(()).unwrap();
+    // The class really costs 1000: a prediction that large could never
+    // pass the queue, so it is charged 10 and post-accounted the rest.
+    poll_once(t.admit(&RequestHead::of(&r)))
+        .unwrap()
+        .unwrap()
+        .finish(1000);
+    clock.advance(Duration::from_secs(60));
+    let p = poll_once(t.admit(&RequestHead::of(&r)))
+        .expect("passes at once")
+        .unwrap();
+    assert_eq!(p.cost(), 10);
 }
