@@ -338,6 +338,8 @@ async fn a_client_cannot_declare_itself_critical() {
         .expect("refused at once")
         .unwrap_err();
     assert_eq!(err.kind(), RejectionKind::QueueFull);
+    // A 503 says when: the queued request leaves at 1 s.
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
     assert!(futures_pending(queued.as_mut()));
 }
 

@@ -75,7 +75,10 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// thus costs 86 bytes of capacity, and a `Box<str>` key 171 plus its
 /// text (about 195 bytes per key held for short keys, measured in
 /// `tests/throttle_store.rs`). The allocation is zeroed lazily, so pages
-/// no key has touched take no resident memory.
+/// no key has touched take no resident memory. Keys are kept as given, so
+/// bound their length where clients choose them (a
+/// [`Throttler`](super::Throttler)'s rules keep a key over 64 bytes as
+/// its SHA-256).
 ///
 /// # Examples
 ///
