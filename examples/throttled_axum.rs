@@ -16,13 +16,23 @@
 //! cargo run --example throttled_axum -- 127.0.0.1:3000 rules.yaml
 //! ```
 //!
-//! Rules: each API key may make 5 requests per second on the core's token
-//! pool (burst ratio 2), with a soft limit of 3 per second (a sliding
-//! window counter) above which responses carry `ratelimit-*` warnings; each
-//! client IP may make 20 requests in any 10 seconds (a sliding log), and an
-//! IP over it is banned for a minute beyond. All requests then pass an
-//! admission queue of 50 releasing 100 per second, where CRITICAL requests
-//! may evict queued NOT_CRITICAL ones.
+//! Rules: each API key may make 5 requests per second with bursts of 10 (a
+//! token bucket: 10 at once, 15 in a fresh key's first second), with a
+//! soft limit of 3 per second (a sliding window counter) above which
+//! responses carry `ratelimit-*` warnings; requests without a key share
+//! one such bucket. Each client IP may make 20 requests in any 10 seconds
+//! (a sliding log), and an IP over it is banned for a minute beyond. Every
+//! response says each rule's quota and the client's standing in
+//! `ratelimit-policy` and `ratelimit`. All requests then pass an admission
+//! queue of 50 releasing 100 per second, where a CRITICAL request may
+//! evict queued NOT_CRITICAL ones; only callers on this machine may say
+//! they are CRITICAL (`x-criticality`).
+//!
+//! The per-IP rule needs the peer's address: the router is served with
+//! `into_make_service_with_connect_info::<SocketAddr>()` (with a plain
+//! `axum::serve(listener, app)`, the rule logs an error and counts every
+//! request in one shared bucket). Behind a reverse proxy, use
+//! `Extract::client_ip(Trust::networks(["<proxy CIDR>"])?)` instead.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,7 +41,7 @@ use axum::{routing::get, Router};
 use prometheus::Encoder as _;
 use tollgate::throttle::{
     rules_from_file, spawn_rules_reload, Extract, Limit, Rule, SlidingLog, SlidingWindowCounter,
-    ThrottleLayer, Throttler, TokenPool,
+    ThrottleLayer, Throttler, TokenPool, Trust,
 };
 use tollgate::RateSpec;
 
@@ -47,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Rule::new(
                 "per-api-key",
                 Extract::header("x-api-key"),
-                Limit::TokenPool(TokenPool::new("5,2".parse::<RateSpec>()?)),
+                Limit::TokenPool(TokenPool::new("5".parse::<RateSpec>()?).with_burst(10)?),
             )
             .soft(Limit::SlidingWindowCounter(SlidingWindowCounter::new(
                 3,
@@ -62,6 +72,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .ban(Duration::from_secs(60)),
         )
+        .ratelimit_headers(true)
+        .criticality_header("x-criticality", Trust::networks(["127.0.0.0/8", "::1"])?)
         .queue(50, RateSpec::new(100.0)?)
         .build();
 

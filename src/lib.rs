@@ -134,6 +134,11 @@ pub mod quota;
 mod sync;
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
+// The throttler's keyed table alone, for its loom models.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+#[path = "throttle/store/loom_table.rs"]
+pub mod throttle_table;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod watch;
 

@@ -1,7 +1,8 @@
 //! The one switch between real synchronisation primitives and loom's.
 //!
-//! Every atomic, lock, thread-local, process-wide counter and blocking wait
-//! in the limiter comes from here. Under `--cfg tollgate_loom` (see
+//! Every atomic, lock, thread-local, process-wide counter, blocking wait
+//! and shared cell in the limiter and the throttler's keyed table comes
+//! from here. Under `--cfg tollgate_loom` (see
 //! `loom-tests/`) the same names resolve to loom's model-checked types:
 //! loom runs every model thread on one OS thread, so a `std` thread-local
 //! or static would be shared by all model threads and hide the very
@@ -36,6 +37,49 @@ pub(crate) use loom::sync::{
 pub(crate) use loom::thread::JoinHandle;
 #[cfg(tollgate_loom)]
 pub(crate) use loom_park::{current, park, park_timeout, Thread};
+
+/// Lets other threads run: std's, or under loom a switch to another model
+/// thread (a spin loop must yield under loom, or the model never ends).
+// Only the throttler's keyed table spins.
+#[cfg_attr(not(any(feature = "throttle", tollgate_loom)), allow(dead_code))]
+pub(crate) fn yield_now() {
+    #[cfg(not(tollgate_loom))]
+    std::thread::yield_now();
+    #[cfg(tollgate_loom)]
+    loom::thread::yield_now();
+}
+
+/// A cell shared between threads whose accesses the caller orders (by a
+/// lock bit, say): std's `UnsafeCell`, or under loom loom's, which checks
+/// every access against the happens-before order the caller claims.
+///
+/// Accesses go through [`with`](UnsafeCell::with) and
+/// [`with_mut`](UnsafeCell::with_mut), loom's interface: loom records a
+/// read or a write at each call. `repr(transparent)`, so an all-zero
+/// `UnsafeCell<T>` outside loom is an all-zero `T`.
+#[cfg(not(tollgate_loom))]
+#[derive(Debug, Default)]
+#[repr(transparent)]
+// Only the throttler's keyed table shares cells this way.
+#[cfg_attr(not(feature = "throttle"), allow(dead_code))]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(tollgate_loom))]
+#[cfg_attr(not(feature = "throttle"), allow(dead_code))]
+impl<T> UnsafeCell<T> {
+    /// Runs `f` with a pointer for reading the value.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Runs `f` with a pointer for writing the value.
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(tollgate_loom)]
+pub(crate) use loom::cell::UnsafeCell;
 
 /// Parks the current thread for at most `timeout`, or until unparked (or
 /// spuriously): callers re-check their condition in a loop.

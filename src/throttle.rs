@@ -3,16 +3,25 @@
 //!
 //! A [`Throttler`] sits inside the protected service and decides, for each
 //! request, whether it is safe to admit now, later, or not at all. Its
-//! [`Rule`]s map a request to a key (an API key header, the peer IP, a gRPC
-//! metadata entry, a user id) and apply a [`Policy`] to that key's state:
+//! [`Rule`]s map a request to a key (an API key header, the peer IP or the
+//! client IP a trusted proxy forwards, a gRPC metadata entry, a user id)
+//! and apply a [`Policy`] to that key's state:
 //!
-//! - [`TokenPool`]: the limiter core's pool (rate and burst ratio), lazily
-//!   evaluated per key;
+//! - [`TokenPool`]: the limiter core's pool (rate and burst ratio), or a
+//!   plain bucket with a burst in ops, lazily evaluated per key;
 //! - [`Gcra`]: a leaky bucket with a bounded FIFO queue drained at the rate;
 //! - [`FixedWindow`], [`SlidingLog`] and [`SlidingWindowCounter`].
 //!
 //! Key state is created on demand, capped in number and evicted when idle
-//! (see [`KeyedLimiter`]), so memory stays bounded under key churn.
+//! (see [`KeyedLimiter`]), so memory stays bounded under key churn; keys
+//! over 64 bytes are kept as their SHA-256. Any UTF-8 value is a key; a
+//! request without a usable one shares one bucket per rule by default
+//! ([`MissingKey`]), so leaving a header off buys a client nothing.
+//!
+//! Criticality comes from a [`Criticality`] request extension, or from a
+//! header only on requests from peers the builder trusts
+//! ([`ThrottlerBuilder::criticality_header`], [`Trust`]): a client cannot
+//! declare itself CRITICAL.
 //!
 //! Above a rule's optional soft limit requests are admitted with a
 //! [`Warning`]; above its hard limit they are rejected with a retry time
@@ -25,10 +34,12 @@
 //! recent NOT_CRITICAL one when it is full (503 / `UNAVAILABLE`).
 //!
 //! [`ThrottleLayer`] puts a throttler in front of any tower HTTP service
-//! (axum, hyper, tonic). Decisions and state are Prometheus metrics
-//! ([`Throttler::registry`]); rules can come from YAML
-//! ([`rules_from_yaml`]) and reload when their file changes
-//! ([`spawn_rules_reload`]).
+//! (axum, hyper, tonic); every 429 and 503 says when to retry, and rules
+//! may send the `RateLimit-Policy` and `RateLimit` fields of
+//! draft-ietf-httpapi-ratelimit-headers-09. Decisions and state are
+//! Prometheus metrics ([`Throttler::registry`]); rules can come from YAML
+//! (the format is on [`rules_from_yaml`]) and reload when their file
+//! changes ([`spawn_rules_reload`]).
 //!
 //! A throttler reads its clock once per decision. The default,
 //! [`SystemClock`](crate::SystemClock), is exact to the nanosecond; on
@@ -73,19 +84,21 @@ mod sliding_log;
 mod store;
 mod throttler;
 mod token_pool;
+mod trust;
 
 pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
-pub use error::{LimitError, RulesError};
+pub use error::{LimitError, RulesError, TrustError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use layer::{CostMeter, Throttle, ThrottleLayer};
-pub use policy::{Policy, Verdict};
+pub use policy::{Policy, Standing, Verdict};
 pub use queue::Criticality;
-pub use rules::{Extract, Limit, Mode, PeerAddr, RequestHead, Rule, UserId};
+pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
 pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use store::{Evictions, KeyedLimiter};
 pub use throttler::{
-    CostModel, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
+    CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
 };
 pub use token_pool::{TokenPool, TokenPoolState};
+pub use trust::Trust;

@@ -1,12 +1,15 @@
 //! The throttler: rules, soft and hard limits, bans, shadow mode, cost
 //! prediction and the criticality queue, on a manual clock.
 
+#[path = "common/gathered.rs"]
+mod common_gathered;
+use common_gathered::gathered;
 use std::time::Duration;
 
 use axum::http::Request;
 use tollgate::throttle::{
     CostModel, Criticality, Extract, FixedWindow, Limit, Mode, RejectionKind, RequestHead, Rule,
-    Throttler,
+    Throttler, Trust,
 };
 use tollgate::{ManualClock, RateSpec};
 
@@ -20,15 +23,6 @@ fn req(key: &str) -> Request<()> {
 
 fn window(limit: u64, secs: u64) -> Limit {
     Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(secs)).unwrap())
-}
-
-fn gathered(t: &Throttler) -> String {
-    use prometheus::Encoder;
-    let mut out = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&t.registry().gather(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
 }
 
 #[test]
@@ -52,20 +46,22 @@ fn soft_limit_warns_and_hard_limit_rejects_with_retry_after() {
     assert_eq!(err.http_status(), 429);
     assert_eq!(err.grpc_code(), tonic::Code::ResourceExhausted);
     assert_eq!(err.retry_after(), Some(Duration::from_secs(45)));
-    // Another key is independent; a request without the header is not
-    // subject to the rule.
+    // Another key is independent.
     assert!(t.check(&RequestHead::of(&req("b"))).is_ok());
-    let anonymous = Request::builder().body(()).unwrap();
-    for _ in 0..10 {
-        assert!(t.check(&RequestHead::of(&anonymous)).is_ok());
-    }
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_decisions_total{outcome="soft_exceeded",rule="key"} 2"#),
         "{text}"
     );
     assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="rejected",rule="key"} 1"#));
     assert!(text.contains(r#"tollgate_throttle_keys{rule="key"} 2"#));
+    // Requests without the header share one bucket of their own.
+    let anonymous = Request::builder().body(()).unwrap();
+    for _ in 0..3 {
+        assert!(t.check(&RequestHead::of(&anonymous)).is_ok());
+    }
+    assert!(t.check(&RequestHead::of(&anonymous)).is_err());
+    assert!(t.check(&RequestHead::of(&req("c"))).is_ok());
 }
 
 #[test]
@@ -91,7 +87,7 @@ fn a_ban_lasts_past_the_limit_for_its_duration() {
     assert_eq!(err.kind(), RejectionKind::Banned);
     assert_eq!(err.to_string(), "banned by rule \"key\"");
     assert_eq!(err.retry_after(), Some(Duration::from_secs(1)));
-    assert!(gathered(&t).contains(r#"tollgate_throttle_banned_keys{rule="key"} 1"#));
+    assert!(gathered(t.registry()).contains(r#"tollgate_throttle_banned_keys{rule="key"} 1"#));
     clock.advance(Duration::from_secs(1));
     assert!(t.check(&head).is_ok());
 }
@@ -106,7 +102,7 @@ fn shadow_mode_counts_but_admits() {
     for _ in 0..5 {
         assert!(t.check(&RequestHead::of(&r)).is_ok());
     }
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(text.contains(r#"tollgate_throttle_decisions_total{outcome="admitted",rule="dry"} 2"#));
     assert!(text
         .contains(r#"tollgate_throttle_decisions_total{outcome="shadow_rejected",rule="dry"} 3"#));
@@ -169,7 +165,8 @@ fn header_costs_and_criticality() {
             name: "x-cost".into(),
             default: 2,
         })
-        .criticality("x-priority", Criticality::Critical)
+        .default_criticality(Criticality::Critical)
+        .criticality_header("x-priority", Trust::everyone())
         .build();
     let r = Request::builder()
         .header("x-cost", "7")
@@ -199,9 +196,11 @@ fn crit(c: &str) -> Request<()> {
 #[tokio::test(start_paused = true)]
 async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
     let clock = ManualClock::new();
-    // Three units of queue, released one per second.
+    // Three units of queue, released one per second; callers are trusted
+    // to say their criticality.
     let t = Throttler::builder()
         .clock(clock.clone())
+        .criticality_header("x-criticality", Trust::everyone())
         .queue(3, RateSpec::new(1.0).unwrap())
         .build();
     // The first passes the idle queue at once.
@@ -251,7 +250,7 @@ async fn a_critical_request_evicts_exactly_one_queued_not_critical_request() {
         assert!(w.await.unwrap().is_ok());
     }
     assert!(critical.await.unwrap().is_ok());
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_queue_total{outcome="evicted"} 1"#),
         "{text}"
@@ -292,7 +291,7 @@ async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
     tokio::task::yield_now().await;
     // At 3 s it waits in the queue.
     assert!(!waiting.is_finished());
-    assert!(gathered(&t).contains("tollgate_throttle_queued_requests 1"));
+    assert!(gathered(t.registry()).contains("tollgate_throttle_queued_requests 1"));
     clock.advance(Duration::from_secs(1));
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(waiting.await.unwrap().unwrap(), 4);
@@ -300,7 +299,7 @@ async fn requests_through_the_queue_are_post_accounted_to_its_rate() {
     // 5 s the queue is idle again and the next request passes at once.
     clock.advance(Duration::from_secs(1));
     assert!(t.admit(&RequestHead::of(&r)).await.is_ok());
-    let text = gathered(&t);
+    let text = gathered(t.registry());
     assert!(
         text.contains(r#"tollgate_throttle_queue_total{outcome="immediate"} 2"#),
         "{text}"

@@ -14,7 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tollgate::throttle::{
     CostMeter, CostModel, Extract, FixedWindow, Limit, RequestHead, Rule, ThrottleLayer, Throttler,
+    TokenPool,
 };
+
+#[path = "common/logs.rs"]
+mod logs;
+use logs::Logs;
 use tollgate::ManualClock;
 use tower::{Layer, ServiceExt};
 
@@ -36,6 +41,17 @@ async fn serve(throttler: Throttler) -> SocketAddr {
         .await
         .unwrap();
     });
+    addr
+}
+
+/// As `serve`, but as a newcomer might: without connect info.
+async fn serve_plain(throttler: Throttler) -> SocketAddr {
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(ThrottleLayer::new(throttler));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
 }
 
@@ -89,15 +105,19 @@ async fn throttles_per_api_key_and_per_ip_over_tcp() {
     assert_eq!(status, 429);
     assert!(head.contains("retry-after: "), "{head}");
     assert!(!head.ends_with("hello"));
-    // Another key passes until the peer IP's limit of 5 admitted requests.
+    // Other keys pass until the peer IP's limit of 5 admitted requests.
     assert_eq!(get_with(addr, &[("x-api-key", "b")]).await.0, 200);
-    assert_eq!(get_with(addr, &[]).await.0, 200);
-    assert_eq!(get_with(addr, &[]).await.0, 200);
-    let (status, _) = get_with(addr, &[]).await;
+    assert_eq!(get_with(addr, &[("x-api-key", "c")]).await.0, 200);
+    assert_eq!(get_with(addr, &[("x-api-key", "d")]).await.0, 200);
+    let (status, _) = get_with(addr, &[("x-api-key", "e")]).await;
     assert_eq!(status, 429);
 
     // A gRPC request gets a trailers-only RESOURCE_EXHAUSTED.
-    let (status, head) = get_with(addr, &[("content-type", "application/grpc")]).await;
+    let (status, head) = get_with(
+        addr,
+        &[("x-api-key", "f"), ("content-type", "application/grpc")],
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(head.contains("grpc-status: 8\r\n"), "{head}");
     assert!(head.contains("grpc-message: rate limited by rule \"per-ip\""));
@@ -184,4 +204,69 @@ async fn thread_cpu_time_charges_a_handler_s_work_and_not_its_waits() {
     let wait = req("/wait");
     let waited = throttler.check(&RequestHead::of(&wait)).unwrap().cost();
     assert!(waited < 50, "{waited}");
+}
+
+#[tokio::test]
+async fn a_per_ip_rule_served_without_connect_info_still_limits_and_says_why() {
+    let logs = Logs::default();
+    let subscriber = logs.subscriber();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let throttler = Throttler::builder()
+        .rule(Rule::new("per-ip", Extract::peer_ip(), window(2)))
+        .build();
+    let addr = serve_plain(throttler).await;
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(get_with(addr, &[]).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
+    assert_eq!(logs.count("can find no key"), 1, "{}", logs.text());
+    assert!(logs
+        .text()
+        .contains("into_make_service_with_connect_info::<SocketAddr>()"));
+}
+
+#[tokio::test]
+async fn ratelimit_fields_on_admitted_and_refused_responses() {
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(
+            Rule::new(
+                "per-key",
+                Extract::header("x-api-key"),
+                Limit::TokenPool(TokenPool::new("5".parse().unwrap()).with_burst(3).unwrap()),
+            )
+            .ratelimit_headers(true),
+        )
+        .rule(Rule::new(
+            "hourly",
+            Extract::header("x-api-key"),
+            window(100),
+        ))
+        .build();
+    let addr = serve(throttler).await;
+    // A bucket of 3 at 5/s: it refills its quota in 600 ms (w=1), and after
+    // one request lacks one op for 200 ms (t=1).
+    let (status, head) = get_with(addr, &[("x-api-key", "a")]).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("ratelimit-policy: \"per-key\";q=3;w=1\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("ratelimit: \"per-key\";r=2;t=1\r\n"),
+        "{head}"
+    );
+    // Only the rule with headers on shows.
+    assert!(!head.contains("hourly"), "{head}");
+    get_with(addr, &[("x-api-key", "a")]).await;
+    get_with(addr, &[("x-api-key", "a")]).await;
+    let (status, head) = get_with(addr, &[("x-api-key", "a")]).await;
+    assert_eq!(status, 429);
+    assert!(head.contains("retry-after: 1\r\n"), "{head}");
+    assert!(
+        head.contains("ratelimit: \"per-key\";r=0;t=1\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("ratelimit-policy: \"per-key\";q=3;w=1\r\n"));
 }

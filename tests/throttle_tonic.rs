@@ -12,7 +12,7 @@ use tollgate::quota::config::Config;
 use tollgate::quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate::quota::pb::AllowRequest;
 use tollgate::quota::{grpc, Limits, Quota};
-use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler, Trust};
 use tollgate::{ManualClock, RateSpec};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request};
@@ -143,19 +143,27 @@ async fn grpc_metadata_keys_soft_and_hard_limits() {
             nanos: 0
         })
     );
-    // Another tenant, and a call without the metadata key, are not limited.
+    // Another tenant is not limited; calls without the metadata key share
+    // one tenant's limit.
     assert!(client.allow(allow(&[("x-tenant", "b")])).await.is_ok());
-    for _ in 0..3 {
+    for _ in 0..2 {
         assert!(client.allow(allow(&[])).await.is_ok());
     }
+    let status = client.allow(allow(&[])).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
 }
 
 #[tokio::test]
 async fn a_critical_call_evicts_a_queued_not_critical_one() {
     let clock = ManualClock::new();
-    // One unit of queue, released one per second of the manual clock.
+    // One unit of queue, released one per second of the manual clock;
+    // callers on this machine may say their criticality.
     let throttler = Throttler::builder()
         .clock(clock.clone())
+        .criticality_header(
+            "x-criticality",
+            Trust::networks(["127.0.0.0/8", "::1"]).unwrap(),
+        )
         .queue(1, RateSpec::new(1.0).unwrap())
         .build();
     let client = QuotaServiceClient::connect(serve(throttler.clone()).await)

@@ -1,3 +1,3 @@
-//! Loom models of tollgate's limiter live in `tests/`; build them with
-//! `--cfg tollgate_loom` so the limiter uses loom's atomics, locks and
-//! futex model.
+//! Loom models of tollgate's limiter and of the throttler's keyed table
+//! live in `tests/`; build them with `--cfg tollgate_loom` so both use
+//! loom's atomics, cells, locks and futex model.

@@ -1,30 +1,5 @@
-//! Throttle rules from YAML, and hot reload of a rules file.
-//!
-//! ```yaml
-//! rules:
-//!   - name: per-api-key
-//!     key: { header: x-api-key }      # or grpc_metadata: NAME, peer_ip,
-//!                                     # user_id, global, method_path
-//!     limit: { token_pool: { rate: "5,2", backlog: 1s } }
-//!     soft: { sliding_window_counter: { limit: 3, window: 1s } }
-//!   - name: per-ip
-//!     key: peer_ip
-//!     limit: { sliding_log: { limit: 20, window: 10s, log_rejected: true } }
-//!     ban: 1m
-//!     shadow: false
-//!     max_keys: 100000
-//!   - name: upload
-//!     key: global
-//!     limit: { gcra: { rate: "10", burst: 2, queue: 20 } }
-//!   - name: hourly
-//!     key: user_id
-//!     limit: { fixed_window: { limit: 1000, window: 1h } }
-//! ```
-//!
-//! Rates use the limiter's spec grammar (`"5,2"` is 5/s with burst ratio
-//! 2); durations use humantime (`1s`, `10m`, `1h 30m`). Unknown fields are
-//! errors. Only the rules reload; the cost model, criticality and queue
-//! are fixed when the throttler is built.
+//! Throttle rules from YAML (the format is documented on
+//! [`rules_from_yaml`]), and hot reload of a rules file.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -33,10 +8,10 @@ use crate::error_chain::ErrorChain;
 use serde::Deserialize;
 use tracing::{error, info};
 
-use super::error::RulesError;
-use super::rules::{Extract, Limit, Mode, Rule};
+use super::error::{LimitError, RulesError};
+use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
 use super::throttler::Throttler;
-use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
+use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool, Trust};
 use crate::RateSpec;
 
 #[derive(Debug, Deserialize)]
@@ -59,6 +34,25 @@ struct RuleConfig {
     shadow: bool,
     #[serde(default)]
     max_keys: Option<usize>,
+    #[serde(default)]
+    missing_key: Option<MissingKeyConfig>,
+    #[serde(default)]
+    headers: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum MissingKeyConfig {
+    Shared,
+    Reject,
+    Skip,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientIpConfig {
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,6 +61,7 @@ enum KeyConfig {
     Header(String),
     GrpcMetadata(String),
     PeerIp,
+    ClientIp(ClientIpConfig),
     UserId,
     Global,
     MethodPath,
@@ -77,6 +72,8 @@ enum KeyConfig {
 enum LimitConfig {
     TokenPool {
         rate: String,
+        #[serde(default)]
+        burst: Option<u64>,
         #[serde(default)]
         backlog: Option<String>,
     },
@@ -108,18 +105,36 @@ fn duration(rule: &str, field: &str, text: &str) -> Result<Duration, RulesError>
 }
 
 fn rate(rule: &str, text: &str) -> Result<RateSpec, RulesError> {
+    // The spec's error quotes the text.
     text.parse::<RateSpec>()
-        .map_err(|e| RulesError::new(format!("rule \"{rule}\": rate \"{text}\""), e))
+        .map_err(|e| RulesError::new(format!("rule \"{rule}\""), e))
 }
 
 impl LimitConfig {
     fn build(self, rule: &str) -> Result<Limit, RulesError> {
         let bad = |e| RulesError::new(format!("rule \"{rule}\""), e);
         Ok(match self {
-            LimitConfig::TokenPool { rate: r, backlog } => {
+            LimitConfig::TokenPool {
+                rate: r,
+                burst,
+                backlog,
+            } => {
                 let mut pool = TokenPool::new(rate(rule, &r)?);
                 if let Some(b) = backlog {
+                    if burst.is_some() {
+                        return Err(bad(LimitError::new(
+                            "a token pool with a burst keeps no backlog",
+                        )));
+                    }
                     pool = pool.with_backlog_cap(duration(rule, "backlog", &b)?);
+                }
+                if let Some(b) = burst {
+                    if r.contains(',') {
+                        return Err(bad(LimitError::new(
+                            "a token pool takes a burst ratio (\"5,2\") or a burst, not both",
+                        )));
+                    }
+                    pool = pool.with_burst(b).map_err(bad)?;
                 }
                 Limit::TokenPool(pool)
             }
@@ -148,21 +163,87 @@ impl LimitConfig {
     }
 }
 
-/// Parses throttle rules from YAML (see the module docs for the format).
+/// Parses throttle rules from YAML.
+///
+/// # The format
+///
+/// A document holds `rules`, a list applied in order. Each rule has:
+///
+/// | field | meaning |
+/// |---|---|
+/// | `name` | the rule's name, in metrics, rejections and headers |
+/// | `key` | what a request is counted under (below) |
+/// | `limit` | the hard limit per key (below): above it, rejected |
+/// | `soft` | optional: a lower limit above which requests are admitted with a warning |
+/// | `ban` | optional: a rejected key is refused for this long past the limit |
+/// | `shadow` | `true`: only count, never reject (default `false`) |
+/// | `max_keys` | keys kept per limit (default 100000) |
+/// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400) or `skip` (not limited by this rule) |
+/// | `headers` | `true`: the rule's `RateLimit-Policy` and `RateLimit` fields on responses (default `false`) |
+///
+/// Keys: `{ header: NAME }`, `{ grpc_metadata: NAME }`, `peer_ip`,
+/// `{ client_ip: { trusted_proxies: [CIDR, ...] } }` (the address a
+/// trusted proxy forwards, see [`Extract::client_ip`]), `user_id`,
+/// `global`, `method_path`.
+///
+/// Limits:
+///
+/// - `{ token_pool: { rate: "5,2", backlog: 1s } }`: the core's pool, at
+///   the limiter's rate grammar (`"5,2"` is 5/s with burst ratio 2);
+///   `backlog` caps catching up (default 1 s); or
+///   `{ token_pool: { rate: "5", burst: 10 } }`: a plain bucket of 10 ops
+///   refilled at 5/s (see [`TokenPool`] for what each admits);
+/// - `{ gcra: { rate: "10", burst: 2, queue: 20 } }`: a leaky bucket that
+///   admits `burst` at once and delays up to `queue` more;
+/// - `{ fixed_window: { limit: 1000, window: 1h } }`;
+/// - `{ sliding_log: { limit: 20, window: 10s, log_rejected: true } }`;
+/// - `{ sliding_window_counter: { limit: 3, window: 1s } }`.
+///
+/// Durations use humantime (`1s`, `10m`, `1h 30m`). Unknown fields are
+/// errors. Only the rules reload ([`spawn_rules_reload`]); the cost model,
+/// criticality and queue are fixed when the throttler is built.
 ///
 /// # Examples
 ///
 /// ```
-/// let rules = tollgate::throttle::rules_from_yaml(
-///     "rules:\n  - name: per-ip\n    key: peer_ip\n    limit: { fixed_window: { limit: 10, window: 1s } }\n",
-/// )?;
-/// assert_eq!(rules[0].name(), "per-ip");
+/// let rules = tollgate::throttle::rules_from_yaml(r#"
+/// rules:
+///   - name: per-api-key
+///     key: { header: x-api-key }
+///     limit: { token_pool: { rate: "5", burst: 10 } }
+///     soft: { sliding_window_counter: { limit: 3, window: 1s } }
+///     missing_key: reject
+///     headers: true
+///   - name: per-client
+///     key: { client_ip: { trusted_proxies: ["10.0.0.0/8", "::1"] } }
+///     limit: { sliding_log: { limit: 20, window: 10s, log_rejected: true } }
+///     ban: 1m
+///     max_keys: 100000
+///   - name: upload
+///     key: global
+///     limit: { gcra: { rate: "10", burst: 2, queue: 20 } }
+///   - name: hourly
+///     key: user_id
+///     limit: { fixed_window: { limit: 1000, window: 1h } }
+///     shadow: true
+/// "#)?;
+/// assert_eq!(rules.len(), 4);
+/// assert_eq!(rules[1].name(), "per-client");
+///
+/// let err = tollgate::throttle::rules_from_yaml(
+///     "rules:\n  - name: r\n    key: global\n    limit: { fixed_window: { limit: 0, window: 1s } }\n",
+/// )
+/// .unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid throttle rules: rule \"r\": invalid limit: a limit of zero admits nothing"
+/// );
 /// # Ok::<(), tollgate::throttle::RulesError>(())
 /// ```
 ///
 /// # Errors
 ///
-/// Malformed YAML, unknown fields, a bad rate, duration or limit.
+/// Malformed YAML, unknown fields, a bad rate, duration, limit or network.
 pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
     // Enums as single-key maps (`{ header: x-api-key }`), not YAML tags.
     let file: File = serde_norway::with::singleton_map_recursive::deserialize(
@@ -176,6 +257,10 @@ pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
                 KeyConfig::Header(h) => Extract::header(&h),
                 KeyConfig::GrpcMetadata(h) => Extract::grpc_metadata(&h),
                 KeyConfig::PeerIp => Extract::peer_ip(),
+                KeyConfig::ClientIp(c) => Extract::client_ip(
+                    Trust::networks(&c.trusted_proxies)
+                        .map_err(|e| RulesError::new(format!("rule \"{}\"", r.name), e))?,
+                ),
                 KeyConfig::UserId => Extract::user_id(),
                 KeyConfig::Global => Extract::global(),
                 KeyConfig::MethodPath => Extract::method_and_path(),
@@ -192,6 +277,16 @@ pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
             }
             if let Some(max) = r.max_keys {
                 rule = rule.max_keys(max);
+            }
+            if r.headers {
+                rule = rule.ratelimit_headers(true);
+            }
+            if let Some(m) = r.missing_key {
+                rule = rule.missing_key(match m {
+                    MissingKeyConfig::Shared => MissingKey::Shared,
+                    MissingKeyConfig::Reject => MissingKey::Reject,
+                    MissingKeyConfig::Skip => MissingKey::Skip,
+                });
             }
             Ok(rule)
         })

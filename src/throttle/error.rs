@@ -24,10 +24,14 @@ impl fmt::Display for LimitError {
 impl Error for LimitError {}
 
 /// Throttle rules could not be read from YAML.
+///
+/// Its message names where (the rule and field, or the YAML position) and
+/// why, so it does not also chain its cause as a
+/// [`source`](Error::source).
 #[derive(Debug)]
 pub struct RulesError {
     context: String,
-    source: Option<Box<dyn Error + Send + Sync>>,
+    reason: Box<dyn Error + Send + Sync>,
 }
 
 impl RulesError {
@@ -37,19 +41,48 @@ impl RulesError {
     ) -> RulesError {
         RulesError {
             context: context.into(),
-            source: Some(source.into()),
+            reason: source.into(),
         }
     }
 }
 
 impl fmt::Display for RulesError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid throttle rules: {}", self.context)
+        write!(
+            f,
+            "invalid throttle rules: {}: {}",
+            self.context, self.reason
+        )
     }
 }
 
-impl Error for RulesError {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn Error + 'static))
+impl Error for RulesError {}
+
+/// A trusted network could not be parsed (see
+/// [`Trust::networks`](super::Trust::networks)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustError {
+    network: String,
+    why: &'static str,
+}
+
+impl TrustError {
+    pub(crate) fn new(network: &str, why: &'static str) -> TrustError {
+        TrustError {
+            network: network.to_owned(),
+            why,
+        }
     }
 }
+
+impl fmt::Display for TrustError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid trusted network \"{}\": {}",
+            self.network, self.why
+        )
+    }
+}
+
+impl Error for TrustError {}

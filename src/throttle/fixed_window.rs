@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::error::LimitError;
-use super::policy::{Policy, Verdict};
+use super::policy::{Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per aligned window.
 ///
@@ -118,6 +118,23 @@ impl Policy for FixedWindow {
 
     fn quota(&self) -> u64 {
         self.limit
+    }
+
+    fn window_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    fn standing(&self, s: &FixedWindowState, now_ns: u64) -> Standing {
+        let mut s = *s;
+        let now = self.roll(&mut s, now_ns);
+        Standing {
+            remaining: self.limit.saturating_sub(s.count),
+            reset_ns: if s.count == 0 {
+                0
+            } else {
+                (s.index + 1).saturating_mul(self.window_ns) - now
+            },
+        }
     }
 
     fn idle_ns(&self) -> u64 {

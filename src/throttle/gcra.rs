@@ -24,7 +24,7 @@
 //! before its slot.
 
 use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Verdict};
+use super::policy::{sat_u64, Policy, Standing, Verdict};
 use crate::limiter::units::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use crate::RateSpec;
 
@@ -140,10 +140,33 @@ impl Policy for Gcra {
         self.burst
     }
 
+    fn window_ns(&self) -> u64 {
+        self.ceil_ns(u128::from(self.burst * TOKENS_PER_OP))
+    }
+
+    fn standing(&self, s: &GcraState, now_ns: u64) -> Standing {
+        let ahead = s.tat.saturating_sub(self.meter.tokens_floor(now_ns));
+        let burst = u128::from(self.burst * TOKENS_PER_OP);
+        Standing {
+            remaining: sat_u64(burst.saturating_sub(ahead) / u128::from(TOKENS_PER_OP)),
+            reset_ns: self.ceil_ns(ahead),
+        }
+    }
+
+    fn max_cost(&self) -> u64 {
+        self.burst + self.queue
+    }
+
     fn idle_ns(&self) -> u64 {
         // After TAT <= t the state decides like a fresh one (TAT = 0).
         self.ceil_ns(u128::from((self.burst + self.queue) * TOKENS_PER_OP))
             .saturating_add(1)
+    }
+
+    fn owes(&self, s: &GcraState, now_ns: u64) -> bool {
+        // Post-accounting may push TAT past the queue's reach; the state is
+        // fresh only once the present has caught up with it.
+        s.tat > self.meter.tokens_floor(now_ns)
     }
 }
 
@@ -202,5 +225,20 @@ mod tests {
         p.settle(&mut s, 0, -5);
         assert_eq!(s.tat, 0);
         assert_eq!(p.check(&mut s, 0, 2), Verdict::Admit { remaining: 0 });
+    }
+
+    #[test]
+    fn a_state_in_debt_owes_until_the_present_catches_up() {
+        // 1000/s: an op is 1 ms. Admitted at 0, really cost 101 ops.
+        let p = Gcra::new(RateSpec::new(1000.0).unwrap(), 2, 0).unwrap();
+        let mut s = p.new_state(0);
+        assert!(p.check(&mut s, 0, 1).is_admitted());
+        p.settle(&mut s, 0, 100);
+        let idle = p.idle_ns();
+        assert!(idle < 101_000_000);
+        assert!(p.owes(&s, idle));
+        assert!(p.owes(&s, 100_999_999));
+        assert!(!p.owes(&s, 101_000_000));
+        assert!(!p.owes(&p.new_state(0), 0));
     }
 }

@@ -14,6 +14,28 @@
 //! delay in `grpc-status-details-bin` (what gRPC clients' retry support
 //! reads).
 //!
+//! Every 429 and 503 carries `retry-after`, in whole seconds rounded up.
+//! A cost no rule or queue can ever admit gets 413 (gRPC
+//! `INVALID_ARGUMENT`) and a request without a key a rule requires gets
+//! 400 (gRPC `INVALID_ARGUMENT`), without `retry-after`: retrying either
+//! unchanged never succeeds.
+//!
+//! Rules with headers on ([`Rule::ratelimit_headers`](super::Rule::ratelimit_headers),
+//! or [`ThrottlerBuilder::ratelimit_headers`](super::ThrottlerBuilder::ratelimit_headers)
+//! for all) add the fields of draft-ietf-httpapi-ratelimit-headers-09 to
+//! admitted and refused responses alike (as gRPC metadata, for gRPC): one
+//! list member per rule that decided the request, named after the rule,
+//!
+//! ```text
+//! ratelimit-policy: "per-key";q=10;w=2
+//! ratelimit: "per-key";r=7;t=1
+//! ```
+//!
+//! where `q` is the rule's quota (what a fresh key may spend at once), `w`
+//! the seconds it applies over (a window, or the time a bucket takes to
+//! refill it), `r` what the key may still spend at once and `t` the
+//! seconds until it holds its whole quota again, all rounded up.
+//!
 //! An admitted request over a soft limit gets `ratelimit-limit`,
 //! `ratelimit-remaining` and `ratelimit-warning` headers on its response.
 //!
@@ -37,11 +59,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderName, HeaderValue, Request, Response};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use tower::{Layer, Service};
 
 use super::rules::RequestHead;
-use super::throttler::{Permit, Rejection, Throttler};
+use super::throttler::{LimitStatus, Permit, Rejection, Throttler};
 
 /// How [`ThrottleLayer`] measures what a request cost, for post-accounting
 /// of predicted costs ([`CostModel::Predicted`](super::CostModel::Predicted)).
@@ -150,22 +172,53 @@ fn thread_cpu_time() -> Duration {
 ///
 /// # Examples
 ///
-/// ```
-/// use axum::{routing::get, Router};
-/// use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+/// A server limiting each client IP to 100 requests a second. The rule
+/// reads the peer's address, which axum records only when the router is
+/// served with `into_make_service_with_connect_info`; served with a plain
+/// `axum::serve(listener, app)`, the rule logs an error on its first
+/// request and counts every request in one shared bucket.
+///
+/// ```no_run
+/// use std::net::SocketAddr;
 /// use std::time::Duration;
 ///
-/// let throttler = Throttler::builder()
-///     .rule(Rule::new(
-///         "per-ip",
-///         Extract::peer_ip(),
-///         Limit::FixedWindow(FixedWindow::new(100, Duration::from_secs(1))?),
-///     ))
-///     .build();
-/// let app: Router = Router::new()
-///     .route("/", get(|| async { "hello" }))
-///     .layer(ThrottleLayer::new(throttler));
-/// # Ok::<(), tollgate::throttle::LimitError>(())
+/// use axum::{routing::get, Router};
+/// use tollgate::throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let throttler = Throttler::builder()
+///         .rule(
+///             Rule::new(
+///                 "per-ip",
+///                 Extract::peer_ip(),
+///                 Limit::FixedWindow(FixedWindow::new(100, Duration::from_secs(1))?),
+///             )
+///             .ratelimit_headers(true),
+///         )
+///         .build();
+///     let app = Router::new()
+///         .route("/", get(|| async { "hello" }))
+///         .layer(ThrottleLayer::new(throttler));
+///     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+///     axum::serve(
+///         listener,
+///         app.into_make_service_with_connect_info::<SocketAddr>(),
+///     )
+///     .await?;
+///     Ok(())
+/// }
+/// ```
+///
+/// Behind a reverse proxy, the peer is the proxy: count the address it
+/// forwards instead, believed only from the proxy's own addresses.
+///
+/// ```
+/// use tollgate::throttle::{Extract, Trust};
+///
+/// let per_client = Extract::client_ip(Trust::networks(["10.0.0.0/8"])?);
+/// # let _ = per_client;
+/// # Ok::<(), tollgate::throttle::TrustError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ThrottleLayer {
@@ -254,6 +307,7 @@ where
                 // Nothing to post-account: no clock reads.
                 let mut response = inner.call(req).await?;
                 warn(&permit, &mut response);
+                ratelimit_fields(permit.limits(), response.headers_mut());
                 return Ok(response);
             }
             let started = Instant::now();
@@ -277,6 +331,7 @@ where
             }
             let measured = spent.as_nanos().div_ceil(unit.as_nanos()).max(1);
             warn(&permit, &mut response);
+            ratelimit_fields(permit.limits(), response.headers_mut());
             permit.finish(u64::try_from(measured).unwrap_or(u64::MAX));
             Ok(response)
         })
@@ -309,13 +364,68 @@ fn rejected<B: Default>(rejection: &Rejection, grpc: bool) -> Response<B> {
         response
     };
     if let Some(after) = rejection.retry_after() {
-        let secs = after.as_nanos().div_ceil(1_000_000_000);
         response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
-            HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX)),
+            HeaderValue::from(secs_up(after)),
         );
     }
+    ratelimit_fields(rejection.limits(), response.headers_mut());
     response
+}
+
+/// Whole seconds, rounded up.
+fn secs_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The `RateLimit-Policy` and `RateLimit` fields for `limits` (see the
+/// module notes); nothing when there are none.
+fn ratelimit_fields(limits: &[LimitStatus], headers: &mut HeaderMap) {
+    use std::fmt::Write as _;
+    if limits.is_empty() {
+        return;
+    }
+    let (mut policy, mut standing) = (String::new(), String::new());
+    for (i, l) in limits.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let name = sf_string(&l.rule);
+        let _ = write!(
+            policy,
+            "{sep}{name};q={};w={}",
+            l.quota,
+            secs_up(l.window).max(1)
+        );
+        let _ = write!(
+            standing,
+            "{sep}{name};r={};t={}",
+            l.remaining,
+            secs_up(l.reset)
+        );
+    }
+    for (name, value) in [("ratelimit-policy", policy), ("ratelimit", standing)] {
+        if let Ok(v) = HeaderValue::try_from(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+}
+
+/// A structured-field string (RFC 9651): quoted, `"` and `\` escaped, and
+/// anything outside printable ASCII replaced by `?`.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Percent-encodes a gRPC message (everything outside printable ASCII,

@@ -41,7 +41,8 @@ impl ThrottleMetrics {
             Opts::new(
                 "tollgate_throttle_decisions_total",
                 "Throttle decisions by rule and outcome (admitted, delayed, rejected, banned, \
-                 ban_started, soft_exceeded, shadow_rejected, shadow_banned).",
+                 ban_started, soft_exceeded, too_costly, no_key, shadow_rejected, \
+                 shadow_banned, shadow_too_costly).",
             ),
             &["rule", "outcome"],
         )
@@ -49,7 +50,7 @@ impl ThrottleMetrics {
         let queue = IntCounterVec::new(
             Opts::new(
                 "tollgate_throttle_queue_total",
-                "Admission queue outcomes (immediate, queued, evicted, full).",
+                "Admission queue outcomes (immediate, queued, evicted, full, too_costly).",
             ),
             &["outcome"],
         )

@@ -16,7 +16,8 @@
 //! - Time never runs backwards: a `now` below the state's last time is
 //!   treated as that last time.
 //! - A state untouched for [`Policy::idle_ns`] decides exactly like a fresh
-//!   one, so the keyed store may evict it then without changing any
+//!   one unless it [`owes`](Policy::owes) post-accounted cost, so the keyed
+//!   store may evict it then (and only then) without changing any
 //!   decision.
 
 use std::fmt;
@@ -49,6 +50,17 @@ impl Verdict {
     pub fn is_admitted(&self) -> bool {
         !matches!(self, Verdict::Reject { .. })
     }
+}
+
+/// Where a key stands under a policy at some time: what a client sees in
+/// the `RateLimit` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Units of cost admitted at once now.
+    pub remaining: u64,
+    /// Nanoseconds until the key holds its whole quota again if nothing
+    /// arrives (0: it does now).
+    pub reset_ns: u64,
 }
 
 /// One rate-limiting algorithm over a per-key state.
@@ -90,11 +102,38 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
     fn settle(&self, state: &mut Self::State, now_ns: u64, delta: i64);
 
     /// The most cost admitted at once from a fresh state (the burst or the
-    /// window's limit): the `RateLimit-Limit` a client sees.
+    /// window's limit): the quota a client sees in `RateLimit-Policy`.
     fn quota(&self) -> u64;
 
-    /// After this long untouched a state decides exactly like a fresh one.
+    /// The time over which [`quota`](Policy::quota) applies, the `w` of
+    /// `RateLimit-Policy`: a window's length; for a bucket, the time it
+    /// takes to refill its quota from empty.
+    fn window_ns(&self) -> u64;
+
+    /// Where `state` stands at `now_ns` (without changing it).
+    fn standing(&self, state: &Self::State, now_ns: u64) -> Standing;
+
+    /// The most cost one request may have and ever be admitted (at once or
+    /// after a delay); a dearer request is rejected with a retry time of
+    /// `u64::MAX`. The default: [`quota`](Policy::quota).
+    fn max_cost(&self) -> u64 {
+        self.quota()
+    }
+
+    /// After this long untouched a state without debt decides exactly like
+    /// a fresh one. A state that [`owes`](Policy::owes) needs longer: its
+    /// debt is repaid first.
     fn idle_ns(&self) -> u64;
+
+    /// Whether `state` still owes post-accounted cost ([`settle`](Policy::settle)
+    /// beyond what it held) at `now_ns`, so that it would not yet decide
+    /// like a fresh one however long it has been idle. The keyed store never
+    /// drops an idle state that owes. The default, for policies whose
+    /// [`idle_ns`](Policy::idle_ns) already covers any charge: `false`.
+    fn owes(&self, state: &Self::State, now_ns: u64) -> bool {
+        let _ = (state, now_ns);
+        false
+    }
 }
 
 /// Rounds `ns` (a `u128`) into a `u64`, saturating.

@@ -7,9 +7,14 @@
 //! `rate` units of cost per second, in arrival order. `next` is the time
 //! (in the core's exact tokens, as in GCRA) at which the head may leave;
 //! each departure moves it on by the departing request's cost. A request
-//! arriving to an empty queue at or after `next` passes at once. Otherwise
-//! it waits in the queue if the queued cost plus its own fits the
-//! capacity.
+//! costing more than the capacity is refused whatever the queue holds:
+//! passing at once, it would push `next` past what the queue could ever
+//! drain for those behind it. Any other request arriving to an empty queue
+//! at or after `next` passes at once. Otherwise it waits in the queue if
+//! the queued cost plus its own fits the capacity.
+//!
+//! Each queued request holds a ticket; a caller that gives up (its future
+//! dropped) hands the ticket back and leaves at once, freeing its cost.
 //!
 //! When it does not fit, a NOT_CRITICAL request is rejected at once. A
 //! CRITICAL one evicts queued NOT_CRITICAL requests, most recent first,
@@ -18,8 +23,9 @@
 //! is evicted and the CRITICAL request is rejected.
 //!
 //! Post-accounting moves `next` by the difference between a request's
-//! measured and charged cost: later when it cost more (those queued
-//! behind it wait that much longer), earlier when it cost less, but never
+//! measured and charged cost, at most the capacity: later when it cost
+//! more (those queued behind it wait that much longer, but no longer than
+//! a full queue would make them), earlier when it cost less, but never
 //! before the present, so a refund cannot release a burst.
 //!
 //! The queue is pure: the caller passes the time and wakes the released
@@ -61,15 +67,18 @@ impl Criticality {
 pub(crate) enum Offer<T> {
     /// Passes now.
     Now(T),
-    /// Waits in the queue; `evicted` were removed to make room and must be
-    /// rejected.
-    Queued { evicted: Vec<T> },
+    /// Waits in the queue under `ticket` (see [`AdmissionQueue::leave`]);
+    /// `evicted` were removed to make room and must be rejected.
+    Queued { ticket: u64, evicted: Vec<T> },
     /// Rejected: the queue is full.
     Full(T),
+    /// Rejected: the cost exceeds the queue's capacity, so it never fits.
+    TooCostly(T),
 }
 
 #[derive(Debug)]
 struct Queued<T> {
+    ticket: u64,
     item: T,
     cost: u64,
     criticality: Criticality,
@@ -84,6 +93,8 @@ pub(crate) struct AdmissionQueue<T> {
     meter: Meter,
     /// When the head may leave, in tokens since the clock's origin.
     next: u128,
+    /// The ticket of the next request queued.
+    next_ticket: u64,
 }
 
 impl<T> AdmissionQueue<T> {
@@ -96,6 +107,7 @@ impl<T> AdmissionQueue<T> {
             capacity,
             meter: Meter::new(nano_units_per_sec),
             next: 0,
+            next_ticket: 0,
         }
     }
 
@@ -111,13 +123,13 @@ impl<T> AdmissionQueue<T> {
         criticality: Criticality,
         now_ns: u64,
     ) -> Offer<T> {
+        if cost > self.capacity {
+            return Offer::TooCostly(item);
+        }
         let t = self.meter.tokens_floor(now_ns);
         if self.items.is_empty() && self.next <= t {
             self.next = t + Self::tokens(cost);
             return Offer::Now(item);
-        }
-        if cost > self.capacity {
-            return Offer::Full(item);
         }
         let mut evicted = Vec::new();
         let over = (self.queued_cost + cost).saturating_sub(self.capacity);
@@ -150,12 +162,28 @@ impl<T> AdmissionQueue<T> {
             }
         }
         self.queued_cost += cost;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
         self.items.push_back(Queued {
+            ticket,
             item,
             cost,
             criticality,
         });
-        Offer::Queued { evicted }
+        Offer::Queued { ticket, evicted }
+    }
+
+    /// Removes the request queued under `ticket`, if it is still queued
+    /// (not yet released or evicted), without using the rate.
+    pub(crate) fn leave(&mut self, ticket: u64) -> Option<T> {
+        // Tickets rise along the queue: a binary search finds it.
+        let i = self
+            .items
+            .binary_search_by_key(&ticket, |q| q.ticket)
+            .ok()?;
+        let q = self.items.remove(i)?;
+        self.queued_cost -= q.cost;
+        Some(q.item)
     }
 
     /// Releases the requests whose turn has come by `now_ns`, in order.
@@ -186,7 +214,7 @@ impl<T> AdmissionQueue<T> {
     /// negative) move the schedule later (earlier, but not before now).
     pub(crate) fn settle(&mut self, now_ns: u64, delta: i64) {
         let t = self.meter.tokens_floor(now_ns);
-        let d = Self::tokens(delta.unsigned_abs());
+        let d = Self::tokens(delta.unsigned_abs().min(self.capacity));
         self.next = if delta >= 0 {
             self.next.max(t) + d
         } else {
@@ -199,12 +227,19 @@ impl<T> AdmissionQueue<T> {
         if self.items.is_empty() {
             return None;
         }
+        Some(self.free_at_ns())
+    }
+
+    /// When the next request may leave (nanoseconds, rounded up): the
+    /// head's turn, or, with nothing queued, when one arriving would pass
+    /// at once.
+    pub(crate) fn free_at_ns(&self) -> u64 {
         let ns = self.meter.nanos_for(self.next);
-        Some(if self.meter.tokens_floor(ns) >= self.next {
+        if self.meter.tokens_floor(ns) >= self.next {
             ns
         } else {
             ns.saturating_add(1)
-        })
+        }
     }
 
     /// The cost waiting in the queue.
@@ -239,12 +274,12 @@ mod tests {
         ));
         for name in ["a", "b", "c"] {
             assert!(
-                matches!(q.offer(name, 1, NotCritical, 0), Offer::Queued { ref evicted } if evicted.is_empty())
+                matches!(q.offer(name, 1, NotCritical, 0), Offer::Queued { ref evicted, .. } if evicted.is_empty())
             );
         }
         assert!(matches!(q.offer("d", 1, NotCritical, 0), Offer::Full("d")));
         match q.offer("urgent", 1, Critical, 0) {
-            Offer::Queued { evicted } => assert_eq!(evicted, vec!["c"]),
+            Offer::Queued { evicted, .. } => assert_eq!(evicted, vec!["c"]),
             other => panic!("{other:?}"),
         }
         assert_eq!(q.len(), 3);
@@ -325,5 +360,52 @@ mod tests {
             Offer::Queued { .. }
         ));
         assert_eq!(q.next_release_ns(), Some(2 * SEC));
+    }
+
+    #[test]
+    fn a_cost_above_the_capacity_is_refused_even_when_idle() {
+        let mut q = queue(10);
+        assert!(matches!(
+            q.offer("huge", 11, NotCritical, 0),
+            Offer::TooCostly("huge")
+        ));
+        assert!(matches!(
+            q.offer("max", u64::MAX, Critical, 0),
+            Offer::TooCostly("max")
+        ));
+        // Nothing was scheduled: the next request passes at once.
+        assert!(matches!(q.offer("next", 10, NotCritical, 0), Offer::Now(_)));
+        assert_eq!(q.free_at_ns(), 10 * SEC);
+    }
+
+    #[test]
+    fn a_request_that_leaves_frees_its_place_at_once() {
+        let mut q = queue(2);
+        assert!(matches!(q.offer("first", 1, NotCritical, 0), Offer::Now(_)));
+        let Offer::Queued { ticket: a, .. } = q.offer("a", 1, NotCritical, 0) else {
+            panic!("a not queued");
+        };
+        let Offer::Queued { ticket: b, .. } = q.offer("b", 1, NotCritical, 0) else {
+            panic!("b not queued");
+        };
+        assert!(matches!(q.offer("c", 1, NotCritical, 0), Offer::Full("c")));
+        assert_eq!(q.leave(a), Some("a"));
+        assert_eq!(q.leave(a), None);
+        assert_eq!((q.len(), q.queued_cost()), (1, 1));
+        assert!(matches!(
+            q.offer("c", 1, NotCritical, 0),
+            Offer::Queued { .. }
+        ));
+        assert_eq!(q.leave(b), Some("b"));
+        // "c" is now the head, leaving at 1 s.
+        assert_eq!(q.release(SEC, |_| true), vec!["c"]);
+    }
+
+    #[test]
+    fn post_accounting_moves_the_schedule_by_at_most_the_capacity() {
+        let mut q = queue(5);
+        assert!(matches!(q.offer("a", 1, NotCritical, 0), Offer::Now(_)));
+        q.settle(0, i64::MAX);
+        assert_eq!(q.free_at_ns(), 6 * SEC);
     }
 }

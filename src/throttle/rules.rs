@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use axum::http::{Extensions, HeaderMap, Method, Uri};
 
 use super::policy::Policy;
 use super::store::{BanCheck, KeyedLimiter};
+use super::trust::{client_key, Trust};
 use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 
 /// The parts of a request the rules read: method, URI, headers (gRPC
@@ -65,10 +67,29 @@ pub struct PeerAddr(pub SocketAddr);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserId(pub String);
 
-type ExtractFn = dyn Fn(&RequestHead<'_>) -> Option<String> + Send + Sync;
+/// What an extractor found in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// The request's key.
+    Key(String),
+    /// This request has no usable key (an absent or non-UTF-8 header, no
+    /// authenticated user).
+    Missing,
+    /// No request on this server can have one: the server does not record
+    /// what the extractor reads. The reason says how to fix it.
+    Unavailable(&'static str),
+}
 
-/// Maps a request to the key it is counted under; a request without a key
-/// is not subject to the rule.
+type ExtractFn = dyn Fn(&RequestHead<'_>) -> Found + Send + Sync;
+
+/// Maps a request to the key it is counted under.
+///
+/// Any valid UTF-8 value is a key. What a rule does with a request without
+/// one (an absent or non-UTF-8 header, no authenticated user) is the
+/// rule's [`MissingKey`] setting: by default such requests share one
+/// bucket. An extractor that can find no key on this server at all (a peer
+/// address on a server that records none) logs an error on its first
+/// request and is handled the same way.
 ///
 /// # Examples
 ///
@@ -76,10 +97,10 @@ type ExtractFn = dyn Fn(&RequestHead<'_>) -> Option<String> + Send + Sync;
 /// use tollgate::throttle::{Extract, RequestHead};
 ///
 /// let req = axum::http::Request::builder()
-///     .header("x-api-key", "k-123")
+///     .header("x-api-key", "clé-123")
 ///     .body(())?;
 /// let head = RequestHead::of(&req);
-/// assert_eq!(Extract::header("x-api-key").key(&head).as_deref(), Some("k-123"));
+/// assert_eq!(Extract::header("x-api-key").key(&head).as_deref(), Some("clé-123"));
 /// assert_eq!(Extract::peer_ip().key(&head), None);
 /// assert_eq!(Extract::global().key(&head).as_deref(), Some(""));
 /// # Ok::<(), axum::http::Error>(())
@@ -90,11 +111,22 @@ pub struct Extract {
     f: Arc<ExtractFn>,
 }
 
+/// Why a peer address is missing: the server does not record it.
+const NO_PEER: &str = "the server records no peer address: serve the router with \
+    `into_make_service_with_connect_info::<SocketAddr>()`, or set a `PeerAddr` extension";
+
 impl Extract {
-    /// A key computed by `f`.
+    /// A key computed by `f`; `None` is a request without a usable key.
     pub fn custom(
         name: impl Into<Arc<str>>,
         f: impl Fn(&RequestHead<'_>) -> Option<String> + Send + Sync + 'static,
+    ) -> Extract {
+        Extract::finding(name, move |h| f(h).map_or(Found::Missing, Found::Key))
+    }
+
+    fn finding(
+        name: impl Into<Arc<str>>,
+        f: impl Fn(&RequestHead<'_>) -> Found + Send + Sync + 'static,
     ) -> Extract {
         Extract {
             name: name.into(),
@@ -102,14 +134,19 @@ impl Extract {
         }
     }
 
-    /// The value of header `name` (absent or not text: no key).
+    /// The value of header `name`, any valid UTF-8 (absent or not UTF-8:
+    /// no usable key).
     pub fn header(name: &str) -> Extract {
         let header = name.to_ascii_lowercase();
-        Extract::custom(format!("header:{header}"), move |h| {
-            h.headers
+        Extract::finding(format!("header:{header}"), move |h| {
+            match h
+                .headers
                 .get(header.as_str())
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
+                .map(|v| std::str::from_utf8(v.as_bytes()))
+            {
+                Some(Ok(v)) => Found::Key(v.to_owned()),
+                _ => Found::Missing,
+            }
         })
     }
 
@@ -119,12 +156,49 @@ impl Extract {
         Extract::header(name)
     }
 
-    /// The peer's IP address (see [`RequestHead::peer_addr`]).
+    /// The peer's IP address (see [`RequestHead::peer_addr`]). A server
+    /// that records no peer address makes this an error, logged on the
+    /// first request: serve an axum router with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`.
     pub fn peer_ip() -> Extract {
-        Extract::custom("peer-ip", |h| h.peer_addr().map(|a| a.ip().to_string()))
+        Extract::finding("peer-ip", |h| match h.peer_addr() {
+            Some(a) => Found::Key(a.ip().to_canonical().to_string()),
+            None => Found::Unavailable(NO_PEER),
+        })
     }
 
-    /// The [`UserId`] extension.
+    /// The client's IP address behind proxies: the peer's address, unless
+    /// the peer is one of the `trusted` proxies, in which case the address
+    /// it forwarded (`Forwarded`, else `X-Forwarded-For`), walking back
+    /// through trusted proxies only. A client cannot choose its key by
+    /// sending these headers itself. Needs the peer address, as
+    /// [`peer_ip`](Extract::peer_ip) does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::throttle::{Extract, PeerAddr, RequestHead, Trust};
+    ///
+    /// let key = Extract::client_ip(Trust::networks(["10.0.0.0/8"])?);
+    /// let mut req = axum::http::Request::builder()
+    ///     .header("x-forwarded-for", "203.0.113.9, 198.51.100.4")
+    ///     .body(())?;
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.1:443".parse()?));
+    /// // The proxy at 10.0.0.1 says the request came from 198.51.100.4;
+    /// // what that client wrote before it is not believed.
+    /// assert_eq!(key.key(&RequestHead::of(&req)).as_deref(), Some("198.51.100.4"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client_ip(trusted: Trust) -> Extract {
+        Extract::finding(format!("client-ip:{trusted:?}"), move |h| {
+            match h.peer_addr() {
+                Some(a) => Found::Key(client_key(a.ip(), h.headers, &trusted)),
+                None => Found::Unavailable(NO_PEER),
+            }
+        })
+    }
+
+    /// The [`UserId`] extension (none: no usable key).
     pub fn user_id() -> Extract {
         Extract::custom("user-id", |h| {
             h.extensions.get::<UserId>().map(|u| u.0.clone())
@@ -143,8 +217,15 @@ impl Extract {
         })
     }
 
-    /// The key of `head`, if the rule applies to it.
+    /// The key of `head`, if it has a usable one.
     pub fn key(&self, head: &RequestHead<'_>) -> Option<String> {
+        match (self.f)(head) {
+            Found::Key(k) => Some(k),
+            Found::Missing | Found::Unavailable(_) => None,
+        }
+    }
+
+    pub(crate) fn find(&self, head: &RequestHead<'_>) -> Found {
         (self.f)(head)
     }
 }
@@ -153,6 +234,44 @@ impl fmt::Debug for Extract {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Extract").field(&self.name).finish()
     }
+}
+
+/// What a rule does with a request it finds no usable key for (see
+/// [`Extract`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MissingKey {
+    /// Such requests share one bucket under the rule's limits, apart from
+    /// every key (the default): together they get what one key gets.
+    #[default]
+    Shared,
+    /// Such requests are rejected: HTTP 400 / gRPC `INVALID_ARGUMENT`.
+    Reject,
+    /// Such requests are not subject to the rule.
+    Skip,
+}
+
+/// Keys longer than this many bytes are kept as their digest.
+pub(crate) const MAX_KEY_BYTES: usize = 64;
+
+/// The key under which requests without one share a bucket: as long as a
+/// digest, and not hexadecimal, so no key or digest equals it.
+const SHARED_KEY: &str = "#****************************************************************";
+
+/// The key as stored: itself when short, otherwise `#` and the hex SHA-256
+/// of it (65 bytes, longer than any key kept as it is), so a key costs at
+/// most [`MAX_KEY_BYTES`] + 1 bytes however long the client made it.
+pub(crate) fn stored_key(key: String) -> String {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+    let mut out = String::with_capacity(1 + 2 * digest.as_ref().len());
+    out.push('#');
+    for b in digest.as_ref() {
+        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+    }
+    out
 }
 
 /// A limit per key: one of the policies.
@@ -191,30 +310,45 @@ impl Limit {
 
 /// A keyed limiter of any policy, behind one object-safe face.
 pub(crate) trait Keyed: Send + Sync + fmt::Debug {
-    fn check(&self, key: &str, now_ns: u64, cost: u64, ban_ns: Option<u64>) -> BanCheck;
+    fn check(
+        &self,
+        key: &str,
+        now_ns: u64,
+        cost: u64,
+        ban_ns: Option<u64>,
+        standing: bool,
+    ) -> BanCheck;
+    fn window_ns(&self) -> u64;
     fn settle(&self, key: &str, now_ns: u64, delta: i64);
     fn quota(&self) -> u64;
+    fn max_cost(&self) -> u64;
     fn len(&self) -> usize;
     fn banned(&self, now_ns: u64) -> usize;
     fn sweep(&self, now_ns: u64);
 }
 
 impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
-    fn check(&self, key: &str, now_ns: u64, cost: u64, ban_ns: Option<u64>) -> BanCheck {
-        match ban_ns {
-            Some(ban) => self.check_with_ban(key, now_ns, cost, ban),
-            None => BanCheck {
-                verdict: KeyedLimiter::check(self, key, now_ns, cost),
-                banned: false,
-                ban_started: false,
-            },
-        }
+    fn check(
+        &self,
+        key: &str,
+        now_ns: u64,
+        cost: u64,
+        ban_ns: Option<u64>,
+        standing: bool,
+    ) -> BanCheck {
+        self.check_with(key, now_ns, cost, ban_ns, standing)
+    }
+    fn window_ns(&self) -> u64 {
+        self.policy().window_ns()
     }
     fn settle(&self, key: &str, now_ns: u64, delta: i64) {
         KeyedLimiter::settle(self, key, now_ns, delta)
     }
     fn quota(&self) -> u64 {
         self.policy().quota()
+    }
+    fn max_cost(&self) -> u64 {
+        self.policy().max_cost()
     }
     fn len(&self) -> usize {
         KeyedLimiter::len(self)
@@ -266,6 +400,8 @@ pub struct Rule {
     pub(crate) ban: Option<Duration>,
     pub(crate) mode: Mode,
     pub(crate) max_keys: usize,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) headers: bool,
 }
 
 impl Rule {
@@ -283,7 +419,25 @@ impl Rule {
             ban: None,
             mode: Mode::Enforce,
             max_keys: Rule::DEFAULT_MAX_KEYS,
+            missing_key: MissingKey::Shared,
+            headers: false,
         }
+    }
+
+    /// Tells clients this rule's quota and their standing under it in the
+    /// `RateLimit-Policy` and `RateLimit` fields of every response to a
+    /// request the rule applied to (default off; see
+    /// [`ThrottleLayer`](super::ThrottleLayer)).
+    pub fn ratelimit_headers(mut self, yes: bool) -> Rule {
+        self.headers = yes;
+        self
+    }
+
+    /// What happens to a request without a usable key (default
+    /// [`MissingKey::Shared`]).
+    pub fn missing_key(mut self, missing: MissingKey) -> Rule {
+        self.missing_key = missing;
+        self
     }
 
     /// Above `soft` (but within the hard limit) requests are admitted with
@@ -329,6 +483,10 @@ pub(crate) struct LiveRule {
     pub(crate) soft: Option<Box<dyn Keyed>>,
     pub(crate) ban_ns: Option<u64>,
     pub(crate) mode: Mode,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) headers: bool,
+    /// Whether the extractor's unavailability was logged.
+    logged: AtomicBool,
 }
 
 impl LiveRule {
@@ -343,6 +501,36 @@ impl LiveRule {
                 .ban
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             mode: rule.mode,
+            missing_key: rule.missing_key,
+            headers: rule.headers,
+            logged: AtomicBool::new(false),
+        }
+    }
+
+    /// The key `head` is counted under, or `None` when the request is not
+    /// subject to the rule (`Err` when the rule rejects it for having no
+    /// key). Keys are bounded in bytes ([`stored_key`]).
+    pub(crate) fn key_of(&self, head: &RequestHead<'_>) -> Result<Option<String>, ()> {
+        match self.key.find(head) {
+            Found::Key(k) => return Ok(Some(stored_key(k))),
+            Found::Missing => {}
+            Found::Unavailable(why) => {
+                // Relaxed: a flag for one log line; a race logs it twice.
+                if !self.logged.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        rule = %self.name,
+                        missing_key = ?self.missing_key,
+                        "throttle rule \"{}\" can find no key: {why}; \
+                         requests are handled as having none",
+                        self.name
+                    );
+                }
+            }
+        }
+        match self.missing_key {
+            MissingKey::Shared => Ok(Some(SHARED_KEY.to_owned())),
+            MissingKey::Skip => Ok(None),
+            MissingKey::Reject => Err(()),
         }
     }
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{sat_u64, Policy, Verdict};
+use super::policy::{sat_u64, Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.
@@ -169,6 +169,29 @@ impl Policy for SlidingWindowCounter {
 
     fn quota(&self) -> u64 {
         self.limit
+    }
+
+    fn window_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    fn standing(&self, s: &SlidingWindowCounterState, now_ns: u64) -> Standing {
+        let mut s = *s;
+        let r = self.roll(&mut s, now_ns);
+        let estimate = s.cur.saturating_add(self.weighted(s.prev, r));
+        let w = self.window_ns;
+        Standing {
+            remaining: self.limit.saturating_sub(estimate),
+            // The current count weighs on the next window to its end; the
+            // previous one to the end of this one.
+            reset_ns: if s.cur > 0 {
+                (w - r).saturating_add(w)
+            } else if self.weighted(s.prev, r) > 0 {
+                w - r
+            } else {
+                0
+            },
+        }
     }
 
     fn idle_ns(&self) -> u64 {

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use super::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{Policy, Verdict};
+use super::policy::{Policy, Standing, Verdict};
 
 /// At most `limit` units of cost in any window of length `W` ending now.
 ///
@@ -157,6 +157,31 @@ impl Policy for SlidingLog {
 
     fn quota(&self) -> u64 {
         self.limit
+    }
+
+    fn window_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    fn standing(&self, s: &SlidingLogState, now_ns: u64) -> Standing {
+        let Some(&newest) = s.log.back() else {
+            return Standing {
+                remaining: self.limit,
+                reset_ns: 0,
+            };
+        };
+        let now = now_ns.max(newest);
+        // The log is in time order: the expired entries come first.
+        let expired = s.log.partition_point(|&e| now - e >= self.window_ns);
+        let held = (s.log.len() - expired) as u64;
+        Standing {
+            remaining: self.limit.saturating_sub(held),
+            reset_ns: if held == 0 {
+                0
+            } else {
+                newest + self.window_ns - now
+            },
+        }
     }
 
     fn idle_ns(&self) -> u64 {

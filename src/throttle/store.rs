@@ -28,9 +28,10 @@
 //! shards:
 //!
 //! 1. Idle sweep: once per idle period, and whenever the shard is full,
-//!    entries untouched for the policy's [`Policy::idle_ns`] (and not
-//!    banned) are dropped. Their state equals a fresh one, so idle eviction
-//!    never changes a decision.
+//!    entries untouched for the policy's [`Policy::idle_ns`] (and neither
+//!    banned nor owing post-accounted cost, [`Policy::owes`]) are dropped.
+//!    Their state equals a fresh one, so idle eviction never changes a
+//!    decision.
 //! 2. If the shard is still full, the least recently used eighth is
 //!    dropped (a selection on last-use times, O(n) for n/8 evictions, so
 //!    O(1) amortised per insert). Those keys lose their state and start
@@ -52,7 +53,7 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use super::policy::{Policy, Verdict};
+use super::policy::{Policy, Standing, Verdict};
 use crate::locks::LockUnpoisoned;
 
 mod table;
@@ -74,7 +75,10 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// thus costs 86 bytes of capacity, and a `Box<str>` key 171 plus its
 /// text (about 195 bytes per key held for short keys, measured in
 /// `tests/throttle_store.rs`). The allocation is zeroed lazily, so pages
-/// no key has touched take no resident memory.
+/// no key has touched take no resident memory. Keys are kept as given, so
+/// bound their length where clients choose them (a
+/// [`Throttler`](super::Throttler)'s rules keep a key over 64 bytes as
+/// its SHA-256).
 ///
 /// # Examples
 ///
@@ -127,6 +131,8 @@ pub(crate) struct BanCheck {
     pub(crate) banned: bool,
     /// This rejection started a ban.
     pub(crate) ban_started: bool,
+    /// Where the key stands after the check, when asked for.
+    pub(crate) standing: Option<Standing>,
 }
 
 impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
@@ -186,44 +192,57 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         })
     }
 
-    /// Like [`check`](Self::check), but a rejection bans the key until the
-    /// policy would admit it again plus `ban_ns`; while banned, every
-    /// request is rejected without consulting the policy.
-    pub(crate) fn check_with_ban<Q>(&self, key: &Q, now_ns: u64, cost: u64, ban_ns: u64) -> BanCheck
+    /// Like [`check`](Self::check), but with `ban_ns`, a rejection bans
+    /// the key until the policy would admit it again plus `ban_ns`; while
+    /// banned, every request is rejected without consulting the policy.
+    /// With `standing`, also where the key stands after the check.
+    pub(crate) fn check_with<Q>(
+        &self,
+        key: &Q,
+        now_ns: u64,
+        cost: u64,
+        ban_ns: Option<u64>,
+        standing: bool,
+    ) -> BanCheck
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
         self.with_entry(key, now_ns, |policy, state, banned_until_ns| {
-            if *banned_until_ns > now_ns {
-                return BanCheck {
-                    verdict: Verdict::Reject {
-                        retry_after_ns: *banned_until_ns - now_ns,
-                    },
-                    banned: true,
-                    ban_started: false,
-                };
-            }
-            let verdict = policy.check(state, now_ns, cost);
-            match verdict {
-                Verdict::Reject { retry_after_ns } if retry_after_ns != u64::MAX => {
-                    let until = now_ns.saturating_add(retry_after_ns).saturating_add(ban_ns);
-                    *banned_until_ns = until;
-                    BanCheck {
-                        verdict: Verdict::Reject {
-                            retry_after_ns: until - now_ns,
-                        },
-                        banned: false,
-                        ban_started: true,
-                    }
-                }
-                _ => BanCheck {
-                    verdict,
-                    banned: false,
-                    ban_started: false,
+            let mut out = BanCheck {
+                verdict: Verdict::Reject {
+                    retry_after_ns: banned_until_ns.saturating_sub(now_ns),
                 },
+                banned: *banned_until_ns > now_ns,
+                ban_started: false,
+                standing: None,
+            };
+            if !out.banned {
+                out.verdict = policy.check(state, now_ns, cost);
+                match (out.verdict, ban_ns) {
+                    (Verdict::Reject { retry_after_ns }, Some(ban_ns))
+                        if retry_after_ns != u64::MAX =>
+                    {
+                        let until = now_ns.saturating_add(retry_after_ns).saturating_add(ban_ns);
+                        *banned_until_ns = until;
+                        out.verdict = Verdict::Reject {
+                            retry_after_ns: until - now_ns,
+                        };
+                        out.ban_started = true;
+                    }
+                    _ => {}
+                }
             }
+            if standing {
+                let mut s = policy.standing(state, now_ns);
+                if *banned_until_ns > now_ns {
+                    s.remaining = 0;
+                    s.reset_ns = s.reset_ns.max(*banned_until_ns - now_ns);
+                }
+                out.standing = Some(s);
+            }
+            out
         })
     }
 
@@ -341,10 +360,13 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         let idle_ns = self.idle_ns;
         let mut evicted = 0;
         self.table
-            .for_each(&mut shard.occupancy, index, |occupancy, g| {
+            .for_each(&mut shard.occupancy, index, |occupancy, mut g| {
                 // A banned slot's time is its ban's end: idle only from then.
                 let banned = g.banned() && g.time() > now_ns;
-                if !banned && now_ns.saturating_sub(g.time()) >= idle_ns {
+                if !banned
+                    && now_ns.saturating_sub(g.time()) >= idle_ns
+                    && !self.policy.owes(g.state(), now_ns)
+                {
                     g.remove(occupancy);
                     evicted += 1;
                 }
@@ -434,8 +456,8 @@ mod tests {
     #[test]
     fn a_ban_outlasts_the_limit_by_its_duration() {
         let store: KeyedLimiter<_, u64> = KeyedLimiter::new(window(1), 16);
-        assert!(!store.check_with_ban(&7, 0, 1, 1000).banned);
-        let c = store.check_with_ban(&7, 10, 1, 1000);
+        assert!(!store.check_with(&7, 0, 1, Some(1000), false).banned);
+        let c = store.check_with(&7, 10, 1, Some(1000), false);
         // The window ends at 100; the ban lasts 1000 more.
         assert_eq!(
             c.verdict,
@@ -445,7 +467,7 @@ mod tests {
         );
         assert!(c.ban_started);
         assert_eq!(store.banned(10), 1);
-        let c = store.check_with_ban(&7, 500, 1, 1000);
+        let c = store.check_with(&7, 500, 1, Some(1000), false);
         assert!(c.banned);
         assert_eq!(
             c.verdict,
@@ -457,7 +479,7 @@ mod tests {
         store.sweep(1099);
         assert_eq!(store.len(), 1);
         assert!(store
-            .check_with_ban(&7, 1100, 1, 1000)
+            .check_with(&7, 1100, 1, Some(1000), false)
             .verdict
             .is_admitted());
     }

@@ -35,6 +35,7 @@ use super::metrics::ThrottleMetrics;
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
+use super::trust::Trust;
 use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
 use crate::{Clock, RateSpec, SystemClock};
 
@@ -71,6 +72,12 @@ pub enum RejectionKind {
     QueueFull,
     /// Evicted from the admission queue by a CRITICAL request.
     Evicted,
+    /// The request's cost exceeds what a rule or the admission queue ever
+    /// admits: no retry of it can succeed.
+    CostTooHigh,
+    /// The request has no usable key for a rule that rejects such requests
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject)).
+    NoKey,
 }
 
 /// A rejected request.
@@ -78,12 +85,21 @@ pub enum RejectionKind {
 /// Per-key limits and bans map to HTTP 429 / gRPC `RESOURCE_EXHAUSTED`
 /// (the client is over its quota); a full queue and an eviction map to
 /// HTTP 503 / gRPC `UNAVAILABLE` (the server shed load; retrying elsewhere
-/// or later is right).
+/// or later is right). Each of those says when a retry may succeed. A cost
+/// no rule or queue can ever admit maps to HTTP 413 / gRPC
+/// `INVALID_ARGUMENT`, and a request without a key a rule requires to
+/// HTTP 400 / gRPC `INVALID_ARGUMENT`; neither has a retry time: retrying
+/// it unchanged never succeeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     kind: RejectionKind,
     rule: Option<Arc<str>>,
     retry_after: Option<Duration>,
+    /// The request's cost and, for [`RejectionKind::CostTooHigh`], the most
+    /// the rule or queue ever admits.
+    cost: u64,
+    most: u64,
+    limits: Vec<LimitStatus>,
 }
 
 impl Rejection {
@@ -97,15 +113,16 @@ impl Rejection {
         self.rule.as_deref()
     }
 
-    /// When a retry may be admitted; `None` if never (the cost exceeds the
-    /// limit) or unknown. With a clock that moves in steps of more than a
-    /// nanosecond, it includes one step, for the clock to reach the time
-    /// the limit names.
+    /// When a retry may be admitted: always known for the kinds that map
+    /// to 429 and 503; `None` for [`RejectionKind::CostTooHigh`] and
+    /// [`RejectionKind::NoKey`] (never).
+    /// With a clock that moves in steps of more than a nanosecond, it
+    /// includes one step, for the clock to reach the time the limit names.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
 
-    /// The HTTP status: 429 or 503.
+    /// The HTTP status: 429, 503, 413 or 400.
     pub fn http_status(&self) -> axum::http::StatusCode {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => {
@@ -114,14 +131,43 @@ impl Rejection {
             RejectionKind::QueueFull | RejectionKind::Evicted => {
                 axum::http::StatusCode::SERVICE_UNAVAILABLE
             }
+            RejectionKind::CostTooHigh => axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            RejectionKind::NoKey => axum::http::StatusCode::BAD_REQUEST,
         }
     }
 
-    /// The gRPC status code: `RESOURCE_EXHAUSTED` or `UNAVAILABLE`.
+    /// The gRPC status code: `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+    /// `INVALID_ARGUMENT`.
     pub fn grpc_code(&self) -> tonic::Code {
         match self.kind {
             RejectionKind::Limited | RejectionKind::Banned => tonic::Code::ResourceExhausted,
             RejectionKind::QueueFull | RejectionKind::Evicted => tonic::Code::Unavailable,
+            RejectionKind::CostTooHigh | RejectionKind::NoKey => tonic::Code::InvalidArgument,
+        }
+    }
+
+    /// The quotas and standings of the rules that decided the request,
+    /// for those with headers on ([`Rule::ratelimit_headers`]).
+    pub fn limits(&self) -> &[LimitStatus] {
+        &self.limits
+    }
+
+    fn new(kind: RejectionKind, rule: Option<Arc<str>>, retry_after: Option<Duration>) -> Self {
+        Rejection {
+            kind,
+            rule,
+            retry_after,
+            cost: 0,
+            most: 0,
+            limits: Vec::new(),
+        }
+    }
+
+    fn too_costly(rule: Option<Arc<str>>, cost: u64, most: u64) -> Rejection {
+        Rejection {
+            cost,
+            most,
+            ..Rejection::new(RejectionKind::CostTooHigh, rule, None)
         }
     }
 }
@@ -136,11 +182,41 @@ impl fmt::Display for Rejection {
             RejectionKind::Evicted => {
                 f.write_str("evicted from the admission queue by a critical request")
             }
+            RejectionKind::NoKey => write!(f, "no key for rule \"{rule}\""),
+            RejectionKind::CostTooHigh => match &self.rule {
+                Some(rule) => write!(
+                    f,
+                    "cost {} exceeds the most rule \"{rule}\" ever admits ({})",
+                    self.cost, self.most
+                ),
+                None => write!(
+                    f,
+                    "cost {} exceeds the admission queue's capacity ({})",
+                    self.cost, self.most
+                ),
+            },
         }
     }
 }
 
 impl Error for Rejection {}
+
+/// One rule's quota and where the request's key stands under it: the
+/// `RateLimit-Policy` and `RateLimit` fields a client sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitStatus {
+    /// The rule.
+    pub rule: Arc<str>,
+    /// The most cost the rule admits at once from a fresh key (`q`).
+    pub quota: u64,
+    /// The time the quota applies over (`w`): a window, or the time a
+    /// bucket takes to refill its quota.
+    pub window: Duration,
+    /// What the key may still spend at once (`r`).
+    pub remaining: u64,
+    /// When the key holds its whole quota again if nothing arrives (`t`).
+    pub reset: Duration,
+}
 
 /// A soft limit a request went over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +239,7 @@ pub struct Permit {
     class: Option<String>,
     delay: Duration,
     warnings: Vec<Warning>,
+    limits: Vec<LimitStatus>,
     /// The rules in force when it was admitted.
     rules: Rules,
     /// (rule index, key, soft limit charged too).
@@ -186,6 +263,12 @@ impl Permit {
     /// Soft limits exceeded.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
+    }
+
+    /// The quotas and standings of the rules that admitted it, for those
+    /// with headers on ([`Rule::ratelimit_headers`]).
+    pub fn limits(&self) -> &[LimitStatus] {
+        &self.limits
     }
 
     /// Post-accounting: records the request's measured cost for its class
@@ -238,9 +321,14 @@ pub(crate) struct Inner {
     retry_slack_ns: u64,
     cost: CostModel,
     predictor: Option<CostPredictor>,
-    criticality_header: String,
+    /// The criticality header and the peers it is believed from.
+    criticality_header: Option<(String, Trust)>,
     default_criticality: Criticality,
+    /// Every rule reports its standing (as if each had headers on).
+    headers: bool,
     queue: Option<Mutex<QueueState>>,
+    /// The queue's capacity, read without its lock.
+    queue_capacity: Option<u64>,
     pub(crate) metrics: ThrottleMetrics,
 }
 
@@ -281,8 +369,9 @@ pub struct ThrottlerBuilder {
     clock: Option<Arc<dyn Clock>>,
     cost: CostModel,
     max_classes: usize,
-    criticality_header: String,
+    criticality_header: Option<(String, Trust)>,
     default_criticality: Criticality,
+    headers: bool,
     queue: Option<(u64, RateSpec)>,
 }
 
@@ -308,12 +397,46 @@ impl ThrottlerBuilder {
         self
     }
 
-    /// The header (or gRPC metadata) holding `CRITICAL` / `NOT_CRITICAL`
-    /// (default `x-criticality`), and the criticality without it (default
-    /// NOT_CRITICAL).
-    pub fn criticality(mut self, header: &str, default: Criticality) -> ThrottlerBuilder {
-        self.criticality_header = header.to_ascii_lowercase();
+    /// The criticality of a request that says none (default
+    /// NOT_CRITICAL). See [`Throttler::criticality`] for who may say.
+    pub fn default_criticality(mut self, default: Criticality) -> ThrottlerBuilder {
         self.default_criticality = default;
+        self
+    }
+
+    /// Believes the header (or gRPC metadata) `name` holding `CRITICAL` /
+    /// `NOT_CRITICAL` on requests from the peers `trusted` names (say, the
+    /// other services of the cluster); from any other peer the header is
+    /// ignored. By default no header is believed: a client that could
+    /// declare itself CRITICAL could evict everyone else from the queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::throttle::{Criticality, PeerAddr, RequestHead, Throttler, Trust};
+    ///
+    /// let throttler = Throttler::builder()
+    ///     .criticality_header("x-criticality", Trust::networks(["10.0.0.0/8"])?)
+    ///     .build();
+    /// let mut req = axum::http::Request::builder()
+    ///     .header("x-criticality", "CRITICAL")
+    ///     .body(())?;
+    /// req.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse()?));
+    /// assert_eq!(throttler.criticality(&RequestHead::of(&req)), Criticality::NotCritical);
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.7:5000".parse()?));
+    /// assert_eq!(throttler.criticality(&RequestHead::of(&req)), Criticality::Critical);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn criticality_header(mut self, name: &str, trusted: Trust) -> ThrottlerBuilder {
+        self.criticality_header = Some((name.to_ascii_lowercase(), trusted));
+        self
+    }
+
+    /// Turns on the `RateLimit-Policy` and `RateLimit` fields for every
+    /// rule, present and reloaded ([`Rule::ratelimit_headers`] turns them
+    /// on for one).
+    pub fn ratelimit_headers(mut self, yes: bool) -> ThrottlerBuilder {
+        self.headers = yes;
         self
     }
 
@@ -349,6 +472,8 @@ impl ThrottlerBuilder {
             predictor,
             criticality_header: self.criticality_header,
             default_criticality: self.default_criticality,
+            headers: self.headers,
+            queue_capacity: self.queue.as_ref().map(|(capacity, _)| *capacity),
             queue: self.queue.map(|(capacity, rate)| {
                 Mutex::new(QueueState {
                     core: AdmissionQueue::new(capacity, rate.nano_ops_per_sec()),
@@ -370,8 +495,9 @@ impl Throttler {
             clock: None,
             cost: CostModel::Fixed(1),
             max_classes: 10_000,
-            criticality_header: "x-criticality".to_owned(),
+            criticality_header: None,
             default_criticality: Criticality::NotCritical,
+            headers: false,
             queue: None,
         }
     }
@@ -387,16 +513,29 @@ impl Throttler {
         self.inner.predictor.is_some()
     }
 
-    /// The criticality of a request.
+    /// The criticality of a request: a [`Criticality`] extension set by a
+    /// layer in front of the throttler (after authenticating the caller,
+    /// say); else the criticality header, only from a trusted peer
+    /// ([`ThrottlerBuilder::criticality_header`]); else the default.
     pub fn criticality(&self, head: &RequestHead<'_>) -> Criticality {
-        head.headers
-            .get(self.inner.criticality_header.as_str())
+        if let Some(c) = head.extensions.get::<Criticality>() {
+            return *c;
+        }
+        self.inner
+            .criticality_header
+            .as_ref()
+            .filter(|(_, trusted)| trusted.trusts(head.peer_addr()))
+            .and_then(|(name, _)| head.headers.get(name.as_str()))
             .and_then(|v| v.to_str().ok())
             .and_then(Criticality::parse)
             .unwrap_or(self.inner.default_criticality)
     }
 
-    fn cost_of(&self, head: &RequestHead<'_>) -> (u64, Option<String>) {
+    /// The request's cost and, when predicted, its class. A prediction is
+    /// at most what every enforced rule and the queue can admit (`most`):
+    /// a class whose measured costs grew beyond that is admitted at that
+    /// cost and post-accounted the rest, rather than refused for ever.
+    fn cost_of(&self, head: &RequestHead<'_>, most: impl Fn() -> u64) -> (u64, Option<String>) {
         match &self.inner.cost {
             CostModel::Fixed(c) => (*c, None),
             CostModel::Header { name, default } => (
@@ -414,7 +553,7 @@ impl Throttler {
                         .predictor
                         .as_ref()
                         .map_or(*default, |p| p.predict(&c));
-                    (predicted, Some(c))
+                    (predicted.min(most()), Some(c))
                 }
                 None => (*default, None),
             },
@@ -428,30 +567,80 @@ impl Throttler {
     ///
     /// A [`Rejection`] when an enforced rule rejects; nothing is charged.
     pub fn check(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
+        self.decide(head, None)
+    }
+
+    /// The rules' decision, refusing first a cost above `queue_capacity`.
+    fn decide(
+        &self,
+        head: &RequestHead<'_>,
+        queue_capacity: Option<u64>,
+    ) -> Result<Permit, Rejection> {
         let inner = &self.inner;
-        let (cost, class) = self.cost_of(head);
-        let now = inner.clock.now_ns();
         let rules = inner.rules();
+        let (cost, class) = self.cost_of(head, || {
+            rules
+                .iter()
+                .filter(|r| r.mode == Mode::Enforce)
+                .map(|r| r.hard.max_cost())
+                .chain(queue_capacity)
+                .min()
+                .unwrap_or(u64::MAX)
+        });
+        if let Some(capacity) = queue_capacity.filter(|c| cost > *c) {
+            inner.metrics.queue("too_costly");
+            return Err(Rejection::too_costly(None, cost, capacity));
+        }
+        let now = inner.clock.now_ns();
         let mut permit = Permit {
             throttler: self.clone(),
             cost,
             class,
             delay: Duration::ZERO,
             warnings: Vec::new(),
+            limits: Vec::new(),
             rules: rules.clone(),
             charged: Vec::new(),
             queued: false,
         };
         for (i, rule) in rules.iter().enumerate() {
-            let Some(key) = rule.key.key(head) else {
-                continue;
+            let key = match rule.key_of(head) {
+                Ok(Some(key)) => key,
+                Ok(None) => continue,
+                Err(()) => {
+                    inner.metrics.decision(&rule.name, "no_key");
+                    if rule.mode == Mode::Shadow {
+                        continue;
+                    }
+                    self.refund(&permit, now);
+                    permit.charged.clear();
+                    let name = Some(rule.name.clone());
+                    return Err(Rejection::new(RejectionKind::NoKey, name, None));
+                }
             };
             let shadow = rule.mode == Mode::Shadow;
-            let c = rule.hard.check(&key, now, cost, rule.ban_ns);
+            let want = rule.headers || inner.headers;
+            let c = rule.hard.check(&key, now, cost, rule.ban_ns, want);
+            if let Some(st) = c.standing {
+                permit.limits.push(LimitStatus {
+                    rule: rule.name.clone(),
+                    quota: rule.hard.quota(),
+                    window: Duration::from_nanos(rule.hard.window_ns()),
+                    remaining: st.remaining,
+                    reset: Duration::from_nanos(if st.reset_ns == 0 {
+                        0
+                    } else {
+                        st.reset_ns.saturating_add(inner.retry_slack_ns)
+                    }),
+                });
+            }
             let outcome = match c.verdict {
                 Verdict::Reject { retry_after_ns } => {
+                    let most = rule.hard.max_cost();
                     let kind = if c.banned {
                         RejectionKind::Banned
+                    } else if cost > most {
+                        RejectionKind::CostTooHigh
                     } else {
                         RejectionKind::Limited
                     };
@@ -464,15 +653,15 @@ impl Throttler {
                     }
                     self.refund(&permit, now);
                     permit.charged.clear();
-                    return Err(Rejection {
-                        kind,
-                        rule: Some(rule.name.clone()),
-                        retry_after: (retry_after_ns != u64::MAX).then(|| {
-                            Duration::from_nanos(
-                                retry_after_ns.saturating_add(inner.retry_slack_ns),
-                            )
-                        }),
-                    });
+                    let name = Some(rule.name.clone());
+                    let mut rejection = if kind == RejectionKind::CostTooHigh {
+                        Rejection::too_costly(name, cost, most)
+                    } else {
+                        let wait = retry_after_ns.saturating_add(inner.retry_slack_ns);
+                        Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
+                    };
+                    rejection.limits = std::mem::take(&mut permit.limits);
+                    return Err(rejection);
                 }
                 Verdict::Delay { delay_ns } => {
                     permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
@@ -483,7 +672,11 @@ impl Throttler {
             inner.metrics.decision(&rule.name, outcome);
             let mut soft_charged = false;
             if let Some(soft) = &rule.soft {
-                if soft.check(&key, now, cost, None).verdict.is_admitted() {
+                if soft
+                    .check(&key, now, cost, None, false)
+                    .verdict
+                    .is_admitted()
+                {
                     soft_charged = true;
                 } else {
                     inner.metrics.decision(&rule.name, "soft_exceeded");
@@ -522,19 +715,22 @@ impl Throttler {
     /// # Errors
     ///
     /// A [`Rejection`] from a rule, a full queue or an eviction; nothing
-    /// stays charged.
+    /// stays charged. A cost above the queue's capacity is refused before
+    /// the rules, busy or idle ([`RejectionKind::CostTooHigh`]).
     ///
     /// # Cancel safety
     ///
     /// Dropping the future while it waits keeps the rules' charge; a
-    /// queued request whose future is dropped leaves the queue without
-    /// using its rate.
+    /// queued request whose future is dropped leaves the queue at once,
+    /// without using its rate.
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
-        let mut permit = self.check(head)?;
+        let queue = self.inner.queue.as_ref();
+        let capacity = self.inner.queue_capacity;
+        let mut permit = self.decide(head, capacity)?;
         if !permit.delay.is_zero() {
             tokio::time::sleep(permit.delay).await;
         }
-        let Some(queue) = &self.inner.queue else {
+        let Some(queue) = queue else {
             return Ok(permit);
         };
         let criticality = self.criticality(head);
@@ -559,13 +755,28 @@ impl Throttler {
                 self.inner.metrics.queue("full");
                 Err(RejectionKind::QueueFull)
             }
-            Offer::Queued { evicted } => {
+            Offer::TooCostly(_) => {
+                // The capacity was checked before the rules; kept for a
+                // queue whose capacity no longer matches.
+                self.inner.metrics.queue("too_costly");
+                self.refund(&permit, self.inner.clock.now_ns());
+                return Err(Rejection::too_costly(
+                    None,
+                    permit.cost,
+                    capacity.unwrap_or(0),
+                ));
+            }
+            Offer::Queued { ticket, evicted } => {
                 self.inner.metrics.queue("queued");
                 for waiter in evicted {
                     self.inner.metrics.queue("evicted");
                     let _ = waiter.send(Err(RejectionKind::Evicted));
                 }
-                rx.await.unwrap_or(Err(RejectionKind::QueueFull))
+                // Leaves the queue if this future is dropped while waiting.
+                let place = Place { queue, ticket };
+                let result = rx.await.unwrap_or(Err(RejectionKind::QueueFull));
+                std::mem::forget(place);
+                result
             }
         };
         match result {
@@ -574,16 +785,15 @@ impl Throttler {
                 Ok(permit)
             }
             Err(kind) => {
-                self.refund(&permit, self.inner.clock.now_ns());
-                let retry_after = queue.lock_unpoisoned().core.next_release_ns().map(|at| {
-                    let wait = at.saturating_sub(self.inner.clock.now_ns());
-                    Duration::from_nanos(wait.saturating_add(self.inner.retry_slack_ns))
-                });
-                Err(Rejection {
-                    kind,
-                    rule: None,
-                    retry_after,
-                })
+                let now = self.inner.clock.now_ns();
+                self.refund(&permit, now);
+                let free_at = queue.lock_unpoisoned().core.free_at_ns();
+                let wait = free_at
+                    .saturating_sub(now)
+                    .saturating_add(self.inner.retry_slack_ns);
+                let mut rejection = Rejection::new(kind, None, Some(Duration::from_nanos(wait)));
+                rejection.limits = std::mem::take(&mut permit.limits);
+                Err(rejection)
             }
         }
     }
@@ -624,8 +834,23 @@ fn kind_label(kind: RejectionKind, shadow: bool) -> &'static str {
     match (kind, shadow) {
         (RejectionKind::Banned, false) => "banned",
         (RejectionKind::Banned, true) => "shadow_banned",
+        (RejectionKind::CostTooHigh, false) => "too_costly",
+        (RejectionKind::CostTooHigh, true) => "shadow_too_costly",
         (_, false) => "rejected",
         (_, true) => "shadow_rejected",
+    }
+}
+
+/// A place in the admission queue, given up when dropped: a waiting
+/// request whose future is dropped leaves the queue at once.
+struct Place<'a> {
+    queue: &'a Mutex<QueueState>,
+    ticket: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.queue.lock_unpoisoned().core.leave(self.ticket);
     }
 }
 

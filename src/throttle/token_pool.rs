@@ -26,12 +26,33 @@
 
 use std::time::Duration;
 
-use super::policy::{sat_u64, Policy, Verdict};
+use super::error::LimitError;
+use super::policy::{sat_u64, Policy, Standing, Verdict};
 use crate::limiter::pool::Pool;
 use crate::limiter::units::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use crate::RateSpec;
 
-/// The token-pool policy: the core's rate and burst ratio per key.
+/// The token-pool policy: the core's rate and burst ratio per key, or a
+/// plain token bucket with a burst in ops ([`with_burst`](TokenPool::with_burst)).
+///
+/// What a fresh key admits, at a rate of `r` ops per second:
+///
+/// - [`with_burst`](TokenPool::with_burst)`(b)`: a bucket of `b` ops,
+///   full when the key is new and refilled at `r`: `b` at once, and `b + r`
+///   by the end of its first second (at `t = 1 s`, requests spread to use
+///   every refill), the bucket of tower_governor and of most surveys.
+/// - [`new`](TokenPool::new) with the core's burst ratio `k`: an active
+///   pool `A` of `max(1 ms, 2 ops)` of schedule with headroom
+///   `B = A (k - 1)`, and a backlog of one second
+///   ([`DEFAULT_BACKLOG_CAP`](TokenPool::DEFAULT_BACKLOG_CAP)) that a
+///   key catches up on at `k` times the rate: `A + B` at once, and up to
+///   `A + B + 2r` by the end of its first second. `"5,2"` admits 4 at
+///   once and 14 in its first second; `"5"` with a burst of 4 admits 4
+///   and 9.
+///
+/// On a coarse clock (see [`with_clock_step`](TokenPool::with_clock_step))
+/// the active pool grows to at least one and a half clock steps of rate,
+/// which raises a small burst at a high rate.
 ///
 /// # Examples
 ///
@@ -51,6 +72,27 @@ use crate::RateSpec;
 /// );
 /// assert!(policy.check(&mut key, 1_000_000, 1).is_admitted());
 /// # Ok::<(), tollgate::SpecError>(())
+/// ```
+///
+/// A fresh key's first second, with a burst ratio and with a burst:
+///
+/// ```
+/// use tollgate::throttle::{Policy, TokenPool};
+///
+/// // Requests every 100 ms from 0 to 1 s inclusive.
+/// let first_second = |p: &TokenPool| {
+///     let mut key = p.new_state(0);
+///     (0..=10u64)
+///         .map(|tenth| (0..10).filter(|_| p.check(&mut key, tenth * 100_000_000, 1).is_admitted()).count())
+///         .sum::<usize>()
+/// };
+/// let ratio = TokenPool::new("5,2".parse()?);
+/// assert_eq!(ratio.quota(), 4);
+/// assert_eq!(first_second(&ratio), 14);
+/// let bucket = TokenPool::new("5".parse()?).with_burst(4)?;
+/// assert_eq!(bucket.quota(), 4);
+/// assert_eq!(first_second(&bucket), 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct TokenPool {
@@ -101,6 +143,29 @@ impl TokenPool {
         };
         pool.backlog_cap = pool.tokens_for_duration(TokenPool::DEFAULT_BACKLOG_CAP);
         pool
+    }
+
+    /// A plain token bucket of `burst` ops at this pool's rate: a fresh key
+    /// holds `burst` ops and refills at the rate up to `burst` again, with
+    /// no burst ratio and no backlog (both are replaced).
+    ///
+    /// # Errors
+    ///
+    /// A burst of zero, or one too large to count in tokens.
+    pub fn with_burst(mut self, burst: u64) -> Result<TokenPool, LimitError> {
+        if burst == 0 {
+            return Err(LimitError::new("a burst of zero admits nothing"));
+        }
+        if burst > MAX_OPS_PER_ACQUIRE {
+            return Err(LimitError::new("the burst is too large"));
+        }
+        self.burst_ppm = 1_000_000;
+        self.sizing = Sizing {
+            active: burst * TOKENS_PER_OP,
+            burst: 0,
+        };
+        self.backlog_cap = 0;
+        Ok(self)
     }
 
     /// Caps the backlog (the schedule time a key may catch up on at the
@@ -167,6 +232,12 @@ impl TokenPool {
             // Capped at backlog_cap, which fits in a u64.
             s.waiting = pool.waiting as u64;
         }
+    }
+
+    /// The tokens a debt-free state needs to become a fresh one: a full
+    /// pool with its burst headroom, and a full backlog.
+    fn full(&self) -> u128 {
+        u128::from(self.sizing.max_over()) + self.backlog_cap
     }
 
     /// The fewest nanoseconds whose tokens are at least `tokens`.
@@ -245,11 +316,36 @@ impl Policy for TokenPool {
         self.sizing.max_over() / TOKENS_PER_OP
     }
 
+    fn window_ns(&self) -> u64 {
+        self.ceil_ns(u128::from(self.sizing.max_over()))
+    }
+
+    fn standing(&self, s: &TokenPoolState, now_ns: u64) -> Standing {
+        let mut s = s.clone();
+        self.advance(&mut s, now_ns);
+        let missing = u128::from(self.sizing.max_over().saturating_sub(s.active));
+        Standing {
+            remaining: if s.debt > 0 {
+                0
+            } else {
+                s.active / TOKENS_PER_OP
+            },
+            reset_ns: self.ceil_ns(missing + u128::from(s.debt)),
+        }
+    }
+
     fn idle_ns(&self) -> u64 {
         // One fill of A + B + cap tokens from any debt-free state reaches
         // the fresh state: P = A + B and W = cap.
-        let full = u128::from(self.sizing.max_over()) + self.backlog_cap;
-        sat_u64(u128::from(self.ceil_ns(full)) + 1)
+        sat_u64(u128::from(self.ceil_ns(self.full())) + 1)
+    }
+
+    fn owes(&self, s: &TokenPoolState, now_ns: u64) -> bool {
+        // The tokens since the last fill repay the debt first, then must
+        // still fill the pool and the backlog (the carry only adds).
+        s.debt > 0
+            && self.meter.tokens_floor(now_ns.saturating_sub(s.last_ns))
+                < u128::from(s.debt) + self.full()
     }
 }
 

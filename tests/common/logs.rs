@@ -23,6 +23,17 @@ impl Logs {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
+    /// A subscriber writing plain lines (no colours) here; set it as the
+    /// default for the code whose logs a test reads.
+    #[allow(dead_code)]
+    pub(crate) fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let logs = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || logs.clone())
+            .with_ansi(false)
+            .finish()
+    }
+
     /// How often `what` was written so far.
     #[allow(dead_code)]
     pub(crate) fn count(&self, what: &str) -> usize {

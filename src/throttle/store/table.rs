@@ -34,16 +34,20 @@
 //! eighth of the run and costs O(1) amortised per removal.
 //!
 //! The array is allocated zeroed (all-zero bytes are an [`EMPTY`] slot), so
-//! pages no key has touched cost no resident memory.
+//! pages no key has touched cost no resident memory. Under loom, whose
+//! atomics and cells are not plain words, each slot is built instead.
+//!
+//! The atomics, cells and spinning come from the crate's sync shim, so the
+//! loom models in `loom-tests/tests/table.rs` check the probe, the lock bit
+//! and the rebuild against every interleaving.
 
+#[cfg(not(tollgate_loom))]
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::borrow::Borrow;
-use std::cell::UnsafeCell;
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
-// The store is never built under loom (`throttle` is off there), and an
-// all-zero `std` atomic is a valid value, which the zeroed allocation uses.
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sync::{yield_now, AtomicU64, Ordering, UnsafeCell};
 
 /// Tag of a slot that never held a key since the run was (re)built: ends
 /// every probe.
@@ -90,6 +94,17 @@ pub(super) struct Slot<K, S> {
 }
 
 impl<K, S> Slot<K, S> {
+    /// An empty slot.
+    #[cfg(tollgate_loom)]
+    fn empty() -> Slot<K, S> {
+        Slot {
+            tag: AtomicU64::new(EMPTY),
+            time: UnsafeCell::new(0),
+            key: UnsafeCell::new(MaybeUninit::uninit()),
+            state: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
     /// Sets the lock bit if the tag's key bits are `want`; returns the tag
     /// as it was (unlocked), or `None` once the key bits differ.
     fn lock(&self, want: u64) -> Option<u64> {
@@ -123,14 +138,18 @@ impl<K, S> Slot<K, S> {
     }
 }
 
+/// Spins before yielding to a slot's holder: none under loom, where a spin
+/// only multiplies the interleavings to explore.
+const SPINS: u32 = if cfg!(tollgate_loom) { 0 } else { 64 };
+
 /// Spins a little, then yields: a slot is held for a few nanoseconds, but
 /// its holder may have been preempted.
 fn backoff(spins: &mut u32) {
-    if *spins < 64 {
+    if *spins < SPINS {
         *spins += 1;
         std::hint::spin_loop();
     } else {
-        std::thread::yield_now();
+        yield_now();
     }
 }
 
@@ -142,6 +161,14 @@ pub(super) struct Occupancy {
     pub(super) len: usize,
     /// Tombstones.
     tombstones: usize,
+}
+
+impl Occupancy {
+    /// Tombstones left in the run.
+    #[cfg(tollgate_loom)]
+    pub(super) fn tombstones(&self) -> usize {
+        self.tombstones
+    }
 }
 
 /// A locked, occupied slot; dropping it unlocks the slot.
@@ -157,32 +184,43 @@ impl<K, S> Guard<'_, K, S> {
         // SAFETY: the slot is occupied (the tag we locked had OCCUPIED), so
         // the key is initialised; it was written before the tag was
         // published (Release) and our lock's Acquire, and only a holder of
-        // the lock drops it.
-        unsafe { (*self.slot.key.get()).assume_init_ref() }
+        // the lock drops it, so it outlives the guard's borrow.
+        self.slot
+            .key
+            .with(|key| unsafe { (*key).assume_init_ref() })
     }
 
     /// The key's policy state.
     pub(super) fn state(&mut self) -> &mut S {
         // SAFETY: as in `key`, the state is initialised; we hold the lock,
-        // so no other thread reads or writes it until we unlock.
-        unsafe { (*self.slot.state.get()).assume_init_mut() }
+        // so no other thread reads or writes it until we unlock, after the
+        // guard's borrow ends.
+        self.slot
+            .state
+            .with_mut(|state| unsafe { (*state).assume_init_mut() })
     }
 
     /// The last use, or the end of the ban when [`banned`](Self::banned).
+    // The loom models keep no times.
+    #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(super) fn time(&self) -> u64 {
         // SAFETY: the lock makes this thread the time's only user.
-        unsafe { *self.slot.time.get() }
+        self.slot.time.with(|time| unsafe { *time })
     }
 
     /// Whether the key is banned until [`time`](Self::time).
+    // The loom models keep no times.
+    #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(super) fn banned(&self) -> bool {
         self.tag & BANNED != 0
     }
 
     /// Records the last use, or (banned) the end of the ban.
+    // The loom models keep no times.
+    #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(super) fn set_time(&mut self, time: u64, banned: bool) {
         // SAFETY: the lock makes this thread the time's only user.
-        unsafe { *self.slot.time.get() = time };
+        self.slot.time.with_mut(|t| unsafe { *t = time });
         self.tag = if banned {
             self.tag | BANNED
         } else {
@@ -199,8 +237,8 @@ impl<K, S> Guard<'_, K, S> {
         // and the tombstone below marks them uninitialised.
         let (key, state) = unsafe {
             (
-                (*slot.key.get()).assume_init_read(),
-                (*slot.state.get()).assume_init_read(),
+                slot.key.with(|k| (*k).assume_init_read()),
+                slot.state.with(|s| (*s).assume_init_read()),
             )
         };
         // Release: pairs with the Acquire of a hit spinning on this slot;
@@ -225,11 +263,13 @@ impl<K, S> Drop for Guard<'_, K, S> {
 /// All shards' runs of slots.
 pub(super) struct Table<K, S> {
     /// The allocation, from `alloc_zeroed(layout)`.
+    #[cfg(not(tollgate_loom))]
     raw: NonNull<u8>,
     /// 16-byte aligned, one slot larger than the slots: the global
     /// allocator's zeroed allocation is a lazily zeroed `calloc` only up to
     /// that alignment (above it, it writes every byte, making every page
     /// resident), so the slots start at the first 64-byte boundary inside.
+    #[cfg(not(tollgate_loom))]
     layout: Layout,
     /// `len` slots inside `raw`, each initialised (zeroed, then written).
     slots: NonNull<Slot<K, S>>,
@@ -252,6 +292,7 @@ impl<K, S> Table<K, S> {
     ///
     /// If `shards * run` slots overflow the address space (the store caps
     /// its size far below).
+    #[cfg(not(tollgate_loom))]
     pub(super) fn new(shards: usize, run: usize) -> Table<K, S> {
         assert!(run >= 2 && u32::try_from(run).is_ok(), "run of {run} slots");
         let len = shards * run;
@@ -284,6 +325,21 @@ impl<K, S> Table<K, S> {
         table
     }
 
+    /// `shards` runs of `run` slots each, all empty, each slot built (loom's
+    /// atomics and cells are not plain words) and owned by a leaked box.
+    #[cfg(tollgate_loom)]
+    pub(super) fn new(shards: usize, run: usize) -> Table<K, S> {
+        assert!(run >= 2 && u32::try_from(run).is_ok(), "run of {run} slots");
+        let len = shards * run;
+        let slots: Box<[Slot<K, S>]> = (0..len).map(|_| Slot::empty()).collect();
+        Table {
+            // SAFETY: a box's pointer is never null.
+            slots: unsafe { NonNull::new_unchecked(Box::into_raw(slots).cast()) },
+            len,
+            run,
+        }
+    }
+
     /// All the slots.
     fn slots(&self) -> &[Slot<K, S>] {
         // SAFETY: `slots` points to `len` initialised slots that live as
@@ -292,6 +348,7 @@ impl<K, S> Table<K, S> {
     }
 
     /// Bytes allocated for the slots.
+    #[cfg(not(tollgate_loom))]
     pub(super) fn bytes(&self) -> usize {
         self.layout.size()
     }
@@ -390,9 +447,9 @@ impl<K, S> Table<K, S> {
             // other thread reads its cells, and only a holder of the shard
             // lock (this thread, by `occupancy`) makes it occupied.
             unsafe {
-                (*slot.key.get()).write(key);
-                (*slot.state.get()).write(state);
-                *slot.time.get() = time;
+                slot.key.with_mut(|k| (*k).write(key));
+                slot.state.with_mut(|s| (*s).write(state));
+                slot.time.with_mut(|t| *t = time);
             }
             if cur == TOMBSTONE {
                 occupancy.tombstones -= 1;
@@ -452,9 +509,9 @@ impl<K, S> Table<K, S> {
                 let entry = unsafe {
                     (
                         locked,
-                        *slot.time.get(),
-                        (*slot.key.get()).assume_init_read(),
-                        (*slot.state.get()).assume_init_read(),
+                        slot.time.with(|t| *t),
+                        slot.key.with(|k| (*k).assume_init_read()),
+                        slot.state.with(|s| (*s).assume_init_read()),
                     )
                 };
                 live.push(entry);
@@ -480,7 +537,7 @@ impl<K, S> Table<K, S> {
 /// virtual machine a nested one). 2 MiB pages make a table of hundreds of
 /// megabytes fit the TLB. The cost: a touched huge page is resident whole,
 /// so the table's resident size reaches its allocated size sooner.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(tollgate_loom)))]
 fn advise_huge_pages<T>(slots: &[T]) {
     const HUGE: usize = 2 << 20;
     let start = slots.as_ptr() as usize;
@@ -501,7 +558,7 @@ fn advise_huge_pages<T>(slots: &[T]) {
 }
 
 /// Huge pages are only asked for on Linux.
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(not(target_os = "linux"), not(tollgate_loom)))]
 fn advise_huge_pages<T>(_slots: &[T]) {}
 
 impl<K, S> Drop for Table<K, S> {
@@ -509,21 +566,37 @@ impl<K, S> Drop for Table<K, S> {
         // Without anything to drop, the walk (which would fault in every
         // page of a large table) is skipped.
         if mem::needs_drop::<K>() || mem::needs_drop::<S>() {
-            // SAFETY: as in `slots`; `&mut self` makes them ours alone.
-            let slots = unsafe { std::slice::from_raw_parts_mut(self.slots.as_ptr(), self.len) };
-            for slot in slots {
-                if *slot.tag.get_mut() & OCCUPIED != 0 {
+            for slot in self.slots() {
+                // Relaxed: `&mut self` means no other thread holds the table.
+                if slot.tag.load(Ordering::Relaxed) & OCCUPIED != 0 {
                     // SAFETY: an occupied slot's cells are initialised, and
                     // `&mut self` means no other thread can touch them.
                     unsafe {
-                        slot.key.get_mut().assume_init_drop();
-                        slot.state.get_mut().assume_init_drop();
+                        slot.key.with_mut(|k| (*k).assume_init_drop());
+                        slot.state.with_mut(|s| (*s).assume_init_drop());
                     }
                 }
             }
         }
+        self.free();
+    }
+}
+
+impl<K, S> Table<K, S> {
+    /// Frees the slots' memory (their contents already dropped).
+    #[cfg(not(tollgate_loom))]
+    fn free(&mut self) {
         // SAFETY: allocated in `new` with this layout; no slot is used
         // after this.
         unsafe { dealloc(self.raw.as_ptr(), self.layout) };
+    }
+
+    /// Frees the slots' box (their contents already dropped: the cells are
+    /// `MaybeUninit`, so dropping the box drops no key or state twice).
+    #[cfg(tollgate_loom)]
+    fn free(&mut self) {
+        let slots = std::ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), self.len);
+        // SAFETY: leaked from this box in `new`; no slot is used after this.
+        drop(unsafe { Box::from_raw(slots) });
     }
 }
