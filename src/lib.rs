@@ -100,28 +100,31 @@ mod clock;
 pub mod conn;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
-// Built for the configuration reloads that log it: doorman, quota, throttle.
-#[cfg(any(
-    feature = "server",
-    feature = "quota",
-    all(feature = "throttle", not(tollgate_loom))
-))]
-mod error_chain;
 #[cfg(feature = "etcd-wire")]
 mod etcd_wire;
 mod limiter;
-// Built for each of its users: doorman (client or server), quota, throttle.
+pub mod plot;
+#[cfg(feature = "quota")]
+pub mod quota;
+// The shared service kit: built for each of its users, doorman (client or
+// server), quota and throttle.
 #[cfg(any(
     feature = "client",
     feature = "server",
     feature = "quota",
     all(feature = "throttle", not(tollgate_loom))
 ))]
-mod locks;
-pub mod plot;
-#[cfg(feature = "quota")]
-pub mod quota;
+pub mod service;
 mod sync;
+// The throttler names the kit's lock helper and error chain by these paths.
+#[cfg(all(feature = "throttle", not(tollgate_loom)))]
+mod locks {
+    pub(crate) use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
+}
+#[cfg(all(feature = "throttle", not(tollgate_loom)))]
+mod error_chain {
+    pub(crate) use crate::service::ErrorChain;
+}
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
 #[cfg(any(feature = "server", feature = "quota"))]

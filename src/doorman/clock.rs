@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lease::Timestamp;
-use crate::locks::LockUnpoisoned;
+use crate::service::LockUnpoisoned;
 
 /// A source of Unix time.
 ///

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error_chain::ErrorChain;
+use crate::service::ErrorChain;
 use tracing::{error, info};
 
 use super::config::{Config, ConfigError};

@@ -31,7 +31,7 @@ use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
 use super::transport::{Grpc, Transport};
-use crate::locks::RwLockUnpoisoned;
+use crate::service::RwLockUnpoisoned;
 use state::{Inner, Snapshot, View, WeakServer};
 
 mod decisions;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error_chain::ErrorChain;
+use crate::service::ErrorChain;
 use tracing::{error, info};
 
 use super::config::Config;

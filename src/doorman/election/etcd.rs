@@ -48,7 +48,8 @@ use tracing::{info, warn};
 
 use super::{Election, Mastership};
 use crate::etcd_wire::{self as wire, unary};
-use campaign::{replace_if_changed, shared, Campaigner, Shared};
+use crate::service::LockUnpoisoned;
+use campaign::{replace_if_changed, Campaigner, Shared};
 
 /// How an [`Etcd`] election is set up.
 #[derive(Debug, Clone)]
@@ -206,7 +207,7 @@ impl Etcd {
     /// the revoke, and the lease then lapses after its TTL.
     pub async fn resign(mut self) {
         self.stop();
-        let lease = shared(&self.shared).lease.take();
+        let lease = self.shared.lock_unpoisoned().lease.take();
         if let Some(id) = lease {
             let call = unary::<wire::LeaseRevokeRequest, wire::LeaseRevokeResponse>(
                 &self.channel,
@@ -225,7 +226,7 @@ impl Etcd {
         for t in &self.tasks {
             t.abort();
         }
-        shared(&self.shared).master = false;
+        self.shared.lock_unpoisoned().master = false;
         self.tx
             .send_if_modified(|m| replace_if_changed(m, Mastership::follower(None)));
     }

@@ -2,7 +2,7 @@
 //! campaigning, then mastership until the lease lapses) and the observer
 //! that records where the master is; and the state they share.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::EtcdConfig;
 use crate::doorman::election::Mastership;
 use crate::etcd_wire::{self as wire, unary};
+use crate::service::LockUnpoisoned;
 
 /// What the two tasks share.
 #[derive(Debug, Default)]
@@ -25,13 +26,6 @@ pub(super) struct Shared {
     pub(super) lease: Option<i64>,
     /// The leader's address as last observed.
     pub(super) observed: Option<String>,
-}
-
-/// Locks the shared state.
-pub(super) fn shared(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    // Every critical section is one assignment or read of a field, so a
-    // panic elsewhere cannot leave the state half-written.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Replaces `slot` with `m` unless equal; whether it changed.
@@ -60,7 +54,7 @@ impl Campaigner {
     /// Publishes what [`Shared`] says, if it changed.
     fn publish(&self) {
         let m = {
-            let s = shared(&self.shared);
+            let s = self.shared.lock_unpoisoned();
             if s.master {
                 Mastership::master(Some(self.config.advertise.clone()))
             } else {
@@ -101,14 +95,14 @@ impl Campaigner {
                 }
             };
             let deadline = sent + Duration::from_secs(lease.ttl as u64);
-            shared(&self.shared).lease = Some(lease.id);
+            self.shared.lock_unpoisoned().lease = Some(lease.id);
             debug!(lease = lease.id, ttl = lease.ttl, "etcd session starts");
             tokio::select! {
                 () = self.keep_alive(lease.id, deadline) => {}
                 () = self.campaign(lease.id) => {}
             }
             {
-                let mut s = shared(&self.shared);
+                let mut s = self.shared.lock_unpoisoned();
                 s.master = false;
                 s.lease = None;
             }
@@ -204,7 +198,7 @@ impl Campaigner {
                 }
             }
         }
-        shared(&self.shared).master = true;
+        self.shared.lock_unpoisoned().master = true;
         self.publish();
         std::future::pending::<()>().await;
     }
@@ -233,7 +227,7 @@ impl Campaigner {
                         if let Some(kv) = r.kv {
                             let leader = String::from_utf8_lossy(&kv.value).into_owned();
                             debug!(leader, "etcd election: leader observed");
-                            shared(&self.shared).observed = Some(leader);
+                            self.shared.lock_unpoisoned().observed = Some(leader);
                             self.publish();
                         }
                     }
