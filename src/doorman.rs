@@ -55,6 +55,5 @@ mod session;
 #[cfg(feature = "simulate")]
 pub mod simulate;
 pub mod store;
-pub mod tls;
 #[cfg_attr(not(all(feature = "client", feature = "server")), allow(dead_code))]
 mod transport;

@@ -66,9 +66,8 @@
 //!
 //! [`doorman`] itself (the wire types, the lease store, the algorithms)
 //! comes with either `client` or `server`.
-//! `conn` (the cap on connections, the handshake, idle and drain
-//! deadlines that Doorman's server and the quota server share) comes with
-//! either `server` or `quota`.
+//! [`service`] (what the servers share: connection limits, drain, TLS,
+//! configuration watch, etcd) comes with any of them.
 //!
 //! ```toml
 //! [dependencies]
@@ -96,8 +95,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
-#[cfg(any(feature = "server", feature = "quota"))]
-pub mod conn;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
 #[cfg(feature = "etcd-wire")]

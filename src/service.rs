@@ -1,6 +1,13 @@
 //! What every tollgate server shares: the plumbing the Doorman lease
 //! server, the quota server and the throttler use alike, in one home.
 //!
+//! * [`ServerLimits`], the one set of limits on a server's connections
+//!   and HTTP/2 transport (`limits.rs`); connections accepted, capped and
+//!   guarded under them (`conn.rs`);
+//! * a tonic router served under those limits with a graceful drain
+//!   (`grpc.rs`), and the drain of a server with its own HTTP/2 stack
+//!   (`drain.rs`);
+//! * TLS and mutual TLS files for servers and clients (`tls.rs`);
 //! * locks that keep serving after a panic under them (`locks.rs`);
 //! * an error with its causes for log lines (`error_chain.rs`).
 //!
@@ -8,6 +15,18 @@
 //! [`doorman`](crate::doorman), [`quota`](crate::quota) or
 //! [`throttle`](crate::throttle).
 
+// The server side: Doorman's server and the quota server.
+#[cfg(any(feature = "server", feature = "quota"))]
+mod conn;
+#[cfg(feature = "quota")]
+mod drain;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod grpc;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod limits;
+// Every user of tonic: Doorman's client and server, and quota.
+#[cfg(any(feature = "client", feature = "server", feature = "quota"))]
+mod tls;
 // Built for the configuration reloads that log it: doorman's server, quota,
 // throttle.
 #[cfg(any(
@@ -24,4 +43,24 @@ mod locks;
     all(feature = "throttle", not(tollgate_loom))
 ))]
 pub(crate) use error_chain::ErrorChain;
-pub(crate) use locks::{LockUnpoisoned, RwLockUnpoisoned};
+pub(crate) use locks::LockUnpoisoned;
+// The Doorman client alone holds no `RwLock`.
+#[cfg(any(
+    feature = "server",
+    feature = "quota",
+    all(feature = "throttle", not(tollgate_loom))
+))]
+pub(crate) use locks::RwLockUnpoisoned;
+
+#[cfg(feature = "quota")]
+pub(crate) use conn::accept_loop;
+#[cfg(any(feature = "server", feature = "quota"))]
+pub use conn::{ConnInfo, Guarded};
+#[cfg(feature = "quota")]
+pub(crate) use drain::Drain;
+#[cfg(any(feature = "server", feature = "quota"))]
+pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
+#[cfg(any(feature = "server", feature = "quota"))]
+pub use limits::ServerLimits;
+#[cfg(any(feature = "client", feature = "server", feature = "quota"))]
+pub use tls::{ClientTls, ServeError, ServerTls, TlsError};

@@ -19,8 +19,8 @@ use tollgate::doorman::config::Config;
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::{Parent, Server, ServerLimits};
-use tollgate::doorman::tls::{ClientTls, ServerTls};
+use tollgate::doorman::server::{Parent, Server};
+use tollgate::service::{ClientTls, ServerLimits, ServerTls};
 use tonic::transport::Endpoint;
 
 #[path = "common/lease_server.rs"]

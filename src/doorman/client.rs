@@ -337,9 +337,12 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`TlsError`](super::tls::TlsError) naming a file that cannot be read
+    /// [`TlsError`](crate::service::TlsError) naming a file that cannot be read
     /// or holds no PEM certificate or key.
-    pub fn tls(mut self, tls: &super::tls::ClientTls) -> Result<Builder, super::tls::TlsError> {
+    pub fn tls(
+        mut self,
+        tls: &crate::service::ClientTls,
+    ) -> Result<Builder, crate::service::TlsError> {
         self.tls = Some(tls.load()?);
         Ok(self)
     }

@@ -11,7 +11,8 @@
 //! * `decisions.rs`: turning a checked request into leases, learning mode;
 //!   `hold.rs` for what a cut subtree still holds;
 //! * `tree.rs` and `parent.rs`: an intermediate server's link to its parent;
-//! * `grpc.rs` and `limits.rs`: the tonic service and its connection limits.
+//! * `grpc.rs`: the tonic service, served under the service kit's
+//!   [`ServerLimits`].
 //!
 //! # Implementation notes
 //!
@@ -31,13 +32,12 @@ use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
 use super::transport::{Grpc, Transport};
-use crate::service::RwLockUnpoisoned;
+use crate::service::{RwLockUnpoisoned, ServeError, ServerLimits, ServerTls};
 use state::{Inner, Snapshot, View, WeakServer};
 
 mod decisions;
 mod grpc;
 mod hold;
-mod limits;
 mod mastership;
 mod parent;
 mod resources;
@@ -47,8 +47,6 @@ mod testing;
 mod tree;
 mod wire;
 
-pub use crate::conn::{ConnInfo, ConnectionLimits, Guarded};
-pub use limits::{InFlight, InFlightLayer, LimitedRouter, LimitedServer, ServerLimits};
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
@@ -93,15 +91,15 @@ impl Server {
     ///
     /// # Errors
     ///
-    /// [`TlsError`](super::tls::TlsError) naming a file that cannot be read
+    /// [`TlsError`](crate::service::TlsError) naming a file that cannot be read
     /// or holds no PEM certificate or key.
     pub fn with_parent_tls(
         config: Config,
         election: &dyn Election,
         clock: Arc<dyn WallClock>,
         parent: Parent,
-        tls: &super::tls::ClientTls,
-    ) -> Result<Server, super::tls::TlsError> {
+        tls: &crate::service::ClientTls,
+    ) -> Result<Server, crate::service::TlsError> {
         let transport = Arc::new(Grpc::with_tls(parent::DEADLINE, Some(tls.load()?)));
         Ok(Server::with_parent_via(
             config, election, clock, parent, transport,
@@ -263,5 +261,25 @@ impl Server {
             .max_decoding_message_size(limits.max_message_bytes);
         let router = limits.builder().add_service(service);
         limits.serve(router, listener, shutdown).await
+    }
+
+    /// As [`Server::serve_with`], over TLS as `tls` says; the files are
+    /// read before anything is served.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Tls`] when the TLS files cannot be used, else a
+    /// transport error from tonic.
+    pub async fn serve_with_tls(
+        self,
+        listener: tokio::net::TcpListener,
+        limits: ServerLimits,
+        tls: &ServerTls,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
+            .max_decoding_message_size(limits.max_message_bytes);
+        let router = limits.tls_builder(tls)?.add_service(service);
+        Ok(limits.serve(router, listener, shutdown).await?)
     }
 }

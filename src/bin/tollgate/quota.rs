@@ -16,14 +16,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
-use tollgate::conn::ConnectionLimits;
-use tollgate::doorman::server::ServerLimits;
-use tollgate::doorman::tls::ClientTls;
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
+use tollgate::service::{ClientTls, ServerLimits};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -111,7 +109,7 @@ pub(crate) struct Args {
     tls: cli::ServerTlsArgs,
     /// Most gRPC connections open at once; more are accepted and closed at
     /// once.
-    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
     max_connections: usize,
     /// How long a new gRPC connection may take to send the HTTP/2 preface.
     #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
@@ -126,13 +124,14 @@ pub(crate) struct Args {
 }
 
 impl Args {
-    /// The gRPC port's connection limits.
-    fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
+    /// The gRPC port's limits.
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
             max_connections: self.max_connections,
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
+            ..ServerLimits::default()
         }
     }
 
@@ -160,8 +159,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls().map(|t| t.load()).transpose()?;
-    let conn_limits = args.connection_limits();
-    crate::serve::raise_fd_limit(conn_limits.max_connections);
+    let server_limits = args.limits();
+    crate::serve::raise_fd_limit(server_limits.max_connections);
     let config = Config::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     let limits = Limits {
@@ -258,22 +257,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     match tls {
         None => {
-            info!(addr = %local, limits = ?conn_limits, "quota gRPC listening");
+            info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
             let threads = args.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
-            grpc::serve_threads_with(quota, listener, threads, conn_limits, shutdown).await?;
+            grpc::serve_threads_with(quota, listener, threads, server_limits, shutdown).await?;
         }
         Some(tls) => {
-            // Over TLS, tonic serves under Doorman's transport limits, with
-            // these connection limits.
-            let limits = ServerLimits::default().with_connection_limits(conn_limits);
-            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
+            // Over TLS, tonic serves under every one of the limits.
+            info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
             let service = grpc::Service::new(quota)
                 .into_server()
-                .max_decoding_message_size(limits.max_message_bytes);
-            let router = limits.builder().tls_config(tls)?.add_service(service);
-            limits.serve(router, listener, shutdown).await?;
+                .max_decoding_message_size(server_limits.max_message_bytes);
+            let router = server_limits
+                .builder()
+                .tls_config(tls)?
+                .add_service(service);
+            server_limits.serve(router, listener, shutdown).await?;
         }
     }
     info!("drained: exiting");

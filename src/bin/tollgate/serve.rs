@@ -13,9 +13,9 @@ use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
 use tollgate::doorman::election::single::Single;
 use tollgate::doorman::election::Election;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
-use tollgate::doorman::server::{Parent, Server, ServerLimits};
-use tollgate::doorman::tls::ClientTls;
+use tollgate::doorman::server::{Parent, Server};
 use tollgate::doorman::{debug, reload};
+use tollgate::service::{ClientTls, ServerLimits};
 use tracing::{info, warn};
 
 use crate::cli;

@@ -87,7 +87,7 @@ pub enum EtcdError {
     /// The TTL is under one second.
     TtlTooShort(Duration),
     /// A TLS file cannot be used.
-    Tls(crate::doorman::tls::TlsError),
+    Tls(crate::service::TlsError),
 }
 
 impl fmt::Display for EtcdError {
@@ -159,7 +159,7 @@ impl Etcd {
     /// cannot be read or holds no PEM certificate or key.
     pub fn start_tls(
         config: EtcdConfig,
-        tls: &crate::doorman::tls::ClientTls,
+        tls: &crate::service::ClientTls,
     ) -> Result<Etcd, EtcdError> {
         let tls = tls.load().map_err(EtcdError::Tls)?;
         Etcd::start_with(config, Some(tls))

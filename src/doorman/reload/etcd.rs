@@ -48,8 +48,8 @@ use super::apply;
 use crate::doorman::config::{Config, ConfigError};
 use crate::doorman::election::etcd::{channel, EtcdError};
 use crate::doorman::server::Server;
-use crate::doorman::tls::ClientTls;
 use crate::etcd_wire::{self as wire, unary};
+use crate::service::ClientTls;
 
 /// The first wait before reconnecting a failed watch.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
