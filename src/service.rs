@@ -6,7 +6,8 @@
 //!   guarded under them (`conn.rs`);
 //! * a tonic router served under those limits with a graceful drain
 //!   (`grpc.rs`), and the drain of a server with its own HTTP/2 stack
-//!   (`drain.rs`);
+//!   (`drain.rs`); SIGTERM and SIGINT, one as the other, to start it
+//!   (`shutdown.rs`);
 //! * TLS and mutual TLS files for servers and clients (`tls.rs`);
 //! * locks that keep serving after a panic under them (`locks.rs`);
 //! * an error with its causes for log lines (`error_chain.rs`).
@@ -24,6 +25,8 @@ mod drain;
 mod grpc;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod limits;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod shutdown;
 // Every user of tonic: Doorman's client and server, and quota.
 #[cfg(any(feature = "client", feature = "server", feature = "quota"))]
 mod tls;
@@ -62,5 +65,7 @@ pub(crate) use drain::Drain;
 pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
 #[cfg(any(feature = "server", feature = "quota"))]
 pub use limits::ServerLimits;
+#[cfg(any(feature = "server", feature = "quota"))]
+pub use shutdown::ShutdownSignals;
 #[cfg(any(feature = "client", feature = "server", feature = "quota"))]
 pub use tls::{ClientTls, ServeError, ServerTls, TlsError};

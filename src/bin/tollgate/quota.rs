@@ -15,13 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::signal::unix::{signal, SignalKind};
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
-use tollgate::service::{ClientTls, ServerLimits};
+use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -155,8 +154,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<()> {
     // Before anything else, so that no signal can kill the process with its
     // default action once it runs.
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let signals =
+        ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls().map(|t| t.load()).transpose()?;
     let server_limits = args.limits();
@@ -240,20 +239,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     }
     let shutdown = async move {
-        let which = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        info!(signal = which, "shutting down");
-        // A second signal ends the drain at once.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            warn!("second signal: exiting without draining");
-            std::process::exit(1);
-        });
+        signals.recv().await;
     };
     match tls {
         None => {

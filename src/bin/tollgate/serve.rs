@@ -15,7 +15,7 @@ use tollgate::doorman::election::Election;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
 use tollgate::doorman::server::{Parent, Server};
 use tollgate::doorman::{debug, reload};
-use tollgate::service::{ClientTls, ServerLimits};
+use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -159,16 +159,15 @@ impl Args {
 /// The signals `serve` handles, registered before anything else so that
 /// none of them can kill the process with its default action.
 struct Signals {
-    term: Signal,
-    int: Signal,
+    shutdown: ShutdownSignals,
     hup: Signal,
 }
 
 impl Signals {
     fn install() -> anyhow::Result<Signals> {
         Ok(Signals {
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            shutdown: ShutdownSignals::install()
+                .context("installing the SIGTERM and SIGINT handlers")?,
             hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
         })
     }
@@ -243,7 +242,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let mut signals = Signals::install()?;
+    let signals = Signals::install()?;
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
     let etcd_tls = args.etcd_tls_ca.as_ref().map(|ca| {
@@ -358,11 +357,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let (resigned_tx, resigned) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
-        let which = tokio::select! {
-            _ = signals.term.recv() => "SIGTERM",
-            _ = signals.int.recv() => "SIGINT",
-        };
-        info!(signal = which, "shutting down");
+        signals.shutdown.recv().await;
         // Hand mastership over first, at once: followers take over while
         // this server drains.
         if let Some(etcd) = etcd {
@@ -370,15 +365,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             info!("resigned mastership");
         }
         let _ = resigned_tx.send(());
-        // A second signal ends the drain at once.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = signals.term.recv() => {}
-                _ = signals.int.recv() => {}
-            }
-            warn!("second signal: exiting without draining");
-            std::process::exit(1);
-        });
     };
     if args.debug_port != 0 {
         let daddr = SocketAddr::new(args.debug_host, args.debug_port);
