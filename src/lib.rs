@@ -124,8 +124,6 @@ mod error_chain {
 }
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
-#[cfg(any(feature = "server", feature = "quota"))]
-mod watch;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;

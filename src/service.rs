@@ -8,6 +8,8 @@
 //!   (`grpc.rs`), and the drain of a server with its own HTTP/2 stack
 //!   (`drain.rs`); SIGTERM and SIGINT, one as the other, to start it
 //!   (`shutdown.rs`);
+//! * hot reload in one shape (`reload.rs`): a configuration file watched
+//!   for changes and SIGHUP (`watch.rs`);
 //! * TLS and mutual TLS files for servers and clients (`tls.rs`);
 //! * locks that keep serving after a panic under them (`locks.rs`);
 //! * an error with its causes for log lines (`error_chain.rs`).
@@ -26,7 +28,11 @@ mod grpc;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod limits;
 #[cfg(any(feature = "server", feature = "quota"))]
+mod reload;
+#[cfg(any(feature = "server", feature = "quota"))]
 mod shutdown;
+#[cfg(any(feature = "server", feature = "quota"))]
+mod watch;
 // Every user of tonic: Doorman's client and server, and quota.
 #[cfg(any(feature = "client", feature = "server", feature = "quota"))]
 mod tls;
@@ -66,6 +72,10 @@ pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
 #[cfg(any(feature = "server", feature = "quota"))]
 pub use limits::ServerLimits;
 #[cfg(any(feature = "server", feature = "quota"))]
+pub(crate) use reload::{apply_config, reload_file, Reload};
+#[cfg(any(feature = "server", feature = "quota"))]
 pub use shutdown::ShutdownSignals;
 #[cfg(any(feature = "client", feature = "server", feature = "quota"))]
 pub use tls::{ClientTls, ServeError, ServerTls, TlsError};
+#[cfg(any(feature = "server", feature = "quota"))]
+pub(crate) use watch::{hangup, watch_file, Hangup};

@@ -44,11 +44,11 @@ use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
-use super::apply;
 use crate::doorman::config::{Config, ConfigError};
 use crate::doorman::election::etcd::{channel, EtcdError};
 use crate::doorman::server::Server;
 use crate::etcd_wire::{self as wire, unary};
+use crate::service::apply_config as apply;
 use crate::service::ClientTls;
 
 /// The first wait before reconnecting a failed watch.
