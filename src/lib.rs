@@ -97,8 +97,6 @@
 mod clock;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
-#[cfg(feature = "etcd-wire")]
-mod etcd_wire;
 mod limiter;
 pub mod plot;
 #[cfg(feature = "quota")]

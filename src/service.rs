@@ -10,6 +10,10 @@
 //!   (`shutdown.rs`);
 //! * hot reload in one shape (`reload.rs`): a configuration file watched
 //!   for changes and SIGHUP (`watch.rs`);
+//! * etcd (`etcd.rs`): one channel with TLS, one key read, written and
+//!   watched for hot reload (`etcd/watch.rs`), one error type, and an
+//!   outage logged and reported to the server's [`Readiness`]
+//!   (`readiness.rs`);
 //! * TLS and mutual TLS files for servers and clients (`tls.rs`);
 //! * locks that keep serving after a panic under them (`locks.rs`);
 //! * an error with its causes for log lines (`error_chain.rs`).
@@ -23,10 +27,13 @@
 mod conn;
 #[cfg(feature = "quota")]
 mod drain;
+#[cfg(feature = "etcd-wire")]
+mod etcd;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod grpc;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod limits;
+mod readiness;
 #[cfg(any(feature = "server", feature = "quota"))]
 mod reload;
 #[cfg(any(feature = "server", feature = "quota"))]
@@ -67,15 +74,22 @@ pub(crate) use conn::accept_loop;
 pub use conn::{ConnInfo, Guarded};
 #[cfg(feature = "quota")]
 pub(crate) use drain::Drain;
+#[cfg(feature = "etcd-wire")]
+pub use etcd::EtcdError;
+#[cfg(feature = "etcd-wire")]
+pub(crate) use etcd::EtcdKey;
+#[cfg(feature = "etcd")]
+pub(crate) use etcd::{channel as etcd_channel, watch::watch_key, wire as etcd_wire, Outage};
 #[cfg(any(feature = "server", feature = "quota"))]
 pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
 #[cfg(any(feature = "server", feature = "quota"))]
 pub use limits::ServerLimits;
+pub use readiness::Readiness;
 #[cfg(any(feature = "server", feature = "quota"))]
-pub(crate) use reload::{apply_config, reload_file, Reload};
+pub(crate) use reload::{reload_file, Reload};
 #[cfg(any(feature = "server", feature = "quota"))]
 pub use shutdown::ShutdownSignals;
 #[cfg(any(feature = "client", feature = "server", feature = "quota"))]
 pub use tls::{ClientTls, ServeError, ServerTls, TlsError};
 #[cfg(any(feature = "server", feature = "quota"))]
-pub(crate) use watch::{hangup, watch_file, Hangup};
+pub(crate) use watch::{hangup, watch_file};

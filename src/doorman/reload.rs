@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::service::{reload_file, watch_file, Hangup, Reload};
+use crate::service::{reload_file, watch_file, Reload};
 
 use super::config::{Config, ConfigError};
 use super::server::Server;
@@ -51,6 +51,5 @@ pub fn spawn(server: Server, path: PathBuf, poll: Duration) {
 /// that SIGHUP was handled from the process's first moments).
 #[cfg(unix)]
 pub fn spawn_on(server: Server, path: PathBuf, poll: Duration, hup: tokio::signal::unix::Signal) {
-    let hup: Hangup = hup;
     watch_file(server, path, poll, Some(hup));
 }

@@ -32,7 +32,7 @@ use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
 use super::transport::{Grpc, Transport};
-use crate::service::{RwLockUnpoisoned, ServeError, ServerLimits, ServerTls};
+use crate::service::{Readiness, RwLockUnpoisoned, ServeError, ServerLimits, ServerTls};
 use state::{Inner, Snapshot, View, WeakServer};
 
 mod decisions;
@@ -146,6 +146,7 @@ impl Server {
                 limits,
                 metrics: Metrics::new(),
                 upstream,
+                readiness: election.readiness(),
             }),
         };
         {
@@ -164,6 +165,12 @@ impl Server {
     /// The metrics this server records.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Whether this server can do its work now: not while its election
+    /// (or its configuration watch) cannot reach etcd.
+    pub fn readiness(&self) -> &Readiness {
+        &self.inner.readiness
     }
 
     /// Handles a GetCapacity request from the wire.

@@ -15,6 +15,7 @@ use super::super::metrics::Metrics;
 use super::super::store::Resource;
 use super::parent::Upstream;
 use super::wire::Limits;
+use crate::service::Readiness;
 
 /// The lease server. Cheap to clone: clones share state.
 ///
@@ -60,6 +61,8 @@ pub(super) struct Inner {
     pub(super) metrics: Metrics,
     /// Set on an intermediate server: its parent and what it granted.
     pub(super) upstream: Option<Upstream>,
+    /// Not ready while the election cannot reach its store.
+    pub(super) readiness: Readiness,
 }
 
 /// The server's view of the election.

@@ -14,8 +14,9 @@ use tracing::{debug, info, warn};
 
 use super::EtcdConfig;
 use crate::doorman::election::Mastership;
-use crate::etcd_wire::{self as wire, unary};
+use crate::service::etcd_wire::{self as wire, unary};
 use crate::service::LockUnpoisoned;
+use crate::service::Outage;
 
 /// What the two tasks share.
 #[derive(Debug, Default)]
@@ -45,6 +46,8 @@ pub(super) struct Campaigner {
     pub(super) channel: Channel,
     pub(super) tx: Arc<watch::Sender<Mastership>>,
     pub(super) shared: Arc<Mutex<Shared>>,
+    /// Whether etcd answers, for the log and the server's readiness.
+    pub(super) outage: Arc<Mutex<Outage>>,
 }
 
 /// Backoff between failed etcd calls outside a session.
@@ -67,6 +70,15 @@ impl Campaigner {
         }
     }
 
+    /// Records a failed call to etcd, retried after `retry_in`: logged at
+    /// warn at the start of an outage and every 30 s while it lasts, at
+    /// debug otherwise.
+    fn unreachable(&self, error: &dyn std::fmt::Display, retry_in: Duration) {
+        if !self.outage.lock_unpoisoned().failed(error, retry_in) {
+            debug!(error = %error, retry_in = ?retry_in, "etcd election call failed; retrying");
+        }
+    }
+
     /// Runs sessions forever.
     pub(super) async fn run(self) {
         loop {
@@ -78,19 +90,24 @@ impl Campaigner {
                 wire::LeaseGrantRequest { ttl, id: 0 },
             );
             let lease = match timeout(self.config.ttl, grant).await {
-                Ok(Ok(r)) if r.ttl > 0 && r.error.is_empty() => r,
+                Ok(Ok(r)) if r.ttl > 0 && r.error.is_empty() => {
+                    self.outage.lock_unpoisoned().answered();
+                    r
+                }
                 Ok(Ok(r)) => {
+                    self.outage.lock_unpoisoned().answered();
                     warn!(error = r.error, "etcd refused a lease");
                     sleep(RETRY).await;
                     continue;
                 }
                 Ok(Err(e)) => {
-                    debug!(error = %e, "etcd lease grant failed");
+                    self.unreachable(&format_args!("lease grant: {e}"), RETRY);
                     sleep(RETRY).await;
                     continue;
                 }
                 Err(_) => {
-                    debug!("etcd lease grant timed out");
+                    let why = format_args!("lease grant: no answer within {:?}", self.config.ttl);
+                    self.unreachable(&why, Duration::ZERO);
                     continue;
                 }
             };
@@ -193,7 +210,7 @@ impl Campaigner {
             match call.await {
                 Ok(_) => break,
                 Err(e) => {
-                    debug!(error = %e, "etcd campaign failed; retrying");
+                    self.unreachable(&format_args!("campaign: {e}"), RETRY);
                     sleep(RETRY).await;
                 }
             }
