@@ -26,7 +26,7 @@ if [[ -z ${TOLLGATE:-} ]]; then
 fi
 
 printf '%-8s %7s %14s %14s %9s %9s %11s %11s %9s %6s\n' \
-    rate threads target achieved ratio "error%" "lag p99" "backlog" "cpu ns/op" "other"
+    rate threads target achieved ratio "error%" "late p99" "backlog" "cpu ns/op" "other"
 for rate in $RATES; do
     for threads in $THREADS; do
         # shellcheck disable=SC2086 # EXTRA is a list of options
@@ -34,7 +34,7 @@ for rate in $RATES; do
             --format json $EXTRA |
             jq -r --arg rate "$rate" 'select(.type == "summary") | [
                 $rate, .threads, .target_ops_per_s, .achieved_ops_per_s, .ratio,
-                (.ratio - 1) * 100, .lag_p99_ns / 1000, .backlog_ns / 1000, .cpu_ns_per_op,
+                (.ratio - 1) * 100, .lateness_p99_ns / 1000, .backlog_ns / 1000, .cpu_ns_per_op,
                 ([0, (.host_busy_cores // .cpu_cores) - .cpu_cores] | max)
             ] | @tsv' |
             while IFS=$'\t' read -r r t target achieved ratio err p99 backlog cpu other; do

@@ -108,7 +108,8 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{Quota, RateLimiter as Governor};
-use tollgate::{RateLimiter, RateSpec, Verb};
+use tollgate::spec::Verb;
+use tollgate::{RateLimiter, RateSpec};
 
 type Gov = governor::DefaultDirectRateLimiter;
 

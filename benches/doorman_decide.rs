@@ -14,8 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_main, BenchmarkId, Criterion};
-use tollgate::doorman::algorithm::{AlgorithmConfig, Kind, Request};
-use tollgate::doorman::store::Resource;
+use tollgate::doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
 
 /// A deterministic pseudo-random stream (SplitMix64), so runs compare.
 struct Stream(u64);

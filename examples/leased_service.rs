@@ -15,13 +15,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::client::{
-    Client, ClientMetrics, LeaseLayer, RateOptions, RateResource, Rejected, ResourceOptions, Source,
+use tollgate::doorman::{
+    CapacitySource, Client, ClientMetrics, LeaseLayer, RateOptions, RateResource, Rejected,
+    ResourceOptions,
 };
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Server, ServerConfig, SingleElection};
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
 const CONFIG: &str = r#"
@@ -46,12 +44,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The server, on an ephemeral port.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::new(
-        Config::from_yaml(CONFIG)?,
-        &election,
-        Arc::new(SystemWallClock),
-    );
+    let election = SingleElection::new(Some(addr.clone()));
+    let server = Server::builder(ServerConfig::from_yaml(CONFIG)?)
+        .election(&election)
+        .build();
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
 
     // Two clients of the same resource, each with a layered service, and
@@ -71,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Wait until both leases are in (the second client's grant makes
         // the first shrink at its next refresh).
         let mut rx = rate.resource().watch();
-        rx.wait_for(|c| c.source == Source::Lease).await?;
+        rx.wait_for(|c| c.source == CapacitySource::Lease).await?;
         runs.push((name, client, rate));
     }
     for (_, _, rate) in &runs {

@@ -22,7 +22,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use tollgate::{RateLimiter, RateSpec, Verb};
+use tollgate::spec::Verb;
+use tollgate::{RateLimiter, RateSpec};
 
 /// Process CPU time (user + system).
 fn cpu_now() -> Duration {

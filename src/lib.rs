@@ -56,10 +56,10 @@
 //!
 //! | feature    | what it builds |
 //! |------------|----------------|
-//! | `client`   | [`doorman::client`]: the Doorman lease client, its limiters and tower layer |
-//! | `server`   | [`doorman::server`] and its config, debug port, metrics, hot reload and single-node election |
-//! | `etcd`     | `doorman::election::etcd`: master election on etcd v3 (implies `server`) |
-//! | `simulate` | `doorman::simulate`: a server tree on a virtual clock (implies `client`, `server`; the only user of tokio's `test-util`) |
+//! | `client`   | [`doorman::Client`]: the Doorman lease client, its limiters and tower layer |
+//! | `server`   | [`doorman::Server`] and its config, debug port, metrics, hot reload and single-node election |
+//! | `etcd`     | `doorman::EtcdElection`: master election on etcd v3 (implies `server`) |
+//! | `simulate` | `doorman::simulate`: a server tree on a virtual clock (implies `client`, `server`; the only user of tokio's `test-util`), and [`plot`], the SVG charts it and `tollgate pace` draw |
 //! | `quota`    | [`quota`]: the quotaservice Allow service and its clients; `quota::cluster` also needs `client` |
 //! | `throttle` | [`throttle`]: the server-side throttler and its tower layer |
 //! | `cli`      | the `tollgate` binary (implies `client`, `server`, `etcd`, `simulate`, `quota`) |
@@ -69,12 +69,19 @@
 //! [`service`] (what the servers share: connection limits, drain, TLS,
 //! configuration watch, etcd) comes with any of them.
 //!
+//! tollgate is not on crates.io yet: depend on a clone by its path, or on
+//! its git repository (the URL you cloned it from), until it is.
+//!
 //! ```toml
 //! [dependencies]
-//! # The limiter alone:
-//! tollgate = { version = "0.1", default-features = false }
+//! # The limiter alone, from a clone beside your project:
+//! tollgate = { path = "../tollgate", default-features = false }
+//! # or from its git repository:
+//! # tollgate = { git = "URL-YOU-CLONED", default-features = false }
 //! # A service that takes Doorman leases:
-//! # tollgate = { version = "0.1", default-features = false, features = ["client"] }
+//! # tollgate = { path = "../tollgate", default-features = false, features = ["client"] }
+//! # Once published:
+//! # tollgate = { version = "0.1", default-features = false }
 //! ```
 //!
 //! `--cfg tollgate_loom` switches the limiter's synchronisation to loom for
@@ -85,9 +92,10 @@
     not(any(feature = "client", feature = "server")),
     doc = "[`doorman`]: #crate-features"
 )]
-#![cfg_attr(not(feature = "client"), doc = "[`doorman::client`]: #crate-features")]
-#![cfg_attr(not(feature = "server"), doc = "[`doorman::server`]: #crate-features")]
+#![cfg_attr(not(feature = "client"), doc = "[`doorman::Client`]: #crate-features")]
+#![cfg_attr(not(feature = "server"), doc = "[`doorman::Server`]: #crate-features")]
 #![cfg_attr(not(feature = "quota"), doc = "[`quota`]: #crate-features")]
+#![cfg_attr(not(feature = "simulate"), doc = "[`plot`]: #crate-features")]
 #![cfg_attr(
     any(not(feature = "throttle"), tollgate_loom),
     doc = "[`throttle`]: #crate-features"
@@ -98,6 +106,8 @@ mod clock;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
 mod limiter;
+// The SVG charts of the Doorman simulation and of `tollgate pace`.
+#[cfg(feature = "simulate")]
 pub mod plot;
 #[cfg(feature = "quota")]
 pub mod quota;
@@ -126,6 +136,15 @@ pub mod throttle;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use limiter::reservation::{BucketSettings, Refusal, ReserveError, TokenBucket};
-pub use limiter::spec::{RateSpec, SpecError, Verb};
-pub use limiter::{AcquireFuture, Builder, Ledger, RateLimiter, Stats, TimeoutError};
+pub use limiter::spec;
+pub use limiter::token_bucket::{BucketSettings, Refusal, ReserveError, TokenBucket};
+pub use limiter::{AcquireFuture, RateLimiter, RateLimiterBuilder, Stats, TimeoutError};
+#[doc(no_inline)]
+pub use spec::{RateSpec, SpecError};
+
+/// What tests and model checks read to account for every token: not part
+/// of the API.
+#[doc(hidden)]
+pub mod accounting {
+    pub use crate::limiter::Ledger;
+}

@@ -3,22 +3,21 @@
 
 mod budget;
 mod core;
-mod fast;
 mod filler;
 mod future;
 pub(crate) mod pool;
-pub(crate) mod reservation;
 mod slice;
-pub(crate) mod spec;
+pub mod spec;
 mod stats;
+pub(crate) mod token_bucket;
 pub(crate) mod units;
 mod wait;
 
 use std::fmt;
 use std::time::Duration;
 
+use self::budget::{keep_extra, take_fast};
 use self::core::Core;
-use self::fast::{keep_extra, take_fast};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
 pub use self::stats::{Ledger, Stats};
@@ -92,7 +91,7 @@ impl std::error::Error for TimeoutError {}
 
 /// Options for a [`RateLimiter`]; start with [`RateLimiter::builder`].
 #[derive(Debug)]
-pub struct Builder {
+pub struct RateLimiterBuilder {
     spec: RateSpec,
     clock: Option<Box<dyn Clock>>,
     slices: Option<usize>,
@@ -101,10 +100,10 @@ pub struct Builder {
     filler_thread: bool,
 }
 
-impl Builder {
+impl RateLimiterBuilder {
     /// The clock to measure time with (default: [`SystemClock`]). Tests pass
     /// a [`ManualClock`](crate::ManualClock).
-    pub fn clock(mut self, clock: impl Clock) -> Builder {
+    pub fn clock(mut self, clock: impl Clock) -> RateLimiterBuilder {
         self.clock = Some(Box::new(clock));
         self
     }
@@ -112,7 +111,7 @@ impl Builder {
     /// How many slices the active pool is split into (rounded up to a power
     /// of two; default: four per available core, at most 64). One slice
     /// makes a single shared pool.
-    pub fn slices(mut self, slices: usize) -> Builder {
+    pub fn slices(mut self, slices: usize) -> RateLimiterBuilder {
         self.slices = Some(slices.clamp(1, 1024));
         self
     }
@@ -137,7 +136,7 @@ impl Builder {
     ///
     /// An interval below 10 µs is taken as 10 µs: the filler thread would
     /// otherwise spend its time going to sleep.
-    pub fn fill_interval(mut self, interval: Duration) -> Builder {
+    pub fn fill_interval(mut self, interval: Duration) -> RateLimiterBuilder {
         self.fill_interval = interval.max(Duration::from_micros(10));
         self
     }
@@ -145,7 +144,7 @@ impl Builder {
     /// Caps the backlog (default: unbounded, as a benchmark schedule needs).
     /// A service whose limiter sat idle should not then run fast for hours:
     /// time beyond the cap is dropped.
-    pub fn max_backlog(mut self, cap: Duration) -> Builder {
+    pub fn max_backlog(mut self, cap: Duration) -> RateLimiterBuilder {
         self.max_backlog = Some(cap);
         self
     }
@@ -153,7 +152,7 @@ impl Builder {
     /// Whether to run the filler thread (default: yes). Without it, time is
     /// added only when callers find a fill an interval late or call
     /// [`RateLimiter::backlog`]: for deterministic tests on a manual clock.
-    pub fn filler_thread(mut self, run: bool) -> Builder {
+    pub fn filler_thread(mut self, run: bool) -> RateLimiterBuilder {
         self.filler_thread = run;
         self
     }
@@ -163,7 +162,7 @@ impl Builder {
     /// # Panics
     ///
     /// If the operating system refuses the filler thread (a process at its
-    /// thread limit); [`Builder::try_build`] returns that error instead.
+    /// thread limit); [`RateLimiterBuilder::try_build`] returns that error instead.
     pub fn build(self) -> RateLimiter {
         self.try_build()
             .unwrap_or_else(|e| panic!("tollgate: cannot spawn the filler thread: {e}"))
@@ -239,7 +238,7 @@ impl RateLimiter {
     ///
     /// # Panics
     ///
-    /// As [`Builder::build`]: if the filler thread cannot be spawned.
+    /// As [`RateLimiterBuilder::build`]: if the filler thread cannot be spawned.
     pub fn new(spec: RateSpec) -> RateLimiter {
         RateLimiter::builder(spec).build()
     }
@@ -265,8 +264,8 @@ impl RateLimiter {
     /// assert!(limiter.try_acquire());
     /// # Ok::<(), tollgate::SpecError>(())
     /// ```
-    pub fn builder(spec: RateSpec) -> Builder {
-        Builder {
+    pub fn builder(spec: RateSpec) -> RateLimiterBuilder {
+        RateLimiterBuilder {
             spec,
             clock: None,
             slices: None,
@@ -404,7 +403,7 @@ impl RateLimiter {
         self.core.backlog()
     }
 
-    /// Sets or removes the cap on the backlog (see [`Builder::max_backlog`]).
+    /// Sets or removes the cap on the backlog (see [`RateLimiterBuilder::max_backlog`]).
     pub fn set_max_backlog(&self, cap: Option<Duration>) {
         self.core.set_max_backlog(cap);
     }

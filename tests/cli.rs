@@ -217,7 +217,8 @@ fn pace_plot_writes_an_svg_picture() {
     let summary = String::from_utf8(o.stdout).unwrap();
     let summary: serde_json::Value = serde_json::from_str(summary.lines().last().unwrap()).unwrap();
     assert_eq!(summary["type"], "summary");
-    assert!(summary["mean_lateness_ns"].is_u64(), "{summary}");
+    assert!(summary["lateness_mean_ns"].is_u64(), "{summary}");
+    assert!(summary["limiter_mean_wait_ns"].is_u64(), "{summary}");
     let svg = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     // Well formed: every element closed, one root.
@@ -229,6 +230,8 @@ fn pace_plot_writes_an_svg_picture() {
     for text in [
         ">tollgate pace 2K,1.1: 2 threads",
         ">Rate per interval</text>",
+        ">Backlog at the end of each interval: schedule time due and not taken</text>",
+        ">backlog (",
         ">rate (ops/s)</text>",
         ">achieved</text>",
         ">target</text>",
@@ -251,4 +254,121 @@ fn pace_plot_is_refused_with_idle() {
     let o = tollgate(&["pace", "--idle", "--plot", "x.svg"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn pace_says_what_it_runs_before_it_runs() {
+    let o = tollgate(&["pace", "2K", "--duration", "300ms", "--interval", "100ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "tollgate pace 2K,1.1: 2 threads for 300ms, a line every 100ms"
+    );
+    // People's units: no bare nanosecond counts in the summary.
+    let cpu = lines.iter().find(|l| l.starts_with("  cpu ")).unwrap();
+    assert!(cpu.ends_with("s per op"), "{cpu}");
+    assert!(!cpu.contains(" ns per op"), "{cpu}");
+    let late = lines.iter().find(|l| l.starts_with("  lateness ")).unwrap();
+    assert!(late.contains("ops the callers reported"), "{late}");
+    assert!(lines
+        .iter()
+        .any(|l| l.starts_with("  limiter     mean wait ")));
+
+    // CSV: the start as a comment, then columns named as the text names them.
+    let o = tollgate(&[
+        "pace",
+        "2K",
+        "--duration",
+        "200ms",
+        "--interval",
+        "100ms",
+        "--format",
+        "csv",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let mut lines = out.lines();
+    assert!(lines.next().unwrap().starts_with("# start duration_s=0.2 "));
+    assert_eq!(
+        lines.next().unwrap(),
+        "elapsed_s,target_ops_per_s,achieved_ops_per_s,ratio,ops,backlog_ns,\
+         lateness_p50_ns,lateness_p99_ns,lateness_max_ns,lateness_mean_ns,stalled"
+    );
+}
+
+#[test]
+fn pace_refuses_a_plot_it_cannot_write_before_the_run() {
+    // A ten-minute run: it must end at once, with nothing run (the hang
+    // guard would fail the test long before the run's end).
+    let o = tollgate(&[
+        "pace",
+        "1K",
+        "--duration",
+        "10m",
+        "--plot",
+        "/nonexistent/dir/pace.svg",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        err.starts_with("error: cannot write the picture to /nonexistent/dir/pace.svg: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn simulate_help_lists_the_seven_scenarios() {
+    let o = tollgate(&["simulate", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8(o.stdout).unwrap();
+    for n in 1..=7 {
+        let line = help
+            .lines()
+            .find(|l| l.starts_with(&format!("  {n}  ")))
+            .unwrap_or_else(|| panic!("scenario {n} in {help}"));
+        assert!(line.len() > 20, "{line}");
+    }
+    assert!(
+        !help.contains("see `tollgate::doorman::simulate`"),
+        "{help}"
+    );
+}
+
+/// Ten thousand tasks at 100K ops/s: each fill serves one task a burst of
+/// ops, after which it waits behind all the others, past the end of the
+/// run. The ops of tasks still waiting are reported all the same, so the
+/// lateness figures cover the run (not a hundredth of it).
+#[test]
+fn pace_reports_the_ops_of_tasks_waiting_at_the_end() {
+    let o = tollgate(&[
+        "pace",
+        "100K",
+        "--async",
+        "--threads",
+        "10000",
+        "--duration",
+        "1s",
+        "--interval",
+        "250ms",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let run = summary["total_ops"].as_u64().unwrap();
+    let reported = summary["lateness_ops"].as_u64().unwrap();
+    assert!(run > 0, "{summary}");
+    assert!(
+        reported * 2 >= run,
+        "{reported} of {run} reported: {summary}"
+    );
 }

@@ -12,14 +12,11 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tollgate::doorman::client::{
-    Backoff, Capacity, Client, ClientMetrics, ExpiryMode, RateOptions, RateResource,
-    ResourceOptions, Source,
+use tollgate::doorman::{
+    Backoff, Capacity, CapacitySource, Client, ClientMetrics, ExpiryMode, RateOptions,
+    RateResource, ResourceOptions,
 };
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::{single::Single, Election, Mastership};
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Election, Mastership, Server, ServerConfig, SingleElection};
 
 /// A guard on how long any wait may take before the test fails; never
 /// part of what is asserted.
@@ -53,11 +50,9 @@ impl Running {
 
 /// Serves `yaml` on `listener`, always master.
 fn serve_on(listener: tokio::net::TcpListener, yaml: &str, election: &dyn Election) -> Running {
-    let server = Server::new(
-        Config::from_yaml(yaml).unwrap(),
-        election,
-        Arc::new(SystemWallClock),
-    );
+    let server = Server::builder(ServerConfig::from_yaml(yaml).unwrap())
+        .election(election)
+        .build();
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = tokio::spawn(server.clone().serve(listener, async {
         let _ = stopped.await;
@@ -75,7 +70,7 @@ fn serve_on(listener: tokio::net::TcpListener, yaml: &str, election: &dyn Electi
 async fn serve(yaml: &str) -> (Running, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
+    let election = SingleElection::new(Some(addr.clone()));
     (serve_on(listener, yaml, &election), addr)
 }
 
@@ -113,7 +108,7 @@ async fn dead_address() -> String {
 }
 
 fn granted(c: &Capacity, value: f64) -> bool {
-    c.source == Source::Lease && c.capacity == value
+    c.source == CapacitySource::Lease && c.capacity == value
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +193,7 @@ async fn three_clients_share_fairly_and_grow_when_one_releases() {
 async fn outage_applies_each_mode_at_expiry_and_recovery_ends_it() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
+    let election = SingleElection::new(Some(addr.clone()));
     let running = serve_on(listener, FAIR, &election);
 
     // "outage" matches "*": capacity 100, safe capacity 10, lease 3 s,
@@ -226,7 +221,7 @@ async fn outage_applies_each_mode_at_expiry_and_recovery_ends_it() {
     running.stop().await;
     let expected = [30.0, 0.0, 10.0];
     for ((rx, want), mode) in rxs.iter_mut().zip(expected).zip(modes) {
-        let c = wait_for(rx, "expiry", |c| c.source == Source::Expired).await;
+        let c = wait_for(rx, "expiry", |c| c.source == CapacitySource::Expired).await;
         assert_eq!(c.capacity, want, "{mode:?}");
         assert_eq!(c.safe_capacity, Some(10.0));
     }
@@ -236,10 +231,10 @@ async fn outage_applies_each_mode_at_expiry_and_recovery_ends_it() {
 
     // Restart on the same port: a fresh server in learning mode.
     let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
-    let election = Single::new(Some(addr.clone()));
+    let election = SingleElection::new(Some(addr.clone()));
     let running = serve_on(listener, FAIR, &election);
     for rx in &mut rxs {
-        let c = wait_for(rx, "recovery", |c| c.source == Source::Lease).await;
+        let c = wait_for(rx, "recovery", |c| c.source == CapacitySource::Lease).await;
         // The first answer comes in learning mode: it echoes `has`, and an
         // expired lease is not reported, so 0.
         assert_eq!(c.capacity, 0.0);
@@ -340,7 +335,7 @@ async fn failover_to_the_next_server_keeps_the_lease_through_its_learning_mode()
     recorder.abort();
     // The lease was renewed from the second server before it expired.
     for (capacity, source) in seen.lock().unwrap().iter() {
-        assert_eq!((*capacity, *source), (30.0, Source::Lease));
+        assert_eq!((*capacity, *source), (30.0, CapacitySource::Lease));
     }
     drop(r);
     second.stop().await;

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::doorman::client::{
-    Client, ExpiryMode, GaugeResource, LeaseLayer, RateOptions, RateResource, Rejected,
-    ResourceOptions, Source,
-};
 use tollgate::doorman::pb;
+use tollgate::doorman::{
+    CapacitySource, Client, ExpiryMode, GaugeResource, LeaseLayer, RateOptions, RateResource,
+    Rejected, ResourceOptions,
+};
 use tower::{Layer as _, ServiceExt as _};
 
 #[path = "common/lease_server.rs"]
@@ -32,8 +32,8 @@ async fn start() -> Client {
     Client::builder().server(addr).build().unwrap()
 }
 
-async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::client::Capacity>) {
-    tokio::time::timeout(HANG, rx.wait_for(|c| c.source == Source::Lease))
+async fn leased(rx: &mut tokio::sync::watch::Receiver<tollgate::doorman::Capacity>) {
+    tokio::time::timeout(HANG, rx.wait_for(|c| c.source == CapacitySource::Lease))
         .await
         .unwrap()
         .unwrap();
@@ -53,7 +53,7 @@ async fn a_gauge_caps_operations_in_flight_at_the_lease() {
     let dead = lease_server::nowhere().await;
     let unanswered = Client::builder().server(dead).build().unwrap();
     let gauge = GaugeResource::new(&unanswered, "gauge", ResourceOptions::new(2.7), None).unwrap();
-    assert_eq!(gauge.resource().current().source, Source::Pending);
+    assert_eq!(gauge.resource().current().source, CapacitySource::Pending);
     assert_eq!(gauge.limit(), 0, "nothing before the lease");
     assert!(gauge.try_mark().is_none());
 
@@ -125,7 +125,7 @@ async fn the_layer_rejects_when_the_lease_is_zero_and_admits_when_it_is_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn estimated_wants_follow_the_demand_that_was_refused() {
-    use tollgate::doorman::client::Smoothing;
+    use tollgate::doorman::Smoothing;
     let client = start().await;
     // Starts asking for 5/s; the server (STATIC, cap 100) grants what is
     // asked, so wants are what the server records.
@@ -169,7 +169,7 @@ async fn before_any_answer_each_mode_applies_its_fallback() {
     let pessimistic = make("p", ExpiryMode::Pessimistic);
     let safe = make("s", ExpiryMode::Safe);
     for r in [&optimistic, &pessimistic, &safe] {
-        assert_eq!(r.resource().current().source, Source::Pending);
+        assert_eq!(r.resource().current().source, CapacitySource::Pending);
     }
     assert_eq!(optimistic.capacity(), 40.0);
     assert_eq!(optimistic.limiter().spec().ops_per_sec(), 40.0);

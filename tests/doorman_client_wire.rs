@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use prost::Message as _;
 use tokio::sync::watch;
-use tollgate::doorman::client::{Backoff, Capacity, Client, ExpiryMode, ResourceOptions, Source};
-use tollgate::doorman::clock::ManualWallClock;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_server::{Capacity as CapacityService, CapacityServer};
+use tollgate::doorman::{Backoff, Capacity, CapacitySource, Client, ExpiryMode, ResourceOptions};
+use tollgate::ManualClock;
 
 /// The client's Unix time.
 const T0: u64 = 1_700_000_000;
@@ -155,7 +155,11 @@ impl CapacityService for Fake {
 fn client(addr: &str) -> Client {
     Client::builder()
         .server(addr)
-        .clock(Arc::new(ManualWallClock::new(Duration::from_secs(T0))))
+        .clock(Arc::new({
+            let clock = ManualClock::new();
+            clock.advance(Duration::from_secs(T0));
+            clock
+        }))
         .rpc_timeout(Duration::from_secs(2))
         .backoff(Backoff {
             base: Duration::from_millis(100),
@@ -198,7 +202,7 @@ async fn a_bare_redirect_is_followed_at_once_to_a_go_encoded_lease() {
         .resource("fair", ResourceOptions::new(150.0).priority(3))
         .unwrap();
     let mut rx = r.watch();
-    let got = wait_for(&mut rx, |c| c.source == Source::Lease).await;
+    let got = wait_for(&mut rx, |c| c.source == CapacitySource::Lease).await;
     assert_eq!(got.capacity, 100.0);
     assert_eq!(got.safe_capacity, Some(10.0));
     let lease = got.lease.unwrap();
@@ -280,7 +284,7 @@ async fn junk_from_the_server_is_logged_and_never_panics() {
         .unwrap();
     let mut rx = r.watch();
 
-    let first = wait_for(&mut rx, |c| c.source == Source::Lease).await;
+    let first = wait_for(&mut rx, |c| c.source == CapacitySource::Lease).await;
     assert_eq!(first.capacity, 50.0);
     // The five junk answers change nothing; the repaired one is taken.
     let repaired = wait_for(&mut rx, |c| c.capacity == 70.0).await;
@@ -296,11 +300,11 @@ async fn junk_from_the_server_is_logged_and_never_panics() {
     );
     // Expiry in the past: the lease counts as expired; safe mode applies.
     let expired = wait_for(&mut rx, |c| c.refreshes == 3).await;
-    assert_eq!(expired.source, Source::Expired);
+    assert_eq!(expired.source, CapacitySource::Expired);
     assert_eq!(expired.capacity, 5.0);
     // And a good answer afterwards is used: the task survived.
     let last = wait_for(&mut rx, |c| c.capacity == 90.0).await;
-    assert_eq!(last.source, Source::Lease);
+    assert_eq!(last.source, CapacitySource::Lease);
     assert_eq!(last.refreshes, 4);
 
     let text = logs.text();

@@ -9,14 +9,11 @@
 //! Every wait polls with a generous bound; no timing is asserted.
 
 use logs::Logs;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Server, SingleElection};
 use tollgate::quota::etcd::EtcdDocument;
 
 #[path = "common/ask.rs"]
@@ -265,8 +262,8 @@ async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
     let loaded = source.load().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::new(loaded.config, &election, Arc::new(SystemWallClock));
+    let election = SingleElection::new(Some(addr.clone()));
+    let server = Server::builder(loaded.config).election(&election).build();
     let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
     let watch = source.spawn(server.clone(), loaded.revision);
     assert_eq!(capacity_at(&addr).await, Some(100.0));

@@ -13,14 +13,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use tollgate::doorman::client::{Backoff, Capacity, Client, Resource, ResourceOptions, Source};
-use tollgate::doorman::clock::{SystemWallClock, WallClock as _};
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
-use tollgate::doorman::election::Election as _;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{
+    Backoff, Capacity, CapacitySource, Client, Election as _, EtcdElection, EtcdElectionConfig,
+    Resource, ResourceOptions, ServeError, Server, ServerConfig, SystemWallClock, WallClock as _,
+};
 use tracing::field::{Field, Visit};
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
@@ -67,26 +65,24 @@ const BACKOFF: Backoff = Backoff {
 struct Node {
     addr: String,
     server: Server,
-    election: Option<Etcd>,
-    serving: JoinHandle<Result<(), tonic::transport::Error>>,
+    election: Option<EtcdElection>,
+    serving: JoinHandle<Result<(), ServeError>>,
 }
 
 impl Node {
     async fn start(endpoint: &str, key: &str) -> Node {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let election = Etcd::start(EtcdConfig {
+        let election = EtcdElection::start(EtcdElectionConfig {
             endpoints: vec![endpoint.to_owned()],
             key: key.to_owned(),
             ttl: TTL,
             advertise: addr.clone(),
         })
         .unwrap();
-        let server = Server::new(
-            Config::from_yaml(CONFIG).unwrap(),
-            &election,
-            Arc::new(SystemWallClock),
-        );
+        let server = Server::builder(ServerConfig::from_yaml(CONFIG).unwrap())
+            .election(&election)
+            .build();
         server.spawn_background(Duration::from_secs(1));
         let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
         Node {
@@ -362,7 +358,7 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
         .collect();
     let holds_20 = |r: &Resource| {
         let c = r.current();
-        c.source == Source::Lease && c.capacity == 20.0
+        c.source == CapacitySource::Lease && c.capacity == 20.0
     };
     let mut held = [0.0; 2];
     let start = Instant::now();
@@ -460,7 +456,7 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
             let id = clients[i].id();
             assert_eq!(
                 now.source,
-                Source::Lease,
+                CapacitySource::Lease,
                 "{id} without a lease {:?} after the kill",
                 killed.elapsed()
             );

@@ -11,21 +11,26 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::clock::ManualWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Server, ServerConfig, SingleElection};
+use tollgate::ManualClock;
 
 const T0: u64 = 1_700_000_000;
 
 const CONFIG: &str = "resources:\n  - {identifier_glob: '*', capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}}\n";
 
-async fn populated(n: usize) -> (Server, Arc<ManualWallClock>) {
-    let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T0)));
-    let election = Single::new(Some("me:1".into()));
-    let server = Server::new(Config::from_yaml(CONFIG).unwrap(), &election, clock.clone());
+async fn populated(n: usize) -> (Server, Arc<ManualClock>) {
+    let clock = Arc::new({
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(T0));
+        clock
+    });
+    let election = SingleElection::new(Some("me:1".into()));
+    let server = Server::builder(ServerConfig::from_yaml(CONFIG).unwrap())
+        .election(&election)
+        .clock(clock.clone())
+        .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server.clone().serve(listener, std::future::pending()));

@@ -8,12 +8,10 @@ use std::time::Duration;
 use prost::Message as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
-use tollgate::doorman::clock::ManualWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::{single::Single, Election, Mastership};
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Election, Mastership, Server, ServerConfig, SingleElection};
+use tollgate::ManualClock;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -64,13 +62,20 @@ impl Election for TestElection {
 struct Harness {
     server: Server,
     client: CapacityClient<Channel>,
-    clock: Arc<ManualWallClock>,
+    clock: Arc<ManualClock>,
     channel: Channel,
 }
 
 async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
-    let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T0)));
-    let server = Server::new(Config::from_yaml(yaml).unwrap(), election, clock.clone());
+    let clock = Arc::new({
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(T0));
+        clock
+    });
+    let server = Server::builder(ServerConfig::from_yaml(yaml).unwrap())
+        .election(election)
+        .clock(clock.clone())
+        .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
@@ -89,7 +94,7 @@ async fn start_with(yaml: &str, election: &dyn Election) -> Harness {
 }
 
 async fn start() -> Harness {
-    start_with(CONFIG, &Single::new(Some("me:1".into()))).await
+    start_with(CONFIG, &SingleElection::new(Some("me:1".into()))).await
 }
 
 fn lease(capacity: f64) -> pb::Lease {
@@ -714,7 +719,7 @@ resources:
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: 20}
 "#;
-    let mut h = start_with(yaml, &Single::new(Some("me:1".into()))).await;
+    let mut h = start_with(yaml, &SingleElection::new(Some("me:1".into()))).await;
     h.clock.advance(Duration::from_secs(21));
     assert_eq!(ask_as_server(&mut h, "a", "r", 4, 80.0, None).await, 80.0);
     assert_eq!(ask_as_server(&mut h, "b", "r", 4, 80.0, None).await, 20.0);
@@ -782,7 +787,7 @@ async fn a_reload_that_shortens_the_lease_length_cuts_existing_leases() {
         "algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5, learning_mode_duration: 0}",
         "algorithm: {kind: FAIR_SHARE, lease_length: 5, refresh_interval: 5, learning_mode_duration: 0}",
     );
-    h.server.reload(Config::from_yaml(&shorter).unwrap());
+    h.server.reload(ServerConfig::from_yaml(&shorter).unwrap());
     let leases = h.server.leases("fair").unwrap();
     assert_eq!(leases[0].1.expiry, Duration::from_secs(T0 + 5));
     // Past the new length, a's 40 no longer count: b gets everything.

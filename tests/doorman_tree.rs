@@ -4,15 +4,11 @@
 //! The poller runs on real time (it waits the parent's refresh interval), so
 //! the tests poll state with generous bounds instead of asserting timings.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::{Parent, Server};
+use tollgate::doorman::{Parent, Server, ServerConfig, SingleElection};
 use tonic::transport::Channel;
 
 #[path = "common/ask.rs"]
@@ -46,16 +42,14 @@ async fn start(yaml: &str, parent: Option<(&str, &str)>) -> Running {
     let (listener, addr) = lease_server::listen().await;
     let server = match parent {
         None => lease_server::master_at(yaml, &addr),
-        Some((parent, id)) => Server::with_parent(
-            Config::from_yaml(yaml).unwrap(),
-            &Single::new(Some(addr.clone())),
-            Arc::new(SystemWallClock),
-            Parent {
+        Some((parent, id)) => Server::builder(ServerConfig::from_yaml(yaml).unwrap())
+            .election(&SingleElection::new(Some(addr.clone())))
+            .parent(Parent {
                 address: parent.to_owned(),
                 server_id: id.to_owned(),
                 decay_factor: 0.5,
-            },
-        ),
+            })
+            .build(),
     };
     server.spawn_background(Duration::from_secs(1));
     tokio::spawn(server.clone().serve(listener, std::future::pending()));
@@ -84,7 +78,7 @@ async fn get(
 }
 
 /// The lease the root holds for server `id` on "r".
-fn root_lease(root: &Server, id: &str) -> tollgate::doorman::lease::ClientLease {
+fn root_lease(root: &Server, id: &str) -> tollgate::doorman::ClientLease {
     root.leases("r")
         .unwrap()
         .into_iter()

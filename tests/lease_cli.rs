@@ -76,3 +76,60 @@ fn a_paused_server_cannot_keep_a_lease_in_force() {
     assert!(status.success(), "{status:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// SIGTERM, as a service manager sends it, releases the leases as SIGINT
+/// does, and the command exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_leases() {
+    let (server, addr) = lease_server::serve(CONFIG).await;
+    let mut lease = cli::start_reading_stdout(
+        cli::tollgate().args(["lease", "a", "--wants", "42", "--server", &addr]),
+    );
+    tokio::task::block_in_place(|| lease.wait_line("a capacity=42 source=lease"));
+    assert_eq!(server.status()[0].sum_has, 42.0);
+    lease.signal(libc::SIGTERM);
+    let status = tokio::task::block_in_place(|| lease.exit_status());
+    assert!(status.success(), "{status:?}");
+    for r in server.status() {
+        assert_eq!(r.sum_has, 0.0, "{}", r.id);
+    }
+}
+
+/// A server in learning mode grants a new client 0: the command says why
+/// on stderr, once, with the lease length learning mode lasts by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_of_nothing_names_learning_mode() {
+    let (_server, addr) = lease_server::serve(
+        "resources:\n  - {identifier_glob: '*', capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 1}}\n",
+    )
+    .await;
+    let args = [
+        "lease", "a", "--wants", "42", "--server", &addr, "--count", "2",
+    ]
+    .map(str::to_owned);
+    let output = tokio::task::spawn_blocking(move || cli::tollgate().args(args).output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    for line in stdout.lines() {
+        assert!(line.starts_with("a capacity=0 source=lease "), "{line}");
+    }
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(
+        notes[0].starts_with(
+            "note: a: granted 0 of 42 wanted: a server in learning mode grants a client only \
+             what it already holds, for its learning_mode_duration after it becomes master \
+             (by default one lease length, here "
+        ),
+        "{stderr}"
+    );
+    // The lease's 30 s, less the whole seconds since it was granted.
+    assert!(
+        notes[0].contains("here 30s)") || notes[0].contains("here 29s)"),
+        "{stderr}"
+    );
+}

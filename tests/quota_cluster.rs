@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::doorman::client::Client;
+use tollgate::doorman::Client;
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::{Limits, Quota, Request, Status};

@@ -13,14 +13,12 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tokio::sync::oneshot;
-use tollgate::doorman::client::{Client, Resource, ResourceOptions};
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
 use tollgate::doorman::pb;
 use tollgate::doorman::pb::capacity_client::CapacityClient;
-use tollgate::doorman::server::{Parent, Server};
-use tollgate::service::{ClientTls, ServerLimits, ServerTls};
+use tollgate::doorman::{
+    Client, ClientTls, Parent, Resource, ResourceOptions, Server, ServerConfig, ServerTls,
+    SingleElection,
+};
 use tonic::transport::Endpoint;
 
 #[path = "common/lease_server.rs"]
@@ -79,16 +77,26 @@ fn leaf(dir: &Path, name: &str, names: &[&str], ca: &Ca) -> (PathBuf, PathBuf) {
     (cert_file, key_file)
 }
 
+/// A lease server deciding by YAML, the master at `addr`, to serve over
+/// `tls`.
+fn master_over_tls(addr: &str, tls: &ServerTls) -> Server {
+    let election = SingleElection::new(Some(addr.to_owned()));
+    Server::builder(ServerConfig::from_yaml(YAML).unwrap())
+        .election(&election)
+        .tls(tls)
+        .unwrap()
+        .build()
+}
+
 /// Serves YAML over `tls` on 127.0.0.1:0; returns the address and the
 /// sender that stops the server.
 async fn serve(tls: ServerTls) -> (String, oneshot::Sender<()>) {
     let (listener, addr) = lease_server::listen().await;
-    let server = lease_server::master_at(YAML, &addr);
+    let server = master_over_tls(&addr, &tls);
     let (stop, stopped) = oneshot::channel::<()>();
-    let limits = ServerLimits::default();
     tokio::spawn(async move {
         server
-            .serve_with_tls(listener, limits, &tls, async {
+            .serve(listener, async {
                 let _ = stopped.await;
             })
             .await
@@ -328,17 +336,12 @@ resources:
 /// read its leases) and its address.
 async fn root(tls: ServerTls) -> (Server, String) {
     let (listener, addr) = lease_server::listen().await;
-    let server = lease_server::master_at(YAML, &addr);
+    let server = master_over_tls(&addr, &tls);
     server.spawn_background(Duration::from_secs(1));
     let serving = server.clone();
     tokio::spawn(async move {
         serving
-            .serve_with_tls(
-                listener,
-                ServerLimits::default(),
-                &tls,
-                std::future::pending(),
-            )
+            .serve(listener, std::future::pending())
             .await
             .unwrap();
     });
@@ -349,19 +352,17 @@ async fn root(tls: ServerTls) -> (Server, String) {
 /// poller asks `parent` as `id` over `tls`; returns its address.
 async fn intermediate(parent: &str, id: &str, tls: &ClientTls) -> String {
     let (listener, addr) = lease_server::listen().await;
-    let election = Single::new(Some(addr.clone()));
-    let server = Server::with_parent_tls(
-        Config::from_yaml(MID).unwrap(),
-        &election,
-        Arc::new(SystemWallClock),
-        Parent {
+    let election = SingleElection::new(Some(addr.clone()));
+    let server = Server::builder(ServerConfig::from_yaml(MID).unwrap())
+        .election(&election)
+        .parent(Parent {
             address: parent.to_owned(),
             server_id: id.to_owned(),
             decay_factor: 0.5,
-        },
-        tls,
-    )
-    .unwrap();
+        })
+        .parent_tls(tls)
+        .unwrap()
+        .build();
     server.spawn_background(Duration::from_secs(1));
     tokio::spawn(server.serve(listener, std::future::pending()));
     addr

@@ -12,8 +12,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::doorman::algorithm::{AlgorithmConfig, Kind, Request};
-//! use tollgate::doorman::store::Resource;
+//! use tollgate::doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
 //!
 //! let algo = AlgorithmConfig::new(Kind::FairShare, Duration::from_secs(60), Duration::from_secs(15));
 //! let mut res = Resource::new();
@@ -34,10 +33,10 @@ mod fixed;
 mod none;
 mod proportional;
 
-pub use fair::FairShare;
-pub use fixed::Static;
-pub use none::NoAlgorithm;
-pub use proportional::ProportionalShare;
+pub(super) use fair::FairShare;
+pub(super) use fixed::Static;
+pub(super) use none::NoAlgorithm;
+pub(super) use proportional::ProportionalShare;
 
 /// The algorithm kinds of the wire protocol (`doorman.Algorithm.Kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -30,7 +30,7 @@
 //!   modes do take effect during an outage (Go retries one address
 //!   forever).
 //! - The refresh interval is the server's, down to one second (Go never
-//!   goes below five); [`Builder::min_refresh`] raises the floor.
+//!   goes below five); [`ClientBuilder::min_refresh`] raises the floor.
 //! - A client holds one lease per resource id: asking twice for the same id
 //!   is an error ([`ResourceError::Duplicate`]) rather than a shared,
 //!   reference-counted resource; share the handle instead.
@@ -39,7 +39,7 @@
 //! - [`ClientMetrics`] counts every RPC, its failures (a deadline passed
 //!   included) and durations by server address and method, under the Go
 //!   client's metric names; it is off unless given to
-//!   [`Builder::metrics`].
+//!   [`ClientBuilder::metrics`].
 //! - Bad answers (NaN, infinite or negative capacity, no lease, expiry in
 //!   the past, a refresh interval below the floor, unusable safe capacity,
 //!   answers for unknown resources) are logged with `tracing` and refused or
@@ -48,22 +48,21 @@
 //! # Examples
 //!
 //! ```
-//! use tollgate::doorman::client::{Client, ResourceOptions, Source};
-//! # use std::sync::Arc;
-//! # use tollgate::doorman::{clock::SystemWallClock, config::Config, election::single::Single, server::Server};
+//! use tollgate::doorman::{Client, ResourceOptions, CapacitySource};
+//! # use tollgate::doorman::{Server, ServerConfig, SingleElection};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! # let address = listener.local_addr()?.to_string();
-//! # let election = Single::new(Some(address.clone()));
+//! # let election = SingleElection::new(Some(address.clone()));
 //! # let yaml = "resources:\n- identifier_glob: '*'\n  capacity: 1000\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}\n";
-//! # let server = Server::new(Config::from_yaml(yaml)?, &election, Arc::new(SystemWallClock));
+//! # let server = Server::builder(ServerConfig::from_yaml(yaml)?).election(&election).build();
 //! # tokio::spawn(server.serve(listener, std::future::pending()));
 //! let client = Client::builder().server(address).build()?;
 //! let resource = client.resource("fair", ResourceOptions::new(100.0))?;
 //! let mut capacity = resource.watch();
-//! capacity.wait_for(|c| c.source == Source::Lease).await?;
+//! capacity.wait_for(|c| c.source == CapacitySource::Lease).await?;
 //! assert_eq!(resource.capacity(), 100.0);
 //! resource.release().await?;
 //! # Ok(())
@@ -94,7 +93,7 @@ pub use super::session::SessionError;
 pub use backoff::Backoff;
 pub use gauge::{GaugeGuard, GaugeResource};
 pub use layer::{LeaseLayer, Leased, Rejected};
-pub use lease::{Capacity, ExpiryMode, Lease, ParseExpiryModeError, Source};
+pub use lease::{Capacity, CapacitySource, ExpiryMode, Lease, ParseExpiryModeError};
 pub use metrics::ClientMetrics;
 pub use rate::{RateOptions, RateResource};
 pub use wants::Smoothing;
@@ -249,7 +248,7 @@ impl ResourceOptions {
 
 /// Options for a [`Client`]; start with [`Client::builder`].
 #[derive(Debug)]
-pub struct Builder {
+pub struct ClientBuilder {
     servers: Vec<String>,
     id: Option<String>,
     rpc_timeout: Duration,
@@ -264,17 +263,17 @@ pub struct Builder {
     seed: Option<u64>,
 }
 
-impl Builder {
+impl ClientBuilder {
     /// Adds a server address (`host:port` or `http://host:port`). The client
     /// tries them in order, moving to the next when one fails; any of them
     /// may be a non-master that knows the master.
-    pub fn server(mut self, address: impl Into<String>) -> Builder {
+    pub fn server(mut self, address: impl Into<String>) -> ClientBuilder {
         self.servers.push(address.into());
         self
     }
 
     /// Adds several server addresses.
-    pub fn servers<I, S>(mut self, addresses: I) -> Builder
+    pub fn servers<I, S>(mut self, addresses: I) -> ClientBuilder
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -286,47 +285,47 @@ impl Builder {
     /// The client id (default `host:pid:n`, `n` counting clients made in
     /// this process). Two clients must never share an id: the server keeps
     /// one lease per client and resource.
-    pub fn id(mut self, id: impl Into<String>) -> Builder {
+    pub fn id(mut self, id: impl Into<String>) -> ClientBuilder {
         self.id = Some(id.into());
         self
     }
 
     /// The deadline of every RPC (default 5 s).
-    pub fn rpc_timeout(mut self, timeout: Duration) -> Builder {
+    pub fn rpc_timeout(mut self, timeout: Duration) -> ClientBuilder {
         self.rpc_timeout = timeout;
         self
     }
 
     /// The shortest refresh interval the client accepts from a server
     /// (default 1 s, the smallest a server may configure).
-    pub fn min_refresh(mut self, interval: Duration) -> Builder {
+    pub fn min_refresh(mut self, interval: Duration) -> ClientBuilder {
         self.min_refresh = interval;
         self
     }
 
     /// How often to ask when no resource has a lease to take an interval
     /// from (default 5 s).
-    pub fn idle_refresh(mut self, interval: Duration) -> Builder {
+    pub fn idle_refresh(mut self, interval: Duration) -> ClientBuilder {
         self.idle_refresh = interval;
         self
     }
 
     /// The backoff after a failed round (default: [`Backoff::default`]).
-    pub fn backoff(mut self, backoff: Backoff) -> Builder {
+    pub fn backoff(mut self, backoff: Backoff) -> ClientBuilder {
         self.backoff = backoff;
         self
     }
 
     /// The Unix-time clock that lease expiry times are read against
     /// (default: the system clock).
-    pub fn clock(mut self, clock: Arc<dyn WallClock>) -> Builder {
+    pub fn clock(mut self, clock: Arc<dyn WallClock>) -> ClientBuilder {
         self.clock = clock;
         self
     }
 
     /// Counts this client's RPCs, their failures and durations in
     /// `metrics`, by server address and method (default: not counted).
-    pub fn metrics(mut self, metrics: ClientMetrics) -> Builder {
+    pub fn metrics(mut self, metrics: ClientMetrics) -> ClientBuilder {
         self.metrics = Some(metrics);
         self
     }
@@ -342,7 +341,7 @@ impl Builder {
     pub fn tls(
         mut self,
         tls: &crate::service::ClientTls,
-    ) -> Result<Builder, crate::service::TlsError> {
+    ) -> Result<ClientBuilder, crate::service::TlsError> {
         self.tls = Some(tls.load()?);
         Ok(self)
     }
@@ -350,7 +349,7 @@ impl Builder {
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
     #[cfg(any(test, feature = "simulate"))]
-    pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> Builder {
+    pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ClientBuilder {
         self.transport = Some(transport);
         self
     }
@@ -358,7 +357,7 @@ impl Builder {
     /// Seeds the backoff's jitter (default: from the time, the process id
     /// and the client's number), so that a run can be repeated.
     #[cfg(any(test, feature = "simulate"))]
-    pub(crate) fn seed(mut self, seed: u64) -> Builder {
+    pub(crate) fn seed(mut self, seed: u64) -> ClientBuilder {
         self.seed = Some(seed);
         self
     }
@@ -367,21 +366,22 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] when no server is given, an address is not a valid
+    /// [`ClientBuildError`] when no server is given, an address is not a valid
     /// URI, or there is no tokio runtime to run the task on.
-    pub fn build(self) -> Result<Client, BuildError> {
+    pub fn build(self) -> Result<Client, ClientBuildError> {
         if self.servers.is_empty() {
-            return Err(BuildError::NoServers);
+            return Err(ClientBuildError::NoServers);
         }
         let mut servers = Vec::with_capacity(self.servers.len());
         for s in self.servers {
             let uri = transport::uri(&s);
             if uri.parse::<tonic::transport::Uri>().is_err() {
-                return Err(BuildError::BadAddress(s));
+                return Err(ClientBuildError::BadAddress(s));
             }
             servers.push(s);
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| BuildError::NoRuntime)?;
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| ClientBuildError::NoRuntime)?;
         let n = CLIENT_COUNTER.fetch_add(1, Ordering::Relaxed);
         let id = self
             .id
@@ -433,8 +433,8 @@ fn hostname() -> String {
 
 impl Client {
     /// A builder with the defaults; add at least one server.
-    pub fn builder() -> Builder {
-        Builder {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder {
             servers: Vec::new(),
             id: None,
             rpc_timeout: Duration::from_secs(5),
@@ -616,7 +616,7 @@ impl Drop for Resource {
 /// Why a [`Client`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum BuildError {
+pub enum ClientBuildError {
     /// No server address was given.
     NoServers,
     /// An address is not a valid URI.
@@ -625,19 +625,19 @@ pub enum BuildError {
     NoRuntime,
 }
 
-impl fmt::Display for BuildError {
+impl fmt::Display for ClientBuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::NoServers => f.write_str("no server address given"),
-            BuildError::BadAddress(a) => write!(f, "invalid server address {a:?}"),
-            BuildError::NoRuntime => {
+            ClientBuildError::NoServers => f.write_str("no server address given"),
+            ClientBuildError::BadAddress(a) => write!(f, "invalid server address {a:?}"),
+            ClientBuildError::NoRuntime => {
                 f.write_str("a lease client must be built inside a tokio runtime")
             }
         }
     }
 }
 
-impl std::error::Error for BuildError {}
+impl std::error::Error for ClientBuildError {}
 
 /// Why a resource could not be added or changed.
 #[derive(Debug, Clone, PartialEq)]

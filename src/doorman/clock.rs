@@ -2,17 +2,17 @@
 //! expiry and learning mode without sleeping.
 
 use std::fmt::Debug;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lease::Timestamp;
-use crate::service::LockUnpoisoned;
+use crate::{Clock as _, ManualClock};
 
 /// A source of Unix time.
 ///
-/// The server stamps leases with it (`expiry_time` on the wire is Unix
-/// seconds), so it must be wall-clock time, not a monotonic clock like the
-/// limiter's [`Clock`](crate::Clock).
+/// The server and the client stamp leases with it (`expiry_time` on the
+/// wire is Unix seconds, read by other machines), so it must be wall-clock
+/// time, not a monotonic clock from an arbitrary origin like the
+/// limiter's [`Clock`](crate::Clock); hence a trait of its own.
 pub trait WallClock: Send + Sync + Debug + 'static {
     /// The time since the Unix epoch.
     fn now(&self) -> Timestamp;
@@ -31,40 +31,23 @@ impl WallClock for SystemWallClock {
     }
 }
 
-/// A clock that moves only when told to; for tests.
+/// The limiter's manual clock reads as Unix time too, so that one clock
+/// drives a test's limiters and its lease server alike.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::doorman::clock::{WallClock, ManualWallClock};
+/// use tollgate::doorman::WallClock;
+/// use tollgate::ManualClock;
 ///
-/// let clock = ManualWallClock::new(Duration::from_secs(1_000));
-/// clock.advance(Duration::from_secs(5));
-/// assert_eq!(clock.now(), Duration::from_secs(1_005));
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_secs(1_005));
+/// assert_eq!(WallClock::now(&clock), Duration::from_secs(1_005));
 /// ```
-#[derive(Debug, Default)]
-pub struct ManualWallClock {
-    now: Mutex<Timestamp>,
-}
-
-impl ManualWallClock {
-    /// A clock that reads `start` until advanced.
-    pub fn new(start: Timestamp) -> Self {
-        ManualWallClock {
-            now: Mutex::new(start),
-        }
-    }
-
-    /// Moves the clock forward by `by`.
-    pub fn advance(&self, by: Duration) {
-        *self.now.lock_unpoisoned() += by;
-    }
-}
-
-impl WallClock for ManualWallClock {
+impl WallClock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock_unpoisoned()
+        Duration::from_nanos(self.now_ns())
     }
 }
 

@@ -1,35 +1,5 @@
-//! The server's resource configuration: YAML in Doorman's format.
-//!
-//! The file mirrors the `ResourceRepository` message: its keys are the proto
-//! field names and enums are written by name, so a configuration written for
-//! the Go server loads unchanged:
-//!
-//! ```yaml
-//! resources:
-//!   - identifier_glob: fair
-//!     capacity: 1000
-//!     safe_capacity: 10
-//!     description: fair share example
-//!     algorithm: {kind: FAIR_SHARE, lease_length: 15, refresh_interval: 5}
-//!   - identifier_glob: "*"
-//!     capacity: 1000
-//!     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 15}
-//! ```
-//!
-//! [`Config::from_yaml`] parses and validates; every error names the template
-//! (its index and glob) and the field at fault.
-//!
-//! # Bounds
-//!
-//! | field | accepted | why |
-//! |---|---|---|
-//! | `capacity`, `safe_capacity` | finite, `0 ..= 1e15` ([`MAX_CAPACITY`]) | sums of grants stay exact to the unit (below 2^53) and never overflow |
-//! | `algorithm.refresh_interval` | `1 ..= lease_length` s | a client must be able to renew before its lease lapses |
-//! | `algorithm.lease_length` | `1 ..= 86400` s ([`MAX_LEASE_LENGTH`]) | a lease is what ends a client's use when the server is gone; one that outlives a day never does |
-//! | `algorithm.learning_mode_duration` | `..= 86400` s; `<= 0` disables | learning mode is as long as the longest lease an earlier master may have granted, no more |
-//!
-//! Go's server accepted any value; a lease length of `i64::MAX` seconds there
-//! grants leases that never expire.
+//! The server's resource configuration: YAML in Doorman's format; see
+//! [`ServerConfig`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -43,7 +13,7 @@ use super::glob::Glob;
 
 /// The configuration `tollgate serve` uses when given none: every resource
 /// shares 1000 units of capacity by FAIR_SHARE.
-pub const DEFAULT_YAML: &str = "\
+pub(super) const DEFAULT_YAML: &str = "\
 resources:
   - identifier_glob: \"*\"
     capacity: 1000
@@ -52,14 +22,45 @@ resources:
 ";
 
 /// The longest lease length and learning-mode duration accepted: one day.
-pub const MAX_LEASE_LENGTH: Duration = Duration::from_secs(86_400);
+pub(super) const MAX_LEASE_LENGTH: Duration = Duration::from_secs(86_400);
 
 /// The largest capacity (and safe capacity) accepted.
-pub const MAX_CAPACITY: f64 = 1e15;
+pub(super) const MAX_CAPACITY: f64 = 1e15;
 
-/// A validated resource configuration.
+/// A validated resource configuration: YAML in Doorman's format.
+///
+/// The file mirrors the `ResourceRepository` message: its keys are the proto
+/// field names and enums are written by name, so a configuration written for
+/// the Go server loads unchanged:
+///
+/// ```yaml
+/// resources:
+///   - identifier_glob: fair
+///     capacity: 1000
+///     safe_capacity: 10
+///     description: fair share example
+///     algorithm: {kind: FAIR_SHARE, lease_length: 15, refresh_interval: 5}
+///   - identifier_glob: "*"
+///     capacity: 1000
+///     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 15}
+/// ```
+///
+/// [`ServerConfig::from_yaml`] parses and validates; every error names the template
+/// (its index and glob) and the field at fault.
+///
+/// # Bounds
+///
+/// | field | accepted | why |
+/// |---|---|---|
+/// | `capacity`, `safe_capacity` | finite, `0 ..= 1e15` | sums of grants stay exact to the unit (below 2^53) and never overflow |
+/// | `algorithm.refresh_interval` | `1 ..= lease_length` s | a client must be able to renew before its lease lapses |
+/// | `algorithm.lease_length` | `1 ..= 86400` s | a lease is what ends a client's use when the server is gone; one that outlives a day never does |
+/// | `algorithm.learning_mode_duration` | `..= 86400` s; `<= 0` disables | learning mode is as long as the longest lease an earlier master may have granted, no more |
+///
+/// Go's server accepted any value; a lease length of `i64::MAX` seconds there
+/// grants leases that never expire.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct ServerConfig {
     templates: Vec<Arc<Template>>,
 }
 
@@ -91,7 +92,7 @@ impl Template {
 
 /// Why a configuration was rejected.
 #[derive(Debug)]
-pub enum ConfigError {
+pub enum ServerConfigError {
     /// The file could not be read.
     Read {
         /// The file.
@@ -116,26 +117,26 @@ pub enum ConfigError {
     Repository(String),
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for ServerConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Read { path, .. } => write!(f, "cannot read {}", path.display()),
-            ConfigError::Parse(e) => write!(f, "invalid configuration: {e}"),
-            ConfigError::Template {
+            ServerConfigError::Read { path, .. } => write!(f, "cannot read {}", path.display()),
+            ServerConfigError::Parse(e) => write!(f, "invalid configuration: {e}"),
+            ServerConfigError::Template {
                 index,
                 glob,
                 field,
                 reason,
             } => write!(f, "resources[{index}] ({glob:?}): {field}: {reason}"),
-            ConfigError::Repository(reason) => write!(f, "invalid configuration: {reason}"),
+            ServerConfigError::Repository(reason) => write!(f, "invalid configuration: {reason}"),
         }
     }
 }
 
-impl std::error::Error for ConfigError {
+impl std::error::Error for ServerConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::Read { source, .. } => Some(source),
+            ServerConfigError::Read { source, .. } => Some(source),
             // The parser's message is already in this error's own.
             _ => None,
         }
@@ -192,67 +193,78 @@ struct RawParameter {
     value: Option<String>,
 }
 
-impl Config {
-    /// The built-in default: [`DEFAULT_YAML`].
+impl ServerConfig {
+    /// The built-in default, what `tollgate serve` uses when given none:
+    /// every resource shares 1000 units of capacity by FAIR_SHARE.
     pub fn builtin() -> Self {
-        Config::from_yaml(DEFAULT_YAML).expect("the built-in configuration is valid")
+        ServerConfig::from_yaml(DEFAULT_YAML).expect("the built-in configuration is valid")
     }
 
     /// Reads and validates a configuration file.
     ///
     /// # Errors
     ///
-    /// As [`Config::from_yaml`], plus [`ConfigError::Read`].
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    /// As [`ServerConfig::from_yaml`], plus [`ServerConfigError::Read`].
+    pub fn from_file(path: &Path) -> Result<Self, ServerConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ServerConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_yaml(&text)
+        ServerConfig::from_yaml(&text)
     }
 
     /// Parses and validates a configuration.
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`] for malformed YAML or unknown keys;
-    /// [`ConfigError::Template`] for a missing required field, a malformed
-    /// glob, a capacity or safe capacity outside `0..=`[`MAX_CAPACITY`],
+    /// [`ServerConfigError::Parse`] for malformed YAML or unknown keys;
+    /// [`ServerConfigError::Template`] for a missing required field, a malformed
+    /// glob, a capacity or safe capacity outside `0..=1e15`,
     /// `refresh_interval < 1`, `lease_length` outside
-    /// `refresh_interval..=`[`MAX_LEASE_LENGTH`], or a
-    /// `learning_mode_duration` above [`MAX_LEASE_LENGTH`];
-    /// [`ConfigError::Repository`] when the `"*"` template is missing or not
+    /// `refresh_interval..=86400` s, or a `learning_mode_duration` above
+    /// 86400 s;
+    /// [`ServerConfigError::Repository`] when the `"*"` template is missing or not
     /// last.
     ///
     /// # Examples
     ///
     /// ```
-    /// use tollgate::doorman::config::Config;
+    /// use tollgate::doorman::ServerConfig;
     ///
-    /// let err = Config::from_yaml("resources: [{identifier_glob: x, capacity: 1}]").unwrap_err();
+    /// let err = ServerConfig::from_yaml("resources: [{identifier_glob: x, capacity: 1}]").unwrap_err();
     /// assert_eq!(err.to_string(), "resources[0] (\"x\"): algorithm: missing");
     /// ```
-    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawRepository = serde_norway::from_str(text).map_err(ConfigError::Parse)?;
+    pub fn from_yaml(text: &str) -> Result<Self, ServerConfigError> {
+        let raw: RawRepository = serde_norway::from_str(text).map_err(ServerConfigError::Parse)?;
         let mut templates = Vec::with_capacity(raw.resources.len());
         for (index, t) in raw.resources.into_iter().enumerate() {
             templates.push(Arc::new(validate_template(index, t)?));
         }
         match templates.iter().position(|t| t.glob.as_str() == "*") {
-            None => Err(ConfigError::Repository(
+            None => Err(ServerConfigError::Repository(
                 "no catch-all template: add one with identifier_glob \"*\" as the last entry"
                     .into(),
             )),
-            Some(i) if i + 1 != templates.len() => Err(ConfigError::Repository(format!(
+            Some(i) if i + 1 != templates.len() => Err(ServerConfigError::Repository(format!(
                 "the catch-all \"*\" template is resources[{i}] but must be the last entry"
             ))),
-            Some(_) => Ok(Config { templates }),
+            Some(_) => Ok(ServerConfig { templates }),
         }
     }
 
     /// The templates, in configuration order.
     pub fn templates(&self) -> &[Arc<Template>] {
         &self.templates
+    }
+
+    /// The longest learning mode of any template: zero when every
+    /// template turns learning mode off.
+    pub(crate) fn longest_learning_mode(&self) -> Duration {
+        self.templates
+            .iter()
+            .map(|t| t.learning_mode())
+            .max()
+            .unwrap_or_default()
     }
 
     /// The template for resource `id`: one whose glob is exactly `id` first,
@@ -269,9 +281,9 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::doorman::config::Config;
+    /// use tollgate::doorman::ServerConfig;
     ///
-    /// let config = Config::from_yaml(
+    /// let config = ServerConfig::from_yaml(
     ///     "resources:\n\
     ///      - {identifier_glob: 'svc-*', capacity: 5, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n\
     ///      - {identifier_glob: '*', capacity: 9, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}\n",
@@ -279,7 +291,7 @@ impl Config {
     /// assert_eq!(config.find("svc-a").unwrap().capacity, 5.0);
     /// assert_eq!(config.find("svc-a/get").unwrap().capacity, 9.0);
     /// assert_eq!(config.find("a/b/c").unwrap().capacity, 9.0);
-    /// # Ok::<(), tollgate::doorman::config::ConfigError>(())
+    /// # Ok::<(), tollgate::doorman::ServerConfigError>(())
     /// ```
     pub fn find(&self, id: &str) -> Option<&Arc<Template>> {
         self.templates
@@ -299,9 +311,9 @@ fn num(x: f64) -> String {
     }
 }
 
-fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ConfigError> {
+fn validate_template(index: usize, t: RawTemplate) -> Result<Template, ServerConfigError> {
     let glob_text = t.identifier_glob.clone().unwrap_or_default();
-    let err = |field: &'static str, reason: String| ConfigError::Template {
+    let err = |field: &'static str, reason: String| ServerConfigError::Template {
         index,
         glob: glob_text.clone(),
         field,
@@ -428,7 +440,7 @@ resources:
 
     #[test]
     fn spec_example_loads() {
-        let c = Config::from_yaml(SPEC_EXAMPLE).unwrap();
+        let c = ServerConfig::from_yaml(SPEC_EXAMPLE).unwrap();
         assert_eq!(c.templates().len(), 3);
         let p = c.find("proportional").unwrap();
         assert_eq!(p.algorithm.kind, Kind::ProportionalShare);
@@ -444,14 +456,14 @@ resources:
 
     #[test]
     fn builtin_is_a_fair_share_catch_all() {
-        let c = Config::builtin();
+        let c = ServerConfig::builtin();
         assert_eq!(c.templates().len(), 1);
         assert_eq!(c.find("anything").unwrap().algorithm.kind, Kind::FairShare);
     }
 
     #[test]
     fn exact_match_beats_an_earlier_glob() {
-        let c = Config::from_yaml(
+        let c = ServerConfig::from_yaml(
             r#"
 resources:
   - {identifier_glob: "db-*", capacity: 1, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5}}
@@ -467,7 +479,7 @@ resources:
 
     #[test]
     fn learning_mode_duration_zero_disables() {
-        let c = Config::from_yaml(
+        let c = ServerConfig::from_yaml(
             "resources: [{identifier_glob: '*', capacity: 1, algorithm: {kind: STATIC, lease_length: 5, refresh_interval: 5, learning_mode_duration: -3}}]",
         )
         .unwrap();
@@ -497,14 +509,14 @@ resources:
             "resources[0] (\"a\"): algorithm.learning_mode_duration: 86401 is more than 86400 seconds (one day)"
         );
         // The bounds themselves are accepted.
-        Config::from_yaml("resources: [{identifier_glob: '*', capacity: 1e15, algorithm: {kind: STATIC, lease_length: 86400, refresh_interval: 86400, learning_mode_duration: 86400}}]").unwrap();
+        ServerConfig::from_yaml("resources: [{identifier_glob: '*', capacity: 1e15, algorithm: {kind: STATIC, lease_length: 86400, refresh_interval: 86400, learning_mode_duration: 86400}}]").unwrap();
     }
 
     fn error(yaml_template: &str) -> String {
         let yaml = format!(
             "resources:\n  - {yaml_template}\n  - {{identifier_glob: '*', capacity: 1, algorithm: {{kind: STATIC, lease_length: 5, refresh_interval: 5}}}}\n"
         );
-        Config::from_yaml(&yaml).unwrap_err().to_string()
+        ServerConfig::from_yaml(&yaml).unwrap_err().to_string()
     }
 
     #[test]
@@ -547,11 +559,12 @@ resources:
         let t = |g: &str| {
             format!("  - {{identifier_glob: '{g}', capacity: 1, algorithm: {{kind: STATIC, lease_length: 5, refresh_interval: 5}}}}\n")
         };
-        let missing = Config::from_yaml(&format!("resources:\n{}", t("a"))).unwrap_err();
+        let missing = ServerConfig::from_yaml(&format!("resources:\n{}", t("a"))).unwrap_err();
         assert!(missing.to_string().contains("no catch-all"), "{missing}");
-        let early = Config::from_yaml(&format!("resources:\n{}{}", t("*"), t("a"))).unwrap_err();
+        let early =
+            ServerConfig::from_yaml(&format!("resources:\n{}{}", t("*"), t("a"))).unwrap_err();
         assert!(early.to_string().contains("must be the last"), "{early}");
-        assert!(Config::from_yaml("resources: []").is_err());
-        assert!(Config::from_yaml("").is_err());
+        assert!(ServerConfig::from_yaml("resources: []").is_err());
+        assert!(ServerConfig::from_yaml("").is_err());
     }
 }

@@ -55,6 +55,13 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// Whether `addr` (`host:port`) names every interface rather than one
+/// host: `0.0.0.0:15000`, `[::]:15000`.
+fn is_wildcard(addr: &str) -> bool {
+    addr.parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified())
+}
+
 /// Percent-encodes a query value.
 fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -80,6 +87,14 @@ async fn status(State(server): State<Server>) -> Html<String> {
         m.is_master,
         esc(master)
     );
+    if is_wildcard(master) {
+        page.push_str(
+            "<p><b>Hint:</b> the master address is a wildcard (the server listens on every \
+             interface): clients redirected to it, and followers of an election, cannot reach \
+             it. Start the server with <code>--advertise HOST:PORT</code>, the address others \
+             reach it at.</p>\n",
+        );
+    }
     page.push_str(
         "<table border=1 cellpadding=4>\n<tr><th>resource</th><th>template</th><th>capacity</th><th>sum of has</th><th>sum of wants</th><th>clients</th><th>subclients</th><th>learning mode</th><th>algorithm</th></tr>\n",
     );
@@ -165,7 +180,8 @@ mod tests {
 
     use super::*;
     use crate::doorman::clock::SystemWallClock;
-    use crate::doorman::config::Config;
+    use crate::doorman::config::ServerConfig;
+    use crate::doorman::election::single::SingleElection;
     use crate::doorman::election::{Election, Mastership};
     use crate::service::Readiness;
 
@@ -202,7 +218,10 @@ mod tests {
             tx: watch::Sender::new(Mastership::master(None)),
             readiness: Readiness::default(),
         };
-        let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
+        let server = Server::builder(ServerConfig::builtin())
+            .election(&election)
+            .clock(Arc::new(SystemWallClock))
+            .build();
         assert_eq!(healthz(&server).await, (StatusCode::OK, "ok\n".to_owned()));
 
         let outage = election.readiness.not_ready();
@@ -215,5 +234,34 @@ mod tests {
         );
         drop(outage);
         assert_eq!(healthz(&server).await, (StatusCode::OK, "ok\n".to_owned()));
+    }
+
+    async fn page(advertised: &str) -> String {
+        let election = SingleElection::new(Some(advertised.to_owned()));
+        let server = Server::builder(ServerConfig::builtin())
+            .election(&election)
+            .clock(Arc::new(SystemWallClock))
+            .build();
+        status(State(server)).await.0
+    }
+
+    #[tokio::test]
+    async fn a_wildcard_master_address_comes_with_a_hint() {
+        for wildcard in ["0.0.0.0:15000", "[::]:15000"] {
+            let page = page(wildcard).await;
+            assert!(
+                page.contains(&format!("Master address: {wildcard}.</p>")),
+                "{page}"
+            );
+            assert!(
+                page.contains("<code>--advertise HOST:PORT</code>"),
+                "{page}"
+            );
+        }
+        for reachable in ["10.0.0.2:15000", "doorman.example:15000", "[::1]:15000"] {
+            let page = page(reachable).await;
+            assert!(page.contains(reachable), "{page}");
+            assert!(!page.contains("Hint"), "{page}");
+        }
     }
 }

@@ -4,14 +4,16 @@
 //! others redirect clients to it. An [`Election`] publishes the current
 //! [`Mastership`] on a `tokio::sync::watch` channel; the server reads it on
 //! every request and resets its lease store (entering learning mode) when it
-//! wins mastership. [`single::Single`] is the always-master policy for a lone
-//! server; [`etcd::Etcd`] elects one master among many on etcd v3.
+//! wins mastership. [`SingleElection`](single::SingleElection) is the
+//! always-master policy for a lone server; [`EtcdElection`] elects one
+//! master among many on etcd v3.
 //!
-#![cfg_attr(not(feature = "etcd"), doc = "[`etcd::Etcd`]: crate#crate-features")]
+#![cfg_attr(feature = "etcd", doc = "[`EtcdElection`]: etcd::Etcd")]
+#![cfg_attr(not(feature = "etcd"), doc = "[`EtcdElection`]: crate#crate-features")]
 
 #[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod single;
+pub(super) mod etcd;
+pub(super) mod single;
 
 use std::fmt::Debug;
 

@@ -6,7 +6,7 @@
 //! characters other than `/`, `?` matches one character other than `/`,
 //! `[abc]`, `[a-z]` and `[^a-z]` match one character from (or not from) a
 //! class, and `\` escapes the next character. (One exception lives in
-//! [`Config::find`](super::config::Config::find), not here: the catch-all
+//! [`ServerConfig::find`](super::config::ServerConfig::find), not here: the catch-all
 //! template `*` matches every id, `/` included.) A pattern is parsed once into
 //! tokens, so a malformed pattern is rejected when the configuration loads,
 //! never while serving.

@@ -6,9 +6,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::doorman::lease::{ClientLease, Timestamp};
+//! use tollgate::doorman::ClientLease;
 //!
-//! let now: Timestamp = Duration::from_secs(1_000);
+//! let now = Duration::from_secs(1_000);
 //! let lease = ClientLease {
 //!     has: 10.0,
 //!     wants: 12.0,
@@ -26,7 +26,7 @@ use super::election::Mastership;
 
 /// An instant, as the time since an epoch the caller chooses (monotonic or
 /// wall clock). The wire has whole seconds; this keeps whatever it is given.
-pub type Timestamp = Duration;
+pub(super) type Timestamp = Duration;
 
 /// One client's lease on one resource.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -99,7 +99,7 @@ impl Lease {
 
 /// One client's request for capacity on one resource (GetCapacity).
 #[derive(Clone, Debug, PartialEq)]
-pub struct ResourceRequest {
+pub(super) struct ResourceRequest {
     /// The resource.
     pub resource_id: String,
     /// The client's priority; higher is more urgent.
@@ -114,7 +114,7 @@ pub struct ResourceRequest {
 /// and within limits, resources distinct and known, amounts finite and
 /// `>= 0`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CapacityRequest {
+pub(super) struct CapacityRequest {
     /// The client's id.
     pub client_id: String,
     /// One request per resource.
@@ -123,7 +123,7 @@ pub struct CapacityRequest {
 
 /// The clients of one priority on an intermediate server, summed.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Band {
+pub(super) struct Band {
     /// Their priority.
     pub priority: i64,
     /// How many clients; at least 1.
@@ -134,7 +134,7 @@ pub struct Band {
 
 /// An intermediate server's request for one resource (GetServerCapacity).
 #[derive(Clone, Debug, PartialEq)]
-pub struct ServerResourceRequest {
+pub(super) struct ServerResourceRequest {
     /// The resource.
     pub resource_id: String,
     /// What its subtree holds, if it says.
@@ -145,13 +145,13 @@ pub struct ServerResourceRequest {
 
 impl ServerResourceRequest {
     /// The total wants of the bands.
-    pub fn wants(&self) -> f64 {
+    pub(super) fn wants(&self) -> f64 {
         self.bands.iter().fold(0.0, |sum, b| sum + b.wants)
     }
 
     /// The total clients of the bands; at least 1, since a server with no
     /// bands still stands for itself.
-    pub fn subclients(&self) -> u64 {
+    pub(super) fn subclients(&self) -> u64 {
         self.bands
             .iter()
             .fold(0u64, |n, b| n.saturating_add(b.num_clients))
@@ -159,7 +159,7 @@ impl ServerResourceRequest {
     }
 
     /// The most urgent priority of its bands (0 without bands).
-    pub fn priority(&self) -> i64 {
+    pub(super) fn priority(&self) -> i64 {
         self.bands.iter().map(|b| b.priority).max().unwrap_or(0)
     }
 }
@@ -168,7 +168,7 @@ impl ServerResourceRequest {
 /// checked like a [`CapacityRequest`], and every band with at least one
 /// client.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ServerCapacityRequest {
+pub(super) struct ServerCapacityRequest {
     /// The asking server's id.
     pub server_id: String,
     /// One request per resource.
@@ -178,7 +178,7 @@ pub struct ServerCapacityRequest {
 /// A client giving back its leases (ReleaseCapacity). Resource ids are not
 /// checked: one that names no lease releases nothing.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReleaseRequest {
+pub(super) struct ReleaseRequest {
     /// The client's id; non-empty.
     pub client_id: String,
     /// The resources whose leases it gives back.
@@ -188,7 +188,7 @@ pub struct ReleaseRequest {
 /// The lease granted on one resource, with what to use should the server
 /// become unreachable.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Grant {
+pub(super) struct Grant {
     /// The resource.
     pub resource_id: String,
     /// The lease.
@@ -200,7 +200,7 @@ pub struct Grant {
 /// The lease granted to an intermediate server on one resource, with the
 /// algorithm it is to divide it by.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ServerGrant {
+pub(super) struct ServerGrant {
     /// The grant.
     pub grant: Grant,
     /// How the intermediate server divides it; `None` when the parent sent
@@ -211,7 +211,7 @@ pub struct ServerGrant {
 /// A server's answer to a capacity RPC: done, or refused because this
 /// server is not the master (with what it knows of the master).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Answer<T> {
+pub(super) enum Answer<T> {
     /// The request was handled.
     Done(T),
     /// This server is not the master; nothing was done.

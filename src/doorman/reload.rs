@@ -8,26 +8,26 @@ use std::time::Duration;
 
 use crate::service::{reload_file, watch_file, Reload};
 
-use super::config::{Config, ConfigError};
+use super::config::{ServerConfig, ServerConfigError};
 use super::server::Server;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
 impl Reload for Server {
-    type Config = Config;
-    type Error = ConfigError;
+    type Config = ServerConfig;
+    type Error = ServerConfigError;
     const WHAT: &'static str = "configuration";
 
-    fn read_file(path: &Path) -> Result<Config, ConfigError> {
-        Config::from_file(path)
+    fn read_file(path: &Path) -> Result<ServerConfig, ServerConfigError> {
+        ServerConfig::from_file(path)
     }
 
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::from_yaml(text)
+    fn parse(text: &str) -> Result<ServerConfig, ServerConfigError> {
+        ServerConfig::from_yaml(text)
     }
 
-    fn apply(&self, config: Config) {
+    fn apply(&self, config: ServerConfig) {
         self.reload(config);
     }
 }

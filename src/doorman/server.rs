@@ -3,8 +3,9 @@
 //! [`Server`] is the facade; each concept has its own file:
 //!
 //! * `state.rs`: what a server holds, defined once for the files below;
+//! * `builder.rs`: [`ServerBuilder`], the one way to make a server;
 //! * `wire.rs`: the edge, wire requests in and responses out, with the
-//!   request checks ([`Limits`]);
+//!   request checks ([`RequestLimits`]);
 //! * `mastership.rs`: the view of the election, and forgetting leases when
 //!   it changes;
 //! * `resources.rs`: the resource map, reloads, the sweeper, status;
@@ -12,29 +13,25 @@
 //!   `hold.rs` for what a cut subtree still holds;
 //! * `tree.rs` and `parent.rs`: an intermediate server's link to its parent;
 //! * `grpc.rs`: the tonic service, served under the service kit's
-//!   [`ServerLimits`].
+//!   [`ServerLimits`](crate::service::ServerLimits).
 //!
 //! # Implementation notes
 //!
 //! Lock order: election view, then the resource map, then one entry.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::debug;
 
-use super::clock::WallClock;
-use super::config::Config;
-use super::election::{Election, Mastership};
 use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
-use super::transport::{Grpc, Transport};
-use crate::service::{Readiness, RwLockUnpoisoned, ServeError, ServerLimits, ServerTls};
-use state::{Inner, Snapshot, View, WeakServer};
+use crate::service::{Readiness, RwLockUnpoisoned, ServeError, TlsError};
+use state::{Serving, WeakServer};
 
+mod builder;
 mod decisions;
 mod grpc;
 mod hold;
@@ -47,116 +44,13 @@ mod testing;
 mod tree;
 mod wire;
 
+pub use builder::ServerBuilder;
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
-pub use wire::Limits;
+pub use wire::RequestLimits;
 
 impl Server {
-    /// A server with `config`, following `election`, reading time from
-    /// `clock`.
-    ///
-    /// Call [`Server::spawn_background`] to sweep expired leases, and
-    /// [`Server::serve`] to answer gRPC.
-    pub fn new(config: Config, election: &dyn Election, clock: Arc<dyn WallClock>) -> Server {
-        Server::with_limits(config, election, clock, Limits::default())
-    }
-
-    /// As [`Server::new`], with request limits.
-    pub fn with_limits(
-        config: Config,
-        election: &dyn Election,
-        clock: Arc<dyn WallClock>,
-        limits: Limits,
-    ) -> Server {
-        Server::build(config, election, clock, limits, None)
-    }
-
-    /// An intermediate server: its resources' capacity is what `parent`
-    /// grants it (0 until the first grant), and its leases never outlive
-    /// the parent's. [`Server::spawn_background`] also starts polling the
-    /// parent.
-    pub fn with_parent(
-        config: Config,
-        election: &dyn Election,
-        clock: Arc<dyn WallClock>,
-        parent: Parent,
-    ) -> Server {
-        let transport = Arc::new(Grpc::new(parent::DEADLINE));
-        Server::with_parent_via(config, election, clock, parent, transport)
-    }
-
-    /// As [`Server::with_parent`], dialling the parent over TLS as `tls`
-    /// says (an address without a scheme as `https://`).
-    ///
-    /// # Errors
-    ///
-    /// [`TlsError`](crate::service::TlsError) naming a file that cannot be read
-    /// or holds no PEM certificate or key.
-    pub fn with_parent_tls(
-        config: Config,
-        election: &dyn Election,
-        clock: Arc<dyn WallClock>,
-        parent: Parent,
-        tls: &crate::service::ClientTls,
-    ) -> Result<Server, crate::service::TlsError> {
-        let transport = Arc::new(Grpc::with_tls(parent::DEADLINE, Some(tls.load()?)));
-        Ok(Server::with_parent_via(
-            config, election, clock, parent, transport,
-        ))
-    }
-
-    /// As [`Server::with_parent`], reaching the parent through `transport`.
-    pub(crate) fn with_parent_via(
-        config: Config,
-        election: &dyn Election,
-        clock: Arc<dyn WallClock>,
-        parent: Parent,
-        transport: Arc<dyn Transport>,
-    ) -> Server {
-        Server::build(
-            config,
-            election,
-            clock,
-            Limits::default(),
-            Some(parent::Upstream::new(parent, transport)),
-        )
-    }
-
-    fn build(
-        config: Config,
-        election: &dyn Election,
-        clock: Arc<dyn WallClock>,
-        limits: Limits,
-        upstream: Option<parent::Upstream>,
-    ) -> Server {
-        let server = Server {
-            inner: Arc::new(Inner {
-                config: RwLock::new(Arc::new(Snapshot {
-                    config,
-                    generation: 0,
-                })),
-                resources: RwLock::new(HashMap::new()),
-                view: RwLock::new(View {
-                    rx: election.subscribe(),
-                    current: Mastership::default(),
-                    since: None,
-                }),
-                clock,
-                limits,
-                metrics: Metrics::new(),
-                upstream,
-                readiness: election.readiness(),
-            }),
-        };
-        {
-            let mut view = server.inner.view.write_unpoisoned();
-            let m = view.rx.borrow_and_update().clone();
-            server.apply(&mut view, m);
-        }
-        server
-    }
-
     /// On an intermediate server, its link to its parent.
     fn upstream_link(&self) -> Option<&parent::Upstream> {
         self.inner.upstream.as_ref()
@@ -237,56 +131,37 @@ impl Server {
         });
     }
 
-    /// Serves gRPC on `listener` with the default [`ServerLimits`] until
-    /// `shutdown` completes.
+    /// Serves gRPC on `listener`, under the builder's [`ServerLimits`] and
+    /// over its TLS if it has one, until `shutdown` completes; then drains
+    /// in-flight RPCs for at most [`ServerLimits::drain_timeout`].
+    ///
+    /// [`ServerLimits`]: crate::service::ServerLimits
+    /// [`ServerLimits::drain_timeout`]: crate::service::ServerLimits::drain_timeout
     ///
     /// # Errors
     ///
-    /// A transport error from tonic.
+    /// [`ServeError::Tls`] when rustls rejects the TLS setup, else a
+    /// transport error from tonic.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops accepting and closes every connection.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
-    ) -> Result<(), tonic::transport::Error> {
-        self.serve_with(listener, ServerLimits::default(), shutdown)
-            .await
-    }
-
-    /// Serves gRPC on `listener` with `limits` until `shutdown` completes,
-    /// then drains in-flight RPCs for at most `limits.drain_timeout`.
-    ///
-    /// # Errors
-    ///
-    /// A transport error from tonic.
-    pub async fn serve_with(
-        self,
-        listener: tokio::net::TcpListener,
-        limits: ServerLimits,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<(), tonic::transport::Error> {
-        let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
-            .max_decoding_message_size(limits.max_message_bytes);
-        let router = limits.builder().add_service(service);
-        limits.serve(router, listener, shutdown).await
-    }
-
-    /// As [`Server::serve_with`], over TLS as `tls` says; the files are
-    /// read before anything is served.
-    ///
-    /// # Errors
-    ///
-    /// [`ServeError::Tls`] when the TLS files cannot be used, else a
-    /// transport error from tonic.
-    pub async fn serve_with_tls(
-        self,
-        listener: tokio::net::TcpListener,
-        limits: ServerLimits,
-        tls: &ServerTls,
-        shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
+        let Serving { limits, tls } = self.inner.serving.clone();
         let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
             .max_decoding_message_size(limits.max_message_bytes);
-        let router = limits.tls_builder(tls)?.add_service(service);
+        let mut builder = match tls {
+            None => limits.builder(),
+            Some(tls) => limits
+                .builder()
+                .tls_config(tls)
+                .map_err(|source| TlsError::Rejected { source })?,
+        };
+        let router = builder.add_service(service);
         Ok(limits.serve(router, listener, shutdown).await?)
     }
 }

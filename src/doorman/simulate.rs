@@ -1,7 +1,7 @@
 //! A deterministic convergence simulation: the real
-//! [`Server`](crate::doorman::server::Server)s (templates, learning mode,
+//! [`Server`](crate::doorman::Server)s (templates, learning mode,
 //! algorithms, the intermediate servers' parent poller) and the real lease
-//! [`Client`](crate::doorman::client::Client)s, in one process on one
+//! [`Client`](crate::doorman::Client)s, in one process on one
 //! virtual clock, through the design doc's scenarios 1 to 7.
 //!
 //! # Implementation notes
@@ -209,6 +209,23 @@ mod tests {
         let has = svg.find(r##"stroke="#1f77b4""##).unwrap();
         let capacity = svg.find(r##"stroke="#d62728" stroke-width="1.6" stroke-dasharray"##);
         assert!(capacity.unwrap() > has);
+    }
+
+    #[test]
+    fn scenario_seven_draws_all_it_wants_on_an_axis_of_its_own() {
+        let r = run(7, 1).unwrap();
+        let most_wanted = r.samples.iter().map(|s| s.wants).fold(0.0, f64::max);
+        let most_held = r.samples.iter().map(|s| s.has).fold(0.0, f64::max);
+        // Wants climb far above the capacity, and what is held does not.
+        assert!(most_wanted > 2.0 * CAPACITY, "{most_wanted}");
+        assert!(most_held < 1.1 * CAPACITY, "{most_held}");
+        let svg = r.svg();
+        // Nothing clipped: each axis spans its chart's data.
+        assert!(!svg.contains("run along the top"), "{svg}");
+        assert!(svg.contains(">Capacity and total has</text>"));
+        assert!(svg.contains(">Total wants against the capacity</text>"));
+        // has and the capacity; wants and the capacity.
+        assert_eq!(svg.matches("<polyline").count(), 4);
     }
 
     #[test]

@@ -64,8 +64,7 @@ impl Entry {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::doorman::algorithm::{AlgorithmConfig, Kind, Request};
-/// use tollgate::doorman::store::Resource;
+/// use tollgate::doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
 ///
 /// let algo = AlgorithmConfig::new(Kind::ProportionalShare, Duration::from_secs(60), Duration::from_secs(15));
 /// let mut res = Resource::new();

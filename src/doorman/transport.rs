@@ -76,12 +76,8 @@ pub(crate) struct Grpc {
 }
 
 impl Grpc {
-    pub(crate) fn new(timeout: Duration) -> Grpc {
-        Grpc::with_tls(timeout, None)
-    }
-
-    /// As [`Grpc::new`]; with `tls`, addresses without a scheme are dialled
-    /// as `https://`.
+    /// Calls with a deadline of `timeout`; with `tls`, addresses without a
+    /// scheme are dialled as `https://`.
     pub(crate) fn with_tls(timeout: Duration, tls: Option<ClientTlsConfig>) -> Grpc {
         Grpc {
             timeout,

@@ -1,4 +1,6 @@
-//! Thread-local budgets: the acquire fast path with no atomic at all.
+//! Thread-local budgets: the acquire fast paths, shared by the blocking
+//! and async acquires (the thread's budget with no atomic at all, then its
+//! slice), and where tokens handed beyond a served wait's need are kept.
 //!
 //! # Implementation notes
 //!
@@ -13,7 +15,7 @@
 //! where every op takes from the slices as before).
 //!
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
-//! ops it was handed beyond its need here too (`deposit`: whole ops only,
+//! ops it was handed beyond its need here too (`keep_extra`: whole ops only,
 //! at most 512, at most the active pool), so one wake-up admits many ops.
 //! A task leaves them in the budget of the runtime worker thread that
 //! polled it, where the tasks that worker runs next spend them.
@@ -109,9 +111,16 @@ crate::sync::thread_local! {
     };
 }
 
+/// The fast paths: takes `need` tokens from the thread's budget, then from
+/// its slice. `false` sends the caller to the slow path.
+#[inline]
+pub(crate) fn take_fast(core: &Arc<Core>, need: u64) -> bool {
+    try_take(core, need) || refill(core, need)
+}
+
 /// Takes `need` tokens from the current thread's budget for `core`.
 #[inline]
-pub(crate) fn try_take(core: &Core, need: u64) -> bool {
+fn try_take(core: &Core, need: u64) -> bool {
     LOCAL
         .try_with(|local| {
             let tokens = local.tokens.get();
@@ -127,7 +136,7 @@ pub(crate) fn try_take(core: &Core, need: u64) -> bool {
 
 /// Keeps `tokens` handed to the current thread by a served wait (wait.rs)
 /// in its budget for `core`; gives them back if the thread cannot keep them.
-pub(crate) fn deposit(core: &Arc<Core>, tokens: u64) {
+pub(crate) fn keep_extra(core: &Arc<Core>, tokens: u64) {
     if tokens == 0 {
         return;
     }
@@ -149,7 +158,7 @@ pub(crate) fn deposit(core: &Arc<Core>, tokens: u64) {
 /// Takes `need` tokens from the caller's slice, and a batch more into the
 /// thread's budget when the slice holds them. `false` sends the caller to
 /// the slow path.
-pub(crate) fn refill(core: &Arc<Core>, need: u64) -> bool {
+fn refill(core: &Arc<Core>, need: u64) -> bool {
     let batch = core.batch_tokens();
     if batch == 0 {
         return core.try_take_fast(need);

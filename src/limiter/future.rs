@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::budget::{keep_extra, take_fast};
 use super::core::Core;
-use super::fast::{keep_extra, take_fast};
 use super::wait::Waiter;
 use crate::sync::Arc;
 

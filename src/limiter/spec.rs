@@ -62,7 +62,7 @@ const DEFAULT_PPM: u64 = 1_100_000;
 /// # Examples
 ///
 /// ```
-/// use tollgate::{RateSpec, Verb};
+/// use tollgate::spec::{RateSpec, Verb};
 ///
 /// let spec: RateSpec = " 1.5K/s ; 2 : restart ".parse()?;
 /// assert_eq!(spec.ops_per_sec(), 1500.0);

@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::doorman::client::{Client, ExpiryMode, Resource, ResourceOptions};
+use crate::doorman::{Client, ExpiryMode, Resource, ResourceOptions};
 
 use super::config::{Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::service::Quota;

@@ -45,8 +45,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::names::{check_name, NameError};
-use crate::limiter::reservation::BucketSettings;
 use crate::limiter::spec::RateSpec;
+use crate::limiter::token_bucket::BucketSettings;
 
 /// The bucket name under which a namespace's default bucket is kept.
 pub const DEFAULT_BUCKET_NAME: &str = "___DEFAULT_BUCKET___";

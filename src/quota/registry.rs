@@ -35,7 +35,7 @@ use std::time::Duration;
 use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::metrics::Metrics;
 use crate::clock::Clock;
-use crate::limiter::reservation::TokenBucket;
+use crate::limiter::token_bucket::TokenBucket;
 use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// How many shards the bucket map is split into.

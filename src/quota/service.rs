@@ -33,7 +33,7 @@ use super::metrics::{Metrics, UNKNOWN_NAMESPACE};
 use super::names::check_name;
 use super::registry::{resolve, Limits, Registry};
 use crate::clock::Clock;
-use crate::limiter::reservation::Refusal;
+use crate::limiter::token_bucket::Refusal;
 
 /// The outcome of an Allow request, as in the reference's `AllowResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,13 +2,8 @@
 //! 127.0.0.1:0, with the single-node election, so it is the master at once.
 #![allow(dead_code)] // each test file uses a part
 
-use std::sync::Arc;
-
 use tokio::net::TcpListener;
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::single::Single;
-use tollgate::doorman::server::Server;
+use tollgate::doorman::{Server, ServerConfig, SingleElection};
 
 /// A listener on 127.0.0.1:0 and the address it is bound to.
 pub(crate) async fn listen() -> (TcpListener, String) {
@@ -26,12 +21,10 @@ pub(crate) async fn nowhere() -> String {
 /// A lease server deciding by `yaml` on the system clock, the master at
 /// `addr` (the single-node election); not serving yet.
 pub(crate) fn master_at(yaml: &str, addr: &str) -> Server {
-    let election = Single::new(Some(addr.to_owned()));
-    Server::new(
-        Config::from_yaml(yaml).unwrap(),
-        &election,
-        Arc::new(SystemWallClock),
-    )
+    let election = SingleElection::new(Some(addr.to_owned()));
+    Server::builder(ServerConfig::from_yaml(yaml).unwrap())
+        .election(&election)
+        .build()
 }
 
 /// A lease server deciding by `yaml`, serving plain gRPC on 127.0.0.1:0 in

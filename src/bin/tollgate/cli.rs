@@ -124,7 +124,8 @@ mod tests {
 }
 
 /// A server's TLS flags; Go Doorman's `--tls`, `--cert_file` and
-/// `--key_file` are accepted too (and with one dash, see [`go_flags`]).
+/// `--key_file` are accepted too (and with one dash, see
+/// [`crate::go_flags`]).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ServerTlsArgs {
     /// Serve over TLS (needs --tls-cert and --tls-key; giving them is
@@ -160,7 +161,7 @@ impl ServerTlsArgs {
 }
 
 /// A client's TLS flags; Go Doorman's `--tls` and `--ca_file` are
-/// accepted too (and with one dash, see [`go_flags`]).
+/// accepted too (and with one dash, see [`crate::go_flags`]).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ClientTlsArgs {
     /// Dial the server over TLS (needs --tls-ca; giving it is enough).
@@ -192,120 +193,5 @@ impl ClientTlsArgs {
             tls = tls.domain(name.clone());
         }
         Some(tls)
-    }
-}
-
-/// Go Doorman's TLS flags as its `flag` package spells them, with one dash:
-/// `serve` and `lease` take `-tls`, `-cert_file F`, `-cert_file=F`,
-/// `-key_file` and `-ca_file` as well as the two-dash forms.
-const GO_FLAGS: [&str; 4] = ["-tls", "-cert_file", "-key_file", "-ca_file"];
-
-/// `argv` with Go Doorman's one-dash TLS flags ([`GO_FLAGS`]) after a
-/// `serve` or `lease` subcommand given two dashes, so that clap reads them
-/// as its aliases. Only those exact names are rewritten (alone or as
-/// `name=value`), none after a `--`, and nothing else changes.
-///
-/// ```text
-/// tollgate serve -tls -cert_file=s.pem -key_file s.key
-/// tollgate serve --tls --cert_file=s.pem --key_file s.key
-/// ```
-pub(crate) fn go_flags(
-    argv: impl IntoIterator<Item = std::ffi::OsString>,
-) -> Vec<std::ffi::OsString> {
-    let mut argv: Vec<std::ffi::OsString> = argv.into_iter().collect();
-    // The subcommand: the first argument that is neither a flag nor the
-    // value of the global --log-format.
-    let mut at = 1;
-    while let Some(arg) = argv.get(at) {
-        match arg.to_str() {
-            Some("--log-format") => at += 2,
-            Some(a) if a.starts_with('-') => at += 1,
-            _ => break,
-        }
-    }
-    if !matches!(
-        argv.get(at).and_then(|a| a.to_str()),
-        Some("serve" | "lease")
-    ) {
-        return argv;
-    }
-    for arg in argv.iter_mut().skip(at + 1) {
-        let Some(a) = arg.to_str() else { continue };
-        if a == "--" {
-            break;
-        }
-        let name = a.split_once('=').map_or(a, |(name, _)| name);
-        if GO_FLAGS.contains(&name) {
-            *arg = format!("-{a}").into();
-        }
-    }
-    argv
-}
-
-#[cfg(test)]
-mod go_flag_tests {
-    use super::go_flags;
-
-    fn rewrite(args: &[&str]) -> Vec<String> {
-        go_flags(args.iter().map(|a| a.into()))
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn one_dash_go_flags_get_two_after_serve_and_lease() {
-        assert_eq!(
-            rewrite(&[
-                "tollgate",
-                "serve",
-                "-tls",
-                "-cert_file=s.pem",
-                "-key_file",
-                "s.key"
-            ]),
-            [
-                "tollgate",
-                "serve",
-                "--tls",
-                "--cert_file=s.pem",
-                "--key_file",
-                "s.key"
-            ]
-        );
-        assert_eq!(
-            rewrite(&[
-                "tollgate",
-                "--log-format",
-                "json",
-                "lease",
-                "r",
-                "-ca_file",
-                "ca.pem"
-            ]),
-            [
-                "tollgate",
-                "--log-format",
-                "json",
-                "lease",
-                "r",
-                "--ca_file",
-                "ca.pem"
-            ]
-        );
-    }
-
-    #[test]
-    fn nothing_else_changes() {
-        let unchanged: [&[&str]; 5] = [
-            &["tollgate", "quota", "-tls", "-cert_file", "c"],
-            &["tollgate", "serve", "--tls", "--cert_file", "c"],
-            &["tollgate", "serve", "-tlsx", "-cert_filename=c", "-t"],
-            &["tollgate", "lease", "r", "--", "-tls"],
-            &["tollgate"],
-        ];
-        for args in unchanged {
-            assert_eq!(rewrite(args), args);
-        }
     }
 }

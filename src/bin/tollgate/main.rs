@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod go_flags;
 mod lease;
 mod load;
 mod load_allow;
@@ -45,7 +46,15 @@ enum Command {
 /// Runs the command; an error is printed as one `error: ...` line (its
 /// causes joined by `: `), never with a backtrace, and exits with 1.
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(cli::go_flags(std::env::args_os()));
+    let argv = match go_flags::go_flags(std::env::args_os()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            // As clap reports a usage error: one line, exit status 2.
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     // Servers say what they do at info; tools keep stderr for trouble.
     let level = match cli.command {
         Command::Serve(_) | Command::Quota(_) => "info",

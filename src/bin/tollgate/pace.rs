@@ -16,7 +16,14 @@
 //! collects the workers' histograms, which each worker sends through a
 //! channel the first time it sees the new number. A worker blocked in
 //! `acquire` across a boundary sends late; its lateness joins whichever
-//! line is open when it arrives, and always the summary.
+//! line is open when it arrives, and the summary. A task leaves its
+//! histogram in a slot of its own while its `acquire_async` waits (two
+//! uncontended locks per wait, when it is suspended anyway), and the
+//! coordinator takes those left when the run ends, so the ops of tasks
+//! waiting past the end are reported too. A thread blocked past the end
+//! is not: knowing it is about to block would cost the measured path a
+//! lock or a second atomic per op; the summary says how many ops the
+//! lateness figures cover instead.
 //!
 //! The limiter is built unstarted and started only once every worker is
 //! running, so the run's clock and the limiter's schedule begin together.
@@ -26,17 +33,19 @@ mod plot;
 mod report;
 mod worker;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
 use hdrhistogram::Histogram;
-use tollgate::{RateLimiter, RateSpec, Verb};
+use tollgate::spec::Verb;
+use tollgate::{RateLimiter, RateSpec};
 
 use self::cpu::{CpuTime, HostCpu};
 use self::plot::History;
-use self::report::{Format, IdleSummary, Lag, Line, Printer, Summary};
+use self::report::{Format, IdleSummary, Lateness, Line, Printer, Start, Summary};
 use self::worker::{new_histogram, Control, Report, Shared};
 
 /// Options of `tollgate pace`.
@@ -82,11 +91,14 @@ pub(crate) struct Args {
     #[arg(long = "async")]
     use_async: bool,
     /// Output: text for people, csv or json (one object a line) for plots.
+    /// Each starts with what the run does (a `# start` line in csv, a
+    /// `start` object in json); lateness fields are `lateness_*`.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Also draw the run in FILE as an SVG picture: achieved rate against
     /// the target, the backlog, and lateness p50/p99/max per --interval,
-    /// over time.
+    /// over time. FILE is created before the run starts, so a path that
+    /// cannot be written is an error at once.
     #[arg(long, value_name = "FILE.svg", conflicts_with = "idle")]
     plot: Option<PathBuf>,
     /// How often to print a line.
@@ -229,6 +241,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let limiter = builder
         .try_build()
         .context("cannot start the limiter's filler thread")?;
+    // Created now, so that a path that cannot be written fails before the
+    // run rather than after it.
+    let plot_file = match &args.plot {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write the picture to {}", path.display()))?,
+        ),
+        None => None,
+    };
     let mut printer = Printer::new(args.format);
     if args.idle {
         let summary = idle(&limiter, &plan);
@@ -236,6 +257,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
+    printer.start(&Start {
+        spec: plan.spec.to_string(),
+        mode: mode(args.use_async),
+        threads: plan.threads,
+        duration: plan.duration,
+        interval: plan.interval,
+        plot: args.plot.as_ref().map(|p| p.display().to_string()),
+    });
     let shared = Arc::new(Shared::new(limiter, plan.threads, plan.op_time));
     let (reports, inbox) = mpsc::channel();
     let runtime = if args.use_async {
@@ -255,8 +284,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         args.use_async,
     );
     printer.summary(&summary);
-    if let (Some(path), Some(history)) = (&args.plot, &history) {
-        std::fs::write(path, history.svg(&summary))
+    if let (Some(path), Some(mut file), Some(history)) = (&args.plot, plot_file, &history) {
+        file.write_all(history.svg(&summary).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -313,6 +342,14 @@ impl Run<'_> {
         }
     }
 
+    /// Adds the histograms of the tasks waiting in `acquire_async` now.
+    fn merge_parked(&mut self, shared: &Shared) {
+        for histogram in shared.take_parked() {
+            self.open.add(&histogram).expect("histograms auto-resize");
+            self.total.add(&histogram).expect("histograms auto-resize");
+        }
+    }
+
     fn print_pending(&mut self) {
         let Some(p) = self.pending.take() else {
             return;
@@ -330,7 +367,7 @@ impl Run<'_> {
             ratio: achieved / target,
             ops,
             backlog_ns: nanos(p.backlog),
-            lag: Lag::of(&histogram),
+            lateness: Lateness::of(&histogram),
             stalled: p.stalled,
         };
         self.printer.line(&line);
@@ -460,9 +497,10 @@ fn coordinate(
 
     // The last (possibly partial) interval: wait briefly for every worker's
     // final histogram, but not for workers still blocked in `acquire` (at a
-    // low rate with many threads most are; what they recorded before
-    // blocking is left out of the last line, and their next op would come
-    // after the end anyway).
+    // low rate with many threads most are; what threads recorded before
+    // blocking is left out, and their next op would come after the end
+    // anyway). Tasks leave theirs parked while they wait: it joins the last
+    // line.
     run.print_pending();
     if end.0 > last.0 + Duration::from_millis(1) {
         run.pending = Some(Pending {
@@ -474,11 +512,13 @@ fn coordinate(
             deadline: end.0 + grace(plan.interval),
             seen: 0,
         });
+        run.merge_parked(shared);
         while run.pending.is_some() {
             let deadline = run.pending.as_ref().map_or(end.0, |p| p.deadline);
             run.wait(inbox, deadline);
         }
     } else {
+        run.merge_parked(shared);
         let deadline = run.now() + grace(plan.interval);
         while let Ok(report) = inbox.recv_timeout(deadline.saturating_sub(run.now())) {
             run.receive(&report);
@@ -490,17 +530,18 @@ fn coordinate(
     let achieved = end.1 as f64 / elapsed;
     Summary {
         spec: plan.spec.to_string(),
-        mode: if use_async { "async" } else { "threads" },
+        mode: mode(use_async),
         threads: plan.threads,
         elapsed_s: elapsed,
         total_ops: end.1,
         target_ops_per_s: target,
         achieved_ops_per_s: achieved,
         ratio: achieved / target,
-        lag: Lag::of(&run.total),
+        lateness: Lateness::of(&run.total),
+        lateness_ops: run.total.len(),
         admitted: stats.admitted,
         total_wait_ns: nanos(stats.total_wait),
-        mean_lateness_ns: nanos(stats.total_wait) / stats.admitted.max(1),
+        limiter_mean_wait_ns: nanos(stats.total_wait) / stats.admitted.max(1),
         backlog_ns: nanos(backlog),
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_system_s: cpu.system.as_secs_f64(),
@@ -524,6 +565,15 @@ fn coordinate(
             },
             plan.stalls.is_some(),
         ),
+    }
+}
+
+/// The summary's name for what runs the ops.
+fn mode(use_async: bool) -> &'static str {
+    if use_async {
+        "async"
+    } else {
+        "threads"
     }
 }
 

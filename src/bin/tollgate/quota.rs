@@ -189,8 +189,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.reload_interval,
     );
     if !args.lease_servers.is_empty() {
-        let mut builder =
-            tollgate::doorman::client::Client::builder().servers(args.lease_servers.clone());
+        let mut builder = tollgate::doorman::Client::builder().servers(args.lease_servers.clone());
         if let Some(tls) = args.lease_tls() {
             builder = builder.tls(&tls)?;
         }

@@ -2,19 +2,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tollgate::doorman::clock::SystemWallClock;
-use tollgate::doorman::config::Config;
-use tollgate::doorman::election::etcd::{Etcd, EtcdConfig};
-use tollgate::doorman::election::single::Single;
-use tollgate::doorman::election::Election;
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
-use tollgate::doorman::server::{Parent, Server};
-use tollgate::doorman::{debug, reload};
+use tollgate::doorman::{
+    debug, reload, Election, EtcdElection, EtcdElectionConfig, Parent, Server, ServerConfig,
+    SingleElection,
+};
 use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -22,6 +18,13 @@ use crate::cli;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Go Doorman's flags are read too, with one dash or two: -port, -debug_port, -config, \
+    -parent, -hostname, -etcd_endpoints, -master_election_lock (--election-key), \
+    -master_delay (--election-ttl), -tls, -cert_file, -key_file, -logtostderr; the others \
+    are refused with what to use instead.\n\n\
+    Without --advertise, a server listening on 0.0.0.0 advertises 0.0.0.0:PORT, which \
+    followers cannot redirect clients to: give --advertise (or --hostname) with \
+    --etcd-endpoints.\n\n\
     Examples:\n  tollgate serve --config doorman.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
     tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
@@ -55,6 +58,10 @@ pub(crate) struct Args {
     /// 0.0.0.0, and with --etcd-endpoints, where followers redirect to it).
     #[arg(long)]
     advertise: Option<String>,
+    /// Advertise this host with the gRPC port (`HOST:PORT`), as Go
+    /// Doorman's `-hostname` does; --advertise gives the whole address.
+    #[arg(long, value_name = "HOST", conflicts_with = "advertise")]
+    hostname: Option<String>,
     /// How often expired leases and idle resources are swept.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     sweep_interval: Duration,
@@ -237,12 +244,44 @@ impl ConfigSource {
     }
 }
 
+/// Warns when the address others are given to reach this server is a
+/// wildcard (`0.0.0.0:15000`, listening on every interface), where it
+/// matters: followers of an election redirect clients to it, and a parent
+/// tells its intermediates apart by it.
+fn warn_if_unreachable(args: &Args, advertised: &str) {
+    let wildcard = advertised
+        .parse::<SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified());
+    if !wildcard {
+        return;
+    }
+    if !args.etcd_endpoints.is_empty() {
+        warn!(
+            advertise = advertised,
+            "the advertised address is a wildcard: followers will redirect clients to an \
+             address they cannot reach; give this server's own with --advertise HOST:PORT"
+        );
+    }
+    if args.parent.is_some() && args.server_id.is_none() {
+        warn!(
+            server_id = advertised,
+            "the id this server gives its parent is a wildcard address, the same for every \
+             intermediate listening on this port; give --advertise HOST:PORT or --server-id"
+        );
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     cli::block_on(args.threads, serve(args))
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     let signals = Signals::install()?;
+    // The files are read again when serving starts; reading them now
+    // names a bad one before anything listens.
+    if let Some(tls) = args.tls.tls() {
+        tls.load()?;
+    }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
     let etcd_tls = args.etcd_tls_ca.as_ref().map(|ca| {
@@ -255,7 +294,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let source = ConfigSource::of(&args)?;
     let (config, etcd_config) = match &source {
         ConfigSource::File(path) => (
-            Config::from_file(path).with_context(|| format!("loading {}", path.display()))?,
+            ServerConfig::from_file(path).with_context(|| format!("loading {}", path.display()))?,
             None,
         ),
         ConfigSource::Etcd(key) => {
@@ -273,7 +312,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         ConfigSource::Builtin => {
             info!("no --config: serving the built-in catch-all FAIR_SHARE template");
-            (Config::builtin(), None)
+            (ServerConfig::builtin(), None)
         }
     };
     let addr = SocketAddr::new(args.host, args.port);
@@ -281,58 +320,59 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
-    let advertised = args.advertise.clone().unwrap_or_else(|| local.to_string());
+    let advertised = match (&args.advertise, &args.hostname) {
+        (Some(address), _) => address.clone(),
+        (None, Some(host)) if host.contains(':') && !host.starts_with('[') => {
+            format!("[{host}]:{}", local.port())
+        }
+        (None, Some(host)) => format!("{host}:{}", local.port()),
+        (None, None) => local.to_string(),
+    };
+    warn_if_unreachable(&args, &advertised);
     let etcd = if args.etcd_endpoints.is_empty() {
         None
     } else {
         info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
-        let config = EtcdConfig {
+        let config = EtcdElectionConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
             ttl: args.election_ttl,
             advertise: advertised.clone(),
         };
         Some(match &etcd_tls {
-            None => Etcd::start(config)?,
-            Some(tls) => Etcd::start_tls(config, tls)?,
+            None => EtcdElection::start(config)?,
+            Some(tls) => EtcdElection::start_tls(config, tls)?,
         })
     };
-    let single = Single::new(Some(advertised.clone()));
+    let single = SingleElection::new(Some(advertised.clone()));
     let election: &dyn Election = match &etcd {
         Some(e) => e,
         None => &single,
     };
-    let server = match &args.parent {
-        None => Server::new(config, election, Arc::new(SystemWallClock)),
-        Some(parent) => {
-            anyhow::ensure!(
-                args.decay_factor > 0.0 && args.decay_factor <= 1.0,
-                "--decay-factor must be in (0, 1]"
-            );
-            info!(parent, "intermediate server");
-            let parent = Parent {
-                address: parent.clone(),
-                server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
-                decay_factor: args.decay_factor,
-            };
-            match &args.parent_tls_ca {
-                None => Server::with_parent(config, election, Arc::new(SystemWallClock), parent),
-                Some(ca) => {
-                    let mut tls = ClientTls::new(ca);
-                    if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
-                        tls = tls.identity(cert, key);
-                    }
-                    Server::with_parent_tls(
-                        config,
-                        election,
-                        Arc::new(SystemWallClock),
-                        parent,
-                        &tls,
-                    )?
-                }
+    let mut builder = Server::builder(config).election(election).limits(limits);
+    if let Some(tls) = args.tls.tls() {
+        builder = builder.tls(&tls)?;
+    }
+    if let Some(parent) = &args.parent {
+        anyhow::ensure!(
+            args.decay_factor > 0.0 && args.decay_factor <= 1.0,
+            "--decay-factor must be in (0, 1]"
+        );
+        info!(parent, "intermediate server");
+        builder = builder.parent(Parent {
+            address: parent.clone(),
+            server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
+            decay_factor: args.decay_factor,
+        });
+        if let Some(ca) = &args.parent_tls_ca {
+            let mut tls = ClientTls::new(ca);
+            if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
+                tls = tls.identity(cert, key);
             }
+            builder = builder.parent_tls(&tls)?;
         }
-    };
+    }
+    let server = builder.build();
     server.spawn_background(args.sweep_interval);
     match source {
         ConfigSource::File(path) => {
@@ -380,17 +420,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     }
     match args.tls.tls() {
-        Some(tls) => {
-            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS");
-            server
-                .serve_with_tls(listener, limits, &tls, shutdown)
-                .await?;
+        Some(_) => {
+            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS")
         }
-        None => {
-            info!(addr = %local, limits = ?limits, "gRPC listening");
-            server.serve_with(listener, limits, shutdown).await?;
-        }
+        None => info!(addr = %local, limits = ?limits, "gRPC listening"),
     }
+    server.serve(listener, shutdown).await?;
     if resigned.await.is_ok() {
         info!("stopped");
     }

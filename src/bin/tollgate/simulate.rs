@@ -8,13 +8,26 @@ use tollgate::doorman::simulate;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Mishaps the simulated clients and servers meet are logged at info: \
+    after_help = "Scenarios (capacity 500, FAIR_SHARE, 60 s leases, 60 s of learning mode \
+    after each election; 600 s each, 7 runs an hour):\n  \
+    1  a root, 5 clients wanting about 100 each\n  \
+    2  as 1; the root loses its master at 120 s, a new one is elected at 140 s\n  \
+    3  as 1; the root loses its master at 120 s, elected again at 190 s, after the leases expired\n  \
+    4  a root and one region; 5 clients on the region wanting about 100 each\n  \
+    5  a root, 3 regions, 3 datacenters each; 5 clients per datacenter wanting about 14.4\n  \
+    6  as 5; two clients want 1000 from 150 s\n  \
+    7  as 5 for an hour; every 60 s a mishap: a client's wants +100, a job losing its \
+    master for up to 60 s, or an election\n\n\
+    Each run writes scenario-N-seed-S.csv (t, capacity, total_wants, total_has per second) \
+    and .svg: the root's capacity (dashed) with what the clients hold, and their total \
+    wants against the capacity, each on an axis that spans its data.\n\n\
+    Mishaps the simulated clients and servers meet are logged at info: \
     RUST_LOG=tollgate::doorman::simulate=info lists them.\n\n\
     Examples:\n  tollgate simulate --scenario 1 --out /tmp/sim\n  \
     tollgate simulate --scenario 4 --seed 7 --seeds 10"
 )]
 pub(crate) struct Args {
-    /// The scenario, 1 to 7 (see `tollgate::doorman::simulate`).
+    /// The scenario, 1 to 7 (listed below).
     #[arg(long)]
     scenario: u32,
     /// The random seed; the same seed gives the same run.

@@ -20,7 +20,7 @@ use super::{available, non_negative, Algorithm, Request, ResourceView};
 
 /// Weighted max-min fair shares.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct FairShare;
+pub(crate) struct FairShare;
 
 impl Algorithm for FairShare {
     fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64 {

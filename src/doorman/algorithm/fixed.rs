@@ -5,7 +5,7 @@ use super::{non_negative, Algorithm, Request, ResourceView};
 
 /// Grants `min(capacity, wants)`, ignoring every other client.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Static;
+pub(crate) struct Static;
 
 impl Algorithm for Static {
     fn grant(&self, _res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64 {

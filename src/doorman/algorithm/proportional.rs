@@ -36,7 +36,7 @@ use super::{available, non_negative, Algorithm, Request, ResourceView};
 
 /// Equal shares per subclient, topped up in proportion to need.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ProportionalShare;
+pub(crate) struct ProportionalShare;
 
 impl Algorithm for ProportionalShare {
     fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64 {

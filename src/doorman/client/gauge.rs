@@ -96,7 +96,7 @@ impl Demand for Sampler {
 /// # Examples
 ///
 /// ```no_run
-/// use tollgate::doorman::client::{Client, GaugeResource, ResourceOptions};
+/// use tollgate::doorman::{Client, GaugeResource, ResourceOptions};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

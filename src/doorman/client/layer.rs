@@ -68,7 +68,7 @@ impl From<Rejected> for tonic::Status {
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::doorman::client::{Client, LeaseLayer, RateOptions, RateResource, ResourceOptions};
+/// use tollgate::doorman::{Client, LeaseLayer, RateOptions, RateResource, ResourceOptions};
 /// use tower::{Layer as _, ServiceExt as _};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

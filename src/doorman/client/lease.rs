@@ -4,7 +4,7 @@
 //! # Implementation notes
 //!
 //! Everything here is pure: time comes in as arguments (Unix time from the
-//! client's [`WallClock`](crate::doorman::clock::WallClock)), so the rules for bad
+//! client's [`WallClock`](crate::doorman::WallClock)), so the rules for bad
 //! input and for lease expiry are tested with exact numbers.
 //!
 //! A server's answer for one resource is checked field by field. Anything
@@ -46,7 +46,7 @@ pub enum ExpiryMode {
 /// # Examples
 ///
 /// ```
-/// use tollgate::doorman::client::ExpiryMode;
+/// use tollgate::doorman::ExpiryMode;
 ///
 /// assert_eq!("pessimistic".parse::<ExpiryMode>()?, ExpiryMode::Pessimistic);
 /// let e = "hopeful".parse::<ExpiryMode>().unwrap_err();
@@ -54,7 +54,7 @@ pub enum ExpiryMode {
 ///     e.to_string(),
 ///     "unknown expiry mode \"hopeful\" (optimistic, pessimistic or safe)"
 /// );
-/// # Ok::<(), tollgate::doorman::client::ParseExpiryModeError>(())
+/// # Ok::<(), tollgate::doorman::ParseExpiryModeError>(())
 /// ```
 ///
 /// # Errors
@@ -123,7 +123,7 @@ impl Lease {
 
 /// Where the capacity in force comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum CapacitySource {
     /// No answer from the server yet: the [`ExpiryMode`] applies.
     Pending,
     /// An unexpired lease.
@@ -132,12 +132,12 @@ pub enum Source {
     Expired,
 }
 
-impl fmt::Display for Source {
+impl fmt::Display for CapacitySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Source::Pending => "pending",
-            Source::Lease => "lease",
-            Source::Expired => "expired",
+            CapacitySource::Pending => "pending",
+            CapacitySource::Lease => "lease",
+            CapacitySource::Expired => "expired",
         })
     }
 }
@@ -148,7 +148,7 @@ pub struct Capacity {
     /// The capacity to enforce (finite, `>= 0`).
     pub capacity: f64,
     /// Why this is the capacity.
-    pub source: Source,
+    pub source: CapacitySource,
     /// The last lease the server granted, even if expired.
     pub lease: Option<Lease>,
     /// The last `safe_capacity` the server sent.
@@ -162,7 +162,7 @@ impl Capacity {
     pub(crate) fn pending(mode: ExpiryMode, wants: f64) -> Capacity {
         Capacity {
             capacity: fallback(mode, wants, None),
-            source: Source::Pending,
+            source: CapacitySource::Pending,
             lease: None,
             safe_capacity: None,
             refreshes: 0,

@@ -25,12 +25,12 @@ use crate::doorman::transport::{Call, Transport};
 /// method.
 ///
 /// One value may serve many clients (clones share the counters); give it to
-/// each with [`Builder::metrics`](super::Builder::metrics).
+/// each with [`ClientBuilder::metrics`](super::ClientBuilder::metrics).
 ///
 /// # Examples
 ///
 /// ```
-/// use tollgate::doorman::client::ClientMetrics;
+/// use tollgate::doorman::ClientMetrics;
 ///
 /// // Into an application's own registry ...
 /// let registry = prometheus::Registry::new();

@@ -94,7 +94,7 @@ impl RateOptions {
 /// # Examples
 ///
 /// ```no_run
-/// use tollgate::doorman::client::{Client, RateOptions, RateResource, ResourceOptions};
+/// use tollgate::doorman::{Client, RateOptions, RateResource, ResourceOptions};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

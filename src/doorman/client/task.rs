@@ -18,7 +18,7 @@
 //! the smallest refresh interval among the leases.
 //!
 //! Lease expiry times are Unix seconds from the server, compared with the
-//! client's [`WallClock`](crate::doorman::clock::WallClock); the wait until an
+//! client's [`WallClock`](crate::doorman::WallClock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
 //! matching clock drive it in tests.
 //!
@@ -47,7 +47,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::backoff::Retry;
-use super::lease::{self, fallback, Capacity, Lease, Source};
+use super::lease::{self, fallback, Capacity, CapacitySource, Lease};
 use super::{ReleaseError, ReleaseRequest, Shared, Slot};
 use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
@@ -82,14 +82,14 @@ impl Held {
     /// The capacity to enforce at `now`.
     fn capacity(&self, slot: &Slot, now: Timestamp) -> Capacity {
         let (capacity, source) = match (self.valid(now), self.lease) {
-            (Some(l), _) => (l.capacity, Source::Lease),
+            (Some(l), _) => (l.capacity, CapacitySource::Lease),
             (None, Some(_)) => (
                 fallback(slot.mode, self.wants, self.safe_capacity),
-                Source::Expired,
+                CapacitySource::Expired,
             ),
             (None, None) => (
                 fallback(slot.mode, self.wants, self.safe_capacity),
-                Source::Pending,
+                CapacitySource::Pending,
             ),
         };
         Capacity {
@@ -379,7 +379,7 @@ fn expire(shared: &Shared, slots: &[Arc<Slot>]) -> Option<Instant> {
             }
             _ => {
                 let capacity = held.capacity(slot, now);
-                if slot.tx.borrow().source == Source::Lease {
+                if slot.tx.borrow().source == CapacitySource::Lease {
                     info!(
                         resource = slot.id.as_str(),
                         mode = ?slot.mode,

@@ -9,27 +9,27 @@ use super::{Election, Mastership};
 /// # Examples
 ///
 /// ```
-/// use tollgate::doorman::election::{single::Single, Election};
+/// use tollgate::doorman::{Election, SingleElection};
 ///
-/// let election = Single::new(Some("127.0.0.1:15000".to_owned()));
+/// let election = SingleElection::new(Some("127.0.0.1:15000".to_owned()));
 /// assert!(election.subscribe().borrow().is_master);
 /// ```
 #[derive(Debug)]
-pub struct Single {
+pub struct SingleElection {
     tx: watch::Sender<Mastership>,
 }
 
-impl Single {
+impl SingleElection {
     /// Always master; `address` is what Discovery reports as the master's
     /// address.
     pub fn new(address: Option<String>) -> Self {
-        Single {
+        SingleElection {
             tx: watch::Sender::new(Mastership::master(address)),
         }
     }
 }
 
-impl Election for Single {
+impl Election for SingleElection {
     fn subscribe(&self) -> watch::Receiver<Mastership> {
         self.tx.subscribe()
     }

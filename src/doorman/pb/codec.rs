@@ -10,7 +10,7 @@
 //! the fields to check as `optional` (so absence is visible, and every
 //! other field is skipped as unknown), then into the real type. A missing
 //! field is answered INVALID_ARGUMENT through
-//! [`RequestError::MissingField`]. Doorman messages are small (the server
+//! `RequestError::MissingField`. Doorman messages are small (the server
 //! caps them), so the second pass costs little.
 //!
 //! Only requests carry checks ([`Required`]); every other message passes

@@ -17,16 +17,12 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
-//! use tollgate::doorman::clock::SystemWallClock;
-//! use tollgate::doorman::election::single::Single;
 //! use tollgate::doorman::reload::etcd::EtcdConfigSource;
-//! use tollgate::doorman::server::Server;
+//! use tollgate::doorman::Server;
 //!
 //! let source = EtcdConfigSource::new(&["127.0.0.1:2379".to_owned()], "/tollgate/config")?;
 //! let loaded = source.load().await?;
-//! let election = Single::new(None);
-//! let server = Server::new(loaded.config, &election, Arc::new(SystemWallClock));
+//! let server = Server::builder(loaded.config).build();
 //! // From now on every change to the key is applied to `server`.
 //! let watch = source.spawn(server.clone(), loaded.revision);
 //! # drop(watch);
@@ -35,15 +31,14 @@
 
 use tokio::task::JoinHandle;
 
-use crate::doorman::config::Config;
-use crate::doorman::server::Server;
+use crate::doorman::{Server, ServerConfig};
 use crate::service::{watch_key, ClientTls, EtcdError, EtcdKey};
 
 /// A configuration read from etcd, and the etcd revision it was read at.
 #[derive(Debug)]
 pub struct Loaded {
     /// The configuration.
-    pub config: Config,
+    pub config: ServerConfig,
     /// The store revision of the read; watch from it with
     /// [`EtcdConfigSource::spawn`] so that no later change is missed.
     pub revision: i64,
@@ -105,7 +100,7 @@ impl EtcdConfigSource {
         let key = || self.key.key().to_owned();
         let (text, revision) = self.key.read_text().await?;
         let text = text.ok_or_else(|| EtcdError::Missing { key: key() })?;
-        let config = Config::from_yaml(&text).map_err(|source| EtcdError::Invalid {
+        let config = ServerConfig::from_yaml(&text).map_err(|source| EtcdError::Invalid {
             key: key(),
             source: Box::new(source),
         })?;

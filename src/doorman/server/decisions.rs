@@ -25,7 +25,7 @@ use super::super::lease::{
     ServerGrant, Timestamp,
 };
 use super::state::{EntryState, Server, Snapshot};
-use super::wire::{Limits, Rules};
+use super::wire::{RequestLimits, Rules};
 use super::{hold, parent};
 use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
@@ -152,7 +152,7 @@ impl Server {
     /// as for [`Server::capacity`].
     pub(super) fn release(
         &self,
-        admit: impl FnOnce(&Limits) -> Result<ReleaseRequest, RequestError>,
+        admit: impl FnOnce(&RequestLimits) -> Result<ReleaseRequest, RequestError>,
     ) -> Result<Answer<()>, RequestError> {
         if let Err(m) = self.mastership() {
             return Ok(Answer::NotMaster(m));

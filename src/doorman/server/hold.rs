@@ -80,14 +80,14 @@ mod tests {
     use tokio::sync::watch;
 
     use super::super::Server;
-    use crate::doorman::clock::ManualWallClock;
-    use crate::doorman::config::Config;
     use crate::doorman::election::{Election, Mastership};
+    use crate::doorman::ServerConfig;
+    use crate::ManualClock;
 
     use super::super::testing::{ask, at, T};
 
     /// 100 units shared fairly, 60 s leases; learning mode as given.
-    fn root(learning: u64) -> (Server, Arc<ManualWallClock>) {
+    fn root(learning: u64) -> (Server, Arc<ManualClock>) {
         let yaml = format!(
             r#"
 resources:
@@ -96,9 +96,16 @@ resources:
     algorithm: {{kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: {learning}}}
 "#
         );
-        let clock = Arc::new(ManualWallClock::new(Duration::from_secs(T)));
+        let clock = Arc::new({
+            let clock = ManualClock::new();
+            clock.advance(Duration::from_secs(T));
+            clock
+        });
         let election = Master(watch::Sender::new(Mastership::master(None)));
-        let server = Server::new(Config::from_yaml(&yaml).unwrap(), &election, clock.clone());
+        let server = Server::builder(ServerConfig::from_yaml(&yaml).unwrap())
+            .election(&election)
+            .clock(clock.clone())
+            .build();
         (server, clock)
     }
 

@@ -49,7 +49,12 @@ impl Server {
         if m.is_master {
             view.since = Some(self.inner.clock.now());
             self.forget_all();
-            info!("won mastership: learning mode starts");
+            let longest = self.snapshot().config.longest_learning_mode();
+            if longest.is_zero() {
+                info!("won mastership; learning mode is off (learning_mode_duration: 0)");
+            } else {
+                info!(for_up_to = ?longest, "won mastership: learning mode starts");
+            }
         } else {
             view.since = None;
             if was_master {

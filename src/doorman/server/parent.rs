@@ -343,8 +343,8 @@ pub(super) async fn ask(
 mod tests {
     use super::*;
     use crate::doorman::algorithm::Kind;
-    use crate::doorman::config::Config;
-    use crate::doorman::server::Server;
+    use crate::doorman::Server;
+    use crate::doorman::ServerConfig;
 
     use super::super::testing::{ask, at, T};
 
@@ -355,7 +355,7 @@ mod tests {
                 server_id: "mid".into(),
                 decay_factor,
             },
-            Arc::new(crate::doorman::transport::Grpc::new(DEADLINE)),
+            Arc::new(crate::doorman::transport::Grpc::with_tls(DEADLINE, None)),
         )
     }
 
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_grant_becomes_the_capacity_with_the_parents_algorithm_and_a_capped_lease() {
-        let config = Config::builtin();
+        let config = ServerConfig::builtin();
         let template = config.find("r").unwrap();
         let u = upstream(0.5);
         let at = |s: u64| Duration::from_secs(T + s);
@@ -452,12 +452,7 @@ mod tests {
 
     /// A root of 100 units without learning mode, and an intermediate with
     /// 10 s of it, on one manual clock at `T`.
-    fn tree() -> (
-        Server,
-        Server,
-        Switch,
-        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
-    ) {
+    fn tree() -> (Server, Server, Switch, std::sync::Arc<crate::ManualClock>) {
         tree_learning(10)
     }
 
@@ -465,14 +460,13 @@ mod tests {
     /// intermediate.
     fn tree_learning(
         learning: u64,
-    ) -> (
-        Server,
-        Server,
-        Switch,
-        std::sync::Arc<crate::doorman::clock::ManualWallClock>,
-    ) {
-        use crate::doorman::clock::ManualWallClock;
-        let clock = std::sync::Arc::new(ManualWallClock::new(Duration::from_secs(T)));
+    ) -> (Server, Server, Switch, std::sync::Arc<crate::ManualClock>) {
+        use crate::ManualClock;
+        let clock = std::sync::Arc::new({
+            let clock = ManualClock::new();
+            clock.advance(Duration::from_secs(T));
+            clock
+        });
         let yaml = |capacity, learning| {
             format!(
                 r#"
@@ -483,22 +477,20 @@ resources:
 "#
             )
         };
-        let root = Server::new(
-            Config::from_yaml(&yaml(100, 0)).unwrap(),
-            &Switch::master(),
-            clock.clone(),
-        );
+        let root = Server::builder(ServerConfig::from_yaml(&yaml(100, 0)).unwrap())
+            .election(&Switch::master())
+            .clock(clock.clone())
+            .build();
         let switch = Switch::master();
-        let mid = Server::with_parent(
-            Config::from_yaml(&yaml(0, learning)).unwrap(),
-            &switch,
-            clock.clone(),
-            Parent {
+        let mid = Server::builder(ServerConfig::from_yaml(&yaml(0, learning)).unwrap())
+            .election(&switch)
+            .clock(clock.clone())
+            .parent(Parent {
                 address: String::new(),
                 server_id: "mid".into(),
                 decay_factor: 0.5,
-            },
-        );
+            })
+            .build();
         (root, mid, switch, clock)
     }
 

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use tracing::{debug, info, warn};
 
 use super::super::algorithm::Kind;
-use super::super::config::Config;
+use super::super::config::ServerConfig;
 use super::super::error::RequestError;
 use super::super::lease::{ClientLease, Timestamp};
 use super::super::metrics::{Gauges, ResourceGauges};
@@ -67,7 +67,7 @@ impl Server {
     /// the new templates at once: a lease that would outlive the new lease
     /// length from now is cut to it, and a resource that no longer matches
     /// any template loses its leases (and is dropped by the next sweep).
-    pub fn reload(&self, config: Config) {
+    pub fn reload(&self, config: ServerConfig) {
         let mut slot = self.inner.config.write_unpoisoned();
         let generation = slot.generation + 1;
         let snapshot = Arc::new(Snapshot { config, generation });

@@ -8,32 +8,30 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::watch;
 
 use super::super::clock::WallClock;
-use super::super::config::{Config, Template};
+use super::super::config::{ServerConfig, Template};
 use super::super::election::Mastership;
 use super::super::lease::Timestamp;
 use super::super::metrics::Metrics;
 use super::super::store::Resource;
 use super::parent::Upstream;
-use super::wire::Limits;
-use crate::service::Readiness;
+use super::wire::RequestLimits;
+use crate::service::{Readiness, ServerLimits};
 
 /// The lease server. Cheap to clone: clones share state.
 ///
 /// # Examples
 ///
 /// ```
-/// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::doorman::clock::SystemWallClock;
-/// use tollgate::doorman::config::Config;
-/// use tollgate::doorman::election::single::Single;
-/// use tollgate::doorman::server::Server;
+/// use tollgate::doorman::{Server, ServerConfig, SingleElection};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-/// let election = Single::new(Some(listener.local_addr()?.to_string()));
-/// let server = Server::new(Config::builtin(), &election, Arc::new(SystemWallClock));
+/// let election = SingleElection::new(Some(listener.local_addr()?.to_string()));
+/// let server = Server::builder(ServerConfig::builtin())
+///     .election(&election)
+///     .build();
 /// server.spawn_background(Duration::from_secs(5));
 ///
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -57,12 +55,21 @@ pub(super) struct Inner {
     pub(super) resources: RwLock<HashMap<String, Arc<Entry>>>,
     pub(super) view: RwLock<View>,
     pub(super) clock: Arc<dyn WallClock>,
-    pub(super) limits: Limits,
+    pub(super) limits: RequestLimits,
     pub(super) metrics: Metrics,
     /// Set on an intermediate server: its parent and what it granted.
     pub(super) upstream: Option<Upstream>,
+    /// How [`Server::serve`] serves.
+    pub(super) serving: Serving,
     /// Not ready while the election cannot reach its store.
     pub(super) readiness: Readiness,
+}
+
+/// What [`Server::serve`] serves under.
+#[derive(Debug, Clone)]
+pub(super) struct Serving {
+    pub(super) limits: ServerLimits,
+    pub(super) tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 /// The server's view of the election.
@@ -86,7 +93,7 @@ impl View {
 /// The configuration in force, and its generation (each reload bumps it).
 #[derive(Debug)]
 pub(super) struct Snapshot {
-    pub(super) config: Config,
+    pub(super) config: ServerConfig,
     pub(super) generation: u64,
 }
 

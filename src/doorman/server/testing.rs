@@ -4,14 +4,15 @@
 use std::time::Duration;
 
 use super::state::Server;
-use crate::doorman::clock::{ManualWallClock, WallClock as _};
 use crate::doorman::pb;
+use crate::doorman::WallClock as _;
+use crate::ManualClock;
 
 /// Unix time the tests count from.
 pub(super) const T: u64 = 1_700_000_000;
 
 /// Moves `clock` to `T + s`.
-pub(super) fn at(clock: &ManualWallClock, s: u64) {
+pub(super) fn at(clock: &ManualClock, s: u64) {
     clock.advance(Duration::from_secs(T + s) - clock.now());
 }
 

@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 
 use super::super::algorithm::{AlgorithmConfig, Kind};
-use super::super::config::Config;
+use super::super::config::ServerConfig;
 use super::super::election::Mastership;
 use super::super::error::RequestError;
 use super::super::lease::{
@@ -27,16 +27,16 @@ use super::super::pb::{self, from_wire_secs, to_wire_secs};
 
 /// Limits on what one request may carry.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct RequestLimits {
     /// Longest client, server or resource id, in bytes.
     pub max_id_bytes: usize,
     /// Most resources in one request.
     pub max_resources_per_request: usize,
 }
 
-impl Default for Limits {
+impl Default for RequestLimits {
     fn default() -> Self {
-        Limits {
+        RequestLimits {
             max_id_bytes: 1024,
             max_resources_per_request: 1000,
         }
@@ -47,8 +47,8 @@ impl Default for Limits {
 /// configuration in force.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rules<'a> {
-    pub(super) limits: &'a Limits,
-    pub(super) config: &'a Config,
+    pub(super) limits: &'a RequestLimits,
+    pub(super) config: &'a ServerConfig,
 }
 
 /// Whether `x` is a finite number `>= 0`.
@@ -56,7 +56,7 @@ fn finite_non_negative(x: f64) -> bool {
     x.is_finite() && x >= 0.0
 }
 
-fn id(limits: &Limits, field: &'static str, id: &str) -> Result<(), RequestError> {
+fn id(limits: &RequestLimits, field: &'static str, id: &str) -> Result<(), RequestError> {
     if id.is_empty() {
         return Err(if field == "resource_id" {
             RequestError::EmptyResourceId
@@ -74,7 +74,7 @@ fn id(limits: &Limits, field: &'static str, id: &str) -> Result<(), RequestError
     Ok(())
 }
 
-fn count(limits: &Limits, count: usize) -> Result<(), RequestError> {
+fn count(limits: &RequestLimits, count: usize) -> Result<(), RequestError> {
     let max = limits.max_resources_per_request;
     if count > max {
         return Err(RequestError::TooManyResources { count, max });
@@ -193,7 +193,7 @@ pub(super) fn server_capacity_request(
 /// empty ids before the real ones on `Close()` and retries forever on an
 /// error; Go's server ignores them.)
 pub(super) fn release_request(
-    limits: &Limits,
+    limits: &RequestLimits,
     req: pb::ReleaseCapacityRequest,
 ) -> Result<ReleaseRequest, RequestError> {
     id(limits, "client_id", &req.client_id)?;
@@ -428,8 +428,8 @@ mod tests {
 
     #[test]
     fn bands_are_summed() {
-        let c = Config::builtin();
-        let l = Limits::default();
+        let c = ServerConfig::builtin();
+        let l = RequestLimits::default();
         let rules = Rules {
             limits: &l,
             config: &c,
@@ -441,8 +441,8 @@ mod tests {
 
     #[test]
     fn bad_bands_are_refused() {
-        let c = Config::builtin();
-        let l = Limits::default();
+        let c = ServerConfig::builtin();
+        let l = RequestLimits::default();
         let rules = Rules {
             limits: &l,
             config: &c,
@@ -460,8 +460,8 @@ mod tests {
 
     #[test]
     fn limits_are_configurable() {
-        let c = Config::builtin();
-        let l = Limits {
+        let c = ServerConfig::builtin();
+        let l = RequestLimits {
             max_id_bytes: 3,
             max_resources_per_request: 1,
         };

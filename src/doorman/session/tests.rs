@@ -343,7 +343,7 @@ async fn no_configured_address_is_an_error_not_a_panic() {
 #[cfg(feature = "client")]
 #[test]
 fn a_release_error_leads_through_the_session_error_to_the_status() {
-    use crate::doorman::client::ReleaseError;
+    use crate::doorman::ReleaseError;
     let e = ReleaseError::Unreachable(SessionError::Rpc {
         address: "a".into(),
         status: tonic::Status::unavailable("down"),

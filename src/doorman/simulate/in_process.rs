@@ -14,8 +14,8 @@ use std::sync::RwLock;
 use tonic::Status;
 
 use crate::doorman::pb;
-use crate::doorman::server::Server;
 use crate::doorman::transport::{Call, Transport};
+use crate::doorman::Server;
 use crate::service::RwLockUnpoisoned;
 
 /// Servers in this process, by address; an unknown address is

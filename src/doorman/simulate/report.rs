@@ -87,31 +87,37 @@ impl Report {
         out
     }
 
-    /// A chart of the root's capacity, the clients' total wants and what
-    /// they hold over time, as a self-contained SVG document. The capacity
-    /// is dashed and drawn last, so it shows where `has` equals it; wants
-    /// far above the capacity (scenario 7 adds 100 at a time) run along
-    /// the top of an axis that stops at twice the capacity or the most
-    /// handed out.
+    /// Two charts over time, as a self-contained SVG document: the root's
+    /// capacity with what the clients hold, and the clients' total wants
+    /// against the capacity. Each axis spans its chart's data, so wants far
+    /// above the capacity (scenario 7 adds 100 at a time) are drawn whole
+    /// without flattening what is held. The capacity is dashed and drawn
+    /// last, so it shows where a line equals it.
     pub fn svg(&self) -> String {
         let points = |f: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
             self.samples.iter().map(|s| (s.t as f64, f(s))).collect()
         };
-        let most_held = self.samples.iter().map(|s| s.has).fold(0.0, f64::max);
-        let chart = Chart::new(
-            "Capacity, total wants and total has",
+        let capacity = || Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed();
+        let held = Chart::new(
+            "Capacity and total has",
+            "time since start (s)",
+            "capacity units",
+        )
+        .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
+        .series(capacity());
+        let wanted = Chart::new(
+            "Total wants against the capacity",
             "time since start (s)",
             "capacity units",
         )
         .series(Series::new("total wants", "#2ca02c", points(|s| s.wants)))
-        .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
-        .series(Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed())
-        .y_limit((2.0 * CAPACITY).max(most_held * 1.1));
+        .series(capacity());
         Figure::new(&format!(
             "tollgate simulate: scenario {} (seed {})",
             self.scenario, self.seed
         ))
-        .chart(chart)
+        .chart(held)
+        .chart(wanted)
         .svg()
     }
 }

@@ -9,12 +9,12 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::{InProcess, Sample, CAPACITY, MID_CONFIG, ROOT_CONFIG, T0, TASKS};
-use crate::doorman::client::{Client, ExpiryMode, Resource, ResourceOptions};
-use crate::doorman::clock::WallClock;
-use crate::doorman::config::Config;
 use crate::doorman::election::{Election, Mastership};
 use crate::doorman::lease::Timestamp;
-use crate::doorman::server::{Parent, Server};
+use crate::doorman::ServerConfig;
+use crate::doorman::WallClock;
+use crate::doorman::{Client, ExpiryMode, Resource, ResourceOptions};
+use crate::doorman::{Parent, Server};
 
 /// SplitMix64: small, seedable and good enough for drift and mishaps.
 #[derive(Debug)]
@@ -143,24 +143,17 @@ impl World {
             let switch = Switch {
                 tx: watch::Sender::new(Mastership::follower(None)),
             };
-            let server = match parent {
-                None => Server::new(
-                    Config::from_yaml(ROOT_CONFIG).expect("valid"),
-                    &switch,
-                    self.clock.clone(),
-                ),
-                Some(p) => Server::with_parent_via(
-                    Config::from_yaml(MID_CONFIG).expect("valid"),
-                    &switch,
-                    self.clock.clone(),
-                    Parent {
+            let builder = match parent {
+                None => Server::builder(ServerConfig::from_yaml(ROOT_CONFIG).expect("valid")),
+                Some(p) => Server::builder(ServerConfig::from_yaml(MID_CONFIG).expect("valid"))
+                    .parent(Parent {
                         address: self.jobs[p].tasks[0].address.clone(),
                         server_id: name.to_owned(),
                         decay_factor: 0.5,
-                    },
-                    self.transport.clone(),
-                ),
+                    })
+                    .transport(self.transport.clone()),
             };
+            let server = builder.election(&switch).clock(self.clock.clone()).build();
             server.spawn_background(Duration::from_secs(1));
             self.transport.add(address.clone(), server.clone());
             tasks.push(Task {

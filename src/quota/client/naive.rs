@@ -24,8 +24,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{Admit, AdmitFuture, Admitted, Denied, Source};
 use crate::clock::{Clock, SystemClock};
-use crate::limiter::reservation::{BucketSettings, TokenBucket};
 use crate::limiter::spec::RateSpec;
+use crate::limiter::token_bucket::{BucketSettings, TokenBucket};
 use crate::quota::pb;
 use crate::quota::pb::quota_service_client::QuotaServiceClient;
 use crate::quota::service::Status;

@@ -87,7 +87,7 @@ impl History {
             .unwrap_or(0);
         let (b_div, b_unit) = time_unit(most_backlog as f64);
         let backlog = Chart::new(
-            "Backlog at the end of each interval (ops due and not taken)",
+            "Backlog at the end of each interval: schedule time due and not taken",
             "time since start (s)",
             &format!("backlog ({b_unit})"),
         )
@@ -96,7 +96,12 @@ impl History {
             "#9467bd",
             at(&|l| l.backlog_ns as f64 / b_div),
         ));
-        let most_late = self.lines.iter().map(|(l, _)| l.lag.max).max().unwrap_or(0);
+        let most_late = self
+            .lines
+            .iter()
+            .map(|(l, _)| l.lateness.max)
+            .max()
+            .unwrap_or(0);
         let (l_div, l_unit) = time_unit(most_late as f64);
         let lateness = Chart::new(
             "Lateness per interval: how late ops started after their schedule",
@@ -108,17 +113,17 @@ impl History {
         .series(Series::new(
             "max",
             "#7f7f7f",
-            late(&|l| l.lag.max as f64 / l_div),
+            late(&|l| l.lateness.max as f64 / l_div),
         ))
         .series(Series::new(
             "p99",
             "#ff7f0e",
-            late(&|l| l.lag.p99 as f64 / l_div),
+            late(&|l| l.lateness.p99 as f64 / l_div),
         ))
         .series(Series::new(
             "p50",
             "#2ca02c",
-            late(&|l| l.lag.p50 as f64 / l_div),
+            late(&|l| l.lateness.p50 as f64 / l_div),
         ));
         let mode = callers(summary);
         Figure::new(&format!(
@@ -134,7 +139,7 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::Lag;
+    use super::super::report::Lateness;
     use super::*;
 
     fn line(t: usize) -> Line {
@@ -145,10 +150,11 @@ mod tests {
             ratio: 0.99,
             ops: 990,
             backlog_ns: 2_000_000,
-            lag: Lag {
+            lateness: Lateness {
                 p50: 1_000,
                 p99: 250_000,
                 max: 1_500_000,
+                mean: 40_000,
             },
             stalled: false,
         }

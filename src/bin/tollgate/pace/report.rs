@@ -2,6 +2,7 @@
 //! CSV or JSON lines.
 
 use std::io::Write;
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -17,25 +18,49 @@ pub(crate) enum Format {
     Json,
 }
 
-/// Lateness percentiles, in nanoseconds.
+/// Lateness of the ops the callers ran and reported: how long after its
+/// place in the schedule each started (what `acquire` returned), in
+/// nanoseconds. Percentiles and mean come from the same histogram.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub(super) struct Lag {
-    #[serde(rename = "lag_p50_ns")]
+pub(super) struct Lateness {
+    #[serde(rename = "lateness_p50_ns")]
     pub(super) p50: u64,
-    #[serde(rename = "lag_p99_ns")]
+    #[serde(rename = "lateness_p99_ns")]
     pub(super) p99: u64,
-    #[serde(rename = "lag_max_ns")]
+    #[serde(rename = "lateness_max_ns")]
     pub(super) max: u64,
+    #[serde(rename = "lateness_mean_ns")]
+    pub(super) mean: u64,
 }
 
-impl Lag {
-    pub(super) fn of(histogram: &Histogram<u64>) -> Lag {
-        Lag {
+impl Lateness {
+    pub(super) fn of(histogram: &Histogram<u64>) -> Lateness {
+        Lateness {
             p50: histogram.value_at_quantile(0.5),
             p99: histogram.value_at_quantile(0.99),
             max: histogram.max(),
+            mean: histogram.mean().round() as u64,
         }
     }
+}
+
+fn seconds_f64<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// What a run is about to do, printed before it starts.
+#[derive(Debug, Serialize)]
+pub(super) struct Start {
+    pub(super) spec: String,
+    pub(super) mode: &'static str,
+    pub(super) threads: usize,
+    #[serde(rename = "duration_s", serialize_with = "seconds_f64")]
+    pub(super) duration: Duration,
+    #[serde(rename = "interval_s", serialize_with = "seconds_f64")]
+    pub(super) interval: Duration,
+    /// Where the picture goes (`--plot`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) plot: Option<String>,
 }
 
 /// One interval.
@@ -52,7 +77,7 @@ pub(super) struct Line {
     /// The limiter's backlog at the end of the interval.
     pub(super) backlog_ns: u64,
     #[serde(flatten)]
-    pub(super) lag: Lag,
+    pub(super) lateness: Lateness,
     /// Whether the callers were stalled during some of the interval.
     pub(super) stalled: bool,
 }
@@ -69,15 +94,22 @@ pub(super) struct Summary {
     pub(super) achieved_ops_per_s: f64,
     /// achieved / target over the whole run: the accuracy figure.
     pub(super) ratio: f64,
+    /// Over every op the callers reported (`lateness_ops` of them).
     #[serde(flatten)]
-    pub(super) lag: Lag,
+    pub(super) lateness: Lateness,
+    /// Ops whose lateness the callers reported: those run by callers not
+    /// blocked in `acquire` at the end (their last ops are not reported).
+    pub(super) lateness_ops: u64,
     /// `stats().admitted` at the end of the run.
     pub(super) admitted: u64,
-    /// `stats().total_wait` at the end of the run: the lateness of every
-    /// admitted op, summed.
+    /// `stats().total_wait` at the end of the run: the limiter's own
+    /// account of lateness, the backlog at each fill times the ops admitted
+    /// after it, summed over every admitted op (those taken into budgets
+    /// and not run included).
     pub(super) total_wait_ns: u64,
-    /// `total_wait_ns / admitted`: how late an op started, on average.
-    pub(super) mean_lateness_ns: u64,
+    /// `total_wait_ns / admitted`: the limiter's mean lateness per admitted
+    /// op.
+    pub(super) limiter_mean_wait_ns: u64,
     /// The limiter's backlog at the end of the run: schedule time due that
     /// no op has taken yet.
     pub(super) backlog_ns: u64,
@@ -222,6 +254,7 @@ pub(super) struct IdleSummary {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Record<'a> {
+    Start(&'a Start),
     Interval(&'a Line),
     Summary(&'a Summary),
     Idle(&'a IdleSummary),
@@ -235,7 +268,7 @@ pub(super) struct Printer {
 }
 
 const CSV_HEADER: &str = "elapsed_s,target_ops_per_s,achieved_ops_per_s,ratio,ops,\
-    backlog_ns,lag_p50_ns,lag_p99_ns,lag_max_ns,stalled";
+    backlog_ns,lateness_p50_ns,lateness_p99_ns,lateness_max_ns,lateness_mean_ns,stalled";
 
 impl Printer {
     pub(super) fn new(format: Format) -> Printer {
@@ -254,8 +287,8 @@ impl Printer {
                 rate(line.achieved_ops_per_s),
                 line.ratio,
                 nanos(line.backlog_ns),
-                nanos(line.lag.p50),
-                nanos(line.lag.p99),
+                nanos(line.lateness.p50),
+                nanos(line.lateness.p99),
                 if line.stalled { "  (stalled)" } else { "" },
             ),
             Format::Csv => {
@@ -265,16 +298,17 @@ impl Printer {
                     text.push('\n');
                 }
                 text.push_str(&format!(
-                    "{:.6},{},{:.1},{:.6},{},{},{},{},{},{}",
+                    "{:.6},{},{:.1},{:.6},{},{},{},{},{},{},{}",
                     line.elapsed_s,
                     line.target_ops_per_s,
                     line.achieved_ops_per_s,
                     line.ratio,
                     line.ops,
                     line.backlog_ns,
-                    line.lag.p50,
-                    line.lag.p99,
-                    line.lag.max,
+                    line.lateness.p50,
+                    line.lateness.p99,
+                    line.lateness.max,
+                    line.lateness.mean,
                     line.stalled,
                 ));
                 text
@@ -285,15 +319,43 @@ impl Printer {
         emit(&text);
     }
 
+    /// The line printed before the run: what it runs and for how long.
+    pub(super) fn start(&mut self, s: &Start) {
+        emit(&self.start_text(s));
+    }
+
+    fn start_text(&self, s: &Start) -> String {
+        match self.format {
+            Format::Text => format!(
+                "tollgate pace {}: {} {} for {}, a line every {}{}",
+                s.spec,
+                s.threads,
+                mode_word(s.mode, s.threads),
+                humantime::format_duration(s.duration),
+                humantime::format_duration(s.interval),
+                s.plot
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(", picture to {p}")),
+            ),
+            Format::Csv => format!("# start {}", key_values(&Record::Start(s))),
+            Format::Json => json(&Record::Start(s)),
+        }
+    }
+
     pub(super) fn summary(&mut self, s: &Summary) {
-        let text = match self.format {
+        emit(&self.summary_text(s));
+    }
+
+    fn summary_text(&self, s: &Summary) -> String {
+        match self.format {
             Format::Text => format!(
                 "tollgate pace {spec}: {threads} {mode}, {elapsed:.3}s\n\
                  \x20 ops         {ops} (limiter admitted {admitted})\n\
                  \x20 rate        {achieved} achieved of {target} target: ratio {ratio:.5}\n\
-                 \x20 lateness    p50 {p50}  p99 {p99}  max {max}  mean per op {mean}\n\
+                 \x20 lateness    p50 {p50}  p99 {p99}  max {max}  mean {mean}, over the {reported} ops the callers reported\n\
+                 \x20 limiter     mean wait {limiter_mean} over its {admitted} admitted ops (the backlog at each fill times the ops admitted after it)\n\
                  \x20 backlog     {backlog} due and not taken at the end\n\
-                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op:.1} ns per op{host}{warning}",
+                 \x20 cpu         {user:.3}s user + {sys:.3}s system ({cores:.2} cores), {per_op} per op{host}{note}{warning}",
                 spec = s.spec,
                 threads = s.threads,
                 mode = callers(s),
@@ -303,19 +365,22 @@ impl Printer {
                 achieved = rate(s.achieved_ops_per_s),
                 target = rate(s.target_ops_per_s),
                 ratio = s.ratio,
-                p50 = nanos(s.lag.p50),
-                p99 = nanos(s.lag.p99),
-                max = nanos(s.lag.max),
-                mean = nanos(s.mean_lateness_ns),
+                p50 = nanos(s.lateness.p50),
+                p99 = nanos(s.lateness.p99),
+                max = nanos(s.lateness.max),
+                mean = nanos(s.lateness.mean),
+                reported = s.lateness_ops,
+                limiter_mean = nanos(s.limiter_mean_wait_ns),
                 backlog = nanos(s.backlog_ns),
                 user = s.cpu_user_s,
                 sys = s.cpu_system_s,
                 cores = s.cpu_cores,
-                per_op = s.cpu_ns_per_op,
+                per_op = fractional_nanos(s.cpu_ns_per_op),
                 host = s.host_busy_cores.map_or(String::new(), |h| format!(
                     "\n  machine     {h:.2} cores busy in all (other processes: {:.2})",
                     (h - s.cpu_cores).max(0.0)
                 )),
+                note = unreported(s).map_or(String::new(), |n| format!("\n  note        {n}")),
                 warning = s
                     .warning
                     .as_ref()
@@ -323,8 +388,7 @@ impl Printer {
             ),
             Format::Csv => format!("# summary {}", key_values(&Record::Summary(s))),
             Format::Json => json(&Record::Summary(s)),
-        };
-        emit(&text);
+        }
     }
 
     pub(super) fn idle(&mut self, s: &IdleSummary) {
@@ -346,9 +410,27 @@ impl Printer {
     }
 }
 
+/// Why the lateness percentiles may disagree with the limiter's mean:
+/// said when the callers reported fewer than half the ops they ran.
+fn unreported(s: &Summary) -> Option<String> {
+    (s.lateness_ops.saturating_mul(2) < s.total_ops).then(|| {
+        format!(
+            "the lateness figures cover {} of the {} ops run: a caller thread reports its ops \
+             when it returns from acquire after an interval ends, and most were still waiting \
+             at the end; the limiter's mean wait covers every op",
+            s.lateness_ops, s.total_ops
+        )
+    })
+}
+
 /// What ran the ops, as a word for `threads` of them: `thread`, `tasks`.
 pub(super) fn callers(s: &Summary) -> &'static str {
-    match (s.mode == "async", s.threads == 1) {
+    mode_word(s.mode, s.threads)
+}
+
+/// `thread`, `threads`, `task` or `tasks`, for `n` callers in `mode`.
+fn mode_word(mode: &str, n: usize) -> &'static str {
+    match (mode == "async", n == 1) {
         (true, true) => "task",
         (true, false) => "tasks",
         (false, true) => "thread",
@@ -395,6 +477,16 @@ fn rate(per_s: f64) -> String {
     format!("{value:.3}{unit}/s")
 }
 
+/// A mean that may fall between nanoseconds: `98.3ns`, then as [`nanos`]
+/// (`60.4µs`).
+fn fractional_nanos(ns: f64) -> String {
+    if ns < 999.95 {
+        format!("{ns:.1}ns")
+    } else {
+        nanos(ns.round() as u64)
+    }
+}
+
 /// `12.3µs`.
 fn nanos(ns: u64) -> String {
     let ns_f = ns as f64;
@@ -417,6 +509,105 @@ mod tests {
         assert_eq!(nanos(999), "999ns");
         assert_eq!(nanos(12_340), "12.3µs");
         assert_eq!(nanos(2_500_000_000), "2.500s");
+        assert_eq!(fractional_nanos(98.3), "98.3ns");
+        assert_eq!(fractional_nanos(60_379.0), "60.4µs");
+        assert_eq!(fractional_nanos(999.96), "1.0µs");
+    }
+
+    fn summary() -> Summary {
+        let mut histogram = crate::pace::worker::new_histogram();
+        // 1000 ops reported: 990 on time, 10 at 2 µs (a value the
+        // histogram holds exactly).
+        histogram.record_n(0, 990).unwrap();
+        histogram.record_n(2_000, 10).unwrap();
+        Summary {
+            spec: "100K,1.1".into(),
+            mode: "async",
+            threads: 100_000,
+            elapsed_s: 3.0,
+            total_ops: 299_956,
+            target_ops_per_s: 1e5,
+            achieved_ops_per_s: 99_985.3,
+            ratio: 0.999_853,
+            lateness: Lateness::of(&histogram),
+            lateness_ops: histogram.len(),
+            admitted: 300_107,
+            total_wait_ns: 77_277_552_500,
+            limiter_mean_wait_ns: 257_500,
+            backlog_ns: 0,
+            cpu_user_s: 0.636,
+            cpu_system_s: 0.168,
+            cpu_ns_per_op: 60_379.0,
+            cpu_cores: 0.27,
+            host_busy_cores: Some(0.5),
+            warning: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_says_what_each_lateness_figure_counts() {
+        let text = Printer::new(Format::Text).summary_text(&summary());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "tollgate pace 100K,1.1: 100000 tasks, 3.000s");
+        // The percentiles and the mean come from one histogram: p50 and
+        // p99 on time, the mean 10 * 2 µs / 1000.
+        assert_eq!(
+            lines[3],
+            "  lateness    p50 0ns  p99 0ns  max 2.0µs  mean 20ns, \
+             over the 1000 ops the callers reported"
+        );
+        assert_eq!(
+            lines[4],
+            "  limiter     mean wait 257.5µs over its 300107 admitted ops \
+             (the backlog at each fill times the ops admitted after it)"
+        );
+        assert_eq!(
+            lines[6],
+            "  cpu         0.636s user + 0.168s system (0.27 cores), 60.4µs per op"
+        );
+        assert_eq!(
+            lines[8],
+            "  note        the lateness figures cover 1000 of the 299956 ops run: a caller \
+             thread reports its ops when it returns from acquire after an interval ends, and \
+             most were still waiting at the end; the limiter's mean wait covers every op"
+        );
+        // Half the ops reported, or more: nothing to explain.
+        let mut most = summary();
+        most.lateness_ops = most.total_ops / 2;
+        let text = Printer::new(Format::Text).summary_text(&most);
+        assert!(!text.contains("note"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&Printer::new(Format::Json).summary_text(&summary())).unwrap();
+        assert_eq!(json["lateness_mean_ns"], 20);
+        assert_eq!(json["lateness_ops"], 1000);
+        assert_eq!(json["limiter_mean_wait_ns"], 257_500);
+    }
+
+    #[test]
+    fn the_start_line_names_the_run_and_where_its_picture_goes() {
+        let start = Start {
+            spec: "100K,1.5".into(),
+            mode: "threads",
+            threads: 2,
+            duration: Duration::from_secs(3),
+            interval: Duration::from_millis(100),
+            plot: Some("pace.svg".into()),
+        };
+        let mut printer = Printer::new(Format::Text);
+        assert_eq!(
+            printer.start_text(&start),
+            "tollgate pace 100K,1.5: 2 threads for 3s, a line every 100ms, picture to pace.svg"
+        );
+        printer = Printer::new(Format::Csv);
+        assert_eq!(
+            printer.start_text(&start),
+            "# start duration_s=3.0 interval_s=0.1 mode=threads plot=pace.svg spec=100K,1.5 \
+             threads=2"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&Printer::new(Format::Json).start_text(&start)).unwrap();
+        assert_eq!(json["type"], "start");
+        assert_eq!(json["interval_s"], 0.1);
     }
 
     #[test]
@@ -545,16 +736,18 @@ mod tests {
             ratio: 0.99,
             ops: 99,
             backlog_ns: 0,
-            lag: Lag {
+            lateness: Lateness {
                 p50: 1,
                 p99: 2,
                 max: 3,
+                mean: 2,
             },
             stalled: false,
         };
         let v: serde_json::Value = serde_json::from_str(&json(&Record::Interval(&line))).unwrap();
         assert_eq!(v["type"], "interval");
-        assert_eq!(v["lag_p99_ns"], 2);
+        assert_eq!(v["lateness_p99_ns"], 2);
+        assert_eq!(v["lateness_mean_ns"], 2);
         assert_eq!(v["ops"], 99);
     }
 }

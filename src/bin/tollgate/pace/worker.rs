@@ -1,5 +1,6 @@
 //! The callers: threads or tokio tasks looping acquire, synthetic op.
 
+use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +27,9 @@ const STOP: u64 = 1;
 const STALL: u64 = 2;
 /// Bits 2..: the interval number.
 const EPOCH_SHIFT: u32 = 2;
+
+/// Where a waiting task leaves its histogram (see `Shared::parked`).
+type Slot = Mutex<Option<Histogram<u64>>>;
 
 /// The decoded control word.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +73,13 @@ pub(super) struct Shared {
     /// Where stalled threads sleep until the stall bit clears: thousands of
     /// threads waiting to start must not poll.
     gate: (Mutex<()>, Condvar),
+    /// Each task's histogram while it waits in `acquire_async` (tasks
+    /// only): a task parks it here when its acquire does not complete at
+    /// once and takes it back when it does, so the coordinator can collect
+    /// the ops of tasks still waiting when the run ends. Locked twice per
+    /// wait by its task, which is about to be suspended anyway, and once
+    /// by the coordinator at the end.
+    parked: Box<[CachePadded<Slot>]>,
 }
 
 impl Shared {
@@ -82,7 +93,20 @@ impl Shared {
                 .collect(),
             op_time,
             gate: (Mutex::new(()), Condvar::new()),
+            parked: (0..callers)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
         }
+    }
+
+    /// The histograms of the tasks waiting in `acquire_async` now, taken:
+    /// each task's ops since it last reported. A task that resumes later
+    /// finds its histogram gone and reports only what it records after.
+    pub(super) fn take_parked(&self) -> Vec<Histogram<u64>> {
+        self.parked
+            .iter()
+            .filter_map(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take())
+            .collect()
     }
 
     pub(super) fn set_control(&self, control: Control) {
@@ -218,6 +242,21 @@ impl Recorder {
         self.run_len += 1;
     }
 
+    /// Before a wait: leaves what was recorded in `slot` for the
+    /// coordinator, in case the wait outlasts the run.
+    fn park(&mut self, slot: &Slot) {
+        self.flush();
+        if let Some(histogram) = self.histogram.take() {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(histogram);
+        }
+    }
+
+    /// After a wait: takes back what [`Recorder::park`] left, unless the
+    /// coordinator collected it.
+    fn unpark(&mut self, slot: &Slot) {
+        self.histogram = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
     /// Records the pending run of equal values.
     fn flush(&mut self) {
         if self.run_len == 0 {
@@ -269,7 +308,7 @@ async fn run_task(shared: Arc<Shared>, caller: usize, reports: mpsc::Sender<Repo
             tokio::time::sleep(STALL_POLL).await;
             continue;
         }
-        let late = shared.limiter.acquire_async().await;
+        let late = acquire_reporting(&shared, caller, &mut recorder).await;
         ops += 1;
         shared.finish_op(caller, ops);
         recorder.record(late);
@@ -277,6 +316,29 @@ async fn run_task(shared: Arc<Shared>, caller: usize, reports: mpsc::Sender<Repo
             tokio::task::yield_now().await;
         }
     }
+}
+
+/// `acquire_async`, with the recorder's histogram parked for the
+/// coordinator while the acquire waits: a task served a burst of ops and
+/// then queued behind many others may wait past the end of the run, and
+/// its ops would otherwise go unreported.
+async fn acquire_reporting(shared: &Shared, caller: usize, recorder: &mut Recorder) -> Duration {
+    let mut acquire = std::pin::pin!(shared.limiter.acquire_async());
+    let slot = &*shared.parked[caller];
+    let mut parked = false;
+    let late = std::future::poll_fn(|cx| {
+        let poll = acquire.as_mut().poll(cx);
+        if poll.is_pending() && !parked {
+            recorder.park(slot);
+            parked = true;
+        }
+        poll
+    })
+    .await;
+    if parked {
+        recorder.unpark(slot);
+    }
+    late
 }
 
 /// Starts one thread per caller. They are not joined: at the end of a run

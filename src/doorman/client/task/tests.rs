@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::doorman::client::{Client, ExpiryMode, ResourceOptions, Source};
-use crate::doorman::clock::WallClock;
 use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
 use crate::doorman::transport::{Call, Transport};
+use crate::doorman::WallClock;
+use crate::doorman::{CapacitySource, Client, ExpiryMode, ResourceOptions};
 
 /// Unix time at the start of a test.
 const T0: u64 = 1_000_000;
@@ -146,7 +146,7 @@ fn client(transport: Arc<Scripted>, rpc_timeout: Duration) -> Client {
         .unwrap()
 }
 
-async fn wait_source(r: &crate::doorman::client::Resource, source: Source) {
+async fn wait_source(r: &crate::doorman::Resource, source: CapacitySource) {
     let mut watch = r.watch();
     tokio::time::timeout(HANG, watch.wait_for(|c| c.source == source))
         .await
@@ -174,9 +174,9 @@ async fn the_mode_applies_at_expiry_while_a_refresh_hangs() {
             ResourceOptions::new(10.0).mode(ExpiryMode::Pessimistic),
         )
         .unwrap();
-    wait_source(&r, Source::Lease).await;
+    wait_source(&r, CapacitySource::Lease).await;
     assert_eq!(r.capacity(), 10.0);
-    wait_source(&r, Source::Expired).await;
+    wait_source(&r, CapacitySource::Expired).await;
     let late = start.elapsed() - Duration::from_secs(10);
     assert!(
         late <= Duration::from_millis(100),
@@ -196,11 +196,11 @@ async fn huge_expiry_and_refresh_values_do_not_stop_the_client() {
     }]);
     let client = client(transport.clone(), Duration::from_secs(5));
     let first = client.resource("a", ResourceOptions::new(5.0)).unwrap();
-    wait_source(&first, Source::Lease).await;
+    wait_source(&first, CapacitySource::Lease).await;
     // The task is alive: a new resource is asked for and granted.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let second = client.resource("b", ResourceOptions::new(5.0)).unwrap();
-    wait_source(&second, Source::Lease).await;
+    wait_source(&second, CapacitySource::Lease).await;
     assert_eq!(second.capacity(), 5.0);
     assert_eq!(transport.calls(), 2);
 }
@@ -218,7 +218,7 @@ async fn a_panicking_loop_is_restarted() {
     let start = Instant::now();
     let client = client(transport.clone(), Duration::from_secs(5));
     let r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
-    wait_source(&r, Source::Lease).await;
+    wait_source(&r, CapacitySource::Lease).await;
     assert_eq!(r.capacity(), 7.0);
     assert_eq!(transport.calls(), 2);
     assert_eq!(start.elapsed(), super::RESTART_DELAY);
