@@ -120,10 +120,12 @@ mod session;
 pub mod simulate;
 #[cfg(feature = "server")]
 mod store;
-mod tls;
 #[cfg_attr(not(all(feature = "client", feature = "server")), allow(dead_code))]
 mod transport;
 
+#[cfg(feature = "server")]
+pub use crate::service::ServerLimits;
+pub use crate::service::{ClientTls, ServeError, ServerTls, TlsError};
 #[cfg(feature = "client")]
 pub use client::{
     Backoff, Capacity, CapacitySource, Client, ClientBuildError, ClientBuilder, ClientMetrics,
@@ -135,16 +137,13 @@ pub use clock::{SystemWallClock, WallClock};
 #[cfg(feature = "server")]
 pub use config::{ServerConfig, ServerConfigError};
 #[cfg(feature = "etcd")]
-pub use election::etcd::{
-    Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig, EtcdError as EtcdElectionError,
-};
+pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig};
 pub use election::single::SingleElection;
 pub use election::{Election, Mastership};
 #[cfg(feature = "server")]
 pub use lease::ClientLease;
 #[cfg(feature = "server")]
-pub use server::{Parent, RequestLimits, ResourceStatus, Server, ServerBuilder, ServerLimits};
-pub use tls::{ClientTls, ServeError, ServerTls, TlsError};
+pub use server::{Parent, RequestLimits, ResourceStatus, Server, ServerBuilder};
 
 /// What the `doorman_decide` benchmark measures: one resource's lease
 /// store and algorithms, below the server. Not part of the API.

@@ -66,9 +66,8 @@
 //!
 //! [`doorman`] itself (the wire types, the lease store, the algorithms)
 //! comes with either `client` or `server`.
-//! `conn` (the cap on connections, the handshake, idle and drain
-//! deadlines that Doorman's server and the quota server share) comes with
-//! either `server` or `quota`.
+//! [`service`] (what the servers share: connection limits, drain, TLS,
+//! configuration watch, etcd) comes with any of them.
 //!
 //! tollgate is not on crates.io yet: depend on a clone by its path, or on
 //! its git repository (the URL you cloned it from), until it is.
@@ -104,33 +103,23 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod clock;
-#[cfg(any(feature = "server", feature = "quota"))]
-pub mod conn;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod doorman;
-// Built for the configuration reloads that log it: doorman, quota, throttle.
-#[cfg(any(
-    feature = "server",
-    feature = "quota",
-    all(feature = "throttle", not(tollgate_loom))
-))]
-mod error_chain;
-#[cfg(feature = "etcd-wire")]
-mod etcd_wire;
 mod limiter;
-// Built for each of its users: doorman (client or server), quota, throttle.
+// The SVG charts of the Doorman simulation and of `tollgate pace`.
+#[cfg(feature = "simulate")]
+pub mod plot;
+#[cfg(feature = "quota")]
+pub mod quota;
+// The shared service kit: built for each of its users, doorman (client or
+// server), quota and throttle.
 #[cfg(any(
     feature = "client",
     feature = "server",
     feature = "quota",
     all(feature = "throttle", not(tollgate_loom))
 ))]
-mod locks;
-// The SVG charts of the Doorman simulation and of `tollgate pace`.
-#[cfg(feature = "simulate")]
-pub mod plot;
-#[cfg(feature = "quota")]
-pub mod quota;
+pub mod service;
 mod sync;
 #[cfg(all(feature = "throttle", not(tollgate_loom)))]
 pub mod throttle;
@@ -139,8 +128,6 @@ pub mod throttle;
 #[doc(hidden)]
 #[path = "throttle/store/loom_table.rs"]
 pub mod throttle_table;
-#[cfg(any(feature = "server", feature = "quota"))]
-mod watch;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;

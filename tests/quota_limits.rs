@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::quota::config::Config;
-use tollgate::quota::grpc::{self, ConnectionLimits};
+use tollgate::quota::grpc::{self, ServerLimits};
 use tollgate::quota::pb::{AllowRequest, AllowResponse};
 use tollgate::quota::{Limits, Quota};
 use tollgate::ManualClock;
@@ -45,7 +45,7 @@ struct Server {
 impl Server {
     /// Serves under `limits`, on the test's runtime (`threads: None`) or on
     /// threads of its own.
-    async fn start(limits: ConnectionLimits, threads: Option<usize>) -> Server {
+    async fn start(limits: ServerLimits, threads: Option<usize>) -> Server {
         let quota = Arc::new(Quota::new(
             Config::from_yaml(CONFIG).unwrap(),
             Limits::default(),
@@ -188,10 +188,10 @@ async fn ended(client: Client) {
 async fn cap_refuses_the_connection_over_it(threads: Option<usize>) {
     // A handshake deadline well beyond the bound: only the cap can close
     // the third connection in time.
-    let limits = ConnectionLimits {
+    let limits = ServerLimits {
         max_connections: 2,
         handshake_timeout: BOUND * 10,
-        ..ConnectionLimits::default()
+        ..ServerLimits::default()
     };
     let server = Server::start(limits, threads).await;
     let mut a = connect(&server.addr).await.unwrap();
@@ -236,9 +236,9 @@ async fn a_connection_over_the_cap_is_closed_at_once_on_threads() {
 
 #[tokio::test]
 async fn a_connection_without_a_handshake_is_closed() {
-    let limits = ConnectionLimits {
+    let limits = ServerLimits {
         handshake_timeout: Duration::from_millis(200),
-        ..ConnectionLimits::default()
+        ..ServerLimits::default()
     };
     let server = Server::start(limits, Some(1)).await;
     let mut served = connect(&server.addr).await.unwrap();
@@ -258,9 +258,9 @@ async fn a_connection_without_a_handshake_is_closed() {
 
 #[tokio::test]
 async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
-    let limits = ConnectionLimits {
+    let limits = ServerLimits {
         idle_timeout: Duration::from_millis(400),
-        ..ConnectionLimits::default()
+        ..ServerLimits::default()
     };
     let server = Server::start(limits, None).await;
 
@@ -284,9 +284,9 @@ async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
 
 #[tokio::test]
 async fn shutdown_lets_calls_in_flight_finish() {
-    let limits = ConnectionLimits {
+    let limits = ServerLimits {
         drain_timeout: Duration::from_secs(60),
-        ..ConnectionLimits::default()
+        ..ServerLimits::default()
     };
     let server = Server::start(limits, None).await;
     let mut client = connect(&server.addr).await.unwrap();
@@ -315,9 +315,9 @@ async fn shutdown_lets_calls_in_flight_finish() {
 #[tokio::test]
 async fn the_drain_deadline_closes_what_is_left() {
     for threads in [None, Some(2)] {
-        let limits = ConnectionLimits {
+        let limits = ServerLimits {
             drain_timeout: Duration::from_millis(200),
-            ..ConnectionLimits::default()
+            ..ServerLimits::default()
         };
         let server = Server::start(limits, threads).await;
         let mut stuck = connect(&server.addr).await.unwrap();

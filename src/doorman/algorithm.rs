@@ -183,7 +183,8 @@ pub(crate) fn non_negative(grant: f64) -> f64 {
     grant.max(0.0)
 }
 
-#[cfg(test)]
+// The vectors run through the lease store, which only the server builds.
+#[cfg(all(test, feature = "server"))]
 pub(crate) mod tests {
     use super::*;
     use crate::doorman::store::Resource;

@@ -81,7 +81,7 @@ mod wants;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch, Notify};
@@ -98,16 +98,11 @@ pub use metrics::ClientMetrics;
 pub use rate::{RateOptions, RateResource};
 pub use wants::Smoothing;
 
+use crate::service::LockUnpoisoned;
 use wants::Demand;
 
 /// Distinguishes clients created by one process.
 static CLIENT_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent at each step, so a
-    // panic elsewhere while holding the lock loses nothing.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A handle on a lease client. Cheap to clone; the background task stops
 /// (releasing what is left) when the last clone and the last resource are
@@ -125,7 +120,7 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        lock(&self.shared.state).closing = true;
+        self.shared.state.lock_unpoisoned().closing = true;
         self.shared.wake.notify_one();
     }
 }
@@ -207,7 +202,7 @@ impl fmt::Debug for Slot {
 impl Slot {
     /// The wants to send now.
     pub(crate) fn wants(&self, now: Duration) -> f64 {
-        match &*lock(&self.wants) {
+        match &*self.wants.lock_unpoisoned() {
             Wants::Fixed(w) => *w,
             Wants::Estimated(d) => d.wants(now),
         }
@@ -341,12 +336,12 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`TlsError`](super::tls::TlsError) naming a file that cannot be read
+    /// [`TlsError`](crate::service::TlsError) naming a file that cannot be read
     /// or holds no PEM certificate or key.
     pub fn tls(
         mut self,
-        tls: &super::tls::ClientTls,
-    ) -> Result<ClientBuilder, super::tls::TlsError> {
+        tls: &crate::service::ClientTls,
+    ) -> Result<ClientBuilder, crate::service::TlsError> {
         self.tls = Some(tls.load()?);
         Ok(self)
     }
@@ -500,7 +495,7 @@ impl Client {
         });
         let shared = &self.inner.shared;
         {
-            let mut state = lock(&shared.state);
+            let mut state = shared.state.lock_unpoisoned();
             if state.slots.contains_key(&id) {
                 return Err(ResourceError::Duplicate(id));
             }
@@ -519,7 +514,7 @@ impl Client {
     fn unregister(&self, id: &str, done: Option<oneshot::Sender<Result<(), ReleaseError>>>) {
         let shared = &self.inner.shared;
         {
-            let mut state = lock(&shared.state);
+            let mut state = shared.state.lock_unpoisoned();
             state.slots.remove(id);
             state.releases.push(ReleaseRequest {
                 id: id.to_owned(),
@@ -587,7 +582,7 @@ impl Resource {
     /// [`ResourceError::BadWants`] unless `wants` is finite and `>= 0`.
     pub fn set_wants(&self, wants: f64) -> Result<(), ResourceError> {
         check_wants(wants)?;
-        *lock(&self.slot.wants) = Wants::Fixed(wants);
+        *self.slot.wants.lock_unpoisoned() = Wants::Fixed(wants);
         Ok(())
     }
 

@@ -35,7 +35,7 @@ pub fn router(server: Server) -> Router {
         .route("/debug/status", get(status))
         .route("/debug/resources", get(resources))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .with_state(server)
 }
 
@@ -148,6 +148,19 @@ async fn resources(
     Html(page).into_response()
 }
 
+/// Ready, or not while the server cannot reach etcd.
+async fn healthz(State(server): State<Server>) -> Response {
+    if server.readiness().is_ready() {
+        "ok\n".into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: etcd unreachable\n",
+        )
+            .into_response()
+    }
+}
+
 async fn metrics(State(server): State<Server>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -160,10 +173,68 @@ async fn metrics(State(server): State<Server>) -> Response {
 mod tests {
     use std::sync::Arc;
 
+    use axum::body::Body;
+    use axum::http::Request;
+    use tokio::sync::watch;
+    use tower::ServiceExt as _;
+
     use super::*;
     use crate::doorman::clock::SystemWallClock;
     use crate::doorman::config::ServerConfig;
     use crate::doorman::election::single::SingleElection;
+    use crate::doorman::election::{Election, Mastership};
+    use crate::service::Readiness;
+
+    /// An election whose readiness the test sets.
+    #[derive(Debug)]
+    struct Controlled {
+        tx: watch::Sender<Mastership>,
+        readiness: Readiness,
+    }
+
+    impl Election for Controlled {
+        fn subscribe(&self) -> watch::Receiver<Mastership> {
+            self.tx.subscribe()
+        }
+
+        fn readiness(&self) -> Readiness {
+            self.readiness.clone()
+        }
+    }
+
+    async fn healthz(server: &Server) -> (StatusCode, String) {
+        let request = Request::get("/healthz").body(Body::empty()).unwrap();
+        let response = router(server.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn health_answers_not_ready_while_the_election_cannot_reach_etcd() {
+        let election = Controlled {
+            tx: watch::Sender::new(Mastership::master(None)),
+            readiness: Readiness::default(),
+        };
+        let server = Server::builder(ServerConfig::builtin())
+            .election(&election)
+            .clock(Arc::new(SystemWallClock))
+            .build();
+        assert_eq!(healthz(&server).await, (StatusCode::OK, "ok\n".to_owned()));
+
+        let outage = election.readiness.not_ready();
+        assert_eq!(
+            healthz(&server).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: etcd unreachable\n".to_owned()
+            )
+        );
+        drop(outage);
+        assert_eq!(healthz(&server).await, (StatusCode::OK, "ok\n".to_owned()));
+    }
 
     async fn page(advertised: &str) -> String {
         let election = SingleElection::new(Some(advertised.to_owned()));

@@ -19,6 +19,8 @@ use std::fmt::Debug;
 
 use tokio::sync::watch;
 
+use crate::service::Readiness;
+
 /// What a server knows about mastership at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Mastership {
@@ -51,10 +53,20 @@ pub trait Election: Send + Sync + Debug + 'static {
     /// A receiver that always holds the latest [`Mastership`] and is notified
     /// when it changes.
     fn subscribe(&self) -> watch::Receiver<Mastership>;
+
+    /// Whether the election can reach what it needs (etcd); a server is
+    /// not ready while it cannot. Always ready by default.
+    fn readiness(&self) -> Readiness {
+        Readiness::default()
+    }
 }
 
 impl<E: Election + ?Sized> Election for std::sync::Arc<E> {
     fn subscribe(&self) -> watch::Receiver<Mastership> {
         (**self).subscribe()
+    }
+
+    fn readiness(&self) -> Readiness {
+        (**self).readiness()
     }
 }

@@ -12,7 +12,8 @@
 //! * `decisions.rs`: turning a checked request into leases, learning mode;
 //!   `hold.rs` for what a cut subtree still holds;
 //! * `tree.rs` and `parent.rs`: an intermediate server's link to its parent;
-//! * `grpc.rs` and `limits.rs`: the tonic service and its connection limits.
+//! * `grpc.rs`: the tonic service, served under the service kit's
+//!   [`ServerLimits`](crate::service::ServerLimits).
 //!
 //! # Implementation notes
 //!
@@ -27,15 +28,13 @@ use tracing::debug;
 use super::error::RequestError;
 use super::metrics::Metrics;
 use super::pb;
-use super::tls::{ServeError, TlsError};
-use crate::locks::RwLockUnpoisoned;
+use crate::service::{Readiness, RwLockUnpoisoned, ServeError, TlsError};
 use state::{Serving, WeakServer};
 
 mod builder;
 mod decisions;
 mod grpc;
 mod hold;
-mod limits;
 mod mastership;
 mod parent;
 mod resources;
@@ -46,7 +45,6 @@ mod tree;
 mod wire;
 
 pub use builder::ServerBuilder;
-pub use limits::ServerLimits;
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
@@ -61,6 +59,12 @@ impl Server {
     /// The metrics this server records.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Whether this server can do its work now: not while its election
+    /// (or its configuration watch) cannot reach etcd.
+    pub fn readiness(&self) -> &Readiness {
+        &self.inner.readiness
     }
 
     /// Handles a GetCapacity request from the wire.
@@ -130,6 +134,9 @@ impl Server {
     /// Serves gRPC on `listener`, under the builder's [`ServerLimits`] and
     /// over its TLS if it has one, until `shutdown` completes; then drains
     /// in-flight RPCs for at most [`ServerLimits::drain_timeout`].
+    ///
+    /// [`ServerLimits`]: crate::service::ServerLimits
+    /// [`ServerLimits::drain_timeout`]: crate::service::ServerLimits::drain_timeout
     ///
     /// # Errors
     ///

@@ -21,13 +21,14 @@
 //! made one at a time.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tracing::{debug, info};
 
 use super::pb;
 use super::transport::{Call, Transport};
+use crate::service::LockUnpoisoned;
 
 /// Why the master of a server group could not be reached.
 #[derive(Debug, Clone)]
@@ -227,9 +228,7 @@ impl MasterSession {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Each critical section is a single assignment or read, so a panic
-        // elsewhere cannot leave the state half-written.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock_unpoisoned()
     }
 
     /// The master's address, if known.

@@ -22,7 +22,7 @@ use tonic::Status;
 
 use super::pb;
 use super::pb::capacity_client::CapacityClient;
-use crate::locks::LockUnpoisoned;
+use crate::service::LockUnpoisoned;
 
 /// One RPC's answer, or its failure as a gRPC status.
 pub(crate) type Call<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;

@@ -40,9 +40,10 @@ use axum::Router;
 use tokio::sync::Mutex;
 
 use super::config::{ConfigError, Document, RawBucket, RawNamespace};
-use super::etcd::{EtcdDocument, EtcdDocumentError};
+use super::etcd::EtcdDocument;
 use super::names::check_name;
 use super::service::Quota;
+use crate::service::EtcdError;
 
 /// The admin API's state.
 #[derive(Debug)]
@@ -59,7 +60,7 @@ pub enum AdminError {
     /// The file, or the document in etcd, is not a valid configuration.
     Config(ConfigError),
     /// etcd could not be read or written.
-    Etcd(EtcdDocumentError),
+    Etcd(EtcdError),
     /// The document from etcd could not be written to the file.
     Write {
         /// The file.

@@ -8,7 +8,7 @@
 //! service, for a tonic router (and TLS). [`serve_with`] and
 //! [`serve_threads_with`] are a lean plaintext server on the `h2` crate
 //! (`grpc/lean.rs`) that answers Allow inside each connection's task,
-//! under the same [`ConnectionLimits`] as Doorman's server (a cap on
+//! under the same [`ServerLimits`] as Doorman's server (a cap on
 //! connections, handshake and idle deadlines, a drain at shutdown);
 //! `tollgate quota` runs [`serve_threads_with`] without TLS.
 
@@ -20,7 +20,7 @@ use super::service::{Quota, Request};
 
 mod lean;
 
-pub use crate::conn::ConnectionLimits;
+pub use crate::service::ServerLimits;
 pub use lean::{serve, serve_threads, serve_threads_with, serve_with, ALLOW_PATH};
 
 /// The tonic service.

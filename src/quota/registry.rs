@@ -36,7 +36,7 @@ use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE}
 use super::metrics::Metrics;
 use crate::clock::Clock;
 use crate::limiter::token_bucket::TokenBucket;
-use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
+use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// How many shards the bucket map is split into.
 pub(crate) const SHARDS: usize = 64;

@@ -7,26 +7,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error_chain::ErrorChain;
-use tracing::{error, info};
+use tracing::info;
 
-use super::config::Config;
+use crate::service::{reload_file, watch_file, Reload};
+
+use super::config::{Config, ConfigError};
 use super::service::Quota;
+
+impl Reload for Quota {
+    type Config = Config;
+    type Error = ConfigError;
+    const WHAT: &'static str = "quota configuration";
+
+    fn read_file(path: &Path) -> Result<Config, ConfigError> {
+        Config::from_file(path)
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(text)
+    }
+
+    fn apply(&self, config: Config) {
+        let removed = self.reload(config);
+        if removed > 0 {
+            info!(removed, "removed the buckets no longer configured");
+        }
+    }
+}
 
 /// Reloads `path` into `quota`, logging the outcome. Returns whether the new
 /// configuration was accepted.
 pub fn reload(quota: &Quota, path: &Path) -> bool {
-    match Config::from_file(path) {
-        Ok(config) => {
-            let removed = quota.reload(config);
-            info!(path = %path.display(), removed, "loaded quota configuration");
-            true
-        }
-        Err(e) => {
-            error!(path = %path.display(), error = %ErrorChain(&e), "rejected new quota configuration; still serving the previous one");
-            false
-        }
-    }
+    reload_file(quota, path)
 }
 
 /// Spawns a task that reloads `path` on SIGHUP (on Unix) and whenever its
@@ -39,7 +51,5 @@ pub fn reload(quota: &Quota, path: &Path) -> bool {
 ///
 /// Outside a tokio runtime.
 pub fn spawn(quota: Arc<Quota>, path: PathBuf, poll: Duration) -> tokio::task::JoinHandle<()> {
-    crate::watch::spawn(path, poll, crate::watch::hangup(), move |path| {
-        reload(&quota, path);
-    })
+    watch_file(quota, path, poll, crate::service::hangup())
 }

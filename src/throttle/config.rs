@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::error_chain::ErrorChain;
+use crate::service::ErrorChain;
 use serde::Deserialize;
 use tracing::{error, info};
 

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::locks::LockUnpoisoned;
+use crate::service::LockUnpoisoned;
 
 /// Fixed-point scale of the averages.
 const SCALE: u64 = 256;

@@ -54,7 +54,7 @@ use std::sync::Mutex;
 use crossbeam_utils::CachePadded;
 
 use super::policy::{Policy, Standing, Verdict};
-use crate::locks::LockUnpoisoned;
+use crate::service::LockUnpoisoned;
 
 mod table;
 

@@ -36,7 +36,7 @@ use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
 use super::trust::Trust;
-use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
+use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 use crate::{Clock, RateSpec, SystemClock};
 
 /// How much a request costs, in the units the rules' limits count.

@@ -145,9 +145,9 @@ pub(crate) struct ServerTlsArgs {
 
 impl ServerTlsArgs {
     /// The TLS setup, when TLS is on.
-    pub(crate) fn tls(&self) -> Option<tollgate::doorman::ServerTls> {
+    pub(crate) fn tls(&self) -> Option<tollgate::service::ServerTls> {
         let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
-        let tls = tollgate::doorman::ServerTls::new(cert, key);
+        let tls = tollgate::service::ServerTls::new(cert, key);
         Some(match &self.tls_client_ca {
             Some(ca) => tls.client_ca(ca),
             None => tls,
@@ -184,8 +184,8 @@ pub(crate) struct ClientTlsArgs {
 
 impl ClientTlsArgs {
     /// The TLS setup, when TLS is on.
-    pub(crate) fn tls(&self) -> Option<tollgate::doorman::ClientTls> {
-        let mut tls = tollgate::doorman::ClientTls::new(self.tls_ca.clone()?);
+    pub(crate) fn tls(&self) -> Option<tollgate::service::ClientTls> {
+        let mut tls = tollgate::service::ClientTls::new(self.tls_ca.clone()?);
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             tls = tls.identity(cert, key);
         }

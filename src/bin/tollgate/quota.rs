@@ -15,14 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::signal::unix::{signal, SignalKind};
-use tollgate::conn::ConnectionLimits;
-use tollgate::doorman::{ClientTls, ServerLimits};
 use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
 use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
+use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -110,7 +108,7 @@ pub(crate) struct Args {
     tls: cli::ServerTlsArgs,
     /// Most gRPC connections open at once; more are accepted and closed at
     /// once.
-    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
     max_connections: usize,
     /// How long a new gRPC connection may take to send the HTTP/2 preface.
     #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
@@ -125,13 +123,14 @@ pub(crate) struct Args {
 }
 
 impl Args {
-    /// The gRPC port's connection limits.
-    fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
+    /// The gRPC port's limits.
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
             max_connections: self.max_connections,
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
+            ..ServerLimits::default()
         }
     }
 
@@ -155,12 +154,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<()> {
     // Before anything else, so that no signal can kill the process with its
     // default action once it runs.
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let signals =
+        ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls().map(|t| t.load()).transpose()?;
-    let conn_limits = args.connection_limits();
-    crate::serve::raise_fd_limit(conn_limits.max_connections);
+    let server_limits = args.limits();
+    crate::serve::raise_fd_limit(server_limits.max_connections);
     let config = Config::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     let limits = Limits {
@@ -239,39 +238,27 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         });
     }
     let shutdown = async move {
-        let which = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        info!(signal = which, "shutting down");
-        // A second signal ends the drain at once.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            warn!("second signal: exiting without draining");
-            std::process::exit(1);
-        });
+        signals.recv().await;
     };
     match tls {
         None => {
-            info!(addr = %local, limits = ?conn_limits, "quota gRPC listening");
+            info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
             let threads = args.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
-            grpc::serve_threads_with(quota, listener, threads, conn_limits, shutdown).await?;
+            grpc::serve_threads_with(quota, listener, threads, server_limits, shutdown).await?;
         }
         Some(tls) => {
-            // Over TLS, tonic serves under Doorman's transport limits, with
-            // these connection limits.
-            let limits = ServerLimits::default().with_connection_limits(conn_limits);
-            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
+            // Over TLS, tonic serves under every one of the limits.
+            info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
             let service = grpc::Service::new(quota)
                 .into_server()
-                .max_decoding_message_size(limits.max_message_bytes);
-            let router = limits.builder().tls_config(tls)?.add_service(service);
-            limits.serve(router, listener, shutdown).await?;
+                .max_decoding_message_size(server_limits.max_message_bytes);
+            let router = server_limits
+                .builder()
+                .tls_config(tls)?
+                .add_service(service);
+            server_limits.serve(router, listener, shutdown).await?;
         }
     }
     info!("drained: exiting");

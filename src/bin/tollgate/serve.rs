@@ -8,9 +8,10 @@ use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tollgate::doorman::reload::etcd::EtcdConfigSource;
 use tollgate::doorman::{
-    debug, reload, ClientTls, Election, EtcdElection, EtcdElectionConfig, Parent, Server,
-    ServerConfig, ServerLimits, SingleElection,
+    debug, reload, Election, EtcdElection, EtcdElectionConfig, Parent, Server, ServerConfig,
+    SingleElection,
 };
+use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
 use crate::cli;
@@ -165,16 +166,15 @@ impl Args {
 /// The signals `serve` handles, registered before anything else so that
 /// none of them can kill the process with its default action.
 struct Signals {
-    term: Signal,
-    int: Signal,
+    shutdown: ShutdownSignals,
     hup: Signal,
 }
 
 impl Signals {
     fn install() -> anyhow::Result<Signals> {
         Ok(Signals {
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            shutdown: ShutdownSignals::install()
+                .context("installing the SIGTERM and SIGINT handlers")?,
             hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
         })
     }
@@ -276,7 +276,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let mut signals = Signals::install()?;
+    let signals = Signals::install()?;
     // The files are read again when serving starts; reading them now
     // names a bad one before anything listens.
     if let Some(tls) = args.tls.tls() {
@@ -397,11 +397,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let (resigned_tx, resigned) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
-        let which = tokio::select! {
-            _ = signals.term.recv() => "SIGTERM",
-            _ = signals.int.recv() => "SIGINT",
-        };
-        info!(signal = which, "shutting down");
+        signals.shutdown.recv().await;
         // Hand mastership over first, at once: followers take over while
         // this server drains.
         if let Some(etcd) = etcd {
@@ -409,15 +405,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             info!("resigned mastership");
         }
         let _ = resigned_tx.send(());
-        // A second signal ends the drain at once.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = signals.term.recv() => {}
-                _ = signals.int.recv() => {}
-            }
-            warn!("second signal: exiting without draining");
-            std::process::exit(1);
-        });
     };
     if args.debug_port != 0 {
         let daddr = SocketAddr::new(args.debug_host, args.debug_port);

@@ -13,7 +13,7 @@ impl Algorithm for Static {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use crate::doorman::algorithm::tests::{assert_grants, run_vector};
     use crate::doorman::algorithm::Kind;

@@ -12,7 +12,7 @@ impl Algorithm for NoAlgorithm {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use crate::doorman::algorithm::tests::{assert_grants, run_vector};
     use crate::doorman::algorithm::Kind;

@@ -56,7 +56,7 @@ impl Algorithm for ProportionalShare {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use crate::doorman::algorithm::tests::{assert_grants, run_vector};
     use crate::doorman::algorithm::Kind;

@@ -48,10 +48,11 @@ use tracing::{debug, error, info, warn};
 
 use super::backoff::Retry;
 use super::lease::{self, fallback, Capacity, CapacitySource, Lease};
-use super::{lock, ReleaseError, ReleaseRequest, Shared, Slot};
+use super::{ReleaseError, ReleaseRequest, Shared, Slot};
 use crate::doorman::lease::Timestamp;
 use crate::doorman::pb;
 use crate::doorman::session::{MasterSession, SessionError};
+use crate::service::LockUnpoisoned;
 
 /// What the server last granted a resource.
 #[derive(Debug, Clone)]
@@ -181,7 +182,7 @@ impl Task {
         let mut next_refresh = Instant::now();
         loop {
             let (slots, releases, urgent, closing) = {
-                let mut state = lock(&self.shared.state);
+                let mut state = self.shared.state.lock_unpoisoned();
                 let urgent = std::mem::take(&mut state.urgent);
                 (
                     state.slots.values().cloned().collect::<Vec<_>>(),
@@ -254,7 +255,7 @@ impl Task {
         let mut resources = Vec::with_capacity(slots.len());
         for slot in slots {
             let wants = slot.wants(since);
-            let mut held = lock(&slot.held);
+            let mut held = slot.held.lock_unpoisoned();
             held.wants = wants;
             resources.push(pb::ResourceRequest {
                 resource_id: slot.id.clone(),
@@ -296,7 +297,7 @@ impl Task {
                             "bad answer from server: {repair}"
                         );
                     }
-                    let mut held = lock(&slot.held);
+                    let mut held = slot.held.lock_unpoisoned();
                     held.lease = Some(checked.lease);
                     if checked.safe_capacity.is_some() {
                         held.safe_capacity = checked.safe_capacity;
@@ -323,7 +324,7 @@ impl Task {
                     "no usable answer for resource this round"
                 );
             }
-            if let Some(l) = lock(&slot.held).lease {
+            if let Some(l) = slot.held.lock_unpoisoned().lease {
                 // Ask again before the lease lapses, whatever the server's
                 // refresh interval (`min_refresh` still bounds the rate).
                 let until_expiry = l.expiry.saturating_sub(now);
@@ -370,7 +371,7 @@ fn expire(shared: &Shared, slots: &[Arc<Slot>]) -> Option<Instant> {
     let now = shared.config.clock.now();
     let mut earliest: Option<Instant> = None;
     for slot in slots {
-        let held = lock(&slot.held);
+        let held = slot.held.lock_unpoisoned();
         match held.lease {
             Some(l) if l.expiry > now => {
                 let at = after(l.expiry - now);

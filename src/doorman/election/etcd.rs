@@ -28,11 +28,15 @@
 //! term (learning mode) on every `is_master` value it sees, so a repeated
 //! "master" would wrongly restart learning mode.
 //!
-//! The sessions and the observer live in `campaign`. The etcd API is
-//! spoken with hand-written prost messages over tonic's generic client
-//! (the crate's `etcd_wire` module, shared with the quota document store):
-//! the messages are few and small, and this keeps the build free of
-//! `protoc`, which the maintained `etcd-client` crate's build script needs.
+//! When etcd cannot be reached (a lease grant or a campaign fails), the
+//! outage is logged at warn with the retry interval, at its start and then
+//! every 30 s, and the election's [`Readiness`] (the server's health)
+//! answers not ready until etcd answers again.
+//!
+//! The sessions and the observer live in `campaign`. The etcd channel,
+//! its error and its messages are the service kit's
+//! ([`crate::service`]), shared with the configuration watch and the quota
+//! document store.
 
 mod campaign;
 
@@ -43,12 +47,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::{Election, Mastership};
-use crate::etcd_wire::{self as wire, unary};
-use campaign::{replace_if_changed, shared, Campaigner, Shared};
+use crate::service::etcd_wire::{self as wire, unary};
+use crate::service::LockUnpoisoned;
+use crate::service::{ClientTls, EtcdError, Outage, Readiness};
+use campaign::{replace_if_changed, Campaigner, Shared};
 
 /// How an [`Etcd`] election is set up.
 #[derive(Debug, Clone)]
@@ -71,49 +77,6 @@ impl EtcdConfig {
     }
 }
 
-/// Why an [`Etcd`] election could not start.
-#[derive(Debug)]
-pub enum EtcdError {
-    /// No endpoints were given.
-    NoEndpoints,
-    /// An endpoint is not a valid URI.
-    InvalidEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-        /// Why tonic refused it.
-        source: tonic::transport::Error,
-    },
-    /// The TTL is under one second.
-    TtlTooShort(Duration),
-    /// A TLS file cannot be used.
-    Tls(crate::doorman::TlsError),
-}
-
-impl fmt::Display for EtcdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EtcdError::NoEndpoints => f.write_str("no etcd endpoints given"),
-            EtcdError::InvalidEndpoint { endpoint, .. } => {
-                write!(f, "invalid etcd endpoint {endpoint:?}")
-            }
-            EtcdError::Tls(_) => f.write_str("cannot reach etcd over TLS"),
-            EtcdError::TtlTooShort(ttl) => {
-                write!(f, "election ttl {ttl:?} is under one second")
-            }
-        }
-    }
-}
-
-impl std::error::Error for EtcdError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            EtcdError::InvalidEndpoint { source, .. } => Some(source),
-            EtcdError::Tls(source) => Some(source),
-            _ => None,
-        }
-    }
-}
-
 /// Master election on etcd v3.
 ///
 /// Dropping it stops campaigning and publishes "not master" at once; the
@@ -121,6 +84,7 @@ impl std::error::Error for EtcdError {
 /// [`Etcd::resign`] to hand mastership over without waiting for the TTL.
 pub struct Etcd {
     tx: Arc<watch::Sender<Mastership>>,
+    readiness: Readiness,
     shared: Arc<Mutex<Shared>>,
     channel: Channel,
     tasks: Vec<JoinHandle<()>>,
@@ -156,25 +120,19 @@ impl Etcd {
     ///
     /// As [`Etcd::start`], and [`EtcdError::Tls`] naming a TLS file that
     /// cannot be read or holds no PEM certificate or key.
-    pub fn start_tls(
-        config: EtcdConfig,
-        tls: &crate::doorman::ClientTls,
-    ) -> Result<Etcd, EtcdError> {
-        let tls = tls.load().map_err(EtcdError::Tls)?;
+    pub fn start_tls(config: EtcdConfig, tls: &ClientTls) -> Result<Etcd, EtcdError> {
         Etcd::start_with(config, Some(tls))
     }
 
-    fn start_with(
-        config: EtcdConfig,
-        tls: Option<tonic::transport::ClientTlsConfig>,
-    ) -> Result<Etcd, EtcdError> {
+    fn start_with(config: EtcdConfig, tls: Option<&ClientTls>) -> Result<Etcd, EtcdError> {
         if config.endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
         }
         if config.ttl < Duration::from_secs(1) {
             return Err(EtcdError::TtlTooShort(config.ttl));
         }
-        let channel = channel(&config.endpoints, tls.as_ref())?;
+        let channel = crate::service::etcd_channel(&config.endpoints, tls)?;
+        let readiness = Readiness::default();
         let tx = Arc::new(watch::Sender::new(Mastership::follower(None)));
         let shared = Arc::new(Mutex::new(Shared::default()));
         let config = Arc::new(config);
@@ -183,6 +141,7 @@ impl Etcd {
             channel: channel.clone(),
             tx: tx.clone(),
             shared: shared.clone(),
+            outage: Arc::new(Mutex::new(Outage::new("etcd election", readiness.clone()))),
         };
         let observer = campaigner.clone();
         let tasks = vec![
@@ -191,6 +150,7 @@ impl Etcd {
         ];
         Ok(Etcd {
             tx,
+            readiness,
             shared,
             channel,
             tasks,
@@ -206,7 +166,7 @@ impl Etcd {
     /// the revoke, and the lease then lapses after its TTL.
     pub async fn resign(mut self) {
         self.stop();
-        let lease = shared(&self.shared).lease.take();
+        let lease = self.shared.lock_unpoisoned().lease.take();
         if let Some(id) = lease {
             let call = unary::<wire::LeaseRevokeRequest, wire::LeaseRevokeResponse>(
                 &self.channel,
@@ -225,47 +185,10 @@ impl Etcd {
         for t in &self.tasks {
             t.abort();
         }
-        shared(&self.shared).master = false;
+        self.shared.lock_unpoisoned().master = false;
         self.tx
             .send_if_modified(|m| replace_if_changed(m, Mastership::follower(None)));
     }
-}
-
-/// A channel to the etcd `endpoints` (balanced over several), over TLS when
-/// `tls` is given (endpoints without a scheme then as `https://`). Connects
-/// lazily.
-pub(crate) fn channel(
-    endpoints: &[String],
-    tls: Option<&tonic::transport::ClientTlsConfig>,
-) -> Result<Channel, EtcdError> {
-    if endpoints.is_empty() {
-        return Err(EtcdError::NoEndpoints);
-    }
-    let mut out = Vec::with_capacity(endpoints.len());
-    for e in endpoints {
-        let uri = match (e.contains("://"), tls) {
-            (true, _) => e.clone(),
-            (false, None) => format!("http://{e}"),
-            (false, Some(_)) => format!("https://{e}"),
-        };
-        let invalid = |source| EtcdError::InvalidEndpoint {
-            endpoint: e.clone(),
-            source,
-        };
-        let mut endpoint = Endpoint::from_shared(uri)
-            .map_err(invalid)?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true);
-        if let Some(tls) = tls {
-            endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
-        }
-        out.push(endpoint);
-    }
-    Ok(if out.len() == 1 {
-        out.remove(0).connect_lazy()
-    } else {
-        Channel::balance_list(out.into_iter())
-    })
 }
 
 impl Drop for Etcd {
@@ -277,6 +200,10 @@ impl Drop for Etcd {
 impl Election for Etcd {
     fn subscribe(&self) -> watch::Receiver<Mastership> {
         self.tx.subscribe()
+    }
+
+    fn readiness(&self) -> Readiness {
+        self.readiness.clone()
     }
 }
 
@@ -316,7 +243,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unreachable_etcd_leaves_a_follower() {
+    async fn unreachable_etcd_leaves_a_follower_that_is_not_ready() {
         let e = Etcd::start(EtcdConfig {
             endpoints: vec!["127.0.0.1:1".into()],
             key: "k".into(),
@@ -324,7 +251,24 @@ mod tests {
             advertise: "a:1".into(),
         })
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let readiness = e.readiness();
+        // The first grant is refused at once; a slow machine gets 30 s.
+        for _ in 0..300 {
+            if !readiness.is_ready() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!readiness.is_ready());
         assert_eq!(*e.subscribe().borrow(), Mastership::follower(None));
+        // Dropping the election ends the outage with its tasks.
+        drop(e);
+        for _ in 0..300 {
+            if readiness.is_ready() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(readiness.is_ready());
     }
 }

@@ -11,14 +11,12 @@ use super::super::config::ServerConfig;
 use super::super::election::single::SingleElection;
 use super::super::election::{Election, Mastership};
 use super::super::metrics::Metrics;
-use super::super::tls::{ClientTls, ServerTls, TlsError};
 use super::super::transport::{Grpc, Transport};
-use super::limits::ServerLimits;
 use super::parent::{self, Parent, Upstream};
 use super::state::{Inner, Serving, Snapshot, View};
 use super::wire::RequestLimits;
 use super::Server;
-use crate::locks::RwLockUnpoisoned;
+use crate::service::{ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
 
 /// Options for a [`Server`]; start with [`Server::builder`].
 ///
@@ -188,6 +186,7 @@ impl<'a> ServerBuilder<'a> {
                     limits: self.limits,
                     tls: self.tls,
                 },
+                readiness: election.readiness(),
             }),
         };
         {

@@ -27,7 +27,7 @@ use super::super::lease::{
 use super::state::{EntryState, Server, Snapshot};
 use super::wire::{RequestLimits, Rules};
 use super::{hold, parent};
-use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
+use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {
     /// Decides a client's request. `admit` checks it against the server's

@@ -17,7 +17,7 @@ use tracing::info;
 use super::super::election::Mastership;
 use super::super::lease::Timestamp;
 use super::state::{Server, View};
-use crate::locks::RwLockUnpoisoned;
+use crate::service::RwLockUnpoisoned;
 
 impl Server {
     /// The current mastership, after bringing the server's state in line

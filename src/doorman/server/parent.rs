@@ -56,7 +56,7 @@ use super::super::pb;
 use super::super::session::{MasterSession, SessionError};
 use super::super::transport::Transport;
 use super::wire;
-use crate::locks::LockUnpoisoned;
+use crate::service::LockUnpoisoned;
 
 /// How a server reaches its parent.
 #[derive(Debug, Clone)]

@@ -35,7 +35,7 @@ use super::super::lease::{ClientLease, Timestamp};
 use super::super::metrics::{Gauges, ResourceGauges};
 use super::super::store::Resource;
 use super::state::{Entry, EntryState, Server, Snapshot};
-use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
+use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// One resource as shown on the status page.
 #[derive(Debug, Clone)]

@@ -13,9 +13,9 @@ use super::super::election::Mastership;
 use super::super::lease::Timestamp;
 use super::super::metrics::Metrics;
 use super::super::store::Resource;
-use super::limits::ServerLimits;
 use super::parent::Upstream;
 use super::wire::RequestLimits;
+use crate::service::{Readiness, ServerLimits};
 
 /// The lease server. Cheap to clone: clones share state.
 ///
@@ -61,6 +61,8 @@ pub(super) struct Inner {
     pub(super) upstream: Option<Upstream>,
     /// How [`Server::serve`] serves.
     pub(super) serving: Serving,
+    /// Not ready while the election cannot reach its store.
+    pub(super) readiness: Readiness,
 }
 
 /// What [`Server::serve`] serves under.

@@ -10,7 +10,7 @@ use super::super::lease::{Band, ServerResourceRequest, Timestamp};
 use super::parent::{self, Demand, Upstream};
 use super::state::{EntryState, Server, WeakServer};
 use super::wire;
-use crate::locks::{LockUnpoisoned, RwLockUnpoisoned};
+use crate::service::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {
     /// The time on the server's clock.

@@ -16,7 +16,7 @@ use tonic::Status;
 use crate::doorman::pb;
 use crate::doorman::transport::{Call, Transport};
 use crate::doorman::Server;
-use crate::locks::RwLockUnpoisoned;
+use crate::service::RwLockUnpoisoned;
 
 /// Servers in this process, by address; an unknown address is
 /// `unavailable`, as a dead server would be.

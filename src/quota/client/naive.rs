@@ -26,10 +26,10 @@ use super::{Admit, AdmitFuture, Admitted, Denied, Source};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::spec::RateSpec;
 use crate::limiter::token_bucket::{BucketSettings, TokenBucket};
-use crate::locks::LockUnpoisoned;
 use crate::quota::pb;
 use crate::quota::pb::quota_service_client::QuotaServiceClient;
 use crate::quota::service::Status;
+use crate::service::LockUnpoisoned;
 
 /// Options of a [`NaiveClient`].
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@
 //! gets a task of its own. Compared with tonic this saves, per call, the
 //! task spawn, the tower service stack and the body and codec machinery.
 //!
-//! Connections are accepted, capped and guarded by [`crate::conn`], as
-//! Doorman's are: a connection enters HTTP/2 once its client has sent its
+//! Connections are accepted, capped, guarded and drained by the service
+//! kit ([`crate::service`]), as Doorman's are: a connection enters HTTP/2 once its client has sent its
 //! first byte, and, for the idle deadline, a batch of calls counts as in
 //! flight on its connection while it is answered, a call waiting for its
 //! message until it has answered.
@@ -26,17 +26,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use prost::Message as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
-use tracing::warn;
 
-use crate::conn::{accept_loop, ConnInfo, ConnectionLimits, Guarded, KillSwitch, Permits};
 use crate::quota::pb;
 use crate::quota::service::{Quota, Request};
+use crate::service::{accept_loop, ConnInfo, Drain, Guarded, ServerLimits};
 
 /// The one method served, as an HTTP/2 path.
 pub const ALLOW_PATH: &str = "/quotaservice.QuotaService/Allow";
@@ -64,7 +62,7 @@ const RESOURCE_EXHAUSTED: u8 = 8;
 type Failure = (u8, &'static str);
 
 /// Serves Allow for `quota` on `listener`, plaintext HTTP/2, with the
-/// default [`ConnectionLimits`] until `shutdown` completes; see
+/// default [`ServerLimits`] until `shutdown` completes; see
 /// [`serve_with`].
 ///
 /// # Examples
@@ -92,27 +90,27 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_with(quota, listener, ConnectionLimits::default(), shutdown).await
+    serve_with(quota, listener, ServerLimits::default(), shutdown).await
 }
 
 /// Serves Allow for `quota` on `listener`, plaintext HTTP/2, under
 /// `limits`, until `shutdown` completes; then stops accepting, asks every
 /// connection to finish its calls and close (HTTP/2 GOAWAY), waits for
-/// them for at most [`ConnectionLimits::drain_timeout`] and closes those
+/// them for at most [`ServerLimits::drain_timeout`] and closes those
 /// still open. Connections run as tasks of the calling runtime;
 /// [`serve_threads_with`] gives them threads of their own.
 ///
-/// A connection beyond [`ConnectionLimits::max_connections`] is accepted
+/// A connection beyond [`ServerLimits::max_connections`] is accepted
 /// and closed at once; one that has not sent the HTTP/2 preface within
-/// [`ConnectionLimits::handshake_timeout`], or has had no call in flight
-/// for [`ConnectionLimits::idle_timeout`], is closed.
+/// [`ServerLimits::handshake_timeout`], or has had no call in flight
+/// for [`ServerLimits::idle_timeout`], is closed.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::conn::ConnectionLimits;
+/// use tollgate::service::ServerLimits;
 /// use tollgate::quota::config::Config;
 /// use tollgate::quota::{grpc, Limits, Quota};
 ///
@@ -120,10 +118,10 @@ pub async fn serve(
 /// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
 /// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
-/// let limits = ConnectionLimits {
+/// let limits = ServerLimits {
 ///     max_connections: 10_000,
 ///     idle_timeout: Duration::from_secs(60),
-///     ..ConnectionLimits::default()
+///     ..ServerLimits::default()
 /// };
 /// grpc::serve_with(quota, listener, limits, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 /// # Ok(())
@@ -141,19 +139,18 @@ pub async fn serve(
 pub async fn serve_with(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
-    limits: ConnectionLimits,
+    limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let kill = KillSwitch::new();
-    let permits = Permits::new(limits.max_connections);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    accept_loop(&listener, &permits, shutdown, |io, peer, permit| {
-        let guarded = Guarded::new(io, peer, &limits, permit, kill.subscribe());
-        tokio::spawn(connection(Arc::clone(&quota), guarded, stop_rx.clone()));
+    let drain = Drain::new(&limits);
+    let (stopping, killed) = (drain.stopping(), drain.killed());
+    accept_loop(&listener, drain.permits(), shutdown, |io, peer, permit| {
+        let guarded = Guarded::new(io, peer, &limits, permit, killed.clone());
+        tokio::spawn(connection(Arc::clone(&quota), guarded, stopping.clone()));
     })
     .await;
     drop(listener);
-    drain(&permits, &stop_tx, &kill, limits.drain_timeout).await;
+    drain.run().await;
     Ok(())
 }
 
@@ -169,14 +166,7 @@ pub async fn serve_threads(
     threads: usize,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_threads_with(
-        quota,
-        listener,
-        threads,
-        ConnectionLimits::default(),
-        shutdown,
-    )
-    .await
+    serve_threads_with(quota, listener, threads, ServerLimits::default(), shutdown).await
 }
 
 /// Like [`serve_with`], but the connections run on `threads` threads, each
@@ -195,13 +185,11 @@ pub async fn serve_threads_with(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     threads: usize,
-    limits: ConnectionLimits,
+    limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     type Handed = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit);
-    let kill = KillSwitch::new();
-    let permits = Permits::new(limits.max_connections);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let drain = Drain::new(&limits);
     let mut workers = Vec::with_capacity(threads.max(1));
     let mut done = Vec::with_capacity(threads.max(1));
     for i in 0..threads.max(1) {
@@ -210,7 +198,7 @@ pub async fn serve_threads_with(
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (quota, stop, killed) = (Arc::clone(&quota), stop_rx.clone(), kill.subscribe());
+        let (quota, stop, killed) = (Arc::clone(&quota), drain.stopping(), drain.killed());
         std::thread::Builder::new()
             .name(format!("quota-grpc-{i}"))
             .spawn(move || {
@@ -233,7 +221,7 @@ pub async fn serve_threads_with(
         done.push(done_rx);
     }
     let mut next = 0;
-    accept_loop(&listener, &permits, shutdown, |io, peer, permit| {
+    accept_loop(&listener, drain.permits(), shutdown, |io, peer, permit| {
         if let Ok(io) = io.into_std() {
             let _ = workers[next % workers.len()].send((io, peer, permit));
             next += 1;
@@ -242,29 +230,11 @@ pub async fn serve_threads_with(
     .await;
     drop(listener);
     drop(workers);
-    drain(&permits, &stop_tx, &kill, limits.drain_timeout).await;
+    drain.run().await;
     for d in done {
         let _ = d.await;
     }
     Ok(())
-}
-
-/// Asks every connection to finish its calls and close, and closes those
-/// still open after `timeout`.
-async fn drain(
-    permits: &Permits,
-    stop: &tokio::sync::watch::Sender<bool>,
-    kill: &KillSwitch,
-    timeout: Duration,
-) {
-    stop.send_replace(true);
-    if tokio::time::timeout(timeout, permits.all_returned())
-        .await
-        .is_err()
-    {
-        warn!(drain = ?timeout, "drain deadline passed: closing the remaining connections");
-        kill.kill();
-    }
 }
 
 /// One HTTP/2 connection: once its client has spoken, accepts streams and

@@ -2,7 +2,7 @@
 //! campaigning, then mastership until the lease lapses) and the observer
 //! that records where the master is; and the state they share.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -14,7 +14,9 @@ use tracing::{debug, info, warn};
 
 use super::EtcdConfig;
 use crate::doorman::election::Mastership;
-use crate::etcd_wire::{self as wire, unary};
+use crate::service::etcd_wire::{self as wire, unary};
+use crate::service::LockUnpoisoned;
+use crate::service::Outage;
 
 /// What the two tasks share.
 #[derive(Debug, Default)]
@@ -25,13 +27,6 @@ pub(super) struct Shared {
     pub(super) lease: Option<i64>,
     /// The leader's address as last observed.
     pub(super) observed: Option<String>,
-}
-
-/// Locks the shared state.
-pub(super) fn shared(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    // Every critical section is one assignment or read of a field, so a
-    // panic elsewhere cannot leave the state half-written.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Replaces `slot` with `m` unless equal; whether it changed.
@@ -51,6 +46,8 @@ pub(super) struct Campaigner {
     pub(super) channel: Channel,
     pub(super) tx: Arc<watch::Sender<Mastership>>,
     pub(super) shared: Arc<Mutex<Shared>>,
+    /// Whether etcd answers, for the log and the server's readiness.
+    pub(super) outage: Arc<Mutex<Outage>>,
 }
 
 /// Backoff between failed etcd calls outside a session.
@@ -60,7 +57,7 @@ impl Campaigner {
     /// Publishes what [`Shared`] says, if it changed.
     fn publish(&self) {
         let m = {
-            let s = shared(&self.shared);
+            let s = self.shared.lock_unpoisoned();
             if s.master {
                 Mastership::master(Some(self.config.advertise.clone()))
             } else {
@@ -70,6 +67,15 @@ impl Campaigner {
         let is_master = m.is_master;
         if self.tx.send_if_modified(|slot| replace_if_changed(slot, m)) {
             info!(is_master, "etcd election: mastership changed");
+        }
+    }
+
+    /// Records a failed call to etcd, retried after `retry_in`: logged at
+    /// warn at the start of an outage and every 30 s while it lasts, at
+    /// debug otherwise.
+    fn unreachable(&self, error: &dyn std::fmt::Display, retry_in: Duration) {
+        if !self.outage.lock_unpoisoned().failed(error, retry_in) {
+            debug!(error = %error, retry_in = ?retry_in, "etcd election call failed; retrying");
         }
     }
 
@@ -84,31 +90,36 @@ impl Campaigner {
                 wire::LeaseGrantRequest { ttl, id: 0 },
             );
             let lease = match timeout(self.config.ttl, grant).await {
-                Ok(Ok(r)) if r.ttl > 0 && r.error.is_empty() => r,
+                Ok(Ok(r)) if r.ttl > 0 && r.error.is_empty() => {
+                    self.outage.lock_unpoisoned().answered();
+                    r
+                }
                 Ok(Ok(r)) => {
+                    self.outage.lock_unpoisoned().answered();
                     warn!(error = r.error, "etcd refused a lease");
                     sleep(RETRY).await;
                     continue;
                 }
                 Ok(Err(e)) => {
-                    debug!(error = %e, "etcd lease grant failed");
+                    self.unreachable(&format_args!("lease grant: {e}"), RETRY);
                     sleep(RETRY).await;
                     continue;
                 }
                 Err(_) => {
-                    debug!("etcd lease grant timed out");
+                    let why = format_args!("lease grant: no answer within {:?}", self.config.ttl);
+                    self.unreachable(&why, Duration::ZERO);
                     continue;
                 }
             };
             let deadline = sent + Duration::from_secs(lease.ttl as u64);
-            shared(&self.shared).lease = Some(lease.id);
+            self.shared.lock_unpoisoned().lease = Some(lease.id);
             debug!(lease = lease.id, ttl = lease.ttl, "etcd session starts");
             tokio::select! {
                 () = self.keep_alive(lease.id, deadline) => {}
                 () = self.campaign(lease.id) => {}
             }
             {
-                let mut s = shared(&self.shared);
+                let mut s = self.shared.lock_unpoisoned();
                 s.master = false;
                 s.lease = None;
             }
@@ -199,12 +210,12 @@ impl Campaigner {
             match call.await {
                 Ok(_) => break,
                 Err(e) => {
-                    debug!(error = %e, "etcd campaign failed; retrying");
+                    self.unreachable(&format_args!("campaign: {e}"), RETRY);
                     sleep(RETRY).await;
                 }
             }
         }
-        shared(&self.shared).master = true;
+        self.shared.lock_unpoisoned().master = true;
         self.publish();
         std::future::pending::<()>().await;
     }
@@ -233,7 +244,7 @@ impl Campaigner {
                         if let Some(kv) = r.kv {
                             let leader = String::from_utf8_lossy(&kv.value).into_owned();
                             debug!(leader, "etcd election: leader observed");
-                            shared(&self.shared).observed = Some(leader);
+                            self.shared.lock_unpoisoned().observed = Some(leader);
                             self.publish();
                         }
                     }

@@ -1,22 +1,8 @@
-//! Accepted TCP connections under limits: a cap on how many are open, a
-//! deadline for the HTTP/2 preface, an idle deadline and a drain deadline
-//! at shutdown. Doorman's lease server (`doorman::ServerLimits`)
-//! and the quota server's Allow transport (`quota::grpc::serve_with`) both
-//! accept through here, whatever HTTP/2 stack serves the connection.
-//!
-//! # Examples
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::conn::ConnectionLimits;
-//!
-//! let limits = ConnectionLimits {
-//!     max_connections: 100,
-//!     idle_timeout: Duration::from_secs(60),
-//!     ..ConnectionLimits::default()
-//! };
-//! assert_eq!(limits.handshake_timeout, Duration::from_secs(10));
-//! ```
+//! Accepted TCP connections under [`ServerLimits`]: a cap on how many are
+//! open, a deadline for the HTTP/2 preface, an idle deadline and a kill
+//! switch at the end of the drain. A tonic server (`grpc.rs`) and the
+//! quota server's lean Allow transport both accept through here, whatever
+//! HTTP/2 stack serves the connection.
 //!
 //! # Implementation notes
 //!
@@ -54,37 +40,10 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
+use super::limits::ServerLimits;
+
 /// The HTTP/2 client connection preface is this long.
 const PREFACE_BYTES: u64 = 24;
-
-/// The limits on a server's connections that do not depend on its HTTP/2
-/// stack. The defaults are `tollgate serve`'s and `tollgate quota`'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Most connections open at once (default 4096); more are accepted and
-    /// closed at once.
-    pub max_connections: usize,
-    /// How long a new connection may take to send the HTTP/2 preface
-    /// (default 10 s).
-    pub handshake_timeout: Duration,
-    /// How long a connection may stay open with no RPC in flight (default
-    /// 5 min).
-    pub idle_timeout: Duration,
-    /// At shutdown, how long in-flight RPCs may take to finish before every
-    /// connection is closed (default 5 s).
-    pub drain_timeout: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        ConnectionLimits {
-            max_connections: 4096,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            drain_timeout: Duration::from_secs(5),
-        }
-    }
-}
 
 /// The open connections' permits: at most the cap are out at once.
 #[derive(Debug, Clone)]
@@ -109,7 +68,7 @@ impl Permits {
     }
 
     /// Completes once every permit is back: every connection accepted has
-    /// closed. (Doorman's server learns this from tonic instead.)
+    /// closed. (A tonic server learns this from tonic instead.)
     ///
     /// # Cancel safety
     ///
@@ -183,6 +142,12 @@ impl KillSwitch {
     pub(crate) fn kill(&self) {
         self.0.send_replace(true);
     }
+}
+
+/// Logs that the drain deadline passed and the remaining connections are
+/// being closed.
+pub(crate) fn deadline_passed(drain: Duration) {
+    warn!(drain = ?drain, "drain deadline passed: closing the remaining connections");
 }
 
 impl Drop for KillSwitch {
@@ -275,7 +240,7 @@ impl Guarded {
     pub(crate) fn new(
         stream: TcpStream,
         remote: SocketAddr,
-        limits: &ConnectionLimits,
+        limits: &ServerLimits,
         permit: OwnedSemaphorePermit,
         mut killed: watch::Receiver<bool>,
     ) -> Guarded {

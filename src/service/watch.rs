@@ -1,6 +1,6 @@
-//! Watching a configuration file for hot reload, shared by the Doorman
-//! server's and the quota server's `reload` modules: a task that reloads
-//! on SIGHUP (on Unix) and whenever the file's modification time changes.
+//! Watching a configuration file for hot reload: a task that reloads it
+//! into a service ([`Reload`]) on SIGHUP (on Unix) and whenever the file's
+//! modification time changes.
 //!
 //! # Implementation notes
 //!
@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use tracing::{error, info};
+
+use super::reload::{reload_file, Reload};
 
 /// A SIGHUP listener; on other platforms there is none to have.
 #[cfg(unix)]
@@ -47,8 +49,9 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// Spawns a task that calls `reload` with `path` on each signal from `hup`
-/// and whenever the file's modification time changes, polled every `poll`.
+/// Spawns a task that reloads `path` into `target` on each signal from
+/// `hup` and whenever the file's modification time changes, polled every
+/// `poll`; each outcome is logged ([`reload_file`]).
 ///
 /// The modification time is read before this returns, so any later change
 /// triggers a reload.
@@ -56,15 +59,12 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 /// # Panics
 ///
 /// Outside a tokio runtime.
-pub(crate) fn spawn<F>(
+pub(crate) fn watch_file<R: Reload>(
+    target: R,
     path: PathBuf,
     poll: Duration,
     hup: Option<Hangup>,
-    mut reload: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: FnMut(&Path) + Send + 'static,
-{
+) -> tokio::task::JoinHandle<()> {
     let mut last = mtime(&path);
     #[cfg_attr(not(unix), allow(unused_mut, unused_variables))]
     let mut hup = hup;
@@ -85,14 +85,14 @@ where
                 _ = hangup => {
                     info!(path = %path.display(), "SIGHUP: reloading configuration");
                     last = mtime(&path);
-                    reload(&path);
+                    reload_file(&target, &path);
                 }
                 _ = tick.tick() => {
                     let now = mtime(&path);
                     if now != last {
                         last = now;
                         info!(path = %path.display(), "configuration file changed: reloading");
-                        reload(&path);
+                        reload_file(&target, &path);
                     }
                 }
             }
@@ -106,34 +106,62 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    /// Counts the configurations applied; a configuration is the file's
+    /// text.
+    #[derive(Debug, Default)]
+    struct Counter(AtomicUsize);
+
+    impl Reload for Counter {
+        type Config = String;
+        type Error = std::io::Error;
+        const WHAT: &'static str = "counted text";
+
+        fn read_file(path: &Path) -> Result<String, std::io::Error> {
+            std::fs::read_to_string(path)
+        }
+
+        fn parse(text: &str) -> Result<String, std::io::Error> {
+            Ok(text.to_owned())
+        }
+
+        fn apply(&self, _: String) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Tokio's paused clock drives the polls; only the file's modification
     /// time is real, and it is set explicitly.
     #[tokio::test(start_paused = true)]
     async fn a_changed_modification_time_reloads_once() {
-        let dir = std::env::temp_dir().join(format!("tollgate-watch-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("config.yaml");
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-watch-unit-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("config.yaml");
         std::fs::write(&path, "a").unwrap();
-        let reloads = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::clone(&reloads);
-        let watched = path.clone();
-        let task = spawn(path.clone(), Duration::from_secs(1), None, move |p| {
-            assert_eq!(p, watched);
-            seen.fetch_add(1, Ordering::Relaxed);
-        });
+        let counter = Arc::new(Counter::default());
+        let task = watch_file(
+            Arc::clone(&counter),
+            path.clone(),
+            Duration::from_secs(1),
+            None,
+        );
 
         // Five polls of an unchanged file.
         tokio::time::sleep(Duration::from_millis(5_500)).await;
-        assert_eq!(reloads.load(Ordering::Relaxed), 0);
+        assert_eq!(counter.0.load(Ordering::Relaxed), 0);
 
         let file = std::fs::File::options().write(true).open(&path).unwrap();
         file.set_modified(SystemTime::now() + Duration::from_secs(10))
             .unwrap();
         // The next poll sees the change; the five after it do not reload again.
         tokio::time::sleep(Duration::from_secs(6)).await;
-        assert_eq!(reloads.load(Ordering::Relaxed), 1);
+        assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
+        // A file that cannot be read is refused, and nothing is applied.
+        std::fs::remove_file(&path).unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(counter.0.load(Ordering::Relaxed), 1);
         task.abort();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,19 +7,16 @@
 //! certificate by, and optionally the client's own certificate and key.
 //!
 //! ```no_run
-//! use tollgate::doorman::{ClientTls, ServerTls};
+//! use tollgate::service::{ClientTls, ServerTls};
 //!
-//! # fn main() -> Result<(), tollgate::doorman::TlsError> {
+//! # fn main() -> Result<(), tollgate::service::TlsError> {
 //! // Server side, with client certificates required.
 //! let server = ServerTls::new("server.pem", "server.key").client_ca("clients-ca.pem");
 //! server.load()?; // reads and checks the three files
 //!
 //! // Client side: trust `ca.pem`, present `client.pem`.
 //! let client = ClientTls::new("ca.pem").identity("client.pem", "client.key");
-//! let builder = tollgate::doorman::Client::builder()
-//!     .server("doorman.example:5100")
-//!     .tls(&client)?;
-//! # let _ = builder;
+//! client.load()?;
 //! # Ok(())
 //! # }
 //! ```

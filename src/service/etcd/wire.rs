@@ -1,7 +1,6 @@
 //! The etcd v3 API as tollgate speaks it: one generic unary call over
-//! tonic, and the few messages sent and received by the Doorman election
-//! and configuration watch (`etcd` feature) and by the quota document
-//! store (`quota` feature).
+//! tonic, and the few messages sent and received by the keys of the kit
+//! (read, put, watch) and by the Doorman election (`etcd` feature).
 //!
 //! # Implementation notes
 //!
@@ -16,7 +15,8 @@
 //! the wire.
 
 #![allow(missing_docs, unreachable_pub, clippy::derive_partial_eq_without_eq)]
-// Built for one of its users alone, the other's messages go unused.
+// Built for the quota document store alone, the election's messages go
+// unused; for the election alone, the store's.
 #![cfg_attr(not(all(feature = "etcd", feature = "quota")), allow(dead_code))]
 
 use tonic::codegen::http::uri::PathAndQuery;
