@@ -1,8 +1,8 @@
-//! Loom models of the throttler's keyed table (`src/throttle/store/table.rs`):
+//! Loom models of the throttler's keyed table (`crates/throttle/src/store/table.rs`):
 //! its probe, each slot's lock bit and the rebuild of a run.
 //!
 //! The table is driven as the keyed store drives it (see
-//! `tollgate::throttle_table`): hits without the shard lock, inserts,
+//! `tollgate_throttle::table`): hits without the shard lock, inserts,
 //! removals and rebuilds under it. Each key's state is a count in a slot
 //! cell; loom checks every access to those cells against the order the
 //! lock bit claims, so a weakened ordering fails as a causality violation
@@ -23,7 +23,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::throttle_table::Table;
+use tollgate_throttle::table::Table;
 
 /// A hash whose home slot is 0 in any run (bits 8..40 zero), told apart
 /// from others by its tag bits (4..8 and 40..64).

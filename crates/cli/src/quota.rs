@@ -1,0 +1,266 @@
+//! `tollgate quota`: the quotaservice-compatible Allow server, its debug
+//! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
+//!
+//! With `--lease-servers`, buckets take their rates as Doorman leases
+//! (cluster mode, see `tollgate_quota::cluster`).
+//!
+//! A subcommand of its own rather than a second service inside `tollgate
+//! serve`: the two servers have unrelated configurations, reload and
+//! scaling (a quota server is stateless across restarts and scaled out; a
+//! lease server is elected), so each gets its own process, ports and file.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tollgate_quota::admin::{self, Admin};
+use tollgate_quota::cluster::{self, ClusterOptions};
+use tollgate_quota::config::Config;
+use tollgate_quota::etcd::EtcdDocument;
+use tollgate_quota::{grpc, http, reaper, reload, Limits, Quota};
+use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
+use tracing::{info, warn};
+
+use crate::cli;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
+    Examples:\n  tollgate quota --config quotas.yaml\n  \
+    tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config quotas.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
+    tollgate quota --config quotas.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
+pub(crate) struct Args {
+    /// Bucket configuration in the reference quotaservice's YAML format.
+    #[arg(long)]
+    config: PathBuf,
+    /// gRPC port (`quotaservice.QuotaService/Allow`).
+    #[arg(long, default_value_t = 15100)]
+    port: u16,
+    /// HTTP debug port (POST /api/allow, /api/buckets, /metrics,
+    /// /healthz); 0 disables it.
+    #[arg(long, default_value_t = 15150)]
+    debug_port: u16,
+    /// Address the gRPC port listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    host: IpAddr,
+    /// Address the debug HTTP port listens on: loopback unless opened on
+    /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
+    /// authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    debug_host: IpAddr,
+    /// Most dynamic buckets alive at once, all namespaces together: bounds
+    /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
+    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
+    max_dynamic_buckets: u64,
+    /// How often idle buckets are removed.
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    reap_interval: Duration,
+    /// How often the configuration file is checked for changes.
+    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    reload_interval: Duration,
+    /// Cluster mode: lease each named and default bucket's rate from the
+    /// Doorman lease server(s) at these `host:port` addresses
+    /// (comma-separated), whose resources `namespace:bucket` have the
+    /// buckets' fill rates as capacity; dynamic buckets are leased one
+    /// resource per name, so give each namespace with a template an
+    /// `identifier_glob: "namespace:*"` at the template's fill rate.
+    #[arg(long, value_delimiter = ',')]
+    lease_servers: Vec<String>,
+    /// Cluster mode: dial the lease servers over TLS, trusting this CA
+    /// (PEM). Apart from the `--tls-*` flags, which are this server's own.
+    #[arg(long, requires = "lease_servers")]
+    lease_tls_ca: Option<PathBuf>,
+    /// With --lease-tls-ca: the client certificate the lease servers
+    /// require (PEM).
+    #[arg(long, requires_all = ["lease_tls_ca", "lease_tls_key"])]
+    lease_tls_cert: Option<PathBuf>,
+    /// With --lease-tls-cert: its private key (PEM).
+    #[arg(long, requires = "lease_tls_cert")]
+    lease_tls_key: Option<PathBuf>,
+    /// With --lease-tls-ca: the name the lease servers' certificates must
+    /// carry (default: the host dialled).
+    #[arg(long, requires = "lease_tls_ca")]
+    lease_tls_server_name: Option<String>,
+    /// Cluster mode: how often demand is sent and leases applied.
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    cluster_interval: Duration,
+    /// Serve the admin API (/api/admin/...: list, add, update, delete
+    /// namespaces and buckets, written to --config) on the debug port.
+    #[arg(long)]
+    admin: bool,
+    /// Keep the admin API's changes in etcd too, at these `host:port`
+    /// endpoints (comma-separated): at start the document stored there, if
+    /// any, replaces --config's.
+    #[arg(long, value_delimiter = ',', requires = "admin")]
+    admin_etcd: Vec<String>,
+    /// The etcd key holding the configuration document.
+    #[arg(long, default_value = "/tollgate/quota")]
+    admin_etcd_key: String,
+    /// Threads (default: one per core): the plaintext gRPC connections run
+    /// on this many single-threaded runtimes, everything else (and gRPC
+    /// over TLS) on a runtime of this many workers.
+    #[arg(long, value_parser = cli::positive::<usize>)]
+    threads: Option<usize>,
+    #[command(flatten)]
+    tls: cli::ServerTlsArgs,
+    /// Most gRPC connections open at once; more are accepted and closed at
+    /// once.
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
+    max_connections: usize,
+    /// How long a new gRPC connection may take to send the HTTP/2 preface.
+    #[arg(long, default_value = "10s", value_parser = cli::duration, allow_hyphen_values = true)]
+    handshake_timeout: Duration,
+    /// How long a gRPC connection may stay open with no call in flight.
+    #[arg(long, default_value = "5m", value_parser = cli::duration, allow_hyphen_values = true)]
+    idle_timeout: Duration,
+    /// On SIGTERM or SIGINT (Ctrl-C): how long calls in flight may take to
+    /// finish before every gRPC connection is closed and the server exits.
+    #[arg(long, default_value = "5s", value_parser = cli::duration, allow_hyphen_values = true)]
+    drain_timeout: Duration,
+}
+
+impl Args {
+    /// The gRPC port's limits.
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_connections: self.max_connections,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            drain_timeout: self.drain_timeout,
+            ..ServerLimits::default()
+        }
+    }
+
+    /// The lease client's TLS setup, when --lease-tls-ca is given.
+    fn lease_tls(&self) -> Option<ClientTls> {
+        let mut tls = ClientTls::new(self.lease_tls_ca.clone()?);
+        if let (Some(cert), Some(key)) = (&self.lease_tls_cert, &self.lease_tls_key) {
+            tls = tls.identity(cert, key);
+        }
+        if let Some(name) = &self.lease_tls_server_name {
+            tls = tls.domain(name.clone());
+        }
+        Some(tls)
+    }
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    cli::block_on(args.threads, serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    // Before anything else, so that no signal can kill the process with its
+    // default action once it runs.
+    let signals =
+        ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
+    // TLS files first: a wrong path fails before anything starts.
+    let tls = args.tls.tls().map(|t| t.load()).transpose()?;
+    let server_limits = args.limits();
+    crate::serve::raise_fd_limit(server_limits.max_connections);
+    let config = Config::from_file(&args.config)
+        .with_context(|| format!("loading {}", args.config.display()))?;
+    let limits = Limits {
+        max_dynamic_buckets: args.max_dynamic_buckets,
+    };
+    if config.has_no_buckets() {
+        warn!(config = %args.config.display(), "the configuration has no buckets: every request will be answered REJECTED_NO_BUCKET");
+    }
+    if let Some(why) = limits.binds(&config) {
+        info!(
+            max_dynamic_buckets = limits.max_dynamic_buckets,
+            "dynamic buckets capped server-wide ({why}); past the cap, REJECTED_TOO_MANY_BUCKETS"
+        );
+    }
+    let quota = Arc::new(Quota::new(
+        config,
+        limits,
+        Arc::new(tollgate::SystemClock::new()),
+    ));
+    reaper::spawn(
+        Arc::clone(&quota),
+        args.reap_interval.max(Duration::from_millis(10)),
+    );
+    reload::spawn(
+        Arc::clone(&quota),
+        args.config.clone(),
+        args.reload_interval,
+    );
+    if !args.lease_servers.is_empty() {
+        let mut builder = tollgate_doorman::Client::builder().servers(args.lease_servers.clone());
+        if let Some(tls) = args.lease_tls() {
+            builder = builder.tls(&tls)?;
+        }
+        let client = builder.build().context("building the lease client")?;
+        info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
+        tokio::spawn(cluster::run(
+            Arc::clone(&quota),
+            client,
+            ClusterOptions::default().interval(args.cluster_interval),
+        ));
+    }
+    let addr = SocketAddr::new(args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding gRPC port {addr}"))?;
+    let local = listener.local_addr()?;
+    if args.debug_port != 0 {
+        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
+        let dl = tokio::net::TcpListener::bind(daddr)
+            .await
+            .with_context(|| format!("binding debug port {daddr}"))?;
+        info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
+        let mut router = http::router(Arc::clone(&quota));
+        if args.admin {
+            let admin = if args.admin_etcd.is_empty() {
+                Admin::new(Arc::clone(&quota), args.config.clone())
+                    .with_context(|| format!("loading {}", args.config.display()))?
+            } else {
+                let etcd = EtcdDocument::new(&args.admin_etcd, &args.admin_etcd_key)?;
+                Admin::with_etcd(Arc::clone(&quota), args.config.clone(), etcd)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "loading the configuration from etcd key {:?}",
+                            args.admin_etcd_key
+                        )
+                    })?
+            };
+            router = router.merge(admin::router(Arc::new(admin)));
+            info!("admin API on the debug port");
+        }
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(dl, router).await {
+                tracing::error!(error = %e, "debug HTTP server failed");
+            }
+        });
+    }
+    let shutdown = async move {
+        signals.recv().await;
+    };
+    match tls {
+        None => {
+            info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
+            let threads = args.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            });
+            grpc::serve_threads_with(quota, listener, threads, server_limits, shutdown).await?;
+        }
+        Some(tls) => {
+            // Over TLS, tonic serves under every one of the limits.
+            info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
+            let service = grpc::Service::new(quota)
+                .into_server()
+                .max_decoding_message_size(server_limits.max_message_bytes);
+            let router = server_limits
+                .builder()
+                .tls_config(tls)?
+                .add_service(service);
+            server_limits.serve(router, listener, shutdown).await?;
+        }
+    }
+    info!("drained: exiting");
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! `tollgate quota` starts from a reference-format YAML file, answers
+//! Allow over gRPC, and refuses a bad file with an error naming the field.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use tollgate_quota::pb::quota_service_client::QuotaServiceClient;
+use tollgate_quota::pb::{allow_response, AllowRequest};
+
+/// Starts `tollgate quota` on `config` with `extra` flags, on ports of its
+/// own; returns it and its gRPC address. Blocks: call it from
+/// `tokio::task::block_in_place`.
+fn start(config: &std::path::Path, extra: &[&str]) -> (cli::Server, String) {
+    let mut server = cli::start(
+        cli::on_free_ports("quota")
+            .arg("--config")
+            .arg(config)
+            .args(extra),
+    );
+    let addr = server.logged_addr("quota gRPC listening");
+    (server, addr)
+}
+
+/// `yaml` written to `name` in a directory removed when the guard drops.
+fn config_file(name: &str, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-quota-cli-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, yaml).unwrap();
+    (dir, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_serves_allow() {
+    let (_dir, path) = config_file(
+        "ok.yaml",
+        "metrics_enabled: true\nnamespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    );
+    let (_server, addr) = tokio::task::block_in_place(|| start(&path, &[]));
+    let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let r = client
+        .allow(AllowRequest {
+            namespace: "svc".into(),
+            bucket_name: "db".into(),
+            tokens_requested: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.status(), r.tokens_granted),
+        (allow_response::Status::Ok, 2)
+    );
+}
+
+#[test]
+fn a_bad_config_is_refused_naming_the_field() {
+    let (_dir, path) = config_file(
+        "bad.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {max_debt_millis: -1}\n",
+    );
+    let out = cli::tollgate()
+        .args(["quota", "--port", "0", "--debug-port", "0", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "namespace \"svc\": bucket \"db\": max_debt_millis: must not be negative, got -1"
+        ),
+        "{err}"
+    );
+}
+
+/// The connection limits are flags: with `--max-connections 1` a second
+/// connection is closed at once while the first is served, and with a
+/// short `--handshake-timeout` a silent one is closed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limits_are_flags() {
+    use tokio::io::AsyncReadExt as _;
+
+    /// Waits until the server closes `tcp`.
+    async fn closed(mut tcp: tokio::net::TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while let Ok(n) = tcp.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    let (_dir, path) = config_file(
+        "limits.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    );
+    let (_server, addr) = tokio::task::block_in_place(|| {
+        start(
+            &path,
+            &["--max-connections", "1", "--handshake-timeout", "1h"],
+        )
+    });
+    let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let allow = AllowRequest {
+        namespace: "svc".into(),
+        bucket_name: "db".into(),
+        tokens_requested: 1,
+        ..Default::default()
+    };
+    let r = client.allow(allow.clone()).await.unwrap().into_inner();
+    assert_eq!(r.status(), allow_response::Status::Ok);
+    let second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(
+        closed(second).await,
+        "the connection over the cap is closed"
+    );
+    let r = client.allow(allow).await.unwrap().into_inner();
+    assert_eq!(r.status(), allow_response::Status::Ok);
+
+    let (_server, addr) =
+        tokio::task::block_in_place(|| start(&path, &["--handshake-timeout", "100ms"]));
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(closed(silent).await, "the silent connection is closed");
+}
+
+/// SIGTERM is handled as Ctrl-C: logged, the server drains and exits 0
+/// (before, the process died with the signal: exit 143, no log line).
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let (_dir, path) = config_file(
+        "term.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    );
+    let (mut server, _) = start(&path, &[]);
+    server.signal(libc::SIGTERM);
+    let line = server.wait_line("shutting down");
+    assert!(line.contains("signal=\"SIGTERM\""), "{line}");
+    server.wait_line("drained: exiting");
+    let status = server.exit_status();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// The reference-style example configuration (`test.namespace`) loads and
+/// serves; start-up says where the server-wide dynamic-bucket cap binds,
+/// and warns about a configuration with no buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_configuration_serves_and_start_up_explains_itself() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../quota/examples")
+        .join("quota-test-namespace.yaml");
+    let (server, addr) = tokio::task::block_in_place(|| start(&example, &[]));
+    let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let one = AllowRequest {
+        namespace: "test.namespace".into(),
+        bucket_name: "one".into(),
+        tokens_requested: 1,
+        ..Default::default()
+    };
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let r = client.allow(one.clone()).await.unwrap().into_inner();
+        answers.push((r.status(), r.tokens_granted, r.wait_millis));
+    }
+    // Size 2 at 1/s: two on hand, the third borrowed, all at once.
+    assert_eq!(answers, [(allow_response::Status::Ok, 1, 0); 3]);
+    assert_eq!(server.logged("dynamic buckets capped"), 0);
+    assert_eq!(server.logged("no buckets"), 0);
+
+    let (_dir, path) = config_file(
+        "open.yaml",
+        "namespaces:\n  ips:\n    dynamic_bucket_template: {size: 1}\n",
+    );
+    // Logged before the server listens, which `start` waits for.
+    let line_with = |server: &cli::Server, text: &str| {
+        server
+            .lines()
+            .into_iter()
+            .find(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no line with {text:?}: {:#?}", server.lines()))
+    };
+    let (server, _) =
+        tokio::task::block_in_place(|| start(&path, &["--max-dynamic-buckets", "5000"]));
+    let line = line_with(&server, "dynamic buckets capped");
+    assert!(
+        line.contains("max_dynamic_buckets=5000")
+            && line.contains("namespace \"ips\" has no max_dynamic_buckets of its own"),
+        "{line}"
+    );
+
+    let (_dir, path) = config_file("empty.yaml", "namespaces:\n  svc: {}\n");
+    let (server, _) = tokio::task::block_in_place(|| start(&path, &[]));
+    let line = line_with(&server, "no buckets");
+    assert!(line.contains("WARN"), "{line}");
+}
+
+/// `tollgate load --mode allow --bucket NAME` asks that named bucket, not
+/// `b0`: every call is served by it, none refused for want of a bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_asks_the_named_bucket() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../quota/examples")
+        .join("quota-load.yaml");
+    let (_server, addr) = tokio::task::block_in_place(|| start(&example, &[]));
+    let load = |names: &[&str]| {
+        let out = cli::tollgate()
+            .args(["load", "--mode", "allow", "--server", &addr])
+            .args(["--namespace", "one", "--duration", "200ms"])
+            .args(["--concurrency", "2", "--connections", "1", "--threads", "1"])
+            .args(names)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (stdout, stderr) = tokio::task::block_in_place(|| load(&["--bucket", "b"]));
+    assert!(
+        stderr.contains("on bucket \"b\" in namespace \"one\""),
+        "{stderr}"
+    );
+    assert!(stdout.contains(" OK="), "{stdout}");
+    assert!(!stdout.contains("REJECTED"), "{stdout}");
+    // `b0` is no bucket of namespace `one`.
+    let (stdout, _) = tokio::task::block_in_place(|| load(&["--buckets", "1"]));
+    assert!(stdout.contains("REJECTED_NO_BUCKET="), "{stdout}");
+    assert!(!stdout.contains(" OK="), "{stdout}");
+}

@@ -1,0 +1,25 @@
+//! `NO_ALGORITHM`: every client gets exactly what it wants, capacity ignored.
+
+use super::{non_negative, Algorithm, Request, ResourceView};
+
+/// Grants `wants`, ignoring the capacity and every other client.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NoAlgorithm;
+
+impl Algorithm for NoAlgorithm {
+    fn grant(&self, _res: &dyn ResourceView, _capacity: f64, req: &Request<'_>) -> f64 {
+        non_negative(req.wants)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::algorithm::tests::{assert_grants, run_vector};
+    use crate::algorithm::Kind;
+
+    #[test]
+    fn vector() {
+        let grants = run_vector(Kind::NoAlgorithm, 0.0, &[(10.0, 1), (100.0, 1)], false);
+        assert_grants(&grants, &[10.0, 100.0], 0.0);
+    }
+}

@@ -1,0 +1,167 @@
+//! The capacity server: the `doorman.Capacity` gRPC service and its state.
+//!
+//! [`Server`] is the facade; each concept has its own file:
+//!
+//! * `state.rs`: what a server holds, defined once for the files below;
+//! * `builder.rs`: [`ServerBuilder`], the one way to make a server;
+//! * `wire.rs`: the edge, wire requests in and responses out, with the
+//!   request checks ([`RequestLimits`]);
+//! * `mastership.rs`: the view of the election, and forgetting leases when
+//!   it changes;
+//! * `resources.rs`: the resource map, reloads, the sweeper, status;
+//! * `decisions.rs`: turning a checked request into leases, learning mode;
+//!   `hold.rs` for what a cut subtree still holds;
+//! * `tree.rs` and `parent.rs`: an intermediate server's link to its parent;
+//! * `grpc.rs`: the tonic service, served under the service kit's
+//!   [`ServerLimits`](tollgate_service::ServerLimits).
+//!
+//! # Implementation notes
+//!
+//! Lock order: election view, then the resource map, then one entry.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::debug;
+
+use super::error::RequestError;
+use super::metrics::Metrics;
+use super::pb;
+use state::{Serving, WeakServer};
+use tollgate_service::{Readiness, RwLockUnpoisoned, ServeError, TlsError};
+
+mod builder;
+mod decisions;
+mod grpc;
+mod hold;
+mod mastership;
+mod parent;
+mod resources;
+mod state;
+#[cfg(test)]
+mod testing;
+mod tree;
+mod wire;
+
+pub use builder::ServerBuilder;
+pub use parent::Parent;
+pub use resources::ResourceStatus;
+pub use state::Server;
+pub use wire::RequestLimits;
+
+impl Server {
+    /// On an intermediate server, its link to its parent.
+    fn upstream_link(&self) -> Option<&parent::Upstream> {
+        self.inner.upstream.as_ref()
+    }
+
+    /// The metrics this server records.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Whether this server can do its work now: not while its election
+    /// (or its configuration watch) cannot reach etcd.
+    pub fn readiness(&self) -> &Readiness {
+        &self.inner.readiness
+    }
+
+    /// Handles a GetCapacity request from the wire.
+    pub(crate) fn get_capacity(
+        &self,
+        req: pb::GetCapacityRequest,
+    ) -> Result<pb::GetCapacityResponse, RequestError> {
+        self.capacity(|rules| wire::capacity_request(rules, req))
+            .map(wire::capacity_response)
+    }
+
+    /// Handles a GetServerCapacity request from the wire.
+    pub(crate) fn get_server_capacity(
+        &self,
+        req: pb::GetServerCapacityRequest,
+    ) -> Result<pb::GetServerCapacityResponse, RequestError> {
+        self.server_capacity(|rules| wire::server_capacity_request(rules, req))
+            .map(wire::server_capacity_response)
+    }
+
+    /// Handles a ReleaseCapacity request from the wire.
+    pub(crate) fn release_capacity(
+        &self,
+        req: pb::ReleaseCapacityRequest,
+    ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
+        self.release(|limits| wire::release_request(limits, req))
+            .map(wire::release_response)
+    }
+
+    /// Handles a Discovery request from the wire.
+    pub(crate) fn discovery(&self) -> pb::DiscoveryResponse {
+        wire::discovery_response(&self.current_mastership())
+    }
+
+    /// Spawns the background sweeper (every `interval`), a task that
+    /// follows mastership changes, so learning mode starts when mastership
+    /// is won even if no request arrives, and on an intermediate server the
+    /// poller that asks its parent for capacity. All stop when the server
+    /// is dropped.
+    pub fn spawn_background(&self, interval: Duration) {
+        if self.inner.upstream.is_some() {
+            tokio::spawn(tree::poll(WeakServer(Arc::downgrade(&self.inner))));
+        }
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let removed = Server { inner }.sweep();
+                if removed > 0 {
+                    debug!(removed, "swept idle resources");
+                }
+            }
+        });
+        let weak = Arc::downgrade(&self.inner);
+        let mut rx = self.inner.view.read_unpoisoned().rx.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { return };
+                let _ = Server { inner }.mastership();
+            }
+        });
+    }
+
+    /// Serves gRPC on `listener`, under the builder's [`ServerLimits`] and
+    /// over its TLS if it has one, until `shutdown` completes; then drains
+    /// in-flight RPCs for at most [`ServerLimits::drain_timeout`].
+    ///
+    /// [`ServerLimits`]: tollgate_service::ServerLimits
+    /// [`ServerLimits::drain_timeout`]: tollgate_service::ServerLimits::drain_timeout
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Tls`] when rustls rejects the TLS setup, else a
+    /// transport error from tonic.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops accepting and closes every connection.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let Serving { limits, tls } = self.inner.serving.clone();
+        let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
+            .max_decoding_message_size(limits.max_message_bytes);
+        let mut builder = match tls {
+            None => limits.builder(),
+            Some(tls) => limits
+                .builder()
+                .tls_config(tls)
+                .map_err(|source| TlsError::Rejected { source })?,
+        };
+        let router = builder.add_service(service);
+        Ok(limits.serve(router, listener, shutdown).await?)
+    }
+}

@@ -1,0 +1,199 @@
+//! [`ServerBuilder`]: the one way to make a [`Server`], from its
+//! configuration and whatever the defaults do not fit.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
+
+use super::super::clock::{SystemWallClock, WallClock};
+use super::super::config::ServerConfig;
+use super::super::election::single::SingleElection;
+use super::super::election::{Election, Mastership};
+use super::super::metrics::Metrics;
+use super::super::transport::{Grpc, Transport};
+use super::parent::{self, Parent, Upstream};
+use super::state::{Inner, Serving, Snapshot, View};
+use super::wire::RequestLimits;
+use super::Server;
+use tollgate_service::{ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
+
+/// Options for a [`Server`]; start with [`Server::builder`].
+///
+/// Every option has a default: a single-node master, the system's
+/// real-time clock, the default [`RequestLimits`] and [`ServerLimits`], no
+/// parent (a root server) and no TLS.
+///
+/// # Examples
+///
+/// An intermediate server, one of several elected on etcd in production,
+/// here the only one:
+///
+/// ```
+/// use tollgate_doorman::{Parent, Server, ServerConfig, ServerLimits, SingleElection};
+///
+/// let config = ServerConfig::from_yaml(
+///     "resources:\n- identifier_glob: '*'\n  capacity: 0\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5}\n",
+/// )?;
+/// let election = SingleElection::new(Some("10.0.0.7:15000".into()));
+/// let server = Server::builder(config)
+///     .election(&election)
+///     .limits(ServerLimits { max_connections: 1000, ..ServerLimits::default() })
+///     .parent(Parent {
+///         address: "root.example:15000".into(),
+///         server_id: "10.0.0.7:15000".into(),
+///         decay_factor: 0.5,
+///     })
+///     .build();
+/// assert!(server.current_mastership().is_master);
+/// # Ok::<(), tollgate_doorman::ServerConfigError>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ServerBuilder<'a> {
+    config: ServerConfig,
+    election: Option<&'a dyn Election>,
+    clock: Option<Arc<dyn WallClock>>,
+    request_limits: RequestLimits,
+    limits: ServerLimits,
+    parent: Option<Parent>,
+    parent_tls: Option<ClientTlsConfig>,
+    transport: Option<Arc<dyn Transport>>,
+    tls: Option<ServerTlsConfig>,
+}
+
+impl Server {
+    /// A builder for a server with `config`.
+    pub fn builder<'a>(config: ServerConfig) -> ServerBuilder<'a> {
+        ServerBuilder {
+            config,
+            election: None,
+            clock: None,
+            request_limits: RequestLimits::default(),
+            limits: ServerLimits::default(),
+            parent: None,
+            parent_tls: None,
+            transport: None,
+            tls: None,
+        }
+    }
+}
+
+impl<'a> ServerBuilder<'a> {
+    /// Follows `election` for mastership (default: a single-node master
+    /// that names no address in its Discovery answers).
+    pub fn election(mut self, election: &'a dyn Election) -> ServerBuilder<'a> {
+        self.election = Some(election);
+        self
+    }
+
+    /// Reads time from `clock` (default: the system's real-time clock).
+    pub fn clock(mut self, clock: Arc<dyn WallClock>) -> ServerBuilder<'a> {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Checks every request against `limits` (default
+    /// [`RequestLimits::default`]).
+    pub fn request_limits(mut self, limits: RequestLimits) -> ServerBuilder<'a> {
+        self.request_limits = limits;
+        self
+    }
+
+    /// Serves under the transport limits `limits` (default
+    /// [`ServerLimits::default`]).
+    pub fn limits(mut self, limits: ServerLimits) -> ServerBuilder<'a> {
+        self.limits = limits;
+        self
+    }
+
+    /// Makes an intermediate server: its resources' capacity is what
+    /// `parent` grants it (0 until the first grant), and its leases never
+    /// outlive the parent's. [`Server::spawn_background`] also starts
+    /// polling the parent.
+    pub fn parent(mut self, parent: Parent) -> ServerBuilder<'a> {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Dials the parent over TLS as `tls` says (an address without a
+    /// scheme as `https://`); the files are read now.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming a file that cannot be read or holds no PEM
+    /// certificate or key.
+    pub fn parent_tls(mut self, tls: &ClientTls) -> Result<ServerBuilder<'a>, TlsError> {
+        self.parent_tls = Some(tls.load()?);
+        Ok(self)
+    }
+
+    /// Serves over TLS as `tls` says (mutual TLS when it names a client
+    /// CA); the files are read now.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming a file that cannot be read or holds no PEM
+    /// certificate or key.
+    pub fn tls(mut self, tls: &ServerTls) -> Result<ServerBuilder<'a>, TlsError> {
+        self.tls = Some(tls.load()?);
+        Ok(self)
+    }
+
+    /// Reaches the parent through `transport` instead of gRPC.
+    #[cfg(feature = "simulate")]
+    pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ServerBuilder<'a> {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// The server.
+    ///
+    /// Call [`Server::spawn_background`] to sweep expired leases, and
+    /// [`Server::serve`] to answer gRPC.
+    pub fn build(self) -> Server {
+        let single;
+        let election = match self.election {
+            Some(election) => election,
+            None => {
+                single = SingleElection::new(None);
+                &single
+            }
+        };
+        let upstream = self.parent.map(|parent| {
+            let transport = self
+                .transport
+                .unwrap_or_else(|| Arc::new(Grpc::with_tls(parent::DEADLINE, self.parent_tls)));
+            Upstream::new(parent, transport)
+        });
+        let server = Server {
+            inner: Arc::new(Inner {
+                config: RwLock::new(Arc::new(Snapshot {
+                    config: self.config,
+                    generation: 0,
+                })),
+                resources: RwLock::new(HashMap::new()),
+                view: RwLock::new(View {
+                    rx: election.subscribe(),
+                    current: Mastership::default(),
+                    since: None,
+                }),
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemWallClock)),
+                limits: self.request_limits,
+                metrics: Metrics::new(),
+                upstream,
+                serving: Serving {
+                    limits: self.limits,
+                    tls: self.tls,
+                },
+                readiness: election.readiness(),
+            }),
+        };
+        {
+            let mut view = server.inner.view.write_unpoisoned();
+            let m = view.rx.borrow_and_update().clone();
+            server.apply(&mut view, m);
+        }
+        server
+    }
+}

@@ -1,0 +1,416 @@
+//! One resource's leases: who holds what, who wants what, until when.
+//!
+//! [`Resource`] keeps the leases of one resource by client id, with the sums
+//! the algorithms read (`sum_has`, `sum_wants`, `count`) and the two queries
+//! they need ([`Resource::water_level`], [`Resource::demand_up_to`]), and
+//! makes the decision for one request ([`Resource::decide`]). It does no I/O
+//! and reads no clock: time is passed in.
+//!
+//! A lease may carry a [`Hold`]: capacity the client's subtree still holds
+//! beyond the lease (an intermediate server whose grant was cut while the
+//! leases it handed out under the bigger grant run on). A hold counts in
+//! `sum_has`, so the algorithms leave it to no one else, until it ends or is
+//! replaced; the server decides when to set one.
+//!
+//! # Implementation notes
+//!
+//! A decision costs `O(log n)` (expected) in the number of leases `n`:
+//!
+//! * `ids` maps a client id to a *slot*; `entries[slot]` holds the lease.
+//!   Freed slots are reused (`free`).
+//! * `expiries` orders `(expiry, slot)`, so dropping expired leases costs
+//!   `O(log n)` per lease dropped, not a scan; `holds` does the same for the
+//!   holds, which end at or before their lease.
+//! * `index` (see `index.rs`) is a treap of the slots ordered by wants per
+//!   subclient, with subtree sums of wants, has and subclients. The running
+//!   sums are its root's, and the water level and the under-askers' demand
+//!   are one descent each. A slot's `has` there is what it *occupies*: its
+//!   lease's `has` plus its hold.
+//!
+//! Float drift: the index recomputes every sum from its children instead of
+//! adding and subtracting deltas, so no error accumulates over time; see
+//! `index.rs`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use self::index::{Demand, DemandIndex, Slot};
+use super::algorithm::{non_negative, AlgorithmConfig, Request, ResourceView};
+use super::lease::{ClientLease, Hold, Timestamp};
+
+mod index;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    id: Box<str>,
+    lease: ClientLease,
+    hold: Option<Hold>,
+}
+
+impl Entry {
+    /// The values the index keeps: `has` is what the lease occupies.
+    fn demand(&self) -> Demand {
+        Demand {
+            wants: self.lease.wants,
+            has: self.lease.has + self.hold.map_or(0.0, |h| h.capacity),
+            subclients: self.lease.subclients,
+        }
+    }
+}
+
+/// One resource's leases by client id, with running sums and the index the
+/// algorithms query.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
+///
+/// let algo = AlgorithmConfig::new(Kind::ProportionalShare, Duration::from_secs(60), Duration::from_secs(15));
+/// let mut res = Resource::new();
+/// let lease = res.decide(&algo, 100.0, &Request::new("a", 30.0), Duration::ZERO, false);
+/// assert_eq!((lease.has, lease.expiry), (30.0, Duration::from_secs(60)));
+/// assert_eq!((res.sum_has(), res.sum_wants(), res.count()), (30.0, 30.0, 1));
+/// assert_eq!(res.sweep(Duration::from_secs(60)), 1);
+/// assert!(res.is_empty());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Resource {
+    ids: HashMap<Box<str>, Slot>,
+    /// By slot; `None` for a free slot.
+    entries: Vec<Option<Entry>>,
+    free: Vec<Slot>,
+    expiries: BTreeSet<(Timestamp, Slot)>,
+    /// `(until, slot)` of every hold.
+    holds: BTreeSet<(Timestamp, Slot)>,
+    index: DemandIndex,
+}
+
+impl Resource {
+    /// An empty resource.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lease `client` holds, expired or not (expired leases stay until
+    /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
+    pub fn get(&self, client: &str) -> Option<&ClientLease> {
+        let slot = *self.ids.get(client)?;
+        self.entry(slot).map(|e| &e.lease)
+    }
+
+    /// The hold on `client`'s lease, if any (an ended hold stays until
+    /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
+    pub fn hold_of(&self, client: &str) -> Option<Hold> {
+        let slot = *self.ids.get(client)?;
+        self.entry(slot)?.hold
+    }
+
+    /// The capacity `client` occupies: its lease's `has` plus its hold; 0
+    /// without a lease. The algorithms count this, not `has`, as the
+    /// client's part of `sum_has`.
+    pub fn occupied(&self, client: &str) -> f64 {
+        self.ids
+            .get(client)
+            .and_then(|&slot| self.entry(slot))
+            .map_or(0.0, |e| e.demand().has)
+    }
+
+    /// Sets or, with `None`, removes the hold on `client`'s lease. A hold
+    /// whose capacity is not positive and finite is none; one that would
+    /// outlive the lease ends with it. Returns whether `client` has a lease.
+    pub fn set_hold(&mut self, client: &str, hold: Option<Hold>) -> bool {
+        let Some(&slot) = self.ids.get(client) else {
+            return false;
+        };
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        let hold = hold
+            .filter(|h| h.capacity > 0.0 && h.capacity.is_finite())
+            .map(|h| Hold {
+                until: h.until.min(entry.lease.expiry),
+                ..h
+            });
+        let old = std::mem::replace(&mut entry.hold, hold);
+        self.rehold(slot, old);
+        true
+    }
+
+    /// The latest expiry of any lease, `None` without leases.
+    pub fn last_expiry(&self) -> Option<Timestamp> {
+        self.expiries.last().map(|&(expiry, _)| expiry)
+    }
+
+    /// Removes leases with `expiry <= now`, and holds with `until <= now`;
+    /// returns how many leases.
+    pub fn sweep(&mut self, now: Timestamp) -> usize {
+        while let Some(&(until, slot)) = self.holds.first() {
+            if until > now {
+                break;
+            }
+            self.end_hold(slot);
+        }
+        let mut dropped = 0;
+        while let Some(&(expiry, slot)) = self.expiries.first() {
+            if expiry > now {
+                break;
+            }
+            self.remove_slot(slot);
+            dropped += 1;
+        }
+        dropped
+    }
+
+    /// Shortens every lease that expires after `latest` to expire at
+    /// `latest` (their holds end with them); returns how many.
+    ///
+    /// For a reload that shortens the lease length: a lease granted under
+    /// the old length must not outlive one granted under the new.
+    pub fn cap_expiry(&mut self, latest: Timestamp) -> usize {
+        let late: Vec<Slot> = self
+            .expiries
+            .iter()
+            .rev()
+            .take_while(|&&(expiry, _)| expiry > latest)
+            .map(|&(_, slot)| slot)
+            .collect();
+        for &slot in &late {
+            let Some(entry) = self.entries[slot as usize].as_ref() else {
+                unreachable!("slot {slot} is free");
+            };
+            let lease = ClientLease {
+                expiry: latest,
+                ..entry.lease
+            };
+            self.set(slot, lease);
+        }
+        late.len()
+    }
+
+    /// Removes `client`'s lease; returns whether it had one.
+    pub fn release(&mut self, client: &str) -> bool {
+        match self.ids.get(client) {
+            Some(&slot) => {
+                self.remove_slot(slot);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The capacity held: the sum of `has` over all leases plus their holds.
+    pub fn sum_has(&self) -> f64 {
+        self.index.total().has
+    }
+
+    /// The sum of `wants` over all leases.
+    pub fn sum_wants(&self) -> f64 {
+        self.index.total().wants
+    }
+
+    /// The sum of `subclients` over all leases (saturating at `u64::MAX`).
+    pub fn count(&self) -> u64 {
+        self.index.total().subclients
+    }
+
+    /// The number of leases (clients).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no client holds a lease.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Every lease with its client id, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ClientLease)> {
+        self.entries.iter().flatten().map(|e| (&*e.id, &e.lease))
+    }
+
+    /// The total wants and subclients of the leases whose wants per
+    /// subclient is at most `ratio`, in `O(log n)`.
+    pub fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
+        let under = self.index.up_to(ratio);
+        (under.wants, under.subclients)
+    }
+
+    /// The weighted max-min fair water level for `capacity`, in `O(log n)`:
+    /// the `L` with `sum_i min(wants_i, L * subclients_i) = capacity`, or
+    /// infinity when all wants fit in `capacity`. A lease's fair share is
+    /// `min(wants, L * subclients)`.
+    pub fn water_level(&self, capacity: f64) -> f64 {
+        self.index.water_level(capacity)
+    }
+
+    /// Decides and stores `req`'s lease.
+    ///
+    /// Drops this resource's expired leases first, records the request's
+    /// wants and subclients, then runs `algo` (or, when `learning`, grants
+    /// `req.has`, 0 if negative or NaN), stores the lease with
+    /// `expiry = now + lease_length` and `algo.refresh_interval`, and returns
+    /// it. The algorithm sees the requester with its new wants and
+    /// subclients but the `has` of its previous lease (0 if new or expired)
+    /// and its hold, which counts as the requester's own. The new lease has
+    /// no hold; the caller sets one (see [`set_hold`](Self::set_hold)).
+    ///
+    /// Costs `O(log n)` expected, plus `O(log n)` per expired lease dropped.
+    ///
+    /// # Panics
+    ///
+    /// If a new client would be the resource's `2^32 - 1`-th lease (slots are
+    /// 32-bit). No float value panics.
+    pub fn decide(
+        &mut self,
+        algo: &AlgorithmConfig,
+        capacity: f64,
+        req: &Request<'_>,
+        now: Timestamp,
+        learning: bool,
+    ) -> ClientLease {
+        self.sweep(now);
+        let lease = ClientLease {
+            has: self.get(req.client).map_or(0.0, |l| l.has),
+            wants: req.wants,
+            subclients: req.subclients,
+            expiry: now.saturating_add(algo.lease_length),
+            refresh_interval: algo.refresh_interval,
+        };
+        let slot = self.upsert(req.client, lease);
+        let has = if learning {
+            non_negative(req.has)
+        } else {
+            algo.kind.algorithm().grant(self, capacity, req)
+        };
+        let lease = ClientLease { has, ..lease };
+        self.end_hold(slot);
+        self.set(slot, lease);
+        lease
+    }
+
+    fn entry(&self, slot: Slot) -> Option<&Entry> {
+        self.entries.get(slot as usize)?.as_ref()
+    }
+
+    /// Stores `lease` for `client`, new or not; returns its slot.
+    fn upsert(&mut self, client: &str, lease: ClientLease) -> Slot {
+        if let Some(&slot) = self.ids.get(client) {
+            self.set(slot, lease);
+            return slot;
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = Slot::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&s| s != index::NIL)
+                    .expect("a resource holds fewer than 2^32 - 1 leases");
+                self.entries.push(None);
+                slot
+            }
+        };
+        let entry = Entry {
+            id: client.into(),
+            lease,
+            hold: None,
+        };
+        self.index.insert(slot, entry.demand());
+        self.entries[slot as usize] = Some(entry);
+        self.ids.insert(client.into(), slot);
+        self.expiries.insert((lease.expiry, slot));
+        slot
+    }
+
+    /// Replaces the lease in the occupied `slot`; a hold that would outlive
+    /// it ends with it.
+    fn set(&mut self, slot: Slot, lease: ClientLease) {
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        let before = entry.demand();
+        let old = std::mem::replace(&mut entry.lease, lease);
+        let old_hold = entry.hold;
+        if let Some(h) = entry.hold.as_mut() {
+            h.until = h.until.min(lease.expiry);
+        }
+        let after = entry.demand();
+        if old.expiry != lease.expiry {
+            self.expiries.remove(&(old.expiry, slot));
+            self.expiries.insert((lease.expiry, slot));
+        }
+        if old_hold != entry.hold {
+            self.rehold(slot, old_hold);
+        } else if before != after {
+            self.index.update(slot, after);
+        }
+    }
+
+    /// Ends the occupied `slot`'s hold, if any.
+    fn end_hold(&mut self, slot: Slot) {
+        let Some(entry) = self.entries[slot as usize].as_mut() else {
+            unreachable!("slot {slot} is free");
+        };
+        if let Some(old) = entry.hold.take() {
+            self.rehold(slot, Some(old));
+        }
+    }
+
+    /// Brings `holds` and the index in line with the occupied `slot`'s hold,
+    /// which was `old`.
+    fn rehold(&mut self, slot: Slot, old: Option<Hold>) {
+        let Some(entry) = self.entries[slot as usize].as_ref() else {
+            unreachable!("slot {slot} is free");
+        };
+        if let Some(h) = old {
+            self.holds.remove(&(h.until, slot));
+        }
+        if let Some(h) = entry.hold {
+            self.holds.insert((h.until, slot));
+        }
+        self.index.update(slot, entry.demand());
+    }
+
+    /// Frees the occupied `slot`.
+    fn remove_slot(&mut self, slot: Slot) {
+        let Some(entry) = self.entries[slot as usize].take() else {
+            unreachable!("slot {slot} is free");
+        };
+        self.ids.remove(&entry.id);
+        self.expiries.remove(&(entry.lease.expiry, slot));
+        if let Some(h) = entry.hold {
+            self.holds.remove(&(h.until, slot));
+        }
+        self.index.remove(slot);
+        self.free.push(slot);
+    }
+}
+
+impl ResourceView for Resource {
+    fn sum_has(&self) -> f64 {
+        Resource::sum_has(self)
+    }
+
+    fn sum_wants(&self) -> f64 {
+        Resource::sum_wants(self)
+    }
+
+    fn count(&self) -> u64 {
+        Resource::count(self)
+    }
+
+    fn occupied(&self, client: &str) -> f64 {
+        Resource::occupied(self, client)
+    }
+
+    fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
+        Resource::demand_up_to(self, ratio)
+    }
+
+    fn water_level(&self, capacity: f64) -> f64 {
+        Resource::water_level(self, capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests;

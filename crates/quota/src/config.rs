@@ -1,0 +1,694 @@
+//! The quota service's configuration: YAML in the reference quotaservice's
+//! format, validated into namespaces and bucket settings.
+//!
+//! The reference's keys are accepted as they are, including the ones this
+//! server does not use (`metrics_enabled`, `admin_port`,
+//! `filler_frequency_millis`, `version`, and the `name` / `namespace` echoes
+//! inside namespaces and buckets):
+//!
+//! ```yaml
+//! global_default_bucket:        # used when nothing else matches (optional)
+//!   size: 100
+//!   fill_rate: 50
+//! namespaces:
+//!   Pinky_TheBrain:
+//!     buckets:
+//!       UserService_getUser: {size: 20, fill_rate: 10, max_debt_millis: 5000}
+//!   TheBrain_userLogins:
+//!     max_dynamic_buckets: 10000
+//!     dynamic_bucket_template: {size: 1, fill_rate: 1, max_idle_millis: 60000}
+//!   Pinky_PinkyMySQL:
+//!     default_bucket: {size: 500, fill_rate: 200, wait_timeout_millis: 50}
+//! ```
+//!
+//! As in the reference, a field left out or set to 0 takes its default:
+//! `size` 100, `fill_rate` 50 per second, `wait_timeout_millis` 1000,
+//! `max_idle_millis` -1 (never reaped; any negative value means never),
+//! `max_debt_millis` 10000, `max_tokens_per_request` the fill rate (at least
+//! 1). Unlike the reference, `fill_rate` may be fractional (`0.2` is one
+//! token every 5 s; the reference truncates it to 0 and so runs at 50/s).
+//! A namespace may have a default bucket or a dynamic bucket template, not
+//! both; `max_dynamic_buckets: 0` means no cap of the namespace's own, only
+//! the server-wide one (see [`Limits`](super::Limits)). Names are any
+//! non-empty string up to [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN)
+//! bytes (`test.namespace`, `bad-name`), except the reference's reserved
+//! `___GLOBAL___` namespace and `___DEFAULT_BUCKET___` bucket.
+//!
+//! Every validation error is one line naming the namespace, the bucket and
+//! the field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::names::{check_name, NameError};
+use tollgate::BucketSettings;
+use tollgate::RateSpec;
+
+/// The bucket name under which a namespace's default bucket is kept.
+pub const DEFAULT_BUCKET_NAME: &str = "___DEFAULT_BUCKET___";
+/// The namespace under which the global default bucket is kept.
+pub const GLOBAL_NAMESPACE: &str = "___GLOBAL___";
+
+/// One bucket's validated settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketConfig {
+    /// Tokens the bucket holds when full.
+    pub size: u64,
+    /// Tokens added per second, as written.
+    pub fill_rate: f64,
+    /// How long a request may be told to wait (it may ask for less).
+    pub wait_timeout: Duration,
+    /// How long the bucket may go unused before it is removed; `None`: never.
+    pub max_idle: Option<Duration>,
+    /// How far into the future requests may claim tokens.
+    pub max_debt: Duration,
+    /// The most tokens one request may ask for.
+    pub max_tokens_per_request: u64,
+    rate: RateSpec,
+}
+
+impl BucketConfig {
+    /// The settings of the [`TokenBucket`](tollgate::TokenBucket) that enforces
+    /// this bucket.
+    pub fn settings(&self) -> BucketSettings {
+        BucketSettings::new(self.rate)
+            .size(self.size)
+            .max_debt(self.max_debt)
+            .max_wait(self.wait_timeout)
+    }
+
+    /// The settings for a share of this bucket filled at `rate` tokens per
+    /// second (a cluster member's lease): the size shrinks in proportion,
+    /// to at least one token, so the members' bursts add up to about the
+    /// configured size. A rate below the lowest representable one (0.001/s)
+    /// is raised to it.
+    pub fn share_settings(&self, rate: f64) -> BucketSettings {
+        let rate = if rate.is_finite() {
+            rate.clamp(RateSpec::MIN_OPS_PER_SEC, self.fill_rate)
+        } else {
+            RateSpec::MIN_OPS_PER_SEC
+        };
+        let spec = RateSpec::new(rate).unwrap_or(self.rate);
+        let size = ((self.size as f64) * rate / self.fill_rate).ceil().max(1.0) as u64;
+        BucketSettings::new(spec)
+            .size(size.min(self.size))
+            .max_debt(self.max_debt)
+            .max_wait(self.wait_timeout)
+    }
+}
+
+/// One namespace's validated configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NamespaceConfig {
+    /// The bucket used for names that have no bucket of their own.
+    pub default_bucket: Option<BucketConfig>,
+    /// The template of buckets created on first use of a name.
+    pub dynamic_bucket_template: Option<BucketConfig>,
+    /// The most dynamic buckets alive at once; 0: the server's cap.
+    pub max_dynamic_buckets: u64,
+    /// Named buckets.
+    pub buckets: BTreeMap<String, BucketConfig>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    /// The bucket used when the namespace is unknown or has no bucket for
+    /// the name.
+    pub global_default_bucket: Option<BucketConfig>,
+    /// Namespaces by name.
+    pub namespaces: BTreeMap<String, NamespaceConfig>,
+}
+
+/// Why a configuration was rejected.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not YAML of the expected shape.
+    Parse(serde_norway::Error),
+    /// A value is out of range or inconsistent.
+    Invalid {
+        /// The namespace, if the fault is inside one.
+        namespace: Option<String>,
+        /// The bucket (or `default_bucket`, `dynamic_bucket_template`,
+        /// `global_default_bucket`), if the fault is inside one.
+        bucket: Option<String>,
+        /// The field at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { path, .. } => write!(f, "cannot read {}", path.display()),
+            ConfigError::Parse(_) => f.write_str("invalid quota configuration YAML"),
+            ConfigError::Invalid {
+                namespace,
+                bucket,
+                field,
+                problem,
+            } => {
+                if let Some(ns) = namespace {
+                    write!(f, "namespace {ns:?}: ")?;
+                }
+                if let Some(b) = bucket {
+                    write!(f, "bucket {b:?}: ")?;
+                }
+                write!(f, "{field}: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Read { source, .. } => Some(source),
+            ConfigError::Parse(e) => Some(e),
+            ConfigError::Invalid { .. } => None,
+        }
+    }
+}
+
+/// A configuration file as written: the reference's keys, unvalidated.
+/// [`Document::validate`] turns it into a [`Config`]; the admin API edits
+/// it and writes it back, so a restart keeps what was changed.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Document {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) global_default_bucket: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) namespaces: Option<BTreeMap<String, RawNamespace>>,
+    // Keys of the reference's file that this server ignores but keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    version: Option<serde_norway::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    metrics_enabled: Option<serde_norway::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admin_port: Option<serde_norway::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    filler_frequency_millis: Option<serde_norway::Value>,
+}
+
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// One namespace as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNamespace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_bucket: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dynamic_bucket_template: Option<RawBucket>,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    max_dynamic_buckets: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) buckets: Option<BTreeMap<String, RawBucket>>,
+}
+
+/// One bucket as written; 0 or absent means the default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBucket {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    size: i64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    fill_rate: f64,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    wait_timeout_millis: i64,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    max_idle_millis: i64,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    max_debt_millis: i64,
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    max_tokens_per_request: i64,
+}
+
+/// Where a bucket sits, for error messages.
+struct Place<'a> {
+    namespace: Option<&'a str>,
+    bucket: &'a str,
+}
+
+impl Place<'_> {
+    fn error(&self, field: &'static str, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            namespace: self.namespace.map(str::to_owned),
+            bucket: Some(self.bucket.to_owned()),
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// The reference's zero-means-default rule for an integer field.
+fn or_default(v: i64, default: i64) -> i64 {
+    if v == 0 {
+        default
+    } else {
+        v
+    }
+}
+
+fn millis(place: &Place<'_>, field: &'static str, v: i64) -> Result<Duration, ConfigError> {
+    u64::try_from(v)
+        .map(Duration::from_millis)
+        .map_err(|_| place.error(field, format!("must not be negative, got {v}")))
+}
+
+impl RawBucket {
+    fn validate(self, place: &Place<'_>) -> Result<BucketConfig, ConfigError> {
+        let size = or_default(self.size, 100);
+        let size = u64::try_from(size)
+            .ok()
+            .filter(|&s| s <= tollgate::TokenBucket::MAX_OPS)
+            .ok_or_else(|| {
+                place.error(
+                    "size",
+                    format!(
+                        "must be between 1 and {}, got {size}",
+                        tollgate::TokenBucket::MAX_OPS
+                    ),
+                )
+            })?;
+        let fill_rate = if self.fill_rate == 0.0 {
+            50.0
+        } else {
+            self.fill_rate
+        };
+        let rate = RateSpec::new(fill_rate).map_err(|_| {
+            place.error(
+                "fill_rate",
+                format!(
+                    "must be between {} and {} per second, got {fill_rate}",
+                    RateSpec::MIN_OPS_PER_SEC,
+                    RateSpec::MAX_OPS_PER_SEC
+                ),
+            )
+        })?;
+        let wait_timeout = millis(
+            place,
+            "wait_timeout_millis",
+            or_default(self.wait_timeout_millis, 1000),
+        )?;
+        let max_idle = match or_default(self.max_idle_millis, -1) {
+            v if v < 0 => None,
+            v => Some(Duration::from_millis(v.unsigned_abs())),
+        };
+        let max_debt = millis(
+            place,
+            "max_debt_millis",
+            or_default(self.max_debt_millis, 10_000),
+        )?;
+        let default_max_tokens = (fill_rate as i64).max(1);
+        let max_tokens = or_default(self.max_tokens_per_request, default_max_tokens);
+        let max_tokens_per_request = u64::try_from(max_tokens).map_err(|_| {
+            place.error(
+                "max_tokens_per_request",
+                format!("must not be negative, got {max_tokens}"),
+            )
+        })?;
+        Ok(BucketConfig {
+            size,
+            fill_rate,
+            wait_timeout,
+            max_idle,
+            max_debt,
+            max_tokens_per_request,
+            rate,
+        })
+    }
+}
+
+fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> ConfigError {
+    ConfigError::Invalid {
+        namespace: namespace.map(str::to_owned),
+        bucket: bucket.map(str::to_owned),
+        field: "name",
+        problem: e.to_string(),
+    }
+}
+
+fn reserved(namespace: Option<&str>, bucket: Option<&str>) -> ConfigError {
+    ConfigError::Invalid {
+        namespace: namespace.map(str::to_owned),
+        bucket: bucket.map(str::to_owned),
+        field: "name",
+        problem: "reserved for the default buckets".into(),
+    }
+}
+
+impl Document {
+    /// Parses a configuration file's text without validating it.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] for malformed YAML or unknown keys.
+    pub fn from_yaml(text: &str) -> Result<Document, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Document::default());
+        }
+        serde_norway::from_str(text).map_err(ConfigError::Parse)
+    }
+
+    /// The document as YAML, in the reference's format.
+    pub fn to_yaml(&self) -> String {
+        serde_norway::to_string(self).unwrap_or_default()
+    }
+
+    /// Validates the document.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::from_yaml`].
+    pub fn validate(&self) -> Result<Config, ConfigError> {
+        let raw = self;
+        let global_default_bucket = raw
+            .global_default_bucket
+            .clone()
+            .map(|b| {
+                b.validate(&Place {
+                    namespace: None,
+                    bucket: "global_default_bucket",
+                })
+            })
+            .transpose()?;
+        let mut namespaces = BTreeMap::new();
+        for (ns_name, ns) in raw.namespaces.clone().unwrap_or_default() {
+            check_name(&ns_name).map_err(|e| name_error(Some(&ns_name), None, e))?;
+            if ns_name == GLOBAL_NAMESPACE {
+                return Err(reserved(Some(&ns_name), None));
+            }
+            let invalid = |field: &'static str, problem: String| ConfigError::Invalid {
+                namespace: Some(ns_name.clone()),
+                bucket: None,
+                field,
+                problem,
+            };
+            if let Some(name) = &ns.name {
+                if name != &ns_name {
+                    return Err(invalid(
+                        "name",
+                        format!("{name:?} differs from the namespace's key"),
+                    ));
+                }
+            }
+            if ns.default_bucket.is_some() && ns.dynamic_bucket_template.is_some() {
+                return Err(invalid(
+                    "default_bucket",
+                    "a namespace may have a default bucket or a dynamic_bucket_template, not both"
+                        .into(),
+                ));
+            }
+            let max_dynamic_buckets = u64::try_from(ns.max_dynamic_buckets).map_err(|_| {
+                invalid(
+                    "max_dynamic_buckets",
+                    format!("must not be negative, got {}", ns.max_dynamic_buckets),
+                )
+            })?;
+            let place = |bucket| Place {
+                namespace: Some(&ns_name),
+                bucket,
+            };
+            let default_bucket = ns
+                .default_bucket
+                .map(|b| b.validate(&place("default_bucket")))
+                .transpose()?;
+            let dynamic_bucket_template = ns
+                .dynamic_bucket_template
+                .map(|b| b.validate(&place("dynamic_bucket_template")))
+                .transpose()?;
+            let mut buckets = BTreeMap::new();
+            for (b_name, b) in ns.buckets.unwrap_or_default() {
+                check_name(&b_name).map_err(|e| name_error(Some(&ns_name), Some(&b_name), e))?;
+                if b_name == DEFAULT_BUCKET_NAME {
+                    return Err(reserved(Some(&ns_name), Some(&b_name)));
+                }
+                let config = b.validate(&Place {
+                    namespace: Some(&ns_name),
+                    bucket: &b_name,
+                })?;
+                buckets.insert(b_name, config);
+            }
+            namespaces.insert(
+                ns_name,
+                NamespaceConfig {
+                    default_bucket,
+                    dynamic_bucket_template,
+                    max_dynamic_buckets,
+                    buckets,
+                },
+            );
+        }
+        Ok(Config {
+            global_default_bucket,
+            namespaces,
+        })
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_quota::config::Config;
+    ///
+    /// let config = Config::from_yaml(
+    ///     "namespaces:\n  db:\n    buckets:\n      users: {fill_rate: 0.5, wait_timeout_millis: 20}\n",
+    /// )?;
+    /// let users = &config.namespaces["db"].buckets["users"];
+    /// assert_eq!((users.size, users.fill_rate), (100, 0.5));
+    /// assert_eq!(users.wait_timeout, Duration::from_millis(20));
+    ///
+    /// let err = Config::from_yaml("namespaces:\n  db:\n    buckets:\n      users: {size: -3}\n")
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "namespace \"db\": bucket \"users\": size: must be between 1 and 8796093022207, got -3"
+    /// );
+    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] for malformed YAML or unknown keys,
+    /// [`ConfigError::Invalid`] for values out of range, invalid names, or a
+    /// namespace with both a default bucket and a dynamic template.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        Document::from_yaml(text)?.validate()
+    }
+
+    /// Whether no request can find a bucket: no global default bucket and
+    /// no namespace with a bucket, a default bucket or a template. Such a
+    /// configuration answers every request `REJECTED_NO_BUCKET`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_quota::config::Config;
+    ///
+    /// assert!(Config::from_yaml("namespaces:\n  a: {}\n")?.has_no_buckets());
+    /// assert!(!Config::from_yaml("global_default_bucket: {}\n")?.has_no_buckets());
+    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// ```
+    pub fn has_no_buckets(&self) -> bool {
+        self.global_default_bucket.is_none()
+            && self.namespaces.values().all(|ns| {
+                ns.buckets.is_empty()
+                    && ns.default_bucket.is_none()
+                    && ns.dynamic_bucket_template.is_none()
+            })
+    }
+
+    /// Reads, parses and validates a configuration file.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] if the file cannot be read, else as
+    /// [`Config::from_yaml`].
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_yaml(&text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key of the reference's format, the ignored ones included.
+    const REFERENCE_STYLE: &str = "\
+version: 3
+metrics_enabled: true
+admin_port: 8080
+filler_frequency_millis: 100
+global_default_bucket:
+  size: 7
+  fill_rate: 3
+namespaces:
+  plain:
+    name: plain
+    buckets:
+      first:
+        name: first
+        namespace: plain
+        fill_rate: 250
+        wait_timeout_millis: 1234
+        max_idle_millis: 5000
+        max_debt_millis: 20000
+      defaults_only:
+        size: 100
+  with_dynamic:
+    max_dynamic_buckets: 20
+    dynamic_bucket_template:
+      fill_rate: 400
+      max_tokens_per_request: 9
+  with_default:
+    default_bucket: {fill_rate: 600, wait_timeout_millis: 4321, max_idle_millis: 100}
+";
+
+    #[test]
+    fn the_reference_format_loads_with_its_defaults() {
+        let c = Config::from_yaml(REFERENCE_STYLE).unwrap();
+        let g = c.global_default_bucket.as_ref().unwrap();
+        assert_eq!((g.size, g.fill_rate, g.max_tokens_per_request), (7, 3.0, 3));
+        let first = &c.namespaces["plain"].buckets["first"];
+        assert_eq!(first.size, 100);
+        assert_eq!(first.fill_rate, 250.0);
+        assert_eq!(first.wait_timeout, Duration::from_millis(1234));
+        assert_eq!(first.max_idle, Some(Duration::from_millis(5000)));
+        assert_eq!(first.max_debt, Duration::from_secs(20));
+        assert_eq!(first.max_tokens_per_request, 250);
+        let d = &c.namespaces["plain"].buckets["defaults_only"];
+        assert_eq!(
+            (d.size, d.fill_rate, d.wait_timeout, d.max_idle, d.max_debt),
+            (
+                100,
+                50.0,
+                Duration::from_secs(1),
+                None,
+                Duration::from_secs(10)
+            )
+        );
+        let dy = &c.namespaces["with_dynamic"];
+        assert_eq!(dy.max_dynamic_buckets, 20);
+        assert_eq!(
+            dy.dynamic_bucket_template
+                .as_ref()
+                .unwrap()
+                .max_tokens_per_request,
+            9
+        );
+        assert!(dy.default_bucket.is_none());
+        let de = c.namespaces["with_default"]
+            .default_bucket
+            .as_ref()
+            .unwrap();
+        assert_eq!(de.max_idle, Some(Duration::from_millis(100)));
+        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+    }
+
+    fn err(yaml: &str) -> String {
+        Config::from_yaml(yaml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_namespace_bucket_and_field() {
+        assert_eq!(
+            err("namespaces:\n  a:\n    buckets:\n      b: {fill_rate: -2}\n"),
+            "namespace \"a\": bucket \"b\": fill_rate: must be between 0.001 and 1000000000000 per second, got -2"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    dynamic_bucket_template: {max_debt_millis: -1}\n"),
+            "namespace \"a\": bucket \"dynamic_bucket_template\": max_debt_millis: must not be negative, got -1"
+        );
+        assert_eq!(
+            err("global_default_bucket: {wait_timeout_millis: -5}\n"),
+            "bucket \"global_default_bucket\": wait_timeout_millis: must not be negative, got -5"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    buckets:\n      b: {max_tokens_per_request: -1}\n"),
+            "namespace \"a\": bucket \"b\": max_tokens_per_request: must not be negative, got -1"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    max_dynamic_buckets: -4\n"),
+            "namespace \"a\": max_dynamic_buckets: must not be negative, got -4"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    default_bucket: {}\n    dynamic_bucket_template: {}\n"),
+            "namespace \"a\": default_bucket: a namespace may have a default bucket or a dynamic_bucket_template, not both"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    name: b\n"),
+            "namespace \"a\": name: \"b\" differs from the namespace's key"
+        );
+        assert_eq!(
+            err("namespaces:\n  \"\":\n    buckets: {}\n"),
+            "namespace \"\": name: empty; a name needs at least one character"
+        );
+        let long = "x".repeat(257);
+        assert_eq!(
+            err(&format!(
+                "namespaces:\n  a:\n    buckets:\n      {long}: {{}}\n"
+            )),
+            format!("namespace \"a\": bucket \"{long}\": name: 257 bytes long, longer than 256")
+        );
+        assert_eq!(
+            err("namespaces:\n  ___GLOBAL___:\n    buckets: {}\n"),
+            "namespace \"___GLOBAL___\": name: reserved for the default buckets"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    buckets:\n      ___DEFAULT_BUCKET___: {}\n"),
+            "namespace \"a\": bucket \"___DEFAULT_BUCKET___\": name: reserved for the default buckets"
+        );
+        assert_eq!(
+            err("namespaces:\n  a:\n    bukkets: {}\n"),
+            "invalid quota configuration YAML"
+        );
+        let e = Config::from_yaml("namespaces:\n  a:\n    bukkets: {}\n").unwrap_err();
+        assert!(std::error::Error::source(&e)
+            .unwrap()
+            .to_string()
+            .contains("bukkets"));
+    }
+
+    #[test]
+    fn fractional_rates_are_kept() {
+        let c = Config::from_yaml("global_default_bucket: {fill_rate: 0.25, size: 1}\n").unwrap();
+        let g = c.global_default_bucket.unwrap();
+        assert_eq!((g.fill_rate, g.max_tokens_per_request), (0.25, 1));
+        assert_eq!(g.settings().rate().ops_per_sec(), 0.25);
+    }
+}

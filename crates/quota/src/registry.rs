@@ -1,0 +1,750 @@
+//! The live buckets: lookup in the reference quotaservice's order, lazy creation under the
+//! dynamic-bucket caps, reload that keeps state, and idle removal.
+//!
+//! # Implementation notes
+//!
+//! Buckets live in a map keyed by (namespace, bucket), split into
+//! [`SHARDS`] shards each behind its own `RwLock`, so that concurrent
+//! lookups of different buckets rarely share a lock and never take one
+//! exclusively. A key is stored as one `namespace:bucket` string, but
+//! hashed and compared as the pair, so that a lookup borrows the request's
+//! two names (`&dyn Pair`, which the stored [`Key`] borrows as) and the
+//! hit path allocates nothing. A bucket is created on first use; its
+//! [`TokenBucket`] owns no thread, so a hundred thousand dynamic buckets cost
+//! memory (a few hundred bytes each) and nothing else.
+//!
+//! The configuration sits behind one `RwLock`. A request holds its read
+//! guard from lookup to reservation; [`Registry::reload`] takes the write
+//! guard, swaps the configuration and walks every bucket before letting
+//! requests in again, so no request creates a bucket from a configuration
+//! that is gone. Locks are always taken in the order configuration, shard,
+//! dynamic counts.
+//!
+//! Dynamic buckets are counted per namespace and in all; the counts only
+//! change under a shard's write lock together with the map, so they are
+//! exact. Reaching a namespace's cap, or the server-wide one, refuses new
+//! names until idle buckets are removed.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
+use super::metrics::Metrics;
+use tollgate::Clock;
+use tollgate::TokenBucket;
+use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
+
+/// How many shards the bucket map is split into.
+pub(crate) const SHARDS: usize = 64;
+
+/// Which configuration a live bucket follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A bucket named in the namespace's `buckets`.
+    Named,
+    /// The namespace's default bucket.
+    NamespaceDefault,
+    /// A bucket made from the namespace's dynamic template.
+    Dynamic,
+    /// The global default bucket.
+    GlobalDefault,
+}
+
+impl Kind {
+    /// The lower-case name used in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Named => "named",
+            Kind::NamespaceDefault => "namespace_default",
+            Kind::Dynamic => "dynamic",
+            Kind::GlobalDefault => "global_default",
+        }
+    }
+}
+
+/// The bucket that serves a (namespace, name) pair under a configuration,
+/// in the reference quotaservice's lookup order. In a configured namespace:
+/// the named bucket, else a dynamic bucket from the namespace's template,
+/// else the namespace's default bucket, else none. In a namespace that is
+/// not configured: the global default bucket, else none. `None`: no bucket.
+///
+/// The global default bucket never serves a configured namespace: a name
+/// a namespace does not know is refused there, as the reference does.
+///
+/// Returns the kind, the namespace and bucket name it is kept under, and
+/// its configuration.
+pub fn resolve<'a>(
+    config: &'a Config,
+    namespace: &'a str,
+    name: &'a str,
+) -> Option<(Kind, &'a str, &'a str, &'a BucketConfig)> {
+    if let Some(ns) = config.namespaces.get(namespace) {
+        if let Some(b) = ns.buckets.get(name) {
+            return Some((Kind::Named, namespace, name, b));
+        }
+        if let Some(b) = &ns.dynamic_bucket_template {
+            return Some((Kind::Dynamic, namespace, name, b));
+        }
+        return ns
+            .default_bucket
+            .as_ref()
+            .map(|b| (Kind::NamespaceDefault, namespace, DEFAULT_BUCKET_NAME, b));
+    }
+    config.global_default_bucket.as_ref().map(|b| {
+        (
+            Kind::GlobalDefault,
+            GLOBAL_NAMESPACE,
+            DEFAULT_BUCKET_NAME,
+            b,
+        )
+    })
+}
+
+/// One live bucket.
+#[derive(Debug)]
+pub struct Slot {
+    bucket: TokenBucket,
+    kind: Kind,
+    /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
+    /// reloads (Relaxed: a plain value read by the reaper, which tolerates a
+    /// stale one for one sweep).
+    max_idle_ms: AtomicU64,
+    /// Tokens asked for, granted or not (Relaxed: a counter read by the
+    /// cluster task to measure demand).
+    demand: AtomicU64,
+    /// Its namespace's counters, resolved once rather than per request.
+    pub(crate) counters: SlotCounters,
+}
+
+/// The counters an Allow on one bucket updates, labelled by its namespace.
+#[derive(Debug)]
+pub(crate) struct SlotCounters {
+    pub(crate) served_now: prometheus::Counter,
+    pub(crate) served_after_wait: prometheus::Counter,
+    pub(crate) tokens: prometheus::Counter,
+    pub(crate) timeouts: prometheus::Counter,
+}
+
+impl SlotCounters {
+    fn new(metrics: &Metrics, namespace: &str) -> SlotCounters {
+        SlotCounters {
+            served_now: metrics.served.with_label_values(&[namespace, "false"]),
+            served_after_wait: metrics.served.with_label_values(&[namespace, "true"]),
+            tokens: metrics.tokens_served.with_label_values(&[namespace]),
+            timeouts: metrics.timeouts.with_label_values(&[namespace]),
+        }
+    }
+}
+
+impl Slot {
+    /// Counts `tokens` asked for.
+    pub(crate) fn record_demand(&self, tokens: u64) {
+        self.demand.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &TokenBucket {
+        &self.bucket
+    }
+
+    /// Which configuration it follows.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn set_max_idle(&self, max_idle: Option<Duration>) {
+        let ms = max_idle.map_or(u64::MAX, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+        });
+        self.max_idle_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn is_idle(&self) -> bool {
+        // Relaxed: see the field.
+        let ms = self.max_idle_ms.load(Ordering::Relaxed);
+        ms != u64::MAX && self.bucket.idle() >= Duration::from_millis(ms)
+    }
+}
+
+/// A dynamic-bucket cap was reached: the namespace's own, or the
+/// server-wide one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyBuckets {
+    /// The cap.
+    pub cap: u64,
+    /// Whether it is the server-wide cap ([`Limits::max_dynamic_buckets`]).
+    pub server_wide: bool,
+}
+
+/// Server-wide limits that the configuration cannot raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most dynamic buckets alive at once, all namespaces together
+    /// (default [`Limits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
+    /// `max_dynamic_buckets` caps it further; 0 there means no cap of its
+    /// own, the reference's "unlimited", so this one bounds memory.
+    pub max_dynamic_buckets: u64,
+}
+
+impl Limits {
+    /// The default server-wide cap on live dynamic buckets: a million,
+    /// about 0.5 GB with names of a few dozen bytes.
+    pub const DEFAULT_MAX_DYNAMIC_BUCKETS: u64 = 1_000_000;
+
+    /// Why the server-wide cap may refuse buckets that `config` allows, or
+    /// `None` when the namespaces' own caps add up to no more than it: the
+    /// namespaces with a template and no cap of their own, or the sum of
+    /// their caps.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_quota::config::Config;
+    /// use tollgate_quota::Limits;
+    ///
+    /// let limits = Limits { max_dynamic_buckets: 1000 };
+    /// let capped = Config::from_yaml(
+    ///     "namespaces:\n  ips:\n    max_dynamic_buckets: 10\n    dynamic_bucket_template: {}\n",
+    /// )?;
+    /// assert_eq!(limits.binds(&capped), None);
+    /// let open = Config::from_yaml("namespaces:\n  ips:\n    dynamic_bucket_template: {}\n")?;
+    /// assert_eq!(
+    ///     limits.binds(&open).as_deref(),
+    ///     Some("namespace \"ips\" has no max_dynamic_buckets of its own")
+    /// );
+    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// ```
+    pub fn binds(&self, config: &Config) -> Option<String> {
+        let dynamic = || {
+            config
+                .namespaces
+                .iter()
+                .filter(|(_, ns)| ns.dynamic_bucket_template.is_some())
+        };
+        let open: Vec<&str> = dynamic()
+            .filter(|(_, ns)| ns.max_dynamic_buckets == 0)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        match open.as_slice() {
+            [] => {}
+            [one] => {
+                return Some(format!(
+                    "namespace {one:?} has no max_dynamic_buckets of its own"
+                ))
+            }
+            many => {
+                return Some(format!(
+                    "namespaces {many:?} have no max_dynamic_buckets of their own"
+                ))
+            }
+        }
+        let sum = dynamic().fold(0u64, |sum, (_, ns)| {
+            sum.saturating_add(ns.max_dynamic_buckets)
+        });
+        (sum > self.max_dynamic_buckets)
+            .then(|| format!("the namespaces' max_dynamic_buckets add up to {sum}"))
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_dynamic_buckets: Limits::DEFAULT_MAX_DYNAMIC_BUCKETS,
+        }
+    }
+}
+
+/// Live dynamic buckets, per namespace and in all.
+#[derive(Debug, Default)]
+struct DynamicCounts {
+    per_namespace: HashMap<Box<str>, u64>,
+    total: u64,
+}
+
+/// A live bucket's key: `namespace:bucket` in one allocation, hashed and
+/// compared as the pair of names.
+#[derive(Debug)]
+struct Key {
+    text: Box<str>,
+    /// Where the namespace ends (the `:`).
+    split: usize,
+}
+
+impl Key {
+    fn new(namespace: &str, name: &str) -> Key {
+        Key {
+            text: key(namespace, name).into_boxed_str(),
+            split: namespace.len(),
+        }
+    }
+
+    /// `namespace:bucket`.
+    fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// A key as (namespace, bucket name), owned ([`Key`]) or borrowed
+/// (`(&str, &str)`): the map is looked up through `&dyn Pair`, so a
+/// request's names need not be copied into a [`Key`] to find their bucket.
+trait Pair {
+    fn pair(&self) -> (&str, &str);
+}
+
+impl Pair for Key {
+    fn pair(&self) -> (&str, &str) {
+        (&self.text[..self.split], &self.text[self.split + 1..])
+    }
+}
+
+impl Pair for (&str, &str) {
+    fn pair(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+// The map's contract: `Key` and `dyn Pair` hash and compare alike, both as
+// the pair.
+impl Hash for dyn Pair + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pair().hash(state);
+    }
+}
+
+impl PartialEq for dyn Pair + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for dyn Pair + '_ {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pair().hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for Key {}
+
+impl<'a> Borrow<dyn Pair + 'a> for Key {
+    fn borrow(&self) -> &(dyn Pair + 'a) {
+        self
+    }
+}
+
+type Shard = HashMap<Key, Arc<Slot>>;
+
+/// The settings of a bucket under `config`, or under its share if it has
+/// one.
+fn effective(config: &BucketConfig, share: Option<f64>) -> tollgate::BucketSettings {
+    match share {
+        Some(rate) => config.share_settings(rate),
+        None => config.settings(),
+    }
+}
+
+/// The live buckets and the configuration they follow.
+#[derive(Debug)]
+pub struct Registry {
+    config: RwLock<Arc<Config>>,
+    shards: Box<[RwLock<Shard>]>,
+    /// Live dynamic buckets.
+    dynamic: Mutex<DynamicCounts>,
+    hasher: std::collections::hash_map::RandomState,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    metrics: Metrics,
+    /// Fill rates that replace the configured ones, by key (cluster mode).
+    shares: RwLock<HashMap<String, f64>>,
+    /// Cluster mode leases dynamic buckets: a new one starts at a share of
+    /// zero until its lease is applied.
+    lease_dynamic: AtomicBool,
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    let mut k = String::with_capacity(namespace.len() + 1 + name.len());
+    k.push_str(namespace);
+    k.push(':');
+    k.push_str(name);
+    k
+}
+
+impl Registry {
+    /// An empty registry following `config`.
+    pub fn new(
+        config: Config,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+        metrics: Metrics,
+    ) -> Registry {
+        Registry {
+            config: RwLock::new(Arc::new(config)),
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            dynamic: Mutex::new(DynamicCounts::default()),
+            hasher: std::collections::hash_map::RandomState::new(),
+            clock,
+            limits,
+            metrics,
+            shares: RwLock::new(HashMap::new()),
+            lease_dynamic: AtomicBool::new(false),
+        }
+    }
+
+    /// Cluster mode: dynamic buckets made from now on start at a share of
+    /// zero (the least rate, a size of one) until [`set_share`] gives them
+    /// their lease, so a new name cannot be served at the full template
+    /// rate by every server at once.
+    ///
+    /// [`set_share`]: Registry::set_share
+    pub fn lease_dynamic_buckets(&self, on: bool) {
+        // Relaxed: a flag read when a bucket is made; no other data hangs on it.
+        self.lease_dynamic.store(on, Ordering::Relaxed);
+    }
+
+    /// The live dynamic buckets as (namespace, name), in no order.
+    pub fn dynamic_buckets(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (k, slot) in shard.read_unpoisoned().iter() {
+                if slot.kind == Kind::Dynamic {
+                    let (ns, name) = k.pair();
+                    out.push((ns.to_owned(), name.to_owned()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The configuration, read-locked: hold the guard while using a bucket
+    /// found under it.
+    pub fn config(&self) -> RwLockReadGuard<'_, Arc<Config>> {
+        self.config.read_unpoisoned()
+    }
+
+    /// The shard holding (`namespace`, `name`).
+    fn shard(&self, namespace: &str, name: &str) -> &RwLock<Shard> {
+        &self.shards[(self.hasher.hash_one((namespace, name)) as usize) % SHARDS]
+    }
+
+    /// The live bucket kept under (`namespace`, `name`).
+    fn find(&self, namespace: &str, name: &str) -> Option<Arc<Slot>> {
+        let pair: &dyn Pair = &(namespace, name);
+        self.shard(namespace, name)
+            .read_unpoisoned()
+            .get(pair)
+            .cloned()
+    }
+
+    /// The bucket kept under (`namespace`, `name`), created from `bucket` if
+    /// it is not there. `config` must be the guard from
+    /// [`Registry::config`].
+    ///
+    /// # Errors
+    ///
+    /// [`TooManyBuckets`] when a dynamic bucket would exceed its
+    /// namespace's cap or the server-wide one.
+    pub fn get_or_create(
+        &self,
+        config: &Config,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        bucket: &BucketConfig,
+    ) -> Result<Arc<Slot>, TooManyBuckets> {
+        let shard = self.shard(namespace, name);
+        let pair: &dyn Pair = &(namespace, name);
+        if let Some(slot) = shard.read_unpoisoned().get(pair) {
+            return Ok(Arc::clone(slot));
+        }
+        let mut map = shard.write_unpoisoned();
+        if let Some(slot) = map.get(pair) {
+            return Ok(Arc::clone(slot));
+        }
+        let k = Key::new(namespace, name);
+        if kind == Kind::Dynamic {
+            let own = config
+                .namespaces
+                .get(namespace)
+                .map_or(0, |ns| ns.max_dynamic_buckets);
+            let mut counts = self.dynamic.lock_unpoisoned();
+            let server = self.limits.max_dynamic_buckets;
+            if counts.total >= server {
+                return Err(TooManyBuckets {
+                    cap: server,
+                    server_wide: true,
+                });
+            }
+            let count = counts.per_namespace.entry(namespace.into()).or_insert(0);
+            if own > 0 && *count >= own {
+                return Err(TooManyBuckets {
+                    cap: own,
+                    server_wide: false,
+                });
+            }
+            *count += 1;
+            counts.total += 1;
+        }
+        let share = self
+            .shares
+            .read_unpoisoned()
+            .get(k.as_str())
+            .copied()
+            .or_else(|| {
+                (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
+            });
+        let slot = Arc::new(Slot {
+            bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
+            kind,
+            max_idle_ms: AtomicU64::new(u64::MAX),
+            demand: AtomicU64::new(0),
+            counters: SlotCounters::new(&self.metrics, namespace),
+        });
+        slot.set_max_idle(bucket.max_idle);
+        map.insert(k, Arc::clone(&slot));
+        self.metrics.created.with_label_values(&[namespace]).inc();
+        self.metrics.buckets.inc();
+        Ok(slot)
+    }
+
+    /// Counts a removed bucket.
+    fn removed(&self, key: &Key, slot: &Slot) {
+        let (namespace, _) = key.pair();
+        if slot.kind == Kind::Dynamic {
+            let mut counts = self.dynamic.lock_unpoisoned();
+            counts.total = counts.total.saturating_sub(1);
+            if let Some(count) = counts.per_namespace.get_mut(namespace) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    counts.per_namespace.remove(namespace);
+                }
+            }
+        }
+        self.metrics.removed.with_label_values(&[namespace]).inc();
+        self.metrics.buckets.dec();
+    }
+
+    /// Replaces the configuration. Buckets that still resolve to the same
+    /// kind keep their state (tokens and debt) under the new settings; the
+    /// others are removed and made afresh on next use. Returns how many
+    /// were removed.
+    pub fn reload(&self, new: Config) -> usize {
+        let mut config = self.config.write_unpoisoned();
+        let shares = self.shares.read_unpoisoned().clone();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.write_unpoisoned();
+            map.retain(|k, slot| {
+                let (namespace, name) = k.pair();
+                let keep = match slot.kind {
+                    Kind::GlobalDefault => new.global_default_bucket.as_ref(),
+                    Kind::NamespaceDefault => new
+                        .namespaces
+                        .get(namespace)
+                        .and_then(|ns| ns.default_bucket.as_ref()),
+                    Kind::Named => new
+                        .namespaces
+                        .get(namespace)
+                        .and_then(|ns| ns.buckets.get(name)),
+                    Kind::Dynamic => new
+                        .namespaces
+                        .get(namespace)
+                        .filter(|ns| !ns.buckets.contains_key(name))
+                        .and_then(|ns| ns.dynamic_bucket_template.as_ref()),
+                };
+                match keep {
+                    Some(b) => {
+                        slot.bucket
+                            .set_settings(effective(b, shares.get(k.as_str()).copied()));
+                        slot.set_max_idle(b.max_idle);
+                        true
+                    }
+                    None => {
+                        self.removed(k, slot);
+                        removed += 1;
+                        false
+                    }
+                }
+            });
+        }
+        *config = Arc::new(new);
+        removed
+    }
+
+    /// Removes the buckets idle longer than their max idle time; returns
+    /// how many. A removed bucket is made afresh (full) on next use.
+    pub fn reap(&self) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            if !shard.read_unpoisoned().values().any(|s| s.is_idle()) {
+                continue;
+            }
+            shard.write_unpoisoned().retain(|k, slot| {
+                if slot.is_idle() {
+                    self.removed(k, slot);
+                    removed += 1;
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        removed
+    }
+
+    /// Gives the bucket kept under (`namespace`, `name`) a fill rate of
+    /// `rate` instead of its configured one (its lease share in cluster
+    /// mode), or restores the configured one with `None`. Applies to the
+    /// live bucket, keeping its state, and to the bucket made on next use.
+    pub fn set_share(&self, namespace: &str, name: &str, rate: Option<f64>) {
+        let config = self.config();
+        let k = key(namespace, name);
+        match rate {
+            Some(r) => self.shares.write_unpoisoned().insert(k.clone(), r),
+            None => self.shares.write_unpoisoned().remove(&k),
+        };
+        let Some(slot) = self.find(namespace, name) else {
+            return;
+        };
+        let bucket = if namespace == GLOBAL_NAMESPACE {
+            config.global_default_bucket.as_ref()
+        } else {
+            config.namespaces.get(namespace).and_then(|ns| {
+                if name == DEFAULT_BUCKET_NAME {
+                    ns.default_bucket.as_ref()
+                } else {
+                    ns.buckets.get(name).or(ns.dynamic_bucket_template.as_ref())
+                }
+            })
+        };
+        if let Some(b) = bucket {
+            slot.bucket.set_settings(effective(b, rate));
+        }
+    }
+
+    /// Tokens asked of the bucket kept under (`namespace`, `name`) since it
+    /// was made, granted or not; 0 if it is not alive.
+    pub fn demand(&self, namespace: &str, name: &str) -> u64 {
+        self.find(namespace, name)
+            .map_or(0, |s| s.demand.load(Ordering::Relaxed))
+    }
+
+    /// The settings of the bucket kept under (`namespace`, `name`), if it
+    /// is alive.
+    pub fn settings(&self, namespace: &str, name: &str) -> Option<tollgate::BucketSettings> {
+        self.find(namespace, name).map(|s| s.bucket.settings())
+    }
+
+    /// How many buckets are alive.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read_unpoisoned().len()).sum()
+    }
+
+    /// Whether no bucket is alive.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many dynamic buckets of `namespace` are alive.
+    pub fn dynamic_count(&self, namespace: &str) -> u64 {
+        let counts = self.dynamic.lock_unpoisoned();
+        counts.per_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// How many dynamic buckets are alive, all namespaces together.
+    pub fn dynamic_total(&self) -> u64 {
+        self.dynamic.lock_unpoisoned().total
+    }
+
+    /// The live buckets as (namespace, bucket, kind, tokens on hand), sorted,
+    /// at most `limit` of them.
+    pub fn list(&self, limit: usize) -> Vec<(String, String, Kind, i64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (k, slot) in shard.read_unpoisoned().iter() {
+                let (ns, name) = k.pair();
+                out.push((
+                    ns.to_owned(),
+                    name.to_owned(),
+                    slot.kind,
+                    slot.bucket.available(),
+                ));
+            }
+        }
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out.truncate(limit);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> Registry {
+        let config = Config::from_yaml(
+            "namespaces:\n  ns:\n    dynamic_bucket_template: {size: 5, fill_rate: 1}\n",
+        )
+        .unwrap();
+        Registry::new(
+            config,
+            Limits::default(),
+            Arc::new(tollgate::ManualClock::new()),
+            Metrics::new(),
+        )
+    }
+
+    /// A key hashes and compares as its pair of names, whichever form
+    /// holds it, and the split is where the namespace ended, not the first
+    /// `:`.
+    #[test]
+    fn keys_are_pairs() {
+        let hasher = std::collections::hash_map::RandomState::new();
+        let hash = |k: &dyn Pair| hasher.hash_one(k);
+        let owned = Key::new("ns", "b");
+        assert_eq!(owned.as_str(), "ns:b");
+        assert_eq!(owned.pair(), ("ns", "b"));
+        assert_eq!(hash(&owned), hash(&("ns", "b")));
+        assert!(&owned as &dyn Pair == &("ns", "b") as &dyn Pair);
+        assert!(&owned as &dyn Pair != &("ns", "c") as &dyn Pair);
+        let a = Key::new("a:b", "c");
+        let b = Key::new("a", "b:c");
+        assert_eq!(a.as_str(), b.as_str());
+        assert_eq!((a.pair(), b.pair()), (("a:b", "c"), ("a", "b:c")));
+        assert!(a != b);
+    }
+
+    /// A bucket made once is found again by its names, and only by them.
+    #[test]
+    fn buckets_are_found_by_their_names() {
+        let registry = registry();
+        let config = Arc::clone(&registry.config());
+        let template = config.namespaces["ns"]
+            .dynamic_bucket_template
+            .as_ref()
+            .unwrap();
+        let made = registry
+            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .unwrap();
+        let again = registry
+            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .unwrap();
+        assert!(Arc::ptr_eq(&made, &again));
+        assert_eq!(registry.len(), 1);
+        assert_eq!(registry.dynamic_count("ns"), 1);
+        assert!(registry.settings("ns", "x").is_some());
+        assert!(registry.settings("ns", "y").is_none());
+        assert!(registry.settings("ns:x", "").is_none());
+        assert_eq!(registry.dynamic_buckets(), vec![("ns".into(), "x".into())]);
+    }
+}

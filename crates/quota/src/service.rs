@@ -1,0 +1,271 @@
+//! The Allow operation: validate a request, find its bucket, reserve its
+//! tokens and say how long to wait, counting every outcome.
+//!
+//! # Implementation notes
+//!
+//! The answers are the reference quotaservice's, call for call, except
+//! where it is plainly broken (see the README's table of differences).
+//!
+//! The order of checks fixes which status a bad request gets: names
+//! (`REJECTED_INVALID_REQUEST` for an empty one, or one over
+//! [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN) bytes) and a negative token
+//! count (likewise: the reference would echo it as granted), then the
+//! bucket lookup (`REJECTED_NO_BUCKET`), the token count against the
+//! bucket's `max_tokens_per_request` (`REJECTED_TOO_MANY_TOKENS_REQUESTED`,
+//! checked before a dynamic bucket is created so that a refused request
+//! never costs a dynamic bucket slot), the dynamic caps
+//! (`REJECTED_TOO_MANY_BUCKETS`) and finally the reservation
+//! (`REJECTED_TIMEOUT` when the debt owed before the request exceeds the
+//! max wait, or the debt it would leave exceeds the max debt).
+//!
+//! As in the reference: 0 tokens (proto3's default for an unset field)
+//! reserve one token and are answered `tokens_granted: 0`; a max wait
+//! override counts only with `max_wait_time_override` set, only when lower
+//! than the bucket's `wait_timeout_millis`, and a negative one means no
+//! wait at all; waits are reported in whole milliseconds rounded *down*,
+//! the time already being accounted for by the bucket.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::Config;
+use super::metrics::{Metrics, UNKNOWN_NAMESPACE};
+use super::names::check_name;
+use super::registry::{resolve, Limits, Registry};
+use tollgate::Clock;
+use tollgate::Refusal;
+
+/// The outcome of an Allow request, as in the reference's `AllowResponse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Tokens granted; wait `wait` before using them.
+    Ok,
+    /// The tokens could not be granted within the max wait (or max debt).
+    RejectedTimeout,
+    /// No bucket serves the namespace and name.
+    RejectedNoBucket,
+    /// The namespace's dynamic-bucket cap is reached.
+    RejectedTooManyBuckets,
+    /// More tokens than the bucket's `max_tokens_per_request`.
+    RejectedTooManyTokensRequested,
+    /// An empty or over-long name, or negative tokens.
+    RejectedInvalidRequest,
+    /// The server failed.
+    RejectedServerError,
+}
+
+impl Status {
+    /// The status's name on the wire, as in the reference's enum.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::RejectedTimeout => "REJECTED_TIMEOUT",
+            Status::RejectedNoBucket => "REJECTED_NO_BUCKET",
+            Status::RejectedTooManyBuckets => "REJECTED_TOO_MANY_BUCKETS",
+            Status::RejectedTooManyTokensRequested => "REJECTED_TOO_MANY_TOKENS_REQUESTED",
+            Status::RejectedInvalidRequest => "REJECTED_INVALID_REQUEST",
+            Status::RejectedServerError => "REJECTED_SERVER_ERROR",
+        }
+    }
+}
+
+/// One Allow request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The bucket's name in the namespace.
+    pub bucket: &'a str,
+    /// Tokens wanted; 0 reserves 1 (and is answered as 0 granted), as in
+    /// the reference.
+    pub tokens: i64,
+    /// A max wait in milliseconds that replaces the bucket's if lower; a
+    /// negative one means no wait at all (the reference's answer).
+    pub max_wait_millis: Option<i64>,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `tokens` tokens from `namespace:bucket`, with the
+    /// bucket's max wait.
+    pub fn new(namespace: &'a str, bucket: &'a str, tokens: i64) -> Request<'a> {
+        Request {
+            namespace,
+            bucket,
+            tokens,
+            max_wait_millis: None,
+        }
+    }
+
+    /// The same request with a max wait override, in milliseconds.
+    #[must_use]
+    pub fn max_wait_millis(self, millis: i64) -> Request<'a> {
+        Request {
+            max_wait_millis: Some(millis),
+            ..self
+        }
+    }
+}
+
+/// The answer to an Allow request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The outcome.
+    pub status: Status,
+    /// Tokens granted: the tokens requested if `status` is `Ok` (0 when 0
+    /// were requested, though one was reserved), else 0.
+    pub tokens_granted: i64,
+    /// How long to wait before using them (exact): the debt owed before
+    /// the request.
+    pub wait: Duration,
+}
+
+impl Decision {
+    fn rejected(status: Status) -> Decision {
+        Decision {
+            status,
+            tokens_granted: 0,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// The wait in whole milliseconds, rounded down as the reference does.
+    pub fn wait_millis(&self) -> i64 {
+        i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// The quota service: buckets, their configuration and their metrics.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate_quota::config::Config;
+/// use tollgate_quota::{Limits, Quota, Request, Status};
+/// use tollgate::ManualClock;
+///
+/// let config = Config::from_yaml(
+///     "namespaces:\n  Pinky_TheBrain:\n    buckets:\n      UserService: {size: 1, fill_rate: 10}\n",
+/// )?;
+/// let clock = ManualClock::new();
+/// let quota = Quota::new(config, Limits::default(), Arc::new(clock.clone()));
+///
+/// let first = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// assert_eq!((first.status, first.wait_millis()), (Status::Ok, 0));
+/// // Nothing on hand: granted, and the token it borrows is the next
+/// // caller's wait.
+/// let second = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// assert_eq!((second.status, second.wait_millis()), (Status::Ok, 0));
+/// let third = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// assert_eq!((third.status, third.wait_millis()), (Status::Ok, 100));
+/// let other = quota.allow(&Request::new("Pinky_TheBrain", "Other", 1));
+/// assert_eq!(other.status, Status::RejectedNoBucket);
+/// # Ok::<(), tollgate_quota::config::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct Quota {
+    registry: Registry,
+    metrics: Metrics,
+}
+
+impl Quota {
+    /// A service for `config` on `clock`.
+    pub fn new(config: Config, limits: Limits, clock: Arc<dyn Clock>) -> Quota {
+        let metrics = Metrics::new();
+        Quota {
+            registry: Registry::new(config, limits, clock, metrics.clone()),
+            metrics,
+        }
+    }
+
+    /// Answers one Allow request. Never panics on any input.
+    pub fn allow(&self, req: &Request<'_>) -> Decision {
+        if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
+            self.metrics.invalid.inc();
+            return Decision::rejected(Status::RejectedInvalidRequest);
+        }
+        let tokens = req.tokens.max(1);
+        let config = self.registry.config();
+        let Some((kind, ns, name, bucket)) = resolve(&config, req.namespace, req.bucket) else {
+            let label = if config.namespaces.contains_key(req.namespace) {
+                req.namespace
+            } else {
+                UNKNOWN_NAMESPACE
+            };
+            self.metrics
+                .misses
+                .with_label_values(&[label, "no_bucket"])
+                .inc();
+            return Decision::rejected(Status::RejectedNoBucket);
+        };
+        // tokens > 0 here.
+        if tokens.unsigned_abs() > bucket.max_tokens_per_request {
+            self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
+            return Decision::rejected(Status::RejectedTooManyTokensRequested);
+        }
+        let slot = match self.registry.get_or_create(&config, kind, ns, name, bucket) {
+            Ok(slot) => slot,
+            Err(_) => {
+                self.metrics
+                    .misses
+                    .with_label_values(&[ns, "too_many_buckets"])
+                    .inc();
+                return Decision::rejected(Status::RejectedTooManyBuckets);
+            }
+        };
+        let ops = tokens.unsigned_abs();
+        slot.record_demand(ops);
+        let reserved = match req.max_wait_millis {
+            Some(ms) => slot
+                .bucket()
+                .reserve_within(ops, Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            None => slot.bucket().reserve(ops),
+        };
+        match reserved {
+            Ok(wait) => {
+                let c = &slot.counters;
+                if wait.is_zero() {
+                    c.served_now.inc();
+                } else {
+                    c.served_after_wait.inc();
+                }
+                c.tokens.inc_by(ops as f64);
+                Decision {
+                    status: Status::Ok,
+                    tokens_granted: req.tokens,
+                    wait,
+                }
+            }
+            Err(e) => {
+                if e.refusal() == Refusal::TooLarge {
+                    self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
+                    return Decision::rejected(Status::RejectedTooManyTokensRequested);
+                }
+                slot.counters.timeouts.inc();
+                Decision::rejected(Status::RejectedTimeout)
+            }
+        }
+    }
+
+    /// Replaces the configuration, keeping the state of every bucket that
+    /// still exists in it; returns how many buckets were dropped.
+    pub fn reload(&self, config: Config) -> usize {
+        self.registry.reload(config)
+    }
+
+    /// Removes idle buckets; returns how many.
+    pub fn reap(&self) -> usize {
+        self.registry.reap()
+    }
+
+    /// The live buckets.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The service's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}

@@ -1,0 +1,330 @@
+//! TLS and mutual TLS for the gRPC servers and clients: certificate, key
+//! and CA files in PEM, read once when a server or client is built.
+//!
+//! [`ServerTls`] is a server's certificate and key, and optionally a client
+//! CA: when one is given, every client must present a certificate signed by
+//! it (mutual TLS). [`ClientTls`] is the CA a client trusts the server's
+//! certificate by, and optionally the client's own certificate and key.
+//!
+//! ```no_run
+//! use tollgate_service::{ClientTls, ServerTls};
+//!
+//! # fn main() -> Result<(), tollgate_service::TlsError> {
+//! // Server side, with client certificates required.
+//! let server = ServerTls::new("server.pem", "server.key").client_ca("clients-ca.pem");
+//! server.load()?; // reads and checks the three files
+//!
+//! // Client side: trust `ca.pem`, present `client.pem`.
+//! let client = ClientTls::new("ca.pem").identity("client.pem", "client.key");
+//! client.load()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Implementation notes
+//!
+//! Files are read and checked for PEM blocks here so that a wrong path or a
+//! key given as a certificate fails with the file's name before anything
+//! listens or dials; rustls (through tonic, with the `ring` provider) does
+//! the handshake and the certificate checks.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// A server's TLS setup: certificate chain and private key, and an
+/// optional client CA that turns on mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    client_ca_file: Option<PathBuf>,
+}
+
+impl ServerTls {
+    /// TLS with the certificate chain in `cert_file` and the private key in
+    /// `key_file` (both PEM).
+    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> ServerTls {
+        ServerTls {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+            client_ca_file: None,
+        }
+    }
+
+    /// Requires every client to present a certificate signed by a CA in
+    /// `ca_file` (PEM): mutual TLS.
+    pub fn client_ca(mut self, ca_file: impl Into<PathBuf>) -> ServerTls {
+        self.client_ca_file = Some(ca_file.into());
+        self
+    }
+
+    /// Reads the files into tonic's server TLS configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming the file that cannot be read or holds no PEM
+    /// certificate or key.
+    pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
+        let cert = read_pem(&self.cert_file, Pem::Certificate)?;
+        let key = read_pem(&self.key_file, Pem::PrivateKey)?;
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+        if let Some(ca) = &self.client_ca_file {
+            let ca = read_pem(ca, Pem::Certificate)?;
+            config = config
+                .client_ca_root(Certificate::from_pem(ca))
+                .client_auth_optional(false);
+        }
+        Ok(config)
+    }
+}
+
+/// A client's TLS setup: the CA that signed the server's certificate, and
+/// optionally the client's own certificate and key for mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    ca_file: PathBuf,
+    identity: Option<(PathBuf, PathBuf)>,
+    domain: Option<String>,
+}
+
+impl ClientTls {
+    /// TLS trusting the CA certificates in `ca_file` (PEM).
+    pub fn new(ca_file: impl Into<PathBuf>) -> ClientTls {
+        ClientTls {
+            ca_file: ca_file.into(),
+            identity: None,
+            domain: None,
+        }
+    }
+
+    /// Presents the certificate in `cert_file` with the key in `key_file`
+    /// (both PEM) to servers that require client certificates.
+    pub fn identity(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> ClientTls {
+        self.identity = Some((cert_file.into(), key_file.into()));
+        self
+    }
+
+    /// Checks the server's certificate against `domain` instead of the
+    /// host in the address dialled.
+    pub fn domain(mut self, domain: impl Into<String>) -> ClientTls {
+        self.domain = Some(domain.into());
+        self
+    }
+
+    /// Reads the files into tonic's client TLS configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming the file that cannot be read or holds no PEM
+    /// certificate or key.
+    pub fn load(&self) -> Result<ClientTlsConfig, TlsError> {
+        let ca = read_pem(&self.ca_file, Pem::Certificate)?;
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some((cert, key)) = &self.identity {
+            let cert = read_pem(cert, Pem::Certificate)?;
+            let key = read_pem(key, Pem::PrivateKey)?;
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &self.domain {
+            config = config.domain_name(domain.clone());
+        }
+        Ok(config)
+    }
+}
+
+/// A TLS file that cannot be used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The file cannot be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file holds no PEM block of the kind expected.
+    NotPem {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold: "certificate" or "private key".
+        expected: &'static str,
+    },
+    /// rustls refused the certificate or key (a malformed or unsupported
+    /// key, or a key that does not match the certificate).
+    Rejected {
+        /// Why, as tonic reports it.
+        source: tonic::transport::Error,
+    },
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::Read { path, .. } => {
+                write!(f, "cannot read TLS file {}", path.display())
+            }
+            TlsError::NotPem { path, expected } => {
+                write!(f, "TLS file {} holds no PEM {expected}", path.display())
+            }
+            TlsError::Rejected { .. } => f.write_str("TLS setup rejected"),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlsError::Read { source, .. } => Some(source),
+            TlsError::NotPem { .. } => None,
+            TlsError::Rejected { source } => Some(source),
+        }
+    }
+}
+
+/// Why a server over TLS did not start or stopped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The TLS files cannot be used.
+    Tls(TlsError),
+    /// The transport failed.
+    Transport(tonic::transport::Error),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Tls(_) => f.write_str("cannot serve over TLS"),
+            ServeError::Transport(_) => f.write_str("gRPC transport failed"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Tls(e) => Some(e),
+            ServeError::Transport(e) => Some(e),
+        }
+    }
+}
+
+impl From<TlsError> for ServeError {
+    fn from(e: TlsError) -> Self {
+        ServeError::Tls(e)
+    }
+}
+
+impl From<tonic::transport::Error> for ServeError {
+    fn from(e: tonic::transport::Error) -> Self {
+        ServeError::Transport(e)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Pem {
+    Certificate,
+    PrivateKey,
+}
+
+/// Files larger than this are refused: no certificate chain or key is.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+fn read_pem(path: &Path, kind: Pem) -> Result<Vec<u8>, TlsError> {
+    let read = |source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let len = std::fs::metadata(path).map_err(read)?.len();
+    if len > MAX_PEM_BYTES {
+        return Err(read(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{len} bytes, more than {MAX_PEM_BYTES}"),
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(read)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (found, expected) = match kind {
+        Pem::Certificate => (text.contains("-----BEGIN CERTIFICATE-----"), "certificate"),
+        Pem::PrivateKey => (
+            text.lines()
+                .any(|l| l.starts_with("-----BEGIN ") && l.ends_with("PRIVATE KEY-----")),
+            "private key",
+        ),
+    };
+    if !found {
+        return Err(TlsError::NotPem {
+            path: path.to_owned(),
+            expected,
+        });
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `contents` in a file `name`, in a directory removed when the guard
+    /// drops.
+    fn temp(name: &str, contents: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-tls-unit-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let err = ServerTls::new("/nonexistent/cert.pem", "/nonexistent/key.pem")
+            .load()
+            .unwrap_err();
+        assert!(matches!(
+            &err,
+            TlsError::Read { path, source }
+                if path == Path::new("/nonexistent/cert.pem")
+                    && source.kind() == io::ErrorKind::NotFound
+        ));
+        assert_eq!(
+            err.to_string(),
+            "cannot read TLS file /nonexistent/cert.pem"
+        );
+    }
+
+    #[test]
+    fn a_key_given_as_a_certificate_is_refused() {
+        let (_dir, key) = temp(
+            "key-as-cert.pem",
+            "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
+        );
+        let err = ClientTls::new(&key).load().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("TLS file {} holds no PEM certificate", key.display())
+        );
+    }
+
+    #[test]
+    fn a_certificate_given_as_a_key_is_refused() {
+        let (_dir, cert) = temp(
+            "cert.pem",
+            "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+        );
+        let err = ServerTls::new(&cert, &cert).load().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("TLS file {} holds no PEM private key", cert.display())
+        );
+    }
+}

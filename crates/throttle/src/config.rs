@@ -1,0 +1,347 @@
+//! Throttle rules from YAML (the format is documented on
+//! [`rules_from_yaml`]), and hot reload of a rules file.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tollgate_service::ErrorChain;
+use serde::Deserialize;
+use tracing::{error, info};
+
+use super::error::{LimitError, RulesError};
+use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
+use super::throttler::Throttler;
+use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool, Trust};
+use tollgate::RateSpec;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    rules: Vec<RuleConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleConfig {
+    name: String,
+    key: KeyConfig,
+    limit: LimitConfig,
+    #[serde(default)]
+    soft: Option<LimitConfig>,
+    #[serde(default)]
+    ban: Option<String>,
+    #[serde(default)]
+    shadow: bool,
+    #[serde(default)]
+    max_keys: Option<usize>,
+    #[serde(default)]
+    missing_key: Option<MissingKeyConfig>,
+    #[serde(default)]
+    headers: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum MissingKeyConfig {
+    Shared,
+    Reject,
+    Skip,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientIpConfig {
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KeyConfig {
+    Header(String),
+    GrpcMetadata(String),
+    PeerIp,
+    ClientIp(ClientIpConfig),
+    UserId,
+    Global,
+    MethodPath,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum LimitConfig {
+    TokenPool {
+        rate: String,
+        #[serde(default)]
+        burst: Option<u64>,
+        #[serde(default)]
+        backlog: Option<String>,
+    },
+    Gcra {
+        rate: String,
+        burst: u64,
+        #[serde(default)]
+        queue: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window: String,
+    },
+    SlidingLog {
+        limit: u64,
+        window: String,
+        #[serde(default)]
+        log_rejected: bool,
+    },
+    SlidingWindowCounter {
+        limit: u64,
+        window: String,
+    },
+}
+
+fn duration(rule: &str, field: &str, text: &str) -> Result<Duration, RulesError> {
+    humantime::parse_duration(text)
+        .map_err(|e| RulesError::new(format!("rule \"{rule}\": {field} \"{text}\""), e))
+}
+
+fn rate(rule: &str, text: &str) -> Result<RateSpec, RulesError> {
+    // The spec's error quotes the text.
+    text.parse::<RateSpec>()
+        .map_err(|e| RulesError::new(format!("rule \"{rule}\""), e))
+}
+
+impl LimitConfig {
+    fn build(self, rule: &str) -> Result<Limit, RulesError> {
+        let bad = |e| RulesError::new(format!("rule \"{rule}\""), e);
+        Ok(match self {
+            LimitConfig::TokenPool {
+                rate: r,
+                burst,
+                backlog,
+            } => {
+                let mut pool = TokenPool::new(rate(rule, &r)?);
+                if let Some(b) = backlog {
+                    if burst.is_some() {
+                        return Err(bad(LimitError::new(
+                            "a token pool with a burst keeps no backlog",
+                        )));
+                    }
+                    pool = pool.with_backlog_cap(duration(rule, "backlog", &b)?);
+                }
+                if let Some(b) = burst {
+                    if r.contains(',') {
+                        return Err(bad(LimitError::new(
+                            "a token pool takes a burst ratio (\"5,2\") or a burst, not both",
+                        )));
+                    }
+                    pool = pool.with_burst(b).map_err(bad)?;
+                }
+                Limit::TokenPool(pool)
+            }
+            LimitConfig::Gcra {
+                rate: r,
+                burst,
+                queue,
+            } => Limit::Gcra(Gcra::new(rate(rule, &r)?, burst, queue).map_err(bad)?),
+            LimitConfig::FixedWindow { limit, window } => Limit::FixedWindow(
+                FixedWindow::new(limit, duration(rule, "window", &window)?).map_err(bad)?,
+            ),
+            LimitConfig::SlidingLog {
+                limit,
+                window,
+                log_rejected,
+            } => Limit::SlidingLog(
+                SlidingLog::new(limit, duration(rule, "window", &window)?)
+                    .map_err(bad)?
+                    .log_rejected(log_rejected),
+            ),
+            LimitConfig::SlidingWindowCounter { limit, window } => Limit::SlidingWindowCounter(
+                SlidingWindowCounter::new(limit, duration(rule, "window", &window)?)
+                    .map_err(bad)?,
+            ),
+        })
+    }
+}
+
+/// Parses throttle rules from YAML.
+///
+/// # The format
+///
+/// A document holds `rules`, a list applied in order. Each rule has:
+///
+/// | field | meaning |
+/// |---|---|
+/// | `name` | the rule's name, in metrics, rejections and headers |
+/// | `key` | what a request is counted under (below) |
+/// | `limit` | the hard limit per key (below): above it, rejected |
+/// | `soft` | optional: a lower limit above which requests are admitted with a warning |
+/// | `ban` | optional: a rejected key is refused for this long past the limit |
+/// | `shadow` | `true`: only count, never reject (default `false`) |
+/// | `max_keys` | keys kept per limit (default 100000) |
+/// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400) or `skip` (not limited by this rule) |
+/// | `headers` | `true`: the rule's `RateLimit-Policy` and `RateLimit` fields on responses (default `false`) |
+///
+/// Keys: `{ header: NAME }`, `{ grpc_metadata: NAME }`, `peer_ip`,
+/// `{ client_ip: { trusted_proxies: [CIDR, ...] } }` (the address a
+/// trusted proxy forwards, see [`Extract::client_ip`]), `user_id`,
+/// `global`, `method_path`.
+///
+/// Limits:
+///
+/// - `{ token_pool: { rate: "5,2", backlog: 1s } }`: the core's pool, at
+///   the limiter's rate grammar (`"5,2"` is 5/s with burst ratio 2);
+///   `backlog` caps catching up (default 1 s); or
+///   `{ token_pool: { rate: "5", burst: 10 } }`: a plain bucket of 10 ops
+///   refilled at 5/s (see [`TokenPool`] for what each admits);
+/// - `{ gcra: { rate: "10", burst: 2, queue: 20 } }`: a leaky bucket that
+///   admits `burst` at once and delays up to `queue` more;
+/// - `{ fixed_window: { limit: 1000, window: 1h } }`;
+/// - `{ sliding_log: { limit: 20, window: 10s, log_rejected: true } }`;
+/// - `{ sliding_window_counter: { limit: 3, window: 1s } }`.
+///
+/// Durations use humantime (`1s`, `10m`, `1h 30m`). Unknown fields are
+/// errors. Only the rules reload ([`spawn_rules_reload`]); the cost model,
+/// criticality and queue are fixed when the throttler is built.
+///
+/// # Examples
+///
+/// ```
+/// let rules = tollgate::throttle::rules_from_yaml(r#"
+/// rules:
+///   - name: per-api-key
+///     key: { header: x-api-key }
+///     limit: { token_pool: { rate: "5", burst: 10 } }
+///     soft: { sliding_window_counter: { limit: 3, window: 1s } }
+///     missing_key: reject
+///     headers: true
+///   - name: per-client
+///     key: { client_ip: { trusted_proxies: ["10.0.0.0/8", "::1"] } }
+///     limit: { sliding_log: { limit: 20, window: 10s, log_rejected: true } }
+///     ban: 1m
+///     max_keys: 100000
+///   - name: upload
+///     key: global
+///     limit: { gcra: { rate: "10", burst: 2, queue: 20 } }
+///   - name: hourly
+///     key: user_id
+///     limit: { fixed_window: { limit: 1000, window: 1h } }
+///     shadow: true
+/// "#)?;
+/// assert_eq!(rules.len(), 4);
+/// assert_eq!(rules[1].name(), "per-client");
+///
+/// let err = tollgate::throttle::rules_from_yaml(
+///     "rules:\n  - name: r\n    key: global\n    limit: { fixed_window: { limit: 0, window: 1s } }\n",
+/// )
+/// .unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid throttle rules: rule \"r\": invalid limit: a limit of zero admits nothing"
+/// );
+/// # Ok::<(), tollgate::throttle::RulesError>(())
+/// ```
+///
+/// # Errors
+///
+/// Malformed YAML, unknown fields, a bad rate, duration, limit or network.
+pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
+    // Enums as single-key maps (`{ header: x-api-key }`), not YAML tags.
+    let file: File = serde_norway::with::singleton_map_recursive::deserialize(
+        serde_norway::Deserializer::from_str(text),
+    )
+    .map_err(|e| RulesError::new("yaml", e))?;
+    file.rules
+        .into_iter()
+        .map(|r| {
+            let key = match r.key {
+                KeyConfig::Header(h) => Extract::header(&h),
+                KeyConfig::GrpcMetadata(h) => Extract::grpc_metadata(&h),
+                KeyConfig::PeerIp => Extract::peer_ip(),
+                KeyConfig::ClientIp(c) => Extract::client_ip(
+                    Trust::networks(&c.trusted_proxies)
+                        .map_err(|e| RulesError::new(format!("rule \"{}\"", r.name), e))?,
+                ),
+                KeyConfig::UserId => Extract::user_id(),
+                KeyConfig::Global => Extract::global(),
+                KeyConfig::MethodPath => Extract::method_and_path(),
+            };
+            let mut rule = Rule::new(r.name.as_str(), key, r.limit.build(&r.name)?);
+            if let Some(soft) = r.soft {
+                rule = rule.soft(soft.build(&r.name)?);
+            }
+            if let Some(ban) = r.ban {
+                rule = rule.ban(duration(&r.name, "ban", &ban)?);
+            }
+            if r.shadow {
+                rule = rule.mode(Mode::Shadow);
+            }
+            if let Some(max) = r.max_keys {
+                rule = rule.max_keys(max);
+            }
+            if r.headers {
+                rule = rule.ratelimit_headers(true);
+            }
+            if let Some(m) = r.missing_key {
+                rule = rule.missing_key(match m {
+                    MissingKeyConfig::Shared => MissingKey::Shared,
+                    MissingKeyConfig::Reject => MissingKey::Reject,
+                    MissingKeyConfig::Skip => MissingKey::Skip,
+                });
+            }
+            Ok(rule)
+        })
+        .collect()
+}
+
+/// Reads throttle rules from a YAML file.
+///
+/// # Errors
+///
+/// The file cannot be read, or [`rules_from_yaml`] rejects it.
+pub fn rules_from_file(path: &Path) -> Result<Vec<Rule>, RulesError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RulesError::new(format!("reading {}", path.display()), e))?;
+    rules_from_yaml(&text)
+}
+
+/// Reloads `throttler`'s rules from `path`; a bad file is logged and the
+/// current rules stay. Returns whether the new rules were applied.
+pub fn reload_rules(throttler: &Throttler, path: &Path) -> bool {
+    match rules_from_file(path) {
+        Ok(rules) => {
+            throttler.reload(rules);
+            info!(path = %path.display(), "loaded throttle rules");
+            true
+        }
+        Err(e) => {
+            error!(path = %path.display(), error = %ErrorChain(&e), "rejected new throttle rules; keeping the previous ones");
+            false
+        }
+    }
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Spawns a task that reloads the rules from `path` whenever its
+/// modification time changes, polled every `poll`.
+pub fn spawn_rules_reload(
+    throttler: Throttler,
+    path: PathBuf,
+    poll: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let mut last = mtime(&path);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = mtime(&path);
+            if now != last {
+                last = now;
+                reload_rules(&throttler, &path);
+            }
+        }
+    })
+}

@@ -1,0 +1,119 @@
+//! A server-side throttler: per-key limits, a cost-aware queue with
+//! criticality, soft and hard limits, rate-based bans and a tower layer.
+//!
+//! A [`Throttler`] sits inside the protected service and decides, for each
+//! request, whether it is safe to admit now, later, or not at all. Its
+//! [`Rule`]s map a request to a key (an API key header, the peer IP or the
+//! client IP a trusted proxy forwards, a gRPC metadata entry, a user id)
+//! and apply a [`Policy`] to that key's state:
+//!
+//! - [`TokenPool`]: the limiter core's pool (rate and burst ratio), or a
+//!   plain bucket with a burst in ops, lazily evaluated per key;
+//! - [`Gcra`]: a leaky bucket with a bounded FIFO queue drained at the rate;
+//! - [`FixedWindow`], [`SlidingLog`] and [`SlidingWindowCounter`].
+//!
+//! Key state is created on demand, capped in number and evicted when idle
+//! (see [`KeyedLimiter`]), so memory stays bounded under key churn; keys
+//! over 64 bytes are kept as their SHA-256. Any UTF-8 value is a key; a
+//! request without a usable one shares one bucket per rule by default
+//! ([`MissingKey`]), so leaving a header off buys a client nothing.
+//!
+//! Criticality comes from a [`Criticality`] request extension, or from a
+//! header only on requests from peers the builder trusts
+//! ([`ThrottlerBuilder::criticality_header`], [`Trust`]): a client cannot
+//! declare itself CRITICAL.
+//!
+//! Above a rule's optional soft limit requests are admitted with a
+//! [`Warning`]; above its hard limit they are rejected with a retry time
+//! (429 / `RESOURCE_EXHAUSTED`), and a rule may then ban the key for a
+//! while. Shadow rules only count. Costs may be fixed, read from a header,
+//! or predicted per class from recent measured costs and post-accounted
+//! ([`CostModel`]); the layer measures a request's cost as the CPU time of
+//! its own work by default ([`CostMeter`]). An optional admission queue
+//! releases requests at a fixed cost rate, and a [`Criticality::Critical`] request evicts the most
+//! recent NOT_CRITICAL one when it is full (503 / `UNAVAILABLE`).
+//!
+//! [`ThrottleLayer`] puts a throttler in front of any tower HTTP service
+//! (axum, hyper, tonic); every 429 and 503 says when to retry, and rules
+//! may send the `RateLimit-Policy` and `RateLimit` fields of
+//! draft-ietf-httpapi-ratelimit-headers-09. Decisions and state are
+//! Prometheus metrics ([`Throttler::registry`]); rules can come from YAML
+//! (the format is on [`rules_from_yaml`]) and reload when their file
+//! changes ([`spawn_rules_reload`]).
+//!
+//! A throttler reads its clock once per decision. The default,
+//! [`SystemClock`](tollgate::SystemClock), is exact to the nanosecond; on
+//! machines where a time-stamp counter read waits for the loads before it
+//! (a KVM guest, for one), that read costs a whole cache miss when keys
+//! are spread wider than the caches. For millions of decisions a second
+//! over many keys, give it [`CoarseClock`](tollgate::CoarseClock) instead
+//! ([`ThrottlerBuilder::clock`]): limits then move in steps of the
+//! kernel's tick (often 4 ms), retry times include one tick, and token
+//! pools widen to cover a tick and a half so that their rates hold.
+//!
+//! Every policy is pure arithmetic on a per-key state and an explicit time
+//! in nanoseconds, so it can be tested to the exact number:
+//!
+//! ```
+//! use tollgate_throttle::{Policy, SlidingLog};
+//! use std::time::Duration;
+//!
+//! // Two requests per minute; times in seconds after 1:00:00.
+//! let log = SlidingLog::new(2, Duration::from_secs(60))?.log_rejected(true);
+//! let s = |secs: u64| secs * 1_000_000_000;
+//! let mut key = log.new_state(0);
+//! assert!(log.check(&mut key, s(1), 1).is_admitted()); // 1:00:01
+//! assert!(log.check(&mut key, s(30), 1).is_admitted()); // 1:00:30
+//! assert!(!log.check(&mut key, s(50), 1).is_admitted()); // 1:00:50
+//! assert!(log.check(&mut key, s(100), 1).is_admitted()); // 1:01:40
+//! # Ok::<(), tollgate_throttle::LimitError>(())
+//! ```
+
+// Under `--cfg tollgate_loom` the crate builds its keyed table alone, for
+// the models in `loom-tests/`: the rest of the throttler, and its
+// dependencies, are not built there.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+#[path = "store/loom_table.rs"]
+pub mod table;
+
+/// Items the loom build leaves out (as tokio's `cfg_not_loom!`).
+macro_rules! cfg_not_loom {
+    ($($item:item)*) => { $( #[cfg(not(tollgate_loom))] $item )* };
+}
+
+cfg_not_loom! {
+    mod config;
+    mod cost;
+    mod error;
+    mod fixed_window;
+    mod gcra;
+    mod layer;
+    mod metrics;
+    mod policy;
+    mod queue;
+    mod rules;
+    mod sliding_counter;
+    mod sliding_log;
+    mod store;
+    mod throttler;
+    mod token_pool;
+    mod trust;
+
+    pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+    pub use error::{LimitError, RulesError, TrustError};
+    pub use fixed_window::{FixedWindow, FixedWindowState};
+    pub use gcra::{Gcra, GcraState};
+    pub use layer::{CostMeter, Throttle, ThrottleLayer};
+    pub use policy::{Policy, Standing, Verdict};
+    pub use queue::Criticality;
+    pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
+    pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+    pub use sliding_log::{SlidingLog, SlidingLogState};
+    pub use store::{Evictions, KeyedLimiter};
+    pub use throttler::{
+        CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
+    };
+    pub use token_pool::{TokenPool, TokenPoolState};
+    pub use trust::Trust;
+}
