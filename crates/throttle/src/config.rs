@@ -2,11 +2,10 @@
 //! [`rules_from_yaml`]), and hot reload of a rules file.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use tollgate_service::ErrorChain;
 use serde::Deserialize;
-use tracing::{error, info};
+use tollgate_service::{hangup, reload_file, watch_file, Reload};
 
 use super::error::{LimitError, RulesError};
 use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
@@ -206,7 +205,7 @@ impl LimitConfig {
 /// # Examples
 ///
 /// ```
-/// let rules = tollgate::throttle::rules_from_yaml(r#"
+/// let rules = tollgate_throttle::rules_from_yaml(r#"
 /// rules:
 ///   - name: per-api-key
 ///     key: { header: x-api-key }
@@ -230,7 +229,7 @@ impl LimitConfig {
 /// assert_eq!(rules.len(), 4);
 /// assert_eq!(rules[1].name(), "per-client");
 ///
-/// let err = tollgate::throttle::rules_from_yaml(
+/// let err = tollgate_throttle::rules_from_yaml(
 ///     "rules:\n  - name: r\n    key: global\n    limit: { fixed_window: { limit: 0, window: 1s } }\n",
 /// )
 /// .unwrap_err();
@@ -238,7 +237,7 @@ impl LimitConfig {
 ///     err.to_string(),
 ///     "invalid throttle rules: rule \"r\": invalid limit: a limit of zero admits nothing"
 /// );
-/// # Ok::<(), tollgate::throttle::RulesError>(())
+/// # Ok::<(), tollgate_throttle::RulesError>(())
 /// ```
 ///
 /// # Errors
@@ -307,41 +306,39 @@ pub fn rules_from_file(path: &Path) -> Result<Vec<Rule>, RulesError> {
 /// Reloads `throttler`'s rules from `path`; a bad file is logged and the
 /// current rules stay. Returns whether the new rules were applied.
 pub fn reload_rules(throttler: &Throttler, path: &Path) -> bool {
-    match rules_from_file(path) {
-        Ok(rules) => {
-            throttler.reload(rules);
-            info!(path = %path.display(), "loaded throttle rules");
-            true
-        }
-        Err(e) => {
-            error!(path = %path.display(), error = %ErrorChain(&e), "rejected new throttle rules; keeping the previous ones");
-            false
-        }
-    }
+    reload_file(throttler, path)
 }
 
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Spawns a task that reloads the rules from `path` whenever its
-/// modification time changes, polled every `poll`.
+/// Spawns a task that reloads the rules from `path` on SIGHUP (on Unix)
+/// and whenever the file's modification time changes, polled every
+/// `poll`; each outcome is logged, and a bad file keeps the current rules.
+///
+/// # Panics
+///
+/// Outside a tokio runtime.
 pub fn spawn_rules_reload(
     throttler: Throttler,
     path: PathBuf,
     poll: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    let mut last = mtime(&path);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let now = mtime(&path);
-            if now != last {
-                last = now;
-                reload_rules(&throttler, &path);
-            }
-        }
-    })
+    watch_file(throttler, path, poll, hangup())
+}
+
+/// A throttler's rules reload whole, through the service kit's watchers.
+impl Reload for Throttler {
+    type Config = Vec<Rule>;
+    type Error = RulesError;
+    const WHAT: &'static str = "throttle rules";
+
+    fn read_file(path: &Path) -> Result<Vec<Rule>, RulesError> {
+        rules_from_file(path)
+    }
+
+    fn parse(text: &str) -> Result<Vec<Rule>, RulesError> {
+        rules_from_yaml(text)
+    }
+
+    fn apply(&self, rules: Vec<Rule>) {
+        self.reload(rules);
+    }
 }

@@ -39,7 +39,7 @@
 //! draft-ietf-httpapi-ratelimit-headers-09. Decisions and state are
 //! Prometheus metrics ([`Throttler::registry`]); rules can come from YAML
 //! (the format is on [`rules_from_yaml`]) and reload when their file
-//! changes ([`spawn_rules_reload`]).
+//! changes or on SIGHUP ([`spawn_rules_reload`]).
 //!
 //! A throttler reads its clock once per decision. The default,
 //! [`SystemClock`](tollgate::SystemClock), is exact to the nanosecond; on

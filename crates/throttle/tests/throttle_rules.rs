@@ -3,8 +3,12 @@
 use std::error::Error;
 
 use axum::http::Request;
+use std::time::{Duration, SystemTime};
+
 use tollgate::ManualClock;
-use tollgate_throttle::{reload_rules, rules_from_yaml, RequestHead, Throttler};
+use tollgate_throttle::{
+    reload_rules, rules_from_yaml, spawn_rules_reload, RequestHead, Throttler,
+};
 
 const RULES: &str = r#"
 rules:
@@ -120,6 +124,68 @@ fn reload_keeps_unchanged_rules_and_resets_changed_ones() {
     assert!(reload_rules(&t, &path));
     assert!(check(&t));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rule that rejects a request once every rule's one request in its
+/// window is spent.
+fn limiting_rule(t: &Throttler) -> String {
+    let r = Request::builder().body(()).unwrap();
+    let _ = t.check(&RequestHead::of(&r));
+    let err = t.check(&RequestHead::of(&r)).unwrap_err();
+    err.rule().unwrap().to_owned()
+}
+
+/// Sleeps on tokio's paused clock, letting the watcher run, until
+/// `limiting_rule` names `rule`; at most ten virtual seconds.
+async fn wait_for_rule(t: &Throttler, rule: &str) {
+    for _ in 0..1_000 {
+        if limiting_rule(t) == rule {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(limiting_rule(t), rule);
+}
+
+/// The reload task is the service kit's file watcher: SIGHUP reloads the
+/// file whatever its modification time, and a changed modification time
+/// reloads it at the next poll. Tokio's paused clock drives the polls
+/// (one an hour); only the file's modification time is real, and it is set
+/// explicitly.
+#[tokio::test(start_paused = true)]
+async fn the_rules_reload_on_sighup_and_when_their_file_changes() {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-rules-watch-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("rules.yaml");
+    let written = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let write = |name: &str, modified: SystemTime| {
+        let rules = format!(
+            "rules:\n  - name: {name}\n    key: global\n    limit: {{ fixed_window: {{ limit: 1, window: 1h }} }}\n"
+        );
+        std::fs::write(&path, rules).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(modified).unwrap();
+    };
+    write("a", written);
+    let t = Throttler::builder().clock(ManualClock::new()).build();
+    assert!(reload_rules(&t, &path));
+    assert_eq!(limiting_rule(&t), "a");
+    let task = spawn_rules_reload(t.clone(), path.clone(), Duration::from_secs(3_600));
+
+    // New rules under the same modification time: only SIGHUP loads them.
+    write("b", written);
+    // SAFETY: `raise` has no preconditions; the watcher has installed
+    // tokio's SIGHUP handler, so the signal does not end the process.
+    assert_eq!(unsafe { libc::raise(libc::SIGHUP) }, 0);
+    wait_for_rule(&t, "b").await;
+
+    // New rules under a new modification time: the next poll loads them.
+    write("c", written + Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    wait_for_rule(&t, "c").await;
+    task.abort();
 }
 
 #[test]
