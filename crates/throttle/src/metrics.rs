@@ -14,7 +14,19 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use super::throttler::Inner;
+/// What the state gauges read from a throttler when the registry is
+/// gathered; the throttler implements it, so this module does not name it.
+pub(crate) trait State: Send + Sync {
+    /// The clock's reading, in nanoseconds.
+    fn now_ns(&self) -> u64;
+
+    /// Calls `each` with every rule's name, its keys held and its keys
+    /// banned at `now_ns`.
+    fn each_rule(&self, now_ns: u64, each: &mut dyn FnMut(&str, usize, usize));
+
+    /// The queue's waiting cost and length, if the throttler has a queue.
+    fn queue_state(&self) -> Option<(u64, usize)>;
+}
 
 /// The throttler's metrics, in their own registry.
 #[derive(Debug, Clone)]
@@ -27,7 +39,7 @@ pub(crate) struct ThrottleMetrics {
 
 #[derive(Debug)]
 struct StateCollector {
-    throttler: OnceLock<Weak<Inner>>,
+    throttler: OnceLock<Weak<dyn State>>,
     keys: IntGaugeVec,
     banned: IntGaugeVec,
     queued_cost: IntGauge,
@@ -93,7 +105,7 @@ impl ThrottleMetrics {
         }
     }
 
-    pub(crate) fn watch(&self, throttler: Weak<Inner>) {
+    pub(crate) fn watch(&self, throttler: Weak<dyn State>) {
         let _ = self.state.throttler.set(throttler);
     }
 
@@ -126,14 +138,10 @@ impl Collector for SharedCollector {
         let s = &self.0;
         if let Some(inner) = s.throttler.get().and_then(Weak::upgrade) {
             let now = inner.now_ns();
-            for rule in inner.rules().iter() {
-                s.keys
-                    .with_label_values(&[&*rule.name])
-                    .set(rule.hard.len() as i64);
-                s.banned
-                    .with_label_values(&[&*rule.name])
-                    .set(rule.hard.banned(now) as i64);
-            }
+            inner.each_rule(now, &mut |name, keys, banned| {
+                s.keys.with_label_values(&[name]).set(keys as i64);
+                s.banned.with_label_values(&[name]).set(banned as i64);
+            });
             if let Some((cost, len)) = inner.queue_state() {
                 s.queued_cost.set(cost as i64);
                 s.queued.set(len as i64);

@@ -25,13 +25,13 @@
 
 use std::error::Error;
 use std::fmt;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::cost::CostPredictor;
-use super::metrics::ThrottleMetrics;
+use super::metrics::{State, ThrottleMetrics};
 use super::policy::Verdict;
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
@@ -482,7 +482,8 @@ impl ThrottlerBuilder {
             }),
             metrics,
         });
-        inner.metrics.watch(Arc::downgrade(&inner));
+        let state: Weak<Inner> = Arc::downgrade(&inner);
+        inner.metrics.watch(state);
         Throttler { inner }
     }
 }
@@ -884,16 +885,24 @@ impl Inner {
         self.rules.read_unpoisoned().clone()
     }
 
-    /// The queue's waiting cost and length.
-    pub(crate) fn queue_state(&self) -> Option<(u64, usize)> {
+}
+
+impl State for Inner {
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn each_rule(&self, now_ns: u64, each: &mut dyn FnMut(&str, usize, usize)) {
+        for rule in self.rules().iter() {
+            each(&rule.name, rule.hard.len(), rule.hard.banned(now_ns));
+        }
+    }
+
+    fn queue_state(&self) -> Option<(u64, usize)> {
         self.queue.as_ref().map(|q| {
             let q = q.lock_unpoisoned();
             (q.core.queued_cost(), q.core.len())
         })
-    }
-
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
     }
 }
 
