@@ -2,25 +2,69 @@
 //! server, the quota server and the throttler use alike, in one home.
 //!
 //! * [`ServerLimits`], the one set of limits on a server's connections
-//!   and HTTP/2 transport (`limits.rs`); connections accepted, capped and
-//!   guarded under them (`conn.rs`);
+//!   and HTTP/2 transport; connections accepted, capped and guarded under
+//!   them ([`accept_loop`], [`Guarded`]);
 //! * a tonic router served under those limits with a graceful drain
-//!   (`grpc.rs`), and the drain of a server with its own HTTP/2 stack
-//!   (`drain.rs`); SIGTERM and SIGINT, one as the other, to start it
-//!   (`shutdown.rs`);
-//! * hot reload in one shape (`reload.rs`): a configuration file watched
-//!   for changes and SIGHUP (`watch.rs`);
-//! * etcd (`etcd.rs`): one channel with TLS, one key read, written and
-//!   watched for hot reload (`etcd/watch.rs`), one error type, and an
-//!   outage logged and reported to the server's [`Readiness`]
-//!   (`readiness.rs`);
-//! * TLS and mutual TLS files for servers and clients (`tls.rs`);
-//! * locks that keep serving after a panic under them (`locks.rs`);
-//! * an error with its causes for log lines (`error_chain.rs`).
+//!   ([`LimitedServer`], [`LimitedRouter`]), and the [`Drain`] of a server
+//!   with its own HTTP/2 stack; SIGTERM and SIGINT, one as the other, to
+//!   start it ([`ShutdownSignals`]);
+//! * hot reload in one shape ([`Reload`], [`reload_file`]): a
+//!   configuration file watched for changes and SIGHUP ([`watch_file`],
+//!   [`hangup`]);
+//! * etcd: one channel with TLS ([`etcd_channel`]), one key read, written
+//!   ([`EtcdKey`]) and watched for hot reload ([`watch_key`]), one error
+//!   type ([`EtcdError`]), and an [`Outage`] logged and reported to the
+//!   server's [`Readiness`];
+//! * TLS and mutual TLS files for servers and clients ([`ServerTls`],
+//!   [`ClientTls`]);
+//! * locks that keep serving after a panic under them
+//!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
+//! * an error with its causes for log lines ([`ErrorChain`]).
 //!
-//! Nothing here knows a product: the kit depends on nothing but the
-//! limiter's neighbours (tokio, tonic, tower, tracing), and the Doorman,
-//! quota and throttle crates build on it.
+//! Nothing here knows a product: the kit depends on tokio, tonic, tower
+//! and tracing alone, and the Doorman, quota and throttle crates build on
+//! it.
+//!
+//! A service that reloads its configuration says how to read, parse and
+//! apply it; the kit reads, applies and logs:
+//!
+//! ```
+//! use std::path::Path;
+//! use std::sync::Mutex;
+//! use tollgate_service::{reload_file, Reload};
+//!
+//! /// A service whose configuration is a greeting.
+//! struct Greeter(Mutex<String>);
+//!
+//! impl Reload for Greeter {
+//!     type Config = String;
+//!     type Error = std::io::Error;
+//!     const WHAT: &'static str = "greeting";
+//!
+//!     fn read_file(path: &Path) -> Result<String, std::io::Error> {
+//!         std::fs::read_to_string(path)
+//!     }
+//!
+//!     fn parse(text: &str) -> Result<String, std::io::Error> {
+//!         Ok(text.to_owned())
+//!     }
+//!
+//!     fn apply(&self, greeting: String) {
+//!         *self.0.lock().unwrap() = greeting;
+//!     }
+//! }
+//!
+//! let greeter = Greeter(Mutex::new("hello".to_owned()));
+//! let path = std::env::temp_dir().join(format!("greeting-{}", std::process::id()));
+//! std::fs::write(&path, "bonjour")?;
+//! assert!(reload_file(&greeter, &path));
+//! assert_eq!(*greeter.0.lock().unwrap(), "bonjour");
+//! // A file that cannot be read is logged and refused: the greeting stays.
+//! std::fs::remove_file(&path)?;
+//! assert!(!reload_file(&greeter, &path));
+//! assert_eq!(*greeter.0.lock().unwrap(), "bonjour");
+//! # Ok::<(), std::io::Error>(())
+//! ```
 
 mod conn;
 mod drain;
