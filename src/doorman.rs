@@ -20,9 +20,9 @@
 //! [`RateResource`], [`GaugeResource`] and [`LeaseLayer`] enforce them.
 //!
 //! Time: the server stamps leases with Unix time, which other machines
-//! read, so it takes a [`WallClock`] (the system's real-time clock,
-//! [`SystemWallClock`], or the limiter's [`ManualClock`](crate::ManualClock)
-//! in tests), never the limiter's monotonic [`Clock`](crate::Clock).
+//! read, so it takes a [`WallClock`]: the limiter's
+//! [`SystemClock`](crate::SystemClock) (the default) and
+//! [`ManualClock`](crate::ManualClock) (in tests) read as Unix time too.
 //!
 //! ```
 //! use tollgate::doorman::{
@@ -133,7 +133,7 @@ pub use client::{
     RateOptions, RateResource, Rejected, ReleaseError, Resource, ResourceError, ResourceOptions,
     SessionError, Smoothing,
 };
-pub use clock::{SystemWallClock, WallClock};
+pub use clock::WallClock;
 #[cfg(feature = "server")]
 pub use config::{ServerConfig, ServerConfigError};
 #[cfg(feature = "etcd")]
@@ -142,8 +142,10 @@ pub use election::single::SingleElection;
 pub use election::{Election, Mastership};
 #[cfg(feature = "server")]
 pub use lease::ClientLease;
+#[cfg(feature = "etcd")]
+pub use reload::EtcdConfigSource;
 #[cfg(feature = "server")]
-pub use server::{Parent, RequestLimits, ResourceStatus, Server, ServerBuilder};
+pub use server::{Parent, ResourceStatus, Server, ServerBuilder};
 
 /// What the `doorman_decide` benchmark measures: one resource's lease
 /// store and algorithms, below the server. Not part of the API.

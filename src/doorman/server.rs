@@ -5,7 +5,7 @@
 //! * `state.rs`: what a server holds, defined once for the files below;
 //! * `builder.rs`: [`ServerBuilder`], the one way to make a server;
 //! * `wire.rs`: the edge, wire requests in and responses out, with the
-//!   request checks ([`RequestLimits`]);
+//!   request checks (the limits set on [`ServerBuilder`]);
 //! * `mastership.rs`: the view of the election, and forgetting leases when
 //!   it changes;
 //! * `resources.rs`: the resource map, reloads, the sweeper, status;
@@ -48,7 +48,6 @@ pub use builder::ServerBuilder;
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
-pub use wire::RequestLimits;
 
 impl Server {
     /// On an intermediate server, its link to its parent.
