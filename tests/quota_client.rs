@@ -35,11 +35,9 @@ async fn server() -> (Arc<Quota>, String) {
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(grpc::serve(
-        Arc::clone(&quota),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(
+        grpc::QuotaServer::builder(Arc::clone(&quota)).serve(listener, std::future::pending()),
+    );
     (quota, addr)
 }
 

@@ -112,11 +112,9 @@ async fn start(yaml: &str) -> (Arc<Quota>, ManualClock, String, String) {
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(grpc::serve(
-        Arc::clone(&quota),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(
+        grpc::QuotaServer::builder(Arc::clone(&quota)).serve(listener, std::future::pending()),
+    );
     let dl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let daddr = dl.local_addr().unwrap().to_string();
     tokio::spawn(http::serve(Arc::clone(&quota), dl, std::future::pending()));
@@ -398,7 +396,7 @@ async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer(
 }
 
 /// On its own threads too: calls are answered, and after the shutdown the
-/// open connection is closed and `serve_threads` returns.
+/// open connection is closed and `serve` returns.
 #[tokio::test]
 async fn the_lean_server_stops_on_shutdown() {
     let quota = Arc::new(Quota::new(
@@ -409,9 +407,12 @@ async fn the_lean_server_stops_on_shutdown() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(grpc::serve_threads(quota, listener, 2, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(grpc::QuotaServer::builder(quota).threads(2).serve(
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let mut clients = Vec::new();
     // Three connections over two threads: both threads serve.
     for _ in 0..3 {

@@ -20,9 +20,10 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::quota::config::Config;
-use tollgate::quota::grpc::{self, ServerLimits};
+use tollgate::quota::grpc::{self, QuotaServer};
 use tollgate::quota::pb::{AllowRequest, AllowResponse};
 use tollgate::quota::{Limits, Quota};
+use tollgate::service::ServerLimits;
 use tollgate::ManualClock;
 
 /// How long an expected event may take on a loaded machine.
@@ -57,12 +58,11 @@ impl Server {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = match threads {
-            None => tokio::spawn(grpc::serve_with(quota, listener, limits, shutdown)),
-            Some(n) => tokio::spawn(grpc::serve_threads_with(
-                quota, listener, n, limits, shutdown,
-            )),
-        };
+        let mut server = QuotaServer::builder(quota).limits(limits);
+        if let Some(n) = threads {
+            server = server.threads(n);
+        }
+        let task = tokio::spawn(server.serve(listener, shutdown));
         Server {
             addr,
             stop: Some(stop),

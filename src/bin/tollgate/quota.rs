@@ -19,7 +19,8 @@ use tollgate::quota::admin::{self, Admin};
 use tollgate::quota::cluster::{self, ClusterOptions};
 use tollgate::quota::config::Config;
 use tollgate::quota::etcd::EtcdDocument;
-use tollgate::quota::{grpc, http, reaper, reload, Limits, Quota};
+use tollgate::quota::grpc::QuotaServer;
+use tollgate::quota::{http, reaper, reload, Limits, Quota};
 use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -157,7 +158,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let signals =
         ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
     // TLS files first: a wrong path fails before anything starts.
-    let tls = args.tls.tls().map(|t| t.load()).transpose()?;
+    let tls = args.tls.tls();
+    if let Some(tls) = &tls {
+        tls.load()?;
+    }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
     let config = Config::from_file(&args.config)
@@ -240,27 +244,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let shutdown = async move {
         signals.recv().await;
     };
-    match tls {
+    let mut server = QuotaServer::builder(quota).limits(server_limits);
+    match &tls {
         None => {
             info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
             let threads = args.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
-            grpc::serve_threads_with(quota, listener, threads, server_limits, shutdown).await?;
+            server = server.threads(threads);
         }
         Some(tls) => {
             // Over TLS, tonic serves under every one of the limits.
             info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
-            let service = grpc::Service::new(quota)
-                .into_server()
-                .max_decoding_message_size(server_limits.max_message_bytes);
-            let router = server_limits
-                .builder()
-                .tls_config(tls)?
-                .add_service(service);
-            server_limits.serve(router, listener, shutdown).await?;
+            server = server.tls(tls)?;
         }
     }
+    server.serve(listener, shutdown).await?;
     info!("drained: exiting");
     Ok(())
 }
