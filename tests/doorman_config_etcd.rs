@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tollgate::doorman::pb::capacity_client::CapacityClient;
 use tollgate::doorman::EtcdConfigSource;
 use tollgate::doorman::{Server, SingleElection};
-use tollgate::quota::etcd::EtcdDocument;
+use tollgate::quota::EtcdDocument;
 
 #[path = "common/ask.rs"]
 mod ask;

@@ -19,10 +19,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate::quota::config::Config;
-use tollgate::quota::grpc::{self, QuotaServer};
 use tollgate::quota::pb::{AllowRequest, AllowResponse};
-use tollgate::quota::{Limits, Quota};
+use tollgate::quota::{Quota, QuotaConfig, QuotaLimits, QuotaServer, ALLOW_PATH};
 use tollgate::service::ServerLimits;
 use tollgate::ManualClock;
 
@@ -48,8 +46,8 @@ impl Server {
     /// threads of its own.
     async fn start(limits: ServerLimits, threads: Option<usize>) -> Server {
         let quota = Arc::new(Quota::new(
-            Config::from_yaml(CONFIG).unwrap(),
-            Limits::default(),
+            QuotaConfig::from_yaml(CONFIG).unwrap(),
+            QuotaLimits::default(),
             Arc::new(ManualClock::new()),
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -127,7 +125,7 @@ async fn begin_call(
     client.send = client.send.clone().ready().await?;
     let req = tonic::codegen::http::Request::builder()
         .method("POST")
-        .uri(format!("http://localhost{}", grpc::ALLOW_PATH))
+        .uri(format!("http://localhost{}", ALLOW_PATH))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(())

@@ -17,7 +17,7 @@ use crate::service::{ClientTls, EtcdError, EtcdKey};
 /// # Examples
 ///
 /// ```
-/// use tollgate::quota::etcd::EtcdDocument;
+/// use tollgate::quota::EtcdDocument;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,7 +8,7 @@
 //! crate (`grpc/lean.rs`) that answers Allow inside each connection's
 //! task, or over TLS with tonic; both under the same [`ServerLimits`] as
 //! Doorman's server (a cap on connections, handshake and idle deadlines, a
-//! drain at shutdown). [`Service`] is the tonic service, for a tonic
+//! drain at shutdown). [`AllowService`] is the tonic service, for a tonic
 //! router of one's own.
 
 use std::future::Future;
@@ -19,7 +19,7 @@ use tonic::transport::ServerTlsConfig;
 
 use super::pb;
 use super::pb::quota_service_server::QuotaServiceServer;
-use super::service::{Quota, Request};
+use super::service::{AllowRequest, Quota};
 use crate::service::{ServeError, ServerLimits, ServerTls, TlsError};
 
 mod lean;
@@ -37,14 +37,14 @@ pub use lean::ALLOW_PATH;
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::quota::config::Config;
-/// use tollgate::quota::grpc::QuotaServer;
-/// use tollgate::quota::{Limits, Quota};
+/// use tollgate::quota::QuotaConfig;
+/// use tollgate::quota::QuotaServer;
+/// use tollgate::quota::{QuotaLimits, Quota};
 /// use tollgate::service::ServerLimits;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
-/// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
+/// let config = QuotaConfig::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
+/// let quota = Arc::new(Quota::new(config, QuotaLimits::default(), Arc::new(tollgate::SystemClock::new())));
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
 /// let limits = ServerLimits {
 ///     max_connections: 10_000,
@@ -146,7 +146,7 @@ impl QuotaServer {
                 Some(n) => lean::serve_threads(quota, listener, n, limits, shutdown).await,
             };
         };
-        let service = Service::new(quota)
+        let service = AllowService::new(quota)
             .into_server()
             .max_decoding_message_size(limits.max_message_bytes);
         let served = match limits.builder().tls_config(tls) {
@@ -165,30 +165,30 @@ impl QuotaServer {
 
 /// The tonic service.
 #[derive(Debug, Clone)]
-pub struct Service {
+pub struct AllowService {
     quota: Arc<Quota>,
 }
 
-impl Service {
+impl AllowService {
     /// A service answering from `quota`.
-    pub fn new(quota: Arc<Quota>) -> Service {
-        Service { quota }
+    pub fn new(quota: Arc<Quota>) -> AllowService {
+        AllowService { quota }
     }
 
     /// The service wrapped for tonic's router.
-    pub fn into_server(self) -> QuotaServiceServer<Service> {
+    pub fn into_server(self) -> QuotaServiceServer<AllowService> {
         QuotaServiceServer::new(self)
     }
 }
 
 #[tonic::async_trait]
-impl pb::quota_service_server::QuotaService for Service {
+impl pb::quota_service_server::QuotaService for AllowService {
     async fn allow(
         &self,
         request: tonic::Request<pb::AllowRequest>,
     ) -> Result<tonic::Response<pb::AllowResponse>, tonic::Status> {
         let req = request.into_inner();
-        let decision = self.quota.allow(&Request::from(&req));
+        let decision = self.quota.allow(&AllowRequest::from(&req));
         Ok(tonic::Response::new(decision.into()))
     }
 }

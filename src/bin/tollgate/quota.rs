@@ -2,7 +2,7 @@
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate::quota::cluster`).
+//! (cluster mode, see `tollgate::quota::run_cluster`).
 //!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
@@ -15,12 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tollgate::quota::admin::{self, Admin};
-use tollgate::quota::cluster::{self, ClusterOptions};
-use tollgate::quota::config::Config;
-use tollgate::quota::etcd::EtcdDocument;
-use tollgate::quota::grpc::QuotaServer;
-use tollgate::quota::{http, reaper, reload, Limits, Quota};
+use tollgate::quota::{
+    admin_router, http_router, run_cluster, spawn_config_reload, spawn_reaper, Admin,
+    ClusterOptions, EtcdDocument, Quota, QuotaConfig, QuotaLimits, QuotaServer,
+};
 use tollgate::service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -54,7 +52,7 @@ pub(crate) struct Args {
     /// Most dynamic buckets alive at once, all namespaces together: bounds
     /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
     /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
-    #[arg(long, default_value_t = Limits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
+    #[arg(long, default_value_t = QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
     /// How often idle buckets are removed.
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
@@ -164,9 +162,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let config = Config::from_file(&args.config)
+    let config = QuotaConfig::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
-    let limits = Limits {
+    let limits = QuotaLimits {
         max_dynamic_buckets: args.max_dynamic_buckets,
     };
     if config.has_no_buckets() {
@@ -183,11 +181,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         limits,
         Arc::new(tollgate::SystemClock::new()),
     ));
-    reaper::spawn(
+    spawn_reaper(
         Arc::clone(&quota),
         args.reap_interval.max(Duration::from_millis(10)),
     );
-    reload::spawn(
+    spawn_config_reload(
         Arc::clone(&quota),
         args.config.clone(),
         args.reload_interval,
@@ -199,7 +197,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         let client = builder.build().context("building the lease client")?;
         info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
-        tokio::spawn(cluster::run(
+        tokio::spawn(run_cluster(
             Arc::clone(&quota),
             client,
             ClusterOptions::default().interval(args.cluster_interval),
@@ -216,7 +214,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;
         info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
-        let mut router = http::router(Arc::clone(&quota));
+        let mut router = http_router(Arc::clone(&quota));
         if args.admin {
             let admin = if args.admin_etcd.is_empty() {
                 Admin::new(Arc::clone(&quota), args.config.clone())
@@ -232,7 +230,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                         )
                     })?
             };
-            router = router.merge(admin::router(Arc::new(admin)));
+            router = router.merge(admin_router(Arc::new(admin)));
             info!("admin API on the debug port");
         }
         tokio::spawn(async move {

@@ -33,7 +33,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
 
 use crate::quota::pb;
-use crate::quota::service::{Quota, Request};
+use crate::quota::service::{AllowRequest, Quota};
 use crate::service::{accept_loop, ConnInfo, Drain, Guarded, ServerLimits};
 
 /// The one method served, as an HTTP/2 path.
@@ -309,7 +309,7 @@ fn answer(
         Ok(req) => req,
         Err(failure) => return fail(respond, failure),
     };
-    let resp = pb::AllowResponse::from(quota.allow(&Request::from(&req)));
+    let resp = pb::AllowResponse::from(quota.allow(&AllowRequest::from(&req)));
     let len = resp.encoded_len();
     let mut framed = Vec::with_capacity(5 + len);
     framed.push(0);
