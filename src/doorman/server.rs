@@ -26,6 +26,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::error::RequestError;
+use super::lease::Answer;
 use super::metrics::Metrics;
 use super::pb;
 use crate::service::{Readiness, RwLockUnpoisoned, ServeError, TlsError};
@@ -66,31 +67,47 @@ impl Server {
         &self.inner.readiness
     }
 
-    /// Handles a GetCapacity request from the wire.
+    /// Handles a GetCapacity request from the wire: decode, decide, encode.
     pub(crate) fn get_capacity(
         &self,
         req: pb::GetCapacityRequest,
     ) -> Result<pb::GetCapacityResponse, RequestError> {
-        self.capacity(|rules| wire::capacity_request(rules, req))
-            .map(wire::capacity_response)
+        let term = match self.term() {
+            Ok(term) => term,
+            Err(master) => return Ok(wire::capacity_response(Answer::NotMaster(master))),
+        };
+        let req = wire::capacity_request(&term.rules(&self.inner.limits), req)?;
+        let grants = self.capacity(req, &term)?;
+        Ok(wire::capacity_response(Answer::Done(grants)))
     }
 
-    /// Handles a GetServerCapacity request from the wire.
+    /// Handles a GetServerCapacity request from the wire: decode, decide,
+    /// encode.
     pub(crate) fn get_server_capacity(
         &self,
         req: pb::GetServerCapacityRequest,
     ) -> Result<pb::GetServerCapacityResponse, RequestError> {
-        self.server_capacity(|rules| wire::server_capacity_request(rules, req))
-            .map(wire::server_capacity_response)
+        let term = match self.term() {
+            Ok(term) => term,
+            Err(master) => return Ok(wire::server_capacity_response(Answer::NotMaster(master))),
+        };
+        let req = wire::server_capacity_request(&term.rules(&self.inner.limits), req)?;
+        let grants = self.server_capacity(req, &term)?;
+        Ok(wire::server_capacity_response(Answer::Done(grants)))
     }
 
-    /// Handles a ReleaseCapacity request from the wire.
+    /// Handles a ReleaseCapacity request from the wire: decode, release,
+    /// encode.
     pub(crate) fn release_capacity(
         &self,
         req: pb::ReleaseCapacityRequest,
     ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
-        self.release(|limits| wire::release_request(limits, req))
-            .map(wire::release_response)
+        if let Err(master) = self.mastership() {
+            return Ok(wire::release_response(Answer::NotMaster(master)));
+        }
+        let req = wire::release_request(&self.inner.limits, req)?;
+        self.release(&req);
+        Ok(wire::release_response(Answer::Done(())))
     }
 
     /// Handles a Discovery request from the wire.
