@@ -2,6 +2,11 @@
 //! modification time changes; or, with the `etcd` feature, from an etcd
 //! key as it changes ([`EtcdConfigSource`]). A bad new configuration is
 //! logged and rejected; the server keeps serving the old one.
+//!
+#![cfg_attr(
+    not(feature = "etcd"),
+    doc = "[`EtcdConfigSource`]: crate#crate-features"
+)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
