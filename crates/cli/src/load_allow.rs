@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use prost::Message as _;
-use tollgate_quota::grpc::ALLOW_PATH;
 use tollgate_quota::pb::{allow_response, AllowRequest, AllowResponse};
+use tollgate_quota::ALLOW_PATH;
 use tonic::codegen::http::{self, HeaderValue, Method, Uri};
 use tonic::codegen::Bytes;
 
@@ -90,7 +90,7 @@ impl Bodies {
         }
     }
 
-    /// Request `k`'s framed body (round robin over the names).
+    /// AllowRequest `k`'s framed body (round robin over the names).
     fn get(&self, k: usize) -> Bytes {
         let i = k % self.ends.len();
         let start = if i == 0 { 0 } else { self.ends[i - 1] };

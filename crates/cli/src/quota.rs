@@ -2,7 +2,7 @@
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate_quota::cluster`).
+//! (cluster mode, see `tollgate_quota::run_cluster`).
 //!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tollgate_quota::admin::{self, Admin};
-use tollgate_quota::cluster::{self, ClusterOptions};
-use tollgate_quota::config::Config;
-use tollgate_quota::etcd::EtcdDocument;
-use tollgate_quota::{grpc, http, reaper, reload, Limits, Quota};
+use tollgate_quota::{
+    admin_router, http_router, run_cluster, spawn_config_reload, spawn_reaper, Admin,
+    ClusterOptions, EtcdDocument, Quota, QuotaConfig, QuotaLimits, QuotaServer,
+};
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -53,7 +52,7 @@ pub(crate) struct Args {
     /// Most dynamic buckets alive at once, all namespaces together: bounds
     /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
     /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
-    #[arg(long, default_value_t = Limits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
+    #[arg(long, default_value_t = QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
     /// How often idle buckets are removed.
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
@@ -157,12 +156,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let signals =
         ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
     // TLS files first: a wrong path fails before anything starts.
-    let tls = args.tls.tls().map(|t| t.load()).transpose()?;
+    let tls = args.tls.tls();
+    if let Some(tls) = &tls {
+        tls.load()?;
+    }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let config = Config::from_file(&args.config)
+    let config = QuotaConfig::from_file(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
-    let limits = Limits {
+    let limits = QuotaLimits {
         max_dynamic_buckets: args.max_dynamic_buckets,
     };
     if config.has_no_buckets() {
@@ -179,11 +181,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         limits,
         Arc::new(tollgate::SystemClock::new()),
     ));
-    reaper::spawn(
+    spawn_reaper(
         Arc::clone(&quota),
         args.reap_interval.max(Duration::from_millis(10)),
     );
-    reload::spawn(
+    spawn_config_reload(
         Arc::clone(&quota),
         args.config.clone(),
         args.reload_interval,
@@ -195,7 +197,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         let client = builder.build().context("building the lease client")?;
         info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
-        tokio::spawn(cluster::run(
+        tokio::spawn(run_cluster(
             Arc::clone(&quota),
             client,
             ClusterOptions::default().interval(args.cluster_interval),
@@ -212,7 +214,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;
         info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
-        let mut router = http::router(Arc::clone(&quota));
+        let mut router = http_router(Arc::clone(&quota));
         if args.admin {
             let admin = if args.admin_etcd.is_empty() {
                 Admin::new(Arc::clone(&quota), args.config.clone())
@@ -228,7 +230,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                         )
                     })?
             };
-            router = router.merge(admin::router(Arc::new(admin)));
+            router = router.merge(admin_router(Arc::new(admin)));
             info!("admin API on the debug port");
         }
         tokio::spawn(async move {
@@ -240,27 +242,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let shutdown = async move {
         signals.recv().await;
     };
-    match tls {
+    let mut server = QuotaServer::builder(quota).limits(server_limits);
+    match &tls {
         None => {
             info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
             let threads = args.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
-            grpc::serve_threads_with(quota, listener, threads, server_limits, shutdown).await?;
+            server = server.threads(threads);
         }
         Some(tls) => {
             // Over TLS, tonic serves under every one of the limits.
             info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
-            let service = grpc::Service::new(quota)
-                .into_server()
-                .max_decoding_message_size(server_limits.max_message_bytes);
-            let router = server_limits
-                .builder()
-                .tls_config(tls)?
-                .add_service(service);
-            server_limits.serve(router, listener, shutdown).await?;
+            server = server.tls(tls)?;
         }
     }
+    server.serve(listener, shutdown).await?;
     info!("drained: exiting");
     Ok(())
 }

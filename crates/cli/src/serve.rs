@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tollgate_doorman::reload::etcd::EtcdConfigSource;
 use tollgate_doorman::{
-    debug, reload, Election, EtcdElection, EtcdElectionConfig, Parent, Server, ServerConfig,
-    SingleElection,
+    debug, reload, Election, EtcdConfigSource, EtcdElection, EtcdElectionConfig, Parent, Server,
+    ServerConfig, SingleElection,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -302,13 +301,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 None => EtcdConfigSource::new(&args.etcd_endpoints, key.clone()),
                 Some(tls) => EtcdConfigSource::new_tls(&args.etcd_endpoints, key.clone(), tls),
             }?;
-            let loaded = source.load().await?;
-            info!(
-                key,
-                revision = loaded.revision,
-                "loaded configuration from etcd"
-            );
-            (loaded.config, Some((source, loaded.revision)))
+            let (config, revision) = source.load().await?;
+            info!(key, revision, "loaded configuration from etcd");
+            (config, Some((source, revision)))
         }
         ConfigSource::Builtin => {
             info!("no --config: serving the built-in catch-all FAIR_SHARE template");

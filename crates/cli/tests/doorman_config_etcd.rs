@@ -12,9 +12,9 @@ use logs::Logs;
 use std::time::{Duration, Instant};
 
 use tollgate_doorman::pb::capacity_client::CapacityClient;
-use tollgate_doorman::reload::etcd::EtcdConfigSource;
+use tollgate_doorman::EtcdConfigSource;
 use tollgate_doorman::{Server, SingleElection};
-use tollgate_quota::etcd::EtcdDocument;
+use tollgate_quota::EtcdDocument;
 
 #[path = "../../doorman/tests/common/ask.rs"]
 mod ask;
@@ -259,13 +259,13 @@ async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
     doc.save(&document(100)).await.unwrap();
 
     let source = EtcdConfigSource::new(&[etcd.endpoint.clone()], key).unwrap();
-    let loaded = source.load().await.unwrap();
+    let (config, revision) = source.load().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let election = SingleElection::new(Some(addr.clone()));
-    let server = Server::builder(loaded.config).election(&election).build();
+    let server = Server::builder(config).election(&election).build();
     let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
-    let watch = source.spawn(server.clone(), loaded.revision);
+    let watch = source.spawn(server.clone(), revision);
     assert_eq!(capacity_at(&addr).await, Some(100.0));
 
     delete(&etcd.endpoint, key).await;

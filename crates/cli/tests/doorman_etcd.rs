@@ -17,7 +17,7 @@ use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 use tollgate_doorman::{
     Backoff, Capacity, CapacitySource, Client, Election as _, EtcdElection, EtcdElectionConfig,
-    Resource, ResourceOptions, ServeError, Server, ServerConfig, SystemWallClock, WallClock as _,
+    Resource, ResourceOptions, ServeError, Server, ServerConfig, WallClock as _,
 };
 use tracing::field::{Field, Visit};
 use tracing::Level;
@@ -471,7 +471,7 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
                 leased[i] = Some(killed.elapsed());
                 let old = before[i].lease.expect("a lease before the kill");
                 assert!(
-                    old.expiry > SystemWallClock.now(),
+                    old.expiry > tollgate::SystemClock::new().now(),
                     "{id}: the lease from before the kill lapsed before the new master's came"
                 );
             }

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lease::Timestamp;
-use tollgate::{Clock as _, ManualClock};
+use tollgate::{Clock as _, ManualClock, SystemClock};
 
 /// A source of Unix time.
 ///
@@ -18,9 +18,9 @@ pub trait WallClock: Send + Sync + Debug + 'static {
     fn now(&self) -> Timestamp;
 }
 
-/// The system's real-time clock.
+/// The system's real-time clock: the default of servers and clients.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemWallClock;
+pub(crate) struct SystemWallClock;
 
 impl WallClock for SystemWallClock {
     fn now(&self) -> Timestamp {
@@ -28,6 +28,27 @@ impl WallClock for SystemWallClock {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The limiter's system clock reads Unix time from the system's real-time
+/// clock (its monotonic reading has an arbitrary origin), so that one clock
+/// vocabulary serves the limiter and the lease protocol.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_doorman::WallClock;
+/// use tollgate::SystemClock;
+///
+/// // Unix time: after 2020-01-01, not a count from the clock's creation.
+/// let unix = WallClock::now(&SystemClock::new());
+/// assert!(unix > Duration::from_secs(1_577_836_800));
+/// ```
+impl WallClock for SystemClock {
+    fn now(&self) -> Timestamp {
+        SystemWallClock.now()
     }
 }
 

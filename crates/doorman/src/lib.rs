@@ -20,9 +20,9 @@
 //! [`RateResource`], [`GaugeResource`] and [`LeaseLayer`] enforce them.
 //!
 //! Time: the server stamps leases with Unix time, which other machines
-//! read, so it takes a [`WallClock`] (the system's real-time clock,
-//! [`SystemWallClock`], or the limiter's [`ManualClock`](tollgate::ManualClock)
-//! in tests), never the limiter's monotonic [`Clock`](tollgate::Clock).
+//! read, so it takes a [`WallClock`]: the limiter's
+//! [`SystemClock`](tollgate::SystemClock) (the default) and
+//! [`ManualClock`](tollgate::ManualClock) (in tests) read as Unix time too.
 //!
 //! ```
 //! use tollgate_doorman::{
@@ -88,14 +88,16 @@ pub use client::{
     RateOptions, RateResource, Rejected, ReleaseError, Resource, ResourceError, ResourceOptions,
     SessionError, Smoothing,
 };
-pub use clock::{SystemWallClock, WallClock};
+pub use clock::WallClock;
 pub use config::{ServerConfig, ServerConfigError};
 #[cfg(feature = "etcd")]
 pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig};
 pub use election::single::SingleElection;
 pub use election::{Election, Mastership};
 pub use lease::ClientLease;
-pub use server::{Parent, RequestLimits, ResourceStatus, Server, ServerBuilder};
+#[cfg(feature = "etcd")]
+pub use reload::EtcdConfigSource;
+pub use server::{Parent, ResourceStatus, Server, ServerBuilder};
 pub use tollgate_service::ServerLimits;
 pub use tollgate_service::{ClientTls, ServeError, ServerTls, TlsError};
 

@@ -1,9 +1,9 @@
 //! Hot reload of the configuration file: on SIGHUP and when the file's
 //! modification time changes; or, with the `etcd` feature, from an etcd
-//! key as it changes (the [`etcd`] module). A bad new configuration is
+//! key as it changes ([`EtcdConfigSource`]). A bad new configuration is
 //! logged and rejected; the server keeps serving the old one.
 //!
-#![cfg_attr(not(feature = "etcd"), doc = "[`etcd`]: crate#features")]
+#![cfg_attr(not(feature = "etcd"), doc = "[`EtcdConfigSource`]: crate#features")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,7 +14,10 @@ use super::config::{ServerConfig, ServerConfigError};
 use super::server::Server;
 
 #[cfg(feature = "etcd")]
-pub mod etcd;
+mod etcd;
+
+#[cfg(feature = "etcd")]
+pub use etcd::EtcdConfigSource;
 
 impl Reload for Server {
     type Config = ServerConfig;

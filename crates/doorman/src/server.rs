@@ -5,7 +5,7 @@
 //! * `state.rs`: what a server holds, defined once for the files below;
 //! * `builder.rs`: [`ServerBuilder`], the one way to make a server;
 //! * `wire.rs`: the edge, wire requests in and responses out, with the
-//!   request checks ([`RequestLimits`]);
+//!   request checks (the limits set on [`ServerBuilder`]);
 //! * `mastership.rs`: the view of the election, and forgetting leases when
 //!   it changes;
 //! * `resources.rs`: the resource map, reloads, the sweeper, status;
@@ -26,6 +26,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::error::RequestError;
+use super::lease::Answer;
 use super::metrics::Metrics;
 use super::pb;
 use state::{Serving, WeakServer};
@@ -48,7 +49,6 @@ pub use builder::ServerBuilder;
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
-pub use wire::RequestLimits;
 
 impl Server {
     /// On an intermediate server, its link to its parent.
@@ -67,31 +67,47 @@ impl Server {
         &self.inner.readiness
     }
 
-    /// Handles a GetCapacity request from the wire.
+    /// Handles a GetCapacity request from the wire: decode, decide, encode.
     pub(crate) fn get_capacity(
         &self,
         req: pb::GetCapacityRequest,
     ) -> Result<pb::GetCapacityResponse, RequestError> {
-        self.capacity(|rules| wire::capacity_request(rules, req))
-            .map(wire::capacity_response)
+        let term = match self.term() {
+            Ok(term) => term,
+            Err(master) => return Ok(wire::capacity_response(Answer::NotMaster(master))),
+        };
+        let req = wire::capacity_request(&term.rules(&self.inner.limits), req)?;
+        let grants = self.capacity(req, &term)?;
+        Ok(wire::capacity_response(Answer::Done(grants)))
     }
 
-    /// Handles a GetServerCapacity request from the wire.
+    /// Handles a GetServerCapacity request from the wire: decode, decide,
+    /// encode.
     pub(crate) fn get_server_capacity(
         &self,
         req: pb::GetServerCapacityRequest,
     ) -> Result<pb::GetServerCapacityResponse, RequestError> {
-        self.server_capacity(|rules| wire::server_capacity_request(rules, req))
-            .map(wire::server_capacity_response)
+        let term = match self.term() {
+            Ok(term) => term,
+            Err(master) => return Ok(wire::server_capacity_response(Answer::NotMaster(master))),
+        };
+        let req = wire::server_capacity_request(&term.rules(&self.inner.limits), req)?;
+        let grants = self.server_capacity(req, &term)?;
+        Ok(wire::server_capacity_response(Answer::Done(grants)))
     }
 
-    /// Handles a ReleaseCapacity request from the wire.
+    /// Handles a ReleaseCapacity request from the wire: decode, release,
+    /// encode.
     pub(crate) fn release_capacity(
         &self,
         req: pb::ReleaseCapacityRequest,
     ) -> Result<pb::ReleaseCapacityResponse, RequestError> {
-        self.release(|limits| wire::release_request(limits, req))
-            .map(wire::release_response)
+        if let Err(master) = self.mastership() {
+            return Ok(wire::release_response(Answer::NotMaster(master)));
+        }
+        let req = wire::release_request(&self.inner.limits, req)?;
+        self.release(&req);
+        Ok(wire::release_response(Answer::Done(())))
     }
 
     /// Handles a Discovery request from the wire.

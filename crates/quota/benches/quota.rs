@@ -20,24 +20,23 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use governor::{Quota as GovQuota, RateLimiter as Governor};
 use tollgate::{BucketSettings, RateSpec, SystemClock, TokenBucket};
-use tollgate_quota::config::Config;
-use tollgate_quota::{Limits, Quota, Request, Status};
+use tollgate_quota::{AllowRequest, Quota, QuotaConfig, QuotaLimits, Status};
 
 const NAMES: usize = 100_000;
 
 fn quota() -> Quota {
-    let config = Config::from_yaml(
+    let config = QuotaConfig::from_yaml(
         "namespaces:\n  one:\n    buckets:\n      b0: {size: 1000000000, fill_rate: 1000000000}\n  dyn:\n    max_dynamic_buckets: 100000\n    dynamic_bucket_template: {size: 1000000, fill_rate: 1000000}\n",
     )
     .expect("a valid config");
-    Quota::new(config, Limits::default(), Arc::new(SystemClock::new()))
+    Quota::new(config, QuotaLimits::default(), Arc::new(SystemClock::new()))
 }
 
 fn one_bucket(c: &mut Criterion) {
     let mut group = c.benchmark_group("allow_one_bucket");
     group.throughput(Throughput::Elements(1));
     let q = quota();
-    let req = Request::new("one", "b0", 1);
+    let req = AllowRequest::new("one", "b0", 1);
     group.bench_function("quota_allow", |b| {
         b.iter(|| black_box(q.allow(black_box(&req)).status == Status::Ok))
     });
@@ -60,13 +59,13 @@ fn many_buckets(c: &mut Criterion) {
     let names: Vec<String> = (0..NAMES).map(|i| format!("u{i}")).collect();
     let q = quota();
     for n in &names {
-        assert_eq!(q.allow(&Request::new("dyn", n, 1)).status, Status::Ok);
+        assert_eq!(q.allow(&AllowRequest::new("dyn", n, 1)).status, Status::Ok);
     }
     let mut i = 0;
     group.bench_function("quota_allow", |b| {
         b.iter(|| {
             i = (i + 7919) % NAMES;
-            black_box(q.allow(&Request::new("dyn", &names[i], 1)).status == Status::Ok)
+            black_box(q.allow(&AllowRequest::new("dyn", &names[i], 1)).status == Status::Ok)
         })
     });
     let gov = Governor::keyed(GovQuota::per_second(NonZeroU32::MAX));

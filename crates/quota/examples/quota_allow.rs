@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::ManualClock;
-use tollgate_quota::config::Config;
-use tollgate_quota::{Limits, Quota, Request};
+use tollgate_quota::{AllowRequest, Quota, QuotaConfig, QuotaLimits};
 
 const CONFIG: &str = "\
 namespaces:
@@ -23,12 +22,12 @@ namespaces:
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = ManualClock::new();
     let quota = Quota::new(
-        Config::from_yaml(CONFIG)?,
-        Limits::default(),
+        QuotaConfig::from_yaml(CONFIG)?,
+        QuotaLimits::default(),
         Arc::new(clock.clone()),
     );
     let show = |label: &str, ns: &str, bucket: &str| {
-        let d = quota.allow(&Request::new(ns, bucket, 1));
+        let d = quota.allow(&AllowRequest::new(ns, bucket, 1));
         println!(
             "{label:>8}: {ns}:{bucket} -> {} (granted {}, wait {} ms)",
             d.status.name(),

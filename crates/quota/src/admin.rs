@@ -39,7 +39,7 @@ use axum::Router;
 
 use tokio::sync::Mutex;
 
-use super::config::{ConfigError, Document, RawBucket, RawNamespace};
+use super::config::{Document, QuotaConfigError, RawBucket, RawNamespace};
 use super::etcd::EtcdDocument;
 use super::names::check_name;
 use super::service::Quota;
@@ -58,7 +58,7 @@ pub struct Admin {
 #[derive(Debug)]
 pub enum AdminError {
     /// The file, or the document in etcd, is not a valid configuration.
-    Config(ConfigError),
+    Config(QuotaConfigError),
     /// etcd could not be read or written.
     Etcd(EtcdError),
     /// The document from etcd could not be written to the file.
@@ -97,8 +97,8 @@ impl Admin {
     /// # Errors
     ///
     /// If the file cannot be read or parsed.
-    pub fn new(quota: Arc<Quota>, path: PathBuf) -> Result<Admin, ConfigError> {
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+    pub fn new(quota: Arc<Quota>, path: PathBuf) -> Result<Admin, QuotaConfigError> {
+        let text = std::fs::read_to_string(&path).map_err(|source| QuotaConfigError::Read {
             path: path.clone(),
             source,
         })?;

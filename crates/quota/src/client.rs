@@ -22,7 +22,7 @@ use super::service::Status;
 
 /// Where an admission's tokens came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum AdmitSource {
     /// The quota service granted them.
     Service,
     /// The local fallback limiter granted them (service slow, down, or
@@ -36,7 +36,7 @@ pub enum Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
     /// Where the tokens came from.
-    pub source: Source,
+    pub source: AdmitSource,
     /// How long the admission waited.
     pub waited: Duration,
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use tollgate_doorman::{Client, ExpiryMode, Resource, ResourceOptions};
 
-use super::config::{Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
+use super::config::{QuotaConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::service::Quota;
 
 /// Options of cluster mode.
@@ -78,7 +78,7 @@ impl ClusterOptions {
 
 /// The shared buckets: those of the configuration (named and default)
 /// and the live dynamic ones, as (namespace, name).
-fn shared_buckets(config: &Config, quota: &Quota) -> Vec<(String, String)> {
+fn shared_buckets(config: &QuotaConfig, quota: &Quota) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if config.global_default_bucket.is_some() {
         out.push((GLOBAL_NAMESPACE.into(), DEFAULT_BUCKET_NAME.into()));

@@ -29,7 +29,7 @@
 //! token every 5 s; the reference truncates it to 0 and so runs at 50/s).
 //! A namespace may have a default bucket or a dynamic bucket template, not
 //! both; `max_dynamic_buckets: 0` means no cap of the namespace's own, only
-//! the server-wide one (see [`Limits`](super::Limits)). Names are any
+//! the server-wide one (see [`QuotaLimits`](super::QuotaLimits)). Names are any
 //! non-empty string up to [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN)
 //! bytes (`test.namespace`, `bad-name`), except the reference's reserved
 //! `___GLOBAL___` namespace and `___DEFAULT_BUCKET___` bucket.
@@ -116,7 +116,7 @@ pub struct NamespaceConfig {
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Config {
+pub struct QuotaConfig {
     /// The bucket used when the namespace is unknown or has no bucket for
     /// the name.
     pub global_default_bucket: Option<BucketConfig>,
@@ -126,7 +126,7 @@ pub struct Config {
 
 /// Why a configuration was rejected.
 #[derive(Debug)]
-pub enum ConfigError {
+pub enum QuotaConfigError {
     /// The file could not be read.
     Read {
         /// The file.
@@ -150,12 +150,12 @@ pub enum ConfigError {
     },
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for QuotaConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Read { path, .. } => write!(f, "cannot read {}", path.display()),
-            ConfigError::Parse(_) => f.write_str("invalid quota configuration YAML"),
-            ConfigError::Invalid {
+            QuotaConfigError::Read { path, .. } => write!(f, "cannot read {}", path.display()),
+            QuotaConfigError::Parse(_) => f.write_str("invalid quota configuration YAML"),
+            QuotaConfigError::Invalid {
                 namespace,
                 bucket,
                 field,
@@ -173,18 +173,18 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {
+impl std::error::Error for QuotaConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::Read { source, .. } => Some(source),
-            ConfigError::Parse(e) => Some(e),
-            ConfigError::Invalid { .. } => None,
+            QuotaConfigError::Read { source, .. } => Some(source),
+            QuotaConfigError::Parse(e) => Some(e),
+            QuotaConfigError::Invalid { .. } => None,
         }
     }
 }
 
 /// A configuration file as written: the reference's keys, unvalidated.
-/// [`Document::validate`] turns it into a [`Config`]; the admin API edits
+/// [`Document::validate`] turns it into a [`QuotaConfig`]; the admin API edits
 /// it and writes it back, so a restart keeps what was changed.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -257,8 +257,8 @@ struct Place<'a> {
 }
 
 impl Place<'_> {
-    fn error(&self, field: &'static str, problem: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
+    fn error(&self, field: &'static str, problem: impl Into<String>) -> QuotaConfigError {
+        QuotaConfigError::Invalid {
             namespace: self.namespace.map(str::to_owned),
             bucket: Some(self.bucket.to_owned()),
             field,
@@ -276,14 +276,14 @@ fn or_default(v: i64, default: i64) -> i64 {
     }
 }
 
-fn millis(place: &Place<'_>, field: &'static str, v: i64) -> Result<Duration, ConfigError> {
+fn millis(place: &Place<'_>, field: &'static str, v: i64) -> Result<Duration, QuotaConfigError> {
     u64::try_from(v)
         .map(Duration::from_millis)
         .map_err(|_| place.error(field, format!("must not be negative, got {v}")))
 }
 
 impl RawBucket {
-    fn validate(self, place: &Place<'_>) -> Result<BucketConfig, ConfigError> {
+    fn validate(self, place: &Place<'_>) -> Result<BucketConfig, QuotaConfigError> {
         let size = or_default(self.size, 100);
         let size = u64::try_from(size)
             .ok()
@@ -346,8 +346,8 @@ impl RawBucket {
     }
 }
 
-fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> ConfigError {
-    ConfigError::Invalid {
+fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> QuotaConfigError {
+    QuotaConfigError::Invalid {
         namespace: namespace.map(str::to_owned),
         bucket: bucket.map(str::to_owned),
         field: "name",
@@ -355,8 +355,8 @@ fn name_error(namespace: Option<&str>, bucket: Option<&str>, e: NameError) -> Co
     }
 }
 
-fn reserved(namespace: Option<&str>, bucket: Option<&str>) -> ConfigError {
-    ConfigError::Invalid {
+fn reserved(namespace: Option<&str>, bucket: Option<&str>) -> QuotaConfigError {
+    QuotaConfigError::Invalid {
         namespace: namespace.map(str::to_owned),
         bucket: bucket.map(str::to_owned),
         field: "name",
@@ -369,12 +369,12 @@ impl Document {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`] for malformed YAML or unknown keys.
-    pub fn from_yaml(text: &str) -> Result<Document, ConfigError> {
+    /// [`QuotaConfigError::Parse`] for malformed YAML or unknown keys.
+    pub fn from_yaml(text: &str) -> Result<Document, QuotaConfigError> {
         if text.trim().is_empty() {
             return Ok(Document::default());
         }
-        serde_norway::from_str(text).map_err(ConfigError::Parse)
+        serde_norway::from_str(text).map_err(QuotaConfigError::Parse)
     }
 
     /// The document as YAML, in the reference's format.
@@ -386,8 +386,8 @@ impl Document {
     ///
     /// # Errors
     ///
-    /// As [`Config::from_yaml`].
-    pub fn validate(&self) -> Result<Config, ConfigError> {
+    /// As [`QuotaConfig::from_yaml`].
+    pub fn validate(&self) -> Result<QuotaConfig, QuotaConfigError> {
         let raw = self;
         let global_default_bucket = raw
             .global_default_bucket
@@ -405,7 +405,7 @@ impl Document {
             if ns_name == GLOBAL_NAMESPACE {
                 return Err(reserved(Some(&ns_name), None));
             }
-            let invalid = |field: &'static str, problem: String| ConfigError::Invalid {
+            let invalid = |field: &'static str, problem: String| QuotaConfigError::Invalid {
                 namespace: Some(ns_name.clone()),
                 bucket: None,
                 field,
@@ -466,44 +466,44 @@ impl Document {
                 },
             );
         }
-        Ok(Config {
+        Ok(QuotaConfig {
             global_default_bucket,
             namespaces,
         })
     }
 }
 
-impl Config {
+impl QuotaConfig {
     /// Parses and validates a configuration.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate_quota::config::Config;
+    /// use tollgate_quota::QuotaConfig;
     ///
-    /// let config = Config::from_yaml(
+    /// let config = QuotaConfig::from_yaml(
     ///     "namespaces:\n  db:\n    buckets:\n      users: {fill_rate: 0.5, wait_timeout_millis: 20}\n",
     /// )?;
     /// let users = &config.namespaces["db"].buckets["users"];
     /// assert_eq!((users.size, users.fill_rate), (100, 0.5));
     /// assert_eq!(users.wait_timeout, Duration::from_millis(20));
     ///
-    /// let err = Config::from_yaml("namespaces:\n  db:\n    buckets:\n      users: {size: -3}\n")
+    /// let err = QuotaConfig::from_yaml("namespaces:\n  db:\n    buckets:\n      users: {size: -3}\n")
     ///     .unwrap_err();
     /// assert_eq!(
     ///     err.to_string(),
     ///     "namespace \"db\": bucket \"users\": size: must be between 1 and 8796093022207, got -3"
     /// );
-    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// # Ok::<(), tollgate_quota::QuotaConfigError>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`] for malformed YAML or unknown keys,
-    /// [`ConfigError::Invalid`] for values out of range, invalid names, or a
+    /// [`QuotaConfigError::Parse`] for malformed YAML or unknown keys,
+    /// [`QuotaConfigError::Invalid`] for values out of range, invalid names, or a
     /// namespace with both a default bucket and a dynamic template.
-    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+    pub fn from_yaml(text: &str) -> Result<QuotaConfig, QuotaConfigError> {
         Document::from_yaml(text)?.validate()
     }
 
@@ -514,11 +514,11 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use tollgate_quota::config::Config;
+    /// use tollgate_quota::QuotaConfig;
     ///
-    /// assert!(Config::from_yaml("namespaces:\n  a: {}\n")?.has_no_buckets());
-    /// assert!(!Config::from_yaml("global_default_bucket: {}\n")?.has_no_buckets());
-    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// assert!(QuotaConfig::from_yaml("namespaces:\n  a: {}\n")?.has_no_buckets());
+    /// assert!(!QuotaConfig::from_yaml("global_default_bucket: {}\n")?.has_no_buckets());
+    /// # Ok::<(), tollgate_quota::QuotaConfigError>(())
     /// ```
     pub fn has_no_buckets(&self) -> bool {
         self.global_default_bucket.is_none()
@@ -533,14 +533,14 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] if the file cannot be read, else as
-    /// [`Config::from_yaml`].
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    /// [`QuotaConfigError::Read`] if the file cannot be read, else as
+    /// [`QuotaConfig::from_yaml`].
+    pub fn from_file(path: &Path) -> Result<QuotaConfig, QuotaConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| QuotaConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_yaml(&text)
+        QuotaConfig::from_yaml(&text)
     }
 }
 
@@ -581,7 +581,7 @@ namespaces:
 
     #[test]
     fn the_reference_format_loads_with_its_defaults() {
-        let c = Config::from_yaml(REFERENCE_STYLE).unwrap();
+        let c = QuotaConfig::from_yaml(REFERENCE_STYLE).unwrap();
         let g = c.global_default_bucket.as_ref().unwrap();
         assert_eq!((g.size, g.fill_rate, g.max_tokens_per_request), (7, 3.0, 3));
         let first = &c.namespaces["plain"].buckets["first"];
@@ -617,11 +617,11 @@ namespaces:
             .as_ref()
             .unwrap();
         assert_eq!(de.max_idle, Some(Duration::from_millis(100)));
-        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+        assert_eq!(QuotaConfig::from_yaml("").unwrap(), QuotaConfig::default());
     }
 
     fn err(yaml: &str) -> String {
-        Config::from_yaml(yaml).unwrap_err().to_string()
+        QuotaConfig::from_yaml(yaml).unwrap_err().to_string()
     }
 
     #[test]
@@ -677,7 +677,7 @@ namespaces:
             err("namespaces:\n  a:\n    bukkets: {}\n"),
             "invalid quota configuration YAML"
         );
-        let e = Config::from_yaml("namespaces:\n  a:\n    bukkets: {}\n").unwrap_err();
+        let e = QuotaConfig::from_yaml("namespaces:\n  a:\n    bukkets: {}\n").unwrap_err();
         assert!(std::error::Error::source(&e)
             .unwrap()
             .to_string()
@@ -686,7 +686,8 @@ namespaces:
 
     #[test]
     fn fractional_rates_are_kept() {
-        let c = Config::from_yaml("global_default_bucket: {fill_rate: 0.25, size: 1}\n").unwrap();
+        let c =
+            QuotaConfig::from_yaml("global_default_bucket: {fill_rate: 0.25, size: 1}\n").unwrap();
         let g = c.global_default_bucket.unwrap();
         assert_eq!((g.fill_rate, g.max_tokens_per_request), (0.25, 1));
         assert_eq!(g.settings().rate().ops_per_sec(), 0.25);

@@ -17,7 +17,7 @@ use tollgate_service::{ClientTls, EtcdError, EtcdKey};
 /// # Examples
 ///
 /// ```
-/// use tollgate_quota::etcd::EtcdDocument;
+/// use tollgate_quota::EtcdDocument;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

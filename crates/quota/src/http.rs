@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use super::service::{Quota, Request};
+use super::service::{AllowRequest, Quota};
 
 /// The most buckets `/api/buckets` lists.
 const LIST_LIMIT: usize = 10_000;
@@ -83,7 +83,7 @@ async fn allow(State(quota): State<Arc<Quota>>, body: Bytes) -> Response {
             )
         }
     };
-    let d = quota.allow(&Request {
+    let d = quota.allow(&AllowRequest {
         namespace: &req.namespace,
         bucket: &req.bucket_name,
         tokens: req.tokens_requested,

@@ -9,44 +9,62 @@
 //! default bucket, a dynamic bucket made from the namespace's template
 //! (capped per namespace, removed when idle), the global default bucket.
 //!
-//! The parts: [`config`] (the reference's YAML format), [`names`] (name
-//! rules), [`Registry`] (live buckets, reload, idle removal), [`Quota`]
-//! (the Allow operation and its statuses), [`metrics`] (Prometheus),
-//! [`reaper`] (the idle-removal task), [`reload`] (configuration hot
-//! reload), and the two edges: [`grpc`] (`quotaservice.QuotaService/Allow`,
-//! wire-compatible with the reference) and [`http`] (JSON Allow, bucket
-//! listing and metrics on the debug port). [`client`] holds the naive and
-//! smart clients and their tower layer; [`cluster`] shares each bucket's
-//! rate between several quota servers through Doorman leases; [`admin`]
-//! edits namespaces and buckets at run time, kept in the config file.
+//! The parts: [`QuotaConfig`] (the reference's YAML format, read from a
+//! [`Document`]), [`check_name`] (name rules), [`Registry`] (live buckets,
+//! reload, idle removal), [`Quota`] (the Allow operation and its
+//! [`Status`]es), [`QuotaMetrics`] (Prometheus), [`spawn_reaper`] (the
+//! idle-removal task), [`spawn_config_reload`] (configuration hot reload),
+//! and the two edges: [`QuotaServer`] (`quotaservice.QuotaService/Allow`,
+//! wire-compatible with the reference) and [`http_router`] (JSON Allow,
+//! bucket listing and metrics on the debug port). [`NaiveClient`] and
+//! [`SmartClient`] are the clients, [`QuotaLayer`] their tower layer;
+//! [`run_cluster`] shares each bucket's rate between several quota servers
+//! through Doorman leases; [`Admin`] edits namespaces and buckets at run
+//! time, kept in the config file or in etcd ([`EtcdDocument`]).
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tollgate_quota::config::Config;
-//! use tollgate_quota::{Limits, Quota, Request, Status};
+//! use tollgate_quota::{AllowRequest, Quota, QuotaConfig, QuotaLimits, Status};
 //!
-//! let config = Config::from_yaml("global_default_bucket: {size: 10, fill_rate: 5}\n")?;
-//! let quota = Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new()));
-//! let decision = quota.allow(&Request::new("any_namespace", "any_bucket", 3));
+//! let config = QuotaConfig::from_yaml("global_default_bucket: {size: 10, fill_rate: 5}\n")?;
+//! let quota = Quota::new(config, QuotaLimits::default(), Arc::new(tollgate::SystemClock::new()));
+//! let decision = quota.allow(&AllowRequest::new("any_namespace", "any_bucket", 3));
 //! assert_eq!((decision.status, decision.tokens_granted), (Status::Ok, 3));
-//! # Ok::<(), tollgate_quota::config::ConfigError>(())
+//! # Ok::<(), tollgate_quota::QuotaConfigError>(())
 //! ```
 
-pub mod admin;
-pub mod client;
-pub mod cluster;
-pub mod config;
-pub mod etcd;
-pub mod grpc;
-pub mod http;
-pub mod metrics;
-pub mod names;
+mod admin;
+mod client;
+mod cluster;
+mod config;
+mod etcd;
+mod grpc;
+mod http;
+mod metrics;
+mod names;
 #[doc(hidden)]
 pub mod pb;
-pub mod reaper;
+mod reaper;
 mod registry;
-pub mod reload;
+mod reload;
 mod service;
 
-pub use registry::{resolve, Kind, Limits, Registry, Slot, TooManyBuckets};
-pub use service::{Decision, Quota, Request, Status};
+pub use admin::{router as admin_router, Admin, AdminError};
+pub use client::{
+    Admit, AdmitFuture, AdmitSource, Admitted, Denied, NaiveClient, NaiveOptions, QuotaLayer,
+    QuotaLayerError, Quotaed, SmartClient, SmartOptions,
+};
+pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
+pub use config::{
+    BucketConfig, Document, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket,
+    RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
+};
+pub use etcd::EtcdDocument;
+pub use grpc::{AllowService, QuotaServer, ALLOW_PATH};
+pub use http::{router as http_router, serve as serve_http};
+pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
+pub use names::{check_name, NameError, MAX_NAME_LEN};
+pub use reaper::spawn as spawn_reaper;
+pub use registry::{resolve, BucketKind, QuotaLimits, Registry, Slot, TooManyBuckets};
+pub use reload::{reload as reload_config, spawn as spawn_config_reload};
+pub use service::{AllowRequest, Decision, Quota, Status};

@@ -14,7 +14,7 @@ pub const UNKNOWN_NAMESPACE: &str = "___UNKNOWN___";
 
 /// The service's counters, in their own registry. Clones share the counters.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub struct QuotaMetrics {
     registry: Registry,
     pub(crate) served: CounterVec,
     pub(crate) tokens_served: CounterVec,
@@ -27,15 +27,15 @@ pub struct Metrics {
     pub(crate) buckets: IntGauge,
 }
 
-impl Default for Metrics {
-    fn default() -> Metrics {
-        Metrics::new()
+impl Default for QuotaMetrics {
+    fn default() -> QuotaMetrics {
+        QuotaMetrics::new()
     }
 }
 
-impl Metrics {
+impl QuotaMetrics {
     /// Registers the counters in a fresh registry.
-    pub fn new() -> Metrics {
+    pub fn new() -> QuotaMetrics {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
             let c = CounterVec::new(Opts::new(name, help), labels).expect("valid metric");
@@ -92,7 +92,7 @@ impl Metrics {
         registry
             .register(Box::new(buckets.clone()))
             .expect("unique metric");
-        Metrics {
+        QuotaMetrics {
             registry,
             served,
             tokens_served,

@@ -43,7 +43,7 @@ impl std::error::Error for NameError {}
 /// # Examples
 ///
 /// ```
-/// use tollgate_quota::names::{check_name, NameError, MAX_NAME_LEN};
+/// use tollgate_quota::{check_name, NameError, MAX_NAME_LEN};
 ///
 /// assert_eq!(check_name("TheBrain_userLogins"), Ok(()));
 /// assert_eq!(check_name("test.namespace"), Ok(()));

@@ -2,7 +2,7 @@
 //! `proto/quotaservice/quotaservice.proto`.
 //!
 //! Quarantined: the generated code lives only here, with its lint
-//! allowances; the service talks in [`Request`] and [`Decision`] through
+//! allowances; the service talks in [`AllowRequest`](super::AllowRequest) and [`Decision`] through
 //! the conversions below. Public only so the binary and the tests can speak
 //! the wire protocol; hidden from the docs and not part of the stable API.
 
@@ -16,7 +16,7 @@
 
 tonic::include_proto!("quotaservice");
 
-use super::service::{Decision, Request, Status};
+use super::service::{self, Decision, Status};
 
 impl From<Status> for allow_response::Status {
     fn from(status: Status) -> Self {
@@ -50,9 +50,9 @@ impl From<allow_response::Status> for Status {
     }
 }
 
-impl<'a> From<&'a AllowRequest> for Request<'a> {
+impl<'a> From<&'a AllowRequest> for service::AllowRequest<'a> {
     fn from(req: &'a AllowRequest) -> Self {
-        Request {
+        service::AllowRequest {
             namespace: &req.namespace,
             bucket: &req.bucket_name,
             tokens: req.tokens_requested,

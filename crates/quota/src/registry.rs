@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use super::config::{BucketConfig, Config, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
-use super::metrics::Metrics;
+use super::config::{BucketConfig, QuotaConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
+use super::metrics::QuotaMetrics;
 use tollgate::Clock;
 use tollgate::TokenBucket;
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
@@ -43,7 +43,7 @@ pub(crate) const SHARDS: usize = 64;
 
 /// Which configuration a live bucket follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub enum BucketKind {
     /// A bucket named in the namespace's `buckets`.
     Named,
     /// The namespace's default bucket.
@@ -54,14 +54,14 @@ pub enum Kind {
     GlobalDefault,
 }
 
-impl Kind {
+impl BucketKind {
     /// The lower-case name used in listings.
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Named => "named",
-            Kind::NamespaceDefault => "namespace_default",
-            Kind::Dynamic => "dynamic",
-            Kind::GlobalDefault => "global_default",
+            BucketKind::Named => "named",
+            BucketKind::NamespaceDefault => "namespace_default",
+            BucketKind::Dynamic => "dynamic",
+            BucketKind::GlobalDefault => "global_default",
         }
     }
 }
@@ -78,25 +78,29 @@ impl Kind {
 /// Returns the kind, the namespace and bucket name it is kept under, and
 /// its configuration.
 pub fn resolve<'a>(
-    config: &'a Config,
+    config: &'a QuotaConfig,
     namespace: &'a str,
     name: &'a str,
-) -> Option<(Kind, &'a str, &'a str, &'a BucketConfig)> {
+) -> Option<(BucketKind, &'a str, &'a str, &'a BucketConfig)> {
     if let Some(ns) = config.namespaces.get(namespace) {
         if let Some(b) = ns.buckets.get(name) {
-            return Some((Kind::Named, namespace, name, b));
+            return Some((BucketKind::Named, namespace, name, b));
         }
         if let Some(b) = &ns.dynamic_bucket_template {
-            return Some((Kind::Dynamic, namespace, name, b));
+            return Some((BucketKind::Dynamic, namespace, name, b));
         }
-        return ns
-            .default_bucket
-            .as_ref()
-            .map(|b| (Kind::NamespaceDefault, namespace, DEFAULT_BUCKET_NAME, b));
+        return ns.default_bucket.as_ref().map(|b| {
+            (
+                BucketKind::NamespaceDefault,
+                namespace,
+                DEFAULT_BUCKET_NAME,
+                b,
+            )
+        });
     }
     config.global_default_bucket.as_ref().map(|b| {
         (
-            Kind::GlobalDefault,
+            BucketKind::GlobalDefault,
             GLOBAL_NAMESPACE,
             DEFAULT_BUCKET_NAME,
             b,
@@ -108,7 +112,7 @@ pub fn resolve<'a>(
 #[derive(Debug)]
 pub struct Slot {
     bucket: TokenBucket,
-    kind: Kind,
+    kind: BucketKind,
     /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
     /// reloads (Relaxed: a plain value read by the reaper, which tolerates a
     /// stale one for one sweep).
@@ -130,7 +134,7 @@ pub(crate) struct SlotCounters {
 }
 
 impl SlotCounters {
-    fn new(metrics: &Metrics, namespace: &str) -> SlotCounters {
+    fn new(metrics: &QuotaMetrics, namespace: &str) -> SlotCounters {
         SlotCounters {
             served_now: metrics.served.with_label_values(&[namespace, "false"]),
             served_after_wait: metrics.served.with_label_values(&[namespace, "true"]),
@@ -152,7 +156,7 @@ impl Slot {
     }
 
     /// Which configuration it follows.
-    pub fn kind(&self) -> Kind {
+    pub fn kind(&self) -> BucketKind {
         self.kind
     }
 
@@ -176,21 +180,21 @@ impl Slot {
 pub struct TooManyBuckets {
     /// The cap.
     pub cap: u64,
-    /// Whether it is the server-wide cap ([`Limits::max_dynamic_buckets`]).
+    /// Whether it is the server-wide cap ([`QuotaLimits::max_dynamic_buckets`]).
     pub server_wide: bool,
 }
 
 /// Server-wide limits that the configuration cannot raise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct QuotaLimits {
     /// The most dynamic buckets alive at once, all namespaces together
-    /// (default [`Limits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
+    /// (default [`QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
     /// `max_dynamic_buckets` caps it further; 0 there means no cap of its
     /// own, the reference's "unlimited", so this one bounds memory.
     pub max_dynamic_buckets: u64,
 }
 
-impl Limits {
+impl QuotaLimits {
     /// The default server-wide cap on live dynamic buckets: a million,
     /// about 0.5 GB with names of a few dozen bytes.
     pub const DEFAULT_MAX_DYNAMIC_BUCKETS: u64 = 1_000_000;
@@ -203,22 +207,22 @@ impl Limits {
     /// # Examples
     ///
     /// ```
-    /// use tollgate_quota::config::Config;
-    /// use tollgate_quota::Limits;
+    /// use tollgate_quota::QuotaConfig;
+    /// use tollgate_quota::QuotaLimits;
     ///
-    /// let limits = Limits { max_dynamic_buckets: 1000 };
-    /// let capped = Config::from_yaml(
+    /// let limits = QuotaLimits { max_dynamic_buckets: 1000 };
+    /// let capped = QuotaConfig::from_yaml(
     ///     "namespaces:\n  ips:\n    max_dynamic_buckets: 10\n    dynamic_bucket_template: {}\n",
     /// )?;
     /// assert_eq!(limits.binds(&capped), None);
-    /// let open = Config::from_yaml("namespaces:\n  ips:\n    dynamic_bucket_template: {}\n")?;
+    /// let open = QuotaConfig::from_yaml("namespaces:\n  ips:\n    dynamic_bucket_template: {}\n")?;
     /// assert_eq!(
     ///     limits.binds(&open).as_deref(),
     ///     Some("namespace \"ips\" has no max_dynamic_buckets of its own")
     /// );
-    /// # Ok::<(), tollgate_quota::config::ConfigError>(())
+    /// # Ok::<(), tollgate_quota::QuotaConfigError>(())
     /// ```
-    pub fn binds(&self, config: &Config) -> Option<String> {
+    pub fn binds(&self, config: &QuotaConfig) -> Option<String> {
         let dynamic = || {
             config
                 .namespaces
@@ -250,10 +254,10 @@ impl Limits {
     }
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_dynamic_buckets: Limits::DEFAULT_MAX_DYNAMIC_BUCKETS,
+impl Default for QuotaLimits {
+    fn default() -> QuotaLimits {
+        QuotaLimits {
+            max_dynamic_buckets: QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS,
         }
     }
 }
@@ -357,14 +361,14 @@ fn effective(config: &BucketConfig, share: Option<f64>) -> tollgate::BucketSetti
 /// The live buckets and the configuration they follow.
 #[derive(Debug)]
 pub struct Registry {
-    config: RwLock<Arc<Config>>,
+    config: RwLock<Arc<QuotaConfig>>,
     shards: Box<[RwLock<Shard>]>,
     /// Live dynamic buckets.
     dynamic: Mutex<DynamicCounts>,
     hasher: std::collections::hash_map::RandomState,
     clock: Arc<dyn Clock>,
-    limits: Limits,
-    metrics: Metrics,
+    limits: QuotaLimits,
+    metrics: QuotaMetrics,
     /// Fill rates that replace the configured ones, by key (cluster mode).
     shares: RwLock<HashMap<String, f64>>,
     /// Cluster mode leases dynamic buckets: a new one starts at a share of
@@ -383,10 +387,10 @@ fn key(namespace: &str, name: &str) -> String {
 impl Registry {
     /// An empty registry following `config`.
     pub fn new(
-        config: Config,
-        limits: Limits,
+        config: QuotaConfig,
+        limits: QuotaLimits,
         clock: Arc<dyn Clock>,
-        metrics: Metrics,
+        metrics: QuotaMetrics,
     ) -> Registry {
         Registry {
             config: RwLock::new(Arc::new(config)),
@@ -417,7 +421,7 @@ impl Registry {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             for (k, slot) in shard.read_unpoisoned().iter() {
-                if slot.kind == Kind::Dynamic {
+                if slot.kind == BucketKind::Dynamic {
                     let (ns, name) = k.pair();
                     out.push((ns.to_owned(), name.to_owned()));
                 }
@@ -428,7 +432,7 @@ impl Registry {
 
     /// The configuration, read-locked: hold the guard while using a bucket
     /// found under it.
-    pub fn config(&self) -> RwLockReadGuard<'_, Arc<Config>> {
+    pub fn config(&self) -> RwLockReadGuard<'_, Arc<QuotaConfig>> {
         self.config.read_unpoisoned()
     }
 
@@ -456,8 +460,8 @@ impl Registry {
     /// namespace's cap or the server-wide one.
     pub fn get_or_create(
         &self,
-        config: &Config,
-        kind: Kind,
+        config: &QuotaConfig,
+        kind: BucketKind,
         namespace: &str,
         name: &str,
         bucket: &BucketConfig,
@@ -472,7 +476,7 @@ impl Registry {
             return Ok(Arc::clone(slot));
         }
         let k = Key::new(namespace, name);
-        if kind == Kind::Dynamic {
+        if kind == BucketKind::Dynamic {
             let own = config
                 .namespaces
                 .get(namespace)
@@ -501,7 +505,8 @@ impl Registry {
             .get(k.as_str())
             .copied()
             .or_else(|| {
-                (kind == Kind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed)).then_some(0.0)
+                (kind == BucketKind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed))
+                    .then_some(0.0)
             });
         let slot = Arc::new(Slot {
             bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
@@ -520,7 +525,7 @@ impl Registry {
     /// Counts a removed bucket.
     fn removed(&self, key: &Key, slot: &Slot) {
         let (namespace, _) = key.pair();
-        if slot.kind == Kind::Dynamic {
+        if slot.kind == BucketKind::Dynamic {
             let mut counts = self.dynamic.lock_unpoisoned();
             counts.total = counts.total.saturating_sub(1);
             if let Some(count) = counts.per_namespace.get_mut(namespace) {
@@ -538,7 +543,7 @@ impl Registry {
     /// kind keep their state (tokens and debt) under the new settings; the
     /// others are removed and made afresh on next use. Returns how many
     /// were removed.
-    pub fn reload(&self, new: Config) -> usize {
+    pub fn reload(&self, new: QuotaConfig) -> usize {
         let mut config = self.config.write_unpoisoned();
         let shares = self.shares.read_unpoisoned().clone();
         let mut removed = 0;
@@ -547,16 +552,16 @@ impl Registry {
             map.retain(|k, slot| {
                 let (namespace, name) = k.pair();
                 let keep = match slot.kind {
-                    Kind::GlobalDefault => new.global_default_bucket.as_ref(),
-                    Kind::NamespaceDefault => new
+                    BucketKind::GlobalDefault => new.global_default_bucket.as_ref(),
+                    BucketKind::NamespaceDefault => new
                         .namespaces
                         .get(namespace)
                         .and_then(|ns| ns.default_bucket.as_ref()),
-                    Kind::Named => new
+                    BucketKind::Named => new
                         .namespaces
                         .get(namespace)
                         .and_then(|ns| ns.buckets.get(name)),
-                    Kind::Dynamic => new
+                    BucketKind::Dynamic => new
                         .namespaces
                         .get(namespace)
                         .filter(|ns| !ns.buckets.contains_key(name))
@@ -668,7 +673,7 @@ impl Registry {
 
     /// The live buckets as (namespace, bucket, kind, tokens on hand), sorted,
     /// at most `limit` of them.
-    pub fn list(&self, limit: usize) -> Vec<(String, String, Kind, i64)> {
+    pub fn list(&self, limit: usize) -> Vec<(String, String, BucketKind, i64)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             for (k, slot) in shard.read_unpoisoned().iter() {
@@ -692,15 +697,15 @@ mod tests {
     use super::*;
 
     fn registry() -> Registry {
-        let config = Config::from_yaml(
+        let config = QuotaConfig::from_yaml(
             "namespaces:\n  ns:\n    dynamic_bucket_template: {size: 5, fill_rate: 1}\n",
         )
         .unwrap();
         Registry::new(
             config,
-            Limits::default(),
+            QuotaLimits::default(),
             Arc::new(tollgate::ManualClock::new()),
-            Metrics::new(),
+            QuotaMetrics::new(),
         )
     }
 
@@ -734,10 +739,10 @@ mod tests {
             .as_ref()
             .unwrap();
         let made = registry
-            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .get_or_create(&config, BucketKind::Dynamic, "ns", "x", template)
             .unwrap();
         let again = registry
-            .get_or_create(&config, Kind::Dynamic, "ns", "x", template)
+            .get_or_create(&config, BucketKind::Dynamic, "ns", "x", template)
             .unwrap();
         assert!(Arc::ptr_eq(&made, &again));
         assert_eq!(registry.len(), 1);

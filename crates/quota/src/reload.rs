@@ -11,23 +11,23 @@ use tracing::info;
 
 use tollgate_service::{reload_file, watch_file, Reload};
 
-use super::config::{Config, ConfigError};
+use super::config::{QuotaConfig, QuotaConfigError};
 use super::service::Quota;
 
 impl Reload for Quota {
-    type Config = Config;
-    type Error = ConfigError;
+    type Config = QuotaConfig;
+    type Error = QuotaConfigError;
     const WHAT: &'static str = "quota configuration";
 
-    fn read_file(path: &Path) -> Result<Config, ConfigError> {
-        Config::from_file(path)
+    fn read_file(path: &Path) -> Result<QuotaConfig, QuotaConfigError> {
+        QuotaConfig::from_file(path)
     }
 
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::from_yaml(text)
+    fn parse(text: &str) -> Result<QuotaConfig, QuotaConfigError> {
+        QuotaConfig::from_yaml(text)
     }
 
-    fn apply(&self, config: Config) {
+    fn apply(&self, config: QuotaConfig) {
         let removed = self.reload(config);
         if removed > 0 {
             info!(removed, "removed the buckets no longer configured");

@@ -28,10 +28,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::Config;
-use super::metrics::{Metrics, UNKNOWN_NAMESPACE};
+use super::config::QuotaConfig;
+use super::metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 use super::names::check_name;
-use super::registry::{resolve, Limits, Registry};
+use super::registry::{resolve, QuotaLimits, Registry};
 use tollgate::Clock;
 use tollgate::Refusal;
 
@@ -71,7 +71,7 @@ impl Status {
 
 /// One Allow request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request<'a> {
+pub struct AllowRequest<'a> {
     /// The namespace.
     pub namespace: &'a str,
     /// The bucket's name in the namespace.
@@ -84,11 +84,11 @@ pub struct Request<'a> {
     pub max_wait_millis: Option<i64>,
 }
 
-impl<'a> Request<'a> {
+impl<'a> AllowRequest<'a> {
     /// A request for `tokens` tokens from `namespace:bucket`, with the
     /// bucket's max wait.
-    pub fn new(namespace: &'a str, bucket: &'a str, tokens: i64) -> Request<'a> {
-        Request {
+    pub fn new(namespace: &'a str, bucket: &'a str, tokens: i64) -> AllowRequest<'a> {
+        AllowRequest {
             namespace,
             bucket,
             tokens,
@@ -98,8 +98,8 @@ impl<'a> Request<'a> {
 
     /// The same request with a max wait override, in milliseconds.
     #[must_use]
-    pub fn max_wait_millis(self, millis: i64) -> Request<'a> {
-        Request {
+    pub fn max_wait_millis(self, millis: i64) -> AllowRequest<'a> {
+        AllowRequest {
             max_wait_millis: Some(millis),
             ..self
         }
@@ -141,38 +141,38 @@ impl Decision {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate_quota::config::Config;
-/// use tollgate_quota::{Limits, Quota, Request, Status};
+/// use tollgate_quota::QuotaConfig;
+/// use tollgate_quota::{QuotaLimits, Quota, AllowRequest, Status};
 /// use tollgate::ManualClock;
 ///
-/// let config = Config::from_yaml(
+/// let config = QuotaConfig::from_yaml(
 ///     "namespaces:\n  Pinky_TheBrain:\n    buckets:\n      UserService: {size: 1, fill_rate: 10}\n",
 /// )?;
 /// let clock = ManualClock::new();
-/// let quota = Quota::new(config, Limits::default(), Arc::new(clock.clone()));
+/// let quota = Quota::new(config, QuotaLimits::default(), Arc::new(clock.clone()));
 ///
-/// let first = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// let first = quota.allow(&AllowRequest::new("Pinky_TheBrain", "UserService", 1));
 /// assert_eq!((first.status, first.wait_millis()), (Status::Ok, 0));
 /// // Nothing on hand: granted, and the token it borrows is the next
 /// // caller's wait.
-/// let second = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// let second = quota.allow(&AllowRequest::new("Pinky_TheBrain", "UserService", 1));
 /// assert_eq!((second.status, second.wait_millis()), (Status::Ok, 0));
-/// let third = quota.allow(&Request::new("Pinky_TheBrain", "UserService", 1));
+/// let third = quota.allow(&AllowRequest::new("Pinky_TheBrain", "UserService", 1));
 /// assert_eq!((third.status, third.wait_millis()), (Status::Ok, 100));
-/// let other = quota.allow(&Request::new("Pinky_TheBrain", "Other", 1));
+/// let other = quota.allow(&AllowRequest::new("Pinky_TheBrain", "Other", 1));
 /// assert_eq!(other.status, Status::RejectedNoBucket);
-/// # Ok::<(), tollgate_quota::config::ConfigError>(())
+/// # Ok::<(), tollgate_quota::QuotaConfigError>(())
 /// ```
 #[derive(Debug)]
 pub struct Quota {
     registry: Registry,
-    metrics: Metrics,
+    metrics: QuotaMetrics,
 }
 
 impl Quota {
     /// A service for `config` on `clock`.
-    pub fn new(config: Config, limits: Limits, clock: Arc<dyn Clock>) -> Quota {
-        let metrics = Metrics::new();
+    pub fn new(config: QuotaConfig, limits: QuotaLimits, clock: Arc<dyn Clock>) -> Quota {
+        let metrics = QuotaMetrics::new();
         Quota {
             registry: Registry::new(config, limits, clock, metrics.clone()),
             metrics,
@@ -180,7 +180,7 @@ impl Quota {
     }
 
     /// Answers one Allow request. Never panics on any input.
-    pub fn allow(&self, req: &Request<'_>) -> Decision {
+    pub fn allow(&self, req: &AllowRequest<'_>) -> Decision {
         if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
             self.metrics.invalid.inc();
             return Decision::rejected(Status::RejectedInvalidRequest);
@@ -250,7 +250,7 @@ impl Quota {
 
     /// Replaces the configuration, keeping the state of every bucket that
     /// still exists in it; returns how many buckets were dropped.
-    pub fn reload(&self, config: Config) -> usize {
+    pub fn reload(&self, config: QuotaConfig) -> usize {
         self.registry.reload(config)
     }
 
@@ -265,7 +265,7 @@ impl Quota {
     }
 
     /// The service's counters.
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &QuotaMetrics {
         &self.metrics
     }
 }

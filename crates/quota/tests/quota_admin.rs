@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use tollgate::ManualClock;
-use tollgate_quota::admin::Admin;
-use tollgate_quota::config::Config;
-use tollgate_quota::{Limits, Quota, Request, Status};
+use tollgate_quota::{Admin, AllowRequest, Quota, QuotaConfig, QuotaLimits, Status};
 
 #[path = "common/admin_api.rs"]
 mod admin_api;
@@ -27,8 +25,8 @@ async fn start() -> (tempfile::TempDir, std::path::PathBuf, Arc<Quota>, String) 
     let path = dir.path().join("quota.yaml");
     std::fs::write(&path, CONFIG).unwrap();
     let quota = Arc::new(Quota::new(
-        Config::from_file(&path).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_file(&path).unwrap(),
+        QuotaLimits::default(),
         Arc::new(ManualClock::new()),
     ));
     let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
@@ -42,7 +40,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
 
     let allow = |b: &str, n| {
         quota
-            .allow(&Request::new("svc", b, n).max_wait_millis(0))
+            .allow(&AllowRequest::new("svc", b, n).max_wait_millis(0))
             .status
     };
     assert_eq!(allow("db", 2), Status::Ok); // db is now empty
@@ -62,7 +60,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     // Still empty: one token borrowed, then refused.
     assert_eq!(allow("db", 1), Status::Ok);
     assert_eq!(allow("db", 1), Status::RejectedTimeout);
-    let on_disk = Config::from_file(&path).unwrap();
+    let on_disk = QuotaConfig::from_file(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
     assert_eq!(on_disk.namespaces["svc"].buckets["db"].size, 2);
 
@@ -73,7 +71,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
         body.contains("namespace \\\"svc\\\": bucket \\\"cache\\\": size"),
         "{body}"
     );
-    assert_eq!(Config::from_file(&path).unwrap(), on_disk);
+    assert_eq!(QuotaConfig::from_file(&path).unwrap(), on_disk);
     let (code, _) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"sise": 1}"#).await;
     assert_eq!(code, 400);
     let (code, _) = on_bucket(&addr, "PUT", &"s".repeat(257), "x", "{}").await;
@@ -89,7 +87,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     .await;
     assert_eq!(code, 200);
     assert_eq!(
-        quota.allow(&Request::new("logins", "u1", 1)).status,
+        quota.allow(&AllowRequest::new("logins", "u1", 1)).status,
         Status::Ok
     );
     let (code, body) = http(&addr, "GET", "/api/admin/config", "").await;
@@ -105,11 +103,11 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     let (code, _) = http(&addr, "DELETE", "/api/admin/namespaces/logins", "").await;
     assert_eq!(code, 200);
     assert_eq!(
-        quota.allow(&Request::new("logins", "u1", 1)).status,
+        quota.allow(&AllowRequest::new("logins", "u1", 1)).status,
         Status::RejectedNoBucket
     );
     // What a restart would load.
-    let restarted = Config::from_file(&path).unwrap();
+    let restarted = QuotaConfig::from_file(&path).unwrap();
     assert!(!restarted.namespaces.contains_key("logins"));
     assert_eq!(restarted.namespaces["svc"].buckets.len(), 1);
     drop(dir);
@@ -136,7 +134,7 @@ async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     );
     let allow = |b: &str| {
         quota
-            .allow(&Request::new("svc", b, 1).max_wait_millis(0))
+            .allow(&AllowRequest::new("svc", b, 1).max_wait_millis(0))
             .status
     };
     assert_eq!(allow("cache"), Status::RejectedNoBucket);
@@ -144,7 +142,7 @@ async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", cache).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(allow("cache"), Status::Ok);
-    let on_disk = Config::from_file(&path).unwrap();
+    let on_disk = QuotaConfig::from_file(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
     drop(dir);
 }

@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{BucketSettings, ManualClock, RateSpec};
-use tollgate_quota::client::{
-    Admit as _, NaiveClient, NaiveOptions, QuotaLayer, QuotaLayerError, SmartClient, SmartOptions,
-    Source,
-};
-use tollgate_quota::config::Config;
 use tollgate_quota::pb::quota_service_server::{QuotaService, QuotaServiceServer};
 use tollgate_quota::pb::{AllowRequest, AllowResponse};
-use tollgate_quota::{grpc, Limits, Quota, Status};
+use tollgate_quota::{
+    Admit as _, AdmitSource, NaiveClient, NaiveOptions, QuotaLayer, QuotaLayerError, SmartClient,
+    SmartOptions,
+};
+use tollgate_quota::{Quota, QuotaConfig, QuotaLimits, QuotaServer, Status};
 use tower::{Layer as _, ServiceExt as _};
 
 const CONFIG: &str = "\
@@ -29,17 +28,13 @@ namespaces:
 /// A server on a frozen clock: buckets never refill.
 async fn server() -> (Arc<Quota>, String) {
     let quota = Arc::new(Quota::new(
-        Config::from_yaml(CONFIG).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_yaml(CONFIG).unwrap(),
+        QuotaLimits::default(),
         Arc::new(ManualClock::new()),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(grpc::serve(
-        Arc::clone(&quota),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(QuotaServer::builder(Arc::clone(&quota)).serve(listener, std::future::pending()));
     (quota, addr)
 }
 
@@ -75,7 +70,7 @@ async fn naive_asks_the_service_and_obeys_its_refusal() {
         let admitted = client.admit(1).await.unwrap();
         assert_eq!(
             (admitted.source, admitted.waited),
-            (Source::Service, Duration::ZERO)
+            (AdmitSource::Service, Duration::ZERO)
         );
     }
     // The service says 1 s is owed, beyond its 10 ms timeout: refused by
@@ -95,7 +90,7 @@ async fn naive_falls_back_without_a_bucket() {
     let (options, _) = fallback(3);
     let client = NaiveClient::new(&addr, "svc", "unknown", options).unwrap();
     for _ in 0..3 {
-        assert_eq!(client.admit(1).await.unwrap().source, Source::Fallback);
+        assert_eq!(client.admit(1).await.unwrap().source, AdmitSource::Fallback);
     }
     let denied = client.admit(1).await.unwrap_err();
     assert_eq!(denied.status(), None);
@@ -109,7 +104,7 @@ async fn naive_falls_back_when_the_service_is_down_and_stops_asking() {
     let options = options.circuit(2, Duration::from_secs(1));
     let client = NaiveClient::new(&addr, "svc", "two", options).unwrap();
     for _ in 0..4 {
-        assert_eq!(client.admit(1).await.unwrap().source, Source::Fallback);
+        assert_eq!(client.admit(1).await.unwrap().source, AdmitSource::Fallback);
     }
     // Two failures opened the circuit: calls 3 and 4 did not ask.
     assert_eq!(client.timeouts(), 2);
@@ -147,7 +142,7 @@ async fn naive_falls_back_when_the_service_misses_the_deadline() {
     let (options, _) = fallback(2);
     let options = options.deadline(Duration::from_millis(30));
     let client = NaiveClient::new(&addr, "svc", "two", options).unwrap();
-    assert_eq!(client.admit(1).await.unwrap().source, Source::Fallback);
+    assert_eq!(client.admit(1).await.unwrap().source, AdmitSource::Fallback);
     assert_eq!((client.timeouts(), client.fallbacks()), (1, 1));
 }
 
@@ -161,14 +156,14 @@ async fn smart_fetches_in_batches_and_never_more_than_the_service_grants() {
     let mut admitted = 0;
     for _ in 0..100 {
         let a = client.admit(1).await.unwrap();
-        assert_eq!(a.source, Source::Local);
+        assert_eq!(a.source, AdmitSource::Local);
         admitted += 1;
     }
     // The server's 100 tokens are spent (its clock is frozen) and a batch
     // of ten borrowed, 10 s of debt: the next batch would wait that long,
     // beyond the refresh interval the client allows. Refused.
     for _ in 0..10 {
-        assert_eq!(client.admit(1).await.unwrap().source, Source::Local);
+        assert_eq!(client.admit(1).await.unwrap().source, AdmitSource::Local);
         admitted += 1;
     }
     let options_wait = client.admit(1).await.unwrap_err();
@@ -200,7 +195,7 @@ async fn smart_uses_the_fallback_rate_while_the_service_is_down() {
         .max_wait(Duration::from_secs(5));
     let client = SmartClient::new(&addr, "svc", "hundred", options).unwrap();
     for _ in 0..5 {
-        assert_eq!(client.admit(1).await.unwrap().source, Source::Local);
+        assert_eq!(client.admit(1).await.unwrap().source, AdmitSource::Local);
     }
     assert_eq!(client.fetched(), 0);
     assert!(client.fallback_tokens() >= 5);

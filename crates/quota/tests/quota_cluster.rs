@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_doorman::Client;
-use tollgate_quota::cluster::{self, ClusterOptions};
-use tollgate_quota::config::Config;
-use tollgate_quota::{Limits, Quota, Request, Status};
+use tollgate_quota::{
+    run_cluster, AllowRequest, ClusterOptions, Quota, QuotaConfig, QuotaLimits, Status,
+};
 
 #[path = "../../doorman/tests/common/lease_server.rs"]
 mod lease_server;
@@ -93,18 +93,18 @@ async fn cluster(
     let mut quotas = Vec::new();
     for _ in 0..servers {
         let quota = Arc::new(Quota::new(
-            Config::from_yaml(quota).unwrap(),
-            Limits::default(),
+            QuotaConfig::from_yaml(quota).unwrap(),
+            QuotaLimits::default(),
             Arc::new(tollgate::SystemClock::new()),
         ));
         if let Some(bucket) = prime {
-            quota.allow(&Request::new("svc", bucket, 1).max_wait_millis(0));
+            quota.allow(&AllowRequest::new("svc", bucket, 1).max_wait_millis(0));
         }
         let client = Client::builder()
             .server(lease_addr.clone())
             .build()
             .unwrap();
-        tokio::spawn(cluster::run(
+        tokio::spawn(run_cluster(
             Arc::clone(&quota),
             client,
             ClusterOptions::default().interval(Duration::from_millis(200)),
@@ -132,7 +132,7 @@ fn load(
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
             for _ in 0..per_tick {
-                let d = quota.allow(&Request::new(namespace, bucket, 1).max_wait_millis(0));
+                let d = quota.allow(&AllowRequest::new(namespace, bucket, 1).max_wait_millis(0));
                 if d.status == Status::Ok {
                     granted();
                 }
@@ -216,7 +216,7 @@ async fn dynamic_buckets_share_their_template_rate_by_demand() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     // A dynamic bucket made in cluster mode starts at a share of zero, not
     // at the template's full rate.
-    quotas[0].allow(&Request::new("users", "alice", 1).max_wait_millis(0));
+    quotas[0].allow(&AllowRequest::new("users", "alice", 1).max_wait_millis(0));
     let first = share(&quotas[0], "users", "alice").unwrap();
     assert!(first < 1.0, "a new dynamic bucket started at {first}/s");
 

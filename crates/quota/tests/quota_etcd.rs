@@ -10,10 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tollgate::ManualClock;
-use tollgate_quota::admin::{Admin, AdminError};
-use tollgate_quota::config::Config;
-use tollgate_quota::etcd::EtcdDocument;
-use tollgate_quota::{Limits, Quota, Request, Status};
+use tollgate_quota::{
+    Admin, AdminError, AllowRequest, EtcdDocument, Quota, QuotaConfig, QuotaLimits, Status,
+};
 
 #[path = "common/etcd.rs"]
 mod etcd;
@@ -44,15 +43,15 @@ const CONFIG: &str = "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fil
 fn quota(path: &PathBuf) -> Arc<Quota> {
     std::fs::write(path, CONFIG).unwrap();
     Arc::new(Quota::new(
-        Config::from_file(path).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_file(path).unwrap(),
+        QuotaLimits::default(),
         Arc::new(ManualClock::new()),
     ))
 }
 
 fn allow(quota: &Quota, bucket: &str, n: i64) -> Status {
     quota
-        .allow(&Request::new("svc", bucket, n).max_wait_millis(0))
+        .allow(&AllowRequest::new("svc", bucket, n).max_wait_millis(0))
         .status
 }
 
@@ -71,8 +70,8 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         .unwrap();
     let stored = store.load().await.unwrap().unwrap();
     assert_eq!(
-        Config::from_yaml(&stored).unwrap(),
-        Config::from_yaml(CONFIG).unwrap()
+        QuotaConfig::from_yaml(&stored).unwrap(),
+        QuotaConfig::from_yaml(CONFIG).unwrap()
     );
     let addr = serve(Arc::new(admin)).await;
     let (code, _) = on_bucket(
@@ -85,7 +84,7 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     .await;
     assert_eq!(code, 200);
     assert_eq!(allow(&q1, "cache", 5), Status::Ok);
-    let stored = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    let stored = QuotaConfig::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.namespaces["svc"].buckets["cache"].size, 5);
 
     // Adding a bucket the two failures below must both refuse.
@@ -109,7 +108,7 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         body.contains("No space left on device (os error 28); nothing changed"),
         "{body}"
     );
-    let kept = Config::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    let kept = QuotaConfig::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
     assert_eq!(kept, stored);
     assert_eq!(allow(&q1, "queue", 1), Status::RejectedNoBucket);
     assert!(std::fs::symlink_metadata(&tmp).is_err());
@@ -124,7 +123,7 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         .unwrap();
     assert_eq!(allow(&q2, "cache", 5), Status::Ok);
     assert_eq!(allow(&q2, "db", 2), Status::Ok);
-    let on_disk = Config::from_file(&second).unwrap();
+    let on_disk = QuotaConfig::from_file(&second).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
 
     // An invalid document in etcd is refused at start, naming the field.

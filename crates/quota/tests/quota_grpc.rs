@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use prost::Message as _;
 use tollgate::ManualClock;
-use tollgate_quota::config::Config;
 use tollgate_quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate_quota::pb::{allow_response, AllowRequest, AllowResponse};
-use tollgate_quota::{grpc, http, reload, Limits, Quota};
+use tollgate_quota::{reload_config, serve_http, Quota, QuotaConfig, QuotaLimits, QuotaServer};
 
 #[path = "common/http1.rs"]
 mod http1;
@@ -106,20 +105,16 @@ namespaces:
 async fn start(yaml: &str) -> (Arc<Quota>, ManualClock, String, String) {
     let clock = ManualClock::new();
     let quota = Arc::new(Quota::new(
-        Config::from_yaml(yaml).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_yaml(yaml).unwrap(),
+        QuotaLimits::default(),
         Arc::new(clock.clone()),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(grpc::serve(
-        Arc::clone(&quota),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(QuotaServer::builder(Arc::clone(&quota)).serve(listener, std::future::pending()));
     let dl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let daddr = dl.local_addr().unwrap().to_string();
-    tokio::spawn(http::serve(Arc::clone(&quota), dl, std::future::pending()));
+    tokio::spawn(serve_http(Arc::clone(&quota), dl, std::future::pending()));
     (quota, clock, addr, daddr)
 }
 
@@ -239,11 +234,11 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
     std::fs::write(&path, CONFIG).unwrap();
     let clock = ManualClock::new();
     let quota = Quota::new(
-        Config::from_file(&path).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_file(&path).unwrap(),
+        QuotaLimits::default(),
         Arc::new(clock),
     );
-    let r = tollgate_quota::Request::new("ns", "b", 3);
+    let r = tollgate_quota::AllowRequest::new("ns", "b", 3);
     assert_eq!(quota.allow(&r).wait_millis(), 0);
     std::fs::write(
         &path,
@@ -259,9 +254,9 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
         .with_writer(move || writer.clone())
         .finish();
     tracing::subscriber::with_default(logger, || {
-        assert!(!reload::reload(&quota, &path));
+        assert!(!reload_config(&quota, &path));
         std::fs::write(&path, "namespaces:\n  ns: [\n").unwrap();
-        assert!(!reload::reload(&quota, &path));
+        assert!(!reload_config(&quota, &path));
     });
     let logged = log.text();
     assert!(
@@ -273,10 +268,10 @@ fn reload_from_a_file_keeps_state_and_rejects_bad_files() {
         "{logged}"
     );
     std::fs::write(&path, CONFIG.replace("fill_rate: 10,", "fill_rate: 20,")).unwrap();
-    assert!(reload::reload(&quota, &path));
+    assert!(reload_config(&quota, &path));
     // Still empty after the reload: one token borrowed at once, and the
     // next caller owes 50 ms at the new rate.
-    let one = tollgate_quota::Request::new("ns", "b", 1);
+    let one = tollgate_quota::AllowRequest::new("ns", "b", 1);
     assert_eq!(quota.allow(&one).wait_millis(), 0);
     assert_eq!(quota.allow(&one).wait_millis(), 50);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -398,20 +393,24 @@ async fn the_lean_server_reads_split_messages_and_refuses_what_it_cannot_answer(
 }
 
 /// On its own threads too: calls are answered, and after the shutdown the
-/// open connection is closed and `serve_threads` returns.
+/// open connection is closed and `serve` returns.
 #[tokio::test]
 async fn the_lean_server_stops_on_shutdown() {
     let quota = Arc::new(Quota::new(
-        Config::from_yaml(CONFIG).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_yaml(CONFIG).unwrap(),
+        QuotaLimits::default(),
         Arc::new(ManualClock::new()),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(grpc::serve_threads(quota, listener, 2, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(
+        QuotaServer::builder(quota)
+            .threads(2)
+            .serve(listener, async {
+                let _ = stopped.await;
+            }),
+    );
     let mut clients = Vec::new();
     // Three connections over two threads: both threads serve.
     for _ in 0..3 {

@@ -20,10 +20,9 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::ManualClock;
-use tollgate_quota::config::Config;
-use tollgate_quota::grpc::{self, ServerLimits};
 use tollgate_quota::pb::{AllowRequest, AllowResponse};
-use tollgate_quota::{Limits, Quota};
+use tollgate_quota::{Quota, QuotaConfig, QuotaLimits, QuotaServer, ALLOW_PATH};
+use tollgate_service::ServerLimits;
 
 /// How long an expected event may take on a loaded machine.
 const BOUND: Duration = Duration::from_secs(20);
@@ -47,8 +46,8 @@ impl Server {
     /// threads of its own.
     async fn start(limits: ServerLimits, threads: Option<usize>) -> Server {
         let quota = Arc::new(Quota::new(
-            Config::from_yaml(CONFIG).unwrap(),
-            Limits::default(),
+            QuotaConfig::from_yaml(CONFIG).unwrap(),
+            QuotaLimits::default(),
             Arc::new(ManualClock::new()),
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -57,12 +56,11 @@ impl Server {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = match threads {
-            None => tokio::spawn(grpc::serve_with(quota, listener, limits, shutdown)),
-            Some(n) => tokio::spawn(grpc::serve_threads_with(
-                quota, listener, n, limits, shutdown,
-            )),
-        };
+        let mut server = QuotaServer::builder(quota).limits(limits);
+        if let Some(n) = threads {
+            server = server.threads(n);
+        }
+        let task = tokio::spawn(server.serve(listener, shutdown));
         Server {
             addr,
             stop: Some(stop),
@@ -127,7 +125,7 @@ async fn begin_call(
     client.send = client.send.clone().ready().await?;
     let req = tonic::codegen::http::Request::builder()
         .method("POST")
-        .uri(format!("http://localhost{}", grpc::ALLOW_PATH))
+        .uri(format!("http://localhost{}", ALLOW_PATH))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(())

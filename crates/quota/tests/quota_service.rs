@@ -8,24 +8,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::ManualClock;
-use tollgate_quota::config::Config;
-use tollgate_quota::pb::{allow_response, AllowRequest, AllowResponse};
-use tollgate_quota::{Kind, Limits, Quota, Request, Status};
+use tollgate_quota::pb::{self, allow_response, AllowResponse};
+use tollgate_quota::{AllowRequest, BucketKind, Quota, QuotaConfig, QuotaLimits, Status};
 
 const MS: Duration = Duration::from_millis(1);
 
 fn quota(yaml: &str) -> (Quota, ManualClock) {
-    quota_with(yaml, Limits::default())
+    quota_with(yaml, QuotaLimits::default())
 }
 
-fn quota_with(yaml: &str, limits: Limits) -> (Quota, ManualClock) {
+fn quota_with(yaml: &str, limits: QuotaLimits) -> (Quota, ManualClock) {
     let clock = ManualClock::new();
-    let config = Config::from_yaml(yaml).unwrap();
+    let config = QuotaConfig::from_yaml(yaml).unwrap();
     (Quota::new(config, limits, Arc::new(clock.clone())), clock)
 }
 
 fn allow(q: &Quota, ns: &str, b: &str, tokens: i64) -> (Status, i64, i64) {
-    let d = q.allow(&Request::new(ns, b, tokens));
+    let d = q.allow(&AllowRequest::new(ns, b, tokens));
     (d.status, d.tokens_granted, d.wait_millis())
 }
 
@@ -234,7 +233,7 @@ fn the_max_wait_override_is_checked_against_the_earlier_debt() {
     let (q, _) =
         quota("global_default_bucket: {size: 1, fill_rate: 10, wait_timeout_millis: 300}\n");
     let req = |ms| {
-        let d = q.allow(&Request::new("a", "b", 1).max_wait_millis(ms));
+        let d = q.allow(&AllowRequest::new("a", "b", 1).max_wait_millis(ms));
         (d.status, d.wait_millis())
     };
     assert_eq!(req(0), (Status::Ok, 0));
@@ -248,7 +247,7 @@ fn the_max_wait_override_is_checked_against_the_earlier_debt() {
 
     let (q, _) = quota("global_default_bucket: {size: 1, fill_rate: 10}\n");
     let req = |ms| {
-        q.allow(&Request::new("a", "b", 1).max_wait_millis(ms))
+        q.allow(&AllowRequest::new("a", "b", 1).max_wait_millis(ms))
             .status
     };
     assert_eq!(req(-1), Status::Ok); // on hand
@@ -263,14 +262,14 @@ fn the_override_counts_only_with_its_flag() {
     let (q, _) =
         quota("global_default_bucket: {size: 1, fill_rate: 10, wait_timeout_millis: 300}\n");
     let wire = |override_ms, flag| {
-        let req = AllowRequest {
+        let req = pb::AllowRequest {
             namespace: "a".into(),
             bucket_name: "b".into(),
             tokens_requested: 1,
             max_wait_millis_override: override_ms,
             max_wait_time_override: flag,
         };
-        let resp = AllowResponse::from(q.allow(&Request::from(&req)));
+        let resp = AllowResponse::from(q.allow(&AllowRequest::from(&req)));
         (
             allow_response::Status::try_from(resp.status).unwrap(),
             resp.wait_millis,
@@ -311,7 +310,7 @@ fn lookup_order_named_dynamic_default_and_global_for_unknown_namespaces() {
             "mine",
             "named_and_default",
             "mine",
-            Kind::Named,
+            BucketKind::Named,
             3,
         ),
         (
@@ -319,18 +318,25 @@ fn lookup_order_named_dynamic_default_and_global_for_unknown_namespaces() {
             "other",
             "named_and_default",
             "___DEFAULT_BUCKET___",
-            Kind::NamespaceDefault,
+            BucketKind::NamespaceDefault,
             2,
         ),
-        ("dynamic", "mine", "dynamic", "mine", Kind::Named, 5),
-        ("dynamic", "other", "dynamic", "other", Kind::Dynamic, 4),
-        ("bare", "mine", "bare", "mine", Kind::Named, 6),
+        ("dynamic", "mine", "dynamic", "mine", BucketKind::Named, 5),
+        (
+            "dynamic",
+            "other",
+            "dynamic",
+            "other",
+            BucketKind::Dynamic,
+            4,
+        ),
+        ("bare", "mine", "bare", "mine", BucketKind::Named, 6),
         (
             "unknown",
             "x",
             "___GLOBAL___",
             "___DEFAULT_BUCKET___",
-            Kind::GlobalDefault,
+            BucketKind::GlobalDefault,
             1,
         ),
     ];
@@ -338,7 +344,7 @@ fn lookup_order_named_dynamic_default_and_global_for_unknown_namespaces() {
         let (q, _) = quota(LOOKUP);
         // The sizes differ: the whole size is on hand only in the right
         // bucket, and a token more is then borrowed at once.
-        let d = q.allow(&Request::new(ns, name, size).max_wait_millis(0));
+        let d = q.allow(&AllowRequest::new(ns, name, size).max_wait_millis(0));
         assert_eq!(d.status, Status::Ok, "{ns}:{name}");
         let list = q.registry().list(10);
         assert_eq!(list.len(), 1, "{ns}:{name}");
@@ -401,14 +407,18 @@ fn names_are_any_non_empty_string() {
 fn max_dynamic_buckets_zero_leaves_only_the_server_cap() {
     let (q, _) = quota("namespaces:\n  ips:\n    dynamic_bucket_template: {size: 1}\n");
     let ok = (0..100_001)
-        .filter(|i| q.allow(&Request::new("ips", &format!("n{i}"), 1)).status == Status::Ok)
+        .filter(|i| {
+            q.allow(&AllowRequest::new("ips", &format!("n{i}"), 1))
+                .status
+                == Status::Ok
+        })
         .count();
     assert_eq!(ok, 100_001);
     assert_eq!(q.registry().dynamic_total(), 100_001);
 
     let (q, _) = quota_with(
         "namespaces:\n  a:\n    dynamic_bucket_template: {size: 1}\n  b:\n    max_dynamic_buckets: 1000\n    dynamic_bucket_template: {size: 1}\n",
-        Limits {
+        QuotaLimits {
             max_dynamic_buckets: 500,
         },
     );
@@ -440,7 +450,7 @@ fn wait_millis_are_truncated() {
     assert_eq!(allow(&q, "a", "b", 1), (Status::Ok, 1, 0));
     assert_eq!(allow(&q, "a", "b", 1), (Status::Ok, 1, 0));
     clock.advance(Duration::from_micros(1));
-    let d = q.allow(&Request::new("a", "b", 1));
+    let d = q.allow(&AllowRequest::new("a", "b", 1));
     assert_eq!(d.wait, Duration::from_micros(999_999));
     assert_eq!((d.status, d.wait_millis()), (Status::Ok, 999));
 }
@@ -469,7 +479,7 @@ fn polling_every_99_ms_gets_ten_per_second() {
         if poll > 0 {
             clock.advance(99 * MS);
         }
-        let d = q.allow(&Request::new("svc", "poll", 1).max_wait_millis(0));
+        let d = q.allow(&AllowRequest::new("svc", "poll", 1).max_wait_millis(0));
         if d.status == Status::Ok {
             granted += 1;
         }
@@ -516,7 +526,7 @@ fn a_request_with_too_many_tokens_uses_no_dynamic_slot() {
 /// reference panics on is a one-line error.
 #[test]
 fn a_namespace_with_default_and_template_is_a_one_line_error() {
-    let err = Config::from_yaml(
+    let err = QuotaConfig::from_yaml(
         "namespaces:\n  a:\n    default_bucket: {}\n    dynamic_bucket_template: {}\n",
     )
     .unwrap_err()
@@ -554,8 +564,10 @@ fn reload_keeps_bucket_state() {
     let (q, clock) = quota("namespaces:\n  a:\n    buckets:\n      b: {size: 10, fill_rate: 10}\n");
     assert_eq!(allow(&q, "a", "b", 10), (Status::Ok, 10, 0));
     let removed = q.reload(
-        Config::from_yaml("namespaces:\n  a:\n    buckets:\n      b: {size: 20, fill_rate: 20}\n")
-            .unwrap(),
+        QuotaConfig::from_yaml(
+            "namespaces:\n  a:\n    buckets:\n      b: {size: 20, fill_rate: 20}\n",
+        )
+        .unwrap(),
     );
     assert_eq!(removed, 0);
     // Still empty: the reload refilled nothing; the new rate applies.
@@ -564,7 +576,7 @@ fn reload_keeps_bucket_state() {
     clock.advance(Duration::from_secs(2));
     assert_eq!(allow(&q, "a", "b", 20), (Status::Ok, 20, 0));
     // Removed from the configuration: gone.
-    let removed = q.reload(Config::from_yaml("namespaces:\n  a:\n    buckets: {}\n").unwrap());
+    let removed = q.reload(QuotaConfig::from_yaml("namespaces:\n  a:\n    buckets: {}\n").unwrap());
     assert_eq!(removed, 1);
     assert_eq!(allow(&q, "a", "b", 1).0, Status::RejectedNoBucket);
     assert_eq!(q.registry().len(), 0);
@@ -656,7 +668,7 @@ fn a_million_dynamic_names_stay_within_the_cap() {
     let mut too_many = 0;
     for i in 0..1_000_000u32 {
         let name = format!("ip{i}");
-        match q.allow(&Request::new("ips", &name, 1)).status {
+        match q.allow(&AllowRequest::new("ips", &name, 1)).status {
             Status::Ok => ok += 1,
             Status::RejectedTooManyBuckets => too_many += 1,
             other => panic!("unexpected {other:?}"),
@@ -675,12 +687,16 @@ fn a_million_dynamic_names_stay_within_the_cap() {
 fn the_server_cap_bounds_namespaces_without_one() {
     let (q, _) = quota_with(
         "namespaces:\n  ips:\n    dynamic_bucket_template: {size: 1}\n",
-        Limits {
+        QuotaLimits {
             max_dynamic_buckets: 500,
         },
     );
     let ok = (0..2000)
-        .filter(|i| q.allow(&Request::new("ips", &format!("n{i}"), 1)).status == Status::Ok)
+        .filter(|i| {
+            q.allow(&AllowRequest::new("ips", &format!("n{i}"), 1))
+                .status
+                == Status::Ok
+        })
         .count();
     assert_eq!(ok, 500);
     assert_eq!(q.registry().dynamic_count("ips"), 500);

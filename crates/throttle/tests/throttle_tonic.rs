@@ -9,10 +9,9 @@ use std::time::Duration;
 use prost::Message as _;
 use tokio::net::TcpListener;
 use tollgate::{ManualClock, RateSpec};
-use tollgate_quota::config::Config;
 use tollgate_quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate_quota::pb::AllowRequest;
-use tollgate_quota::{grpc, Limits, Quota};
+use tollgate_quota::{AllowService, Quota, QuotaConfig, QuotaLimits};
 use tollgate_throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler, Trust};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request};
@@ -63,8 +62,8 @@ namespaces:
 /// A quota server behind `throttler`; its address.
 async fn serve(throttler: Throttler) -> String {
     let quota = Arc::new(Quota::new(
-        Config::from_yaml(CONFIG).unwrap(),
-        Limits::default(),
+        QuotaConfig::from_yaml(CONFIG).unwrap(),
+        QuotaLimits::default(),
         Arc::new(ManualClock::new()),
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -72,7 +71,7 @@ async fn serve(throttler: Throttler) -> String {
     tokio::spawn(
         tonic::transport::Server::builder()
             .layer(ThrottleLayer::new(throttler))
-            .add_service(grpc::Service::new(quota).into_server())
+            .add_service(AllowService::new(quota).into_server())
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
     addr

@@ -1,50 +1,39 @@
-//! The resource configuration from an etcd key, watched: Go Doorman's
-//! `-config=etcd:KEY`. Every server of an elected group reads the same key,
-//! so all of them serve the same configuration, and a new document put there
-//! reaches every one of them.
-//!
-//! [`EtcdConfigSource::load`] reads the key once (the configuration a server
-//! starts with); [`EtcdConfigSource::spawn`] then watches it from the
-//! revision read, with the service kit's etcd watch: every change is
-//! applied as a file reload is (a valid document replaces the server's
-//! configuration, an invalid one is logged and refused, and the server
-//! keeps the previous one); a deleted key keeps the current configuration
-//! and logs a warning; after an etcd failure the watch reconnects with
-//! backoff and misses no change, and the server's health answers not
-//! ready while etcd cannot be reached.
-//!
-//! # Example
-//!
-//! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use tollgate_doorman::reload::etcd::EtcdConfigSource;
-//! use tollgate_doorman::Server;
-//!
-//! let source = EtcdConfigSource::new(&["127.0.0.1:2379".to_owned()], "/tollgate/config")?;
-//! let loaded = source.load().await?;
-//! let server = Server::builder(loaded.config).build();
-//! // From now on every change to the key is applied to `server`.
-//! let watch = source.spawn(server.clone(), loaded.revision);
-//! # drop(watch);
-//! # Ok(()) }
-//! ```
+//! The resource configuration from an etcd key, watched.
 
 use tokio::task::JoinHandle;
 
 use crate::{Server, ServerConfig};
 use tollgate_service::{watch_key, ClientTls, EtcdError, EtcdKey};
 
-/// A configuration read from etcd, and the etcd revision it was read at.
-#[derive(Debug)]
-pub struct Loaded {
-    /// The configuration.
-    pub config: ServerConfig,
-    /// The store revision of the read; watch from it with
-    /// [`EtcdConfigSource::spawn`] so that no later change is missed.
-    pub revision: i64,
-}
-
-/// An etcd key holding a resource configuration (Doorman's YAML format).
+/// The resource configuration from an etcd key, watched: Go Doorman's
+/// `-config=etcd:KEY`. Every server of an elected group reads the same key,
+/// so all of them serve the same configuration, and a new document put there
+/// reaches every one of them.
+///
+/// [`EtcdConfigSource::load`] reads the key once (the configuration a server
+/// starts with); [`EtcdConfigSource::spawn`] then watches it from the
+/// revision read, with the service kit's etcd watch: every change is
+/// applied as a file reload is (a valid document replaces the server's
+/// configuration, an invalid one is logged and refused, and the server
+/// keeps the previous one); a deleted key keeps the current configuration
+/// and logs a warning; after an etcd failure the watch reconnects with
+/// backoff and misses no change, and the server's health answers not
+/// ready while etcd cannot be reached.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate_doorman::{EtcdConfigSource, Server};
+///
+/// let source = EtcdConfigSource::new(&["127.0.0.1:2379".to_owned()], "/tollgate/config")?;
+/// let (config, revision) = source.load().await?;
+/// let server = Server::builder(config).build();
+/// // From now on every change to the key is applied to `server`.
+/// let watch = source.spawn(server.clone(), revision);
+/// # drop(watch);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct EtcdConfigSource {
     key: EtcdKey,
@@ -90,13 +79,15 @@ impl EtcdConfigSource {
         self.key.key()
     }
 
-    /// Reads and validates the configuration.
+    /// Reads and validates the configuration; returns it with the store
+    /// revision of the read, to watch from with [`EtcdConfigSource::spawn`]
+    /// so that no later change is missed.
     ///
     /// # Errors
     ///
     /// [`EtcdError`]: etcd unreachable or not answering in time, the key
     /// missing, or its document not UTF-8 or invalid.
-    pub async fn load(&self) -> Result<Loaded, EtcdError> {
+    pub async fn load(&self) -> Result<(ServerConfig, i64), EtcdError> {
         let key = || self.key.key().to_owned();
         let (text, revision) = self.key.read_text().await?;
         let text = text.ok_or_else(|| EtcdError::Missing { key: key() })?;
@@ -104,12 +95,11 @@ impl EtcdConfigSource {
             key: key(),
             source: Box::new(source),
         })?;
-        Ok(Loaded { config, revision })
+        Ok((config, revision))
     }
 
-    /// Watches the key for changes after `revision` (as [`Loaded::revision`]
-    /// gives) and applies each to `server` (see the [module
-    /// documentation](self)), until the returned task is aborted.
+    /// Watches the key for changes after `revision` (as
+    /// [`EtcdConfigSource::load`] gives) and applies each to `server` (see [`EtcdConfigSource`]), until the returned task is aborted.
     ///
     /// Must be called within a tokio runtime.
     pub fn spawn(self, server: Server, revision: i64) -> JoinHandle<()> {

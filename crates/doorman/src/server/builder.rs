@@ -21,7 +21,7 @@ use tollgate_service::{ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, Tls
 /// Options for a [`Server`]; start with [`Server::builder`].
 ///
 /// Every option has a default: a single-node master, the system's
-/// real-time clock, the default [`RequestLimits`] and [`ServerLimits`], no
+/// real-time clock, the default request limits and [`ServerLimits`], no
 /// parent (a root server) and no TLS.
 ///
 /// # Examples
@@ -93,10 +93,17 @@ impl<'a> ServerBuilder<'a> {
         self
     }
 
-    /// Checks every request against `limits` (default
-    /// [`RequestLimits::default`]).
-    pub fn request_limits(mut self, limits: RequestLimits) -> ServerBuilder<'a> {
-        self.request_limits = limits;
+    /// Refuses requests naming a client, server or resource id longer than
+    /// `bytes` (default 1024) with `INVALID_ARGUMENT`.
+    pub fn max_id_bytes(mut self, bytes: usize) -> ServerBuilder<'a> {
+        self.request_limits.max_id_bytes = bytes;
+        self
+    }
+
+    /// Refuses requests carrying more than `count` resources (default
+    /// 1000) with `INVALID_ARGUMENT`.
+    pub fn max_resources_per_request(mut self, count: usize) -> ServerBuilder<'a> {
+        self.request_limits.max_resources_per_request = count;
         self
     }
 

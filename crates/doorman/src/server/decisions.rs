@@ -15,174 +15,123 @@
 //! that server as a hold until its subtree has followed the cut, so the
 //! capacity is not handed out twice (`hold.rs`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::algorithm::{Kind, Request};
 use super::super::error::RequestError;
 use super::super::lease::{
-    Answer, CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest,
-    ServerGrant, Timestamp,
+    CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest, ServerGrant,
+    Timestamp,
 };
-use super::state::{EntryState, Server, Snapshot};
-use super::wire::{RequestLimits, Rules};
+use super::mastership::Term;
+use super::state::{EntryState, Server};
 use super::{hold, parent};
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {
-    /// Decides a client's request. `admit` checks it against the server's
-    /// rules; it runs only on the master, before anything changes, so a
-    /// follower redirects whatever it is sent.
+    /// Decides a client's checked request in `term`: one lease per
+    /// resource, all at one time.
     pub(super) fn capacity(
         &self,
-        admit: impl FnOnce(&Rules<'_>) -> Result<CapacityRequest, RequestError>,
-    ) -> Result<Answer<Vec<Grant>>, RequestError> {
-        self.on_master(admit, |req, at| {
-            let mut grants = Vec::with_capacity(req.resources.len());
-            for r in req.resources {
-                let request = Request {
-                    client: &req.client_id,
-                    has: r.has.map_or(0.0, |h| h.capacity),
-                    wants: r.wants,
-                    subclients: 1,
-                };
-                let (lease, safe) = self.entry(&r.resource_id, &at.snapshot, |state| {
-                    let (lease, capacity) = state.decide(
-                        &request,
-                        r.priority,
-                        at.now,
-                        at.since,
-                        self.upstream(&r.resource_id),
-                        None,
-                    );
-                    let safe = state.template.safe_capacity.unwrap_or_else(|| {
-                        // Dynamic safe capacity: an equal share per subclient,
-                        // this client included.
-                        capacity / state.store.count().max(1) as f64
-                    });
-                    (lease, safe)
-                })?;
-                grants.push(Grant {
-                    resource_id: r.resource_id,
-                    lease: (&lease).into(),
-                    safe_capacity: Some(safe),
+        req: CapacityRequest,
+        term: &Term,
+    ) -> Result<Vec<Grant>, RequestError> {
+        let now = self.inner.clock.now();
+        let mut grants = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
+            let request = Request {
+                client: &req.client_id,
+                has: r.has.map_or(0.0, |h| h.capacity),
+                wants: r.wants,
+                subclients: 1,
+            };
+            let (lease, safe) = self.entry(&r.resource_id, &term.snapshot, |state| {
+                let (lease, capacity) = state.decide(
+                    &request,
+                    r.priority,
+                    now,
+                    term.since,
+                    self.upstream(&r.resource_id),
+                    None,
+                );
+                let safe = state.template.safe_capacity.unwrap_or_else(|| {
+                    // Dynamic safe capacity: an equal share per subclient,
+                    // this client included.
+                    capacity / state.store.count().max(1) as f64
                 });
-            }
-            Ok(grants)
-        })
+                (lease, safe)
+            })?;
+            grants.push(Grant {
+                resource_id: r.resource_id,
+                lease: (&lease).into(),
+                safe_capacity: Some(safe),
+            });
+        }
+        Ok(grants)
     }
 
-    /// Decides a server client's request: each resource is one client (the
-    /// asking server) wanting the sum of its bands' wants on behalf of the
-    /// sum of their clients. `admit` as for [`Server::capacity`].
+    /// Decides a server client's checked request in `term`: each resource
+    /// is one client (the asking server) wanting the sum of its bands'
+    /// wants on behalf of the sum of their clients.
     pub(super) fn server_capacity(
         &self,
-        admit: impl FnOnce(&Rules<'_>) -> Result<ServerCapacityRequest, RequestError>,
-    ) -> Result<Answer<Vec<ServerGrant>>, RequestError> {
-        self.on_master(admit, |req, at| {
-            let mut grants = Vec::with_capacity(req.resources.len());
-            for r in req.resources {
-                let request = Request {
-                    client: &req.server_id,
-                    has: r.has.map_or(0.0, |h| h.capacity),
-                    wants: r.wants(),
-                    subclients: r.subclients(),
-                };
-                // One client with one priority: the most urgent of its bands.
-                let priority = r.priority();
-                // Its `has` is what its subtree holds, until when at the latest.
-                let subtree = Subtree {
-                    reports: r.has.is_some(),
-                    until: r.has.map_or(Duration::ZERO, |h| h.expiry),
-                };
-                let (lease, algorithm, safe) =
-                    self.entry(&r.resource_id, &at.snapshot, |state| {
-                        let (lease, _) = state.decide(
-                            &request,
-                            priority,
-                            at.now,
-                            at.since,
-                            self.upstream(&r.resource_id),
-                            Some(subtree),
-                        );
-                        let algorithm = state.template.algorithm.clone();
-                        (lease, algorithm, state.template.safe_capacity)
-                    })?;
-                grants.push(ServerGrant {
-                    grant: Grant {
-                        resource_id: r.resource_id,
-                        lease: (&lease).into(),
-                        safe_capacity: safe,
-                    },
-                    algorithm: Some(algorithm),
-                });
-            }
-            Ok(grants)
-        })
-    }
-
-    /// What every capacity decision starts with: a follower answers
-    /// [`Answer::NotMaster`] and changes nothing; the master checks the
-    /// request with `admit` against its rules (before anything changes, so
-    /// an invalid request changes nothing either), then `decide`s it at one
-    /// time, under one configuration snapshot.
-    fn on_master<R, T>(
-        &self,
-        admit: impl FnOnce(&Rules<'_>) -> Result<R, RequestError>,
-        decide: impl FnOnce(R, &Decision) -> Result<T, RequestError>,
-    ) -> Result<Answer<T>, RequestError> {
-        let since = match self.mastership() {
-            Ok(since) => since,
-            Err(m) => return Ok(Answer::NotMaster(m)),
-        };
-        let snapshot = self.snapshot();
-        let req = admit(&Rules {
-            limits: &self.inner.limits,
-            config: &snapshot.config,
-        })?;
-        let at = Decision {
-            since,
-            now: self.inner.clock.now(),
-            snapshot,
-        };
-        decide(req, &at).map(Answer::Done)
-    }
-
-    /// Releases a client's leases; unknown resources are ignored. `admit`
-    /// as for [`Server::capacity`].
-    pub(super) fn release(
-        &self,
-        admit: impl FnOnce(&RequestLimits) -> Result<ReleaseRequest, RequestError>,
-    ) -> Result<Answer<()>, RequestError> {
-        if let Err(m) = self.mastership() {
-            return Ok(Answer::NotMaster(m));
+        req: ServerCapacityRequest,
+        term: &Term,
+    ) -> Result<Vec<ServerGrant>, RequestError> {
+        let now = self.inner.clock.now();
+        let mut grants = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
+            let request = Request {
+                client: &req.server_id,
+                has: r.has.map_or(0.0, |h| h.capacity),
+                wants: r.wants(),
+                subclients: r.subclients(),
+            };
+            // One client with one priority: the most urgent of its bands.
+            let priority = r.priority();
+            // Its `has` is what its subtree holds, until when at the latest.
+            let subtree = Subtree {
+                reports: r.has.is_some(),
+                until: r.has.map_or(Duration::ZERO, |h| h.expiry),
+            };
+            let (lease, algorithm, safe) = self.entry(&r.resource_id, &term.snapshot, |state| {
+                let (lease, _) = state.decide(
+                    &request,
+                    priority,
+                    now,
+                    term.since,
+                    self.upstream(&r.resource_id),
+                    Some(subtree),
+                );
+                let algorithm = state.template.algorithm.clone();
+                (lease, algorithm, state.template.safe_capacity)
+            })?;
+            grants.push(ServerGrant {
+                grant: Grant {
+                    resource_id: r.resource_id,
+                    lease: (&lease).into(),
+                    safe_capacity: safe,
+                },
+                algorithm: Some(algorithm),
+            });
         }
-        let req = admit(&self.inner.limits)?;
+        Ok(grants)
+    }
+
+    /// Releases a client's leases; unknown resources are ignored.
+    pub(super) fn release(&self, req: &ReleaseRequest) {
         for id in req.resource_ids.iter().filter(|id| !id.is_empty()) {
             let entry = self.inner.resources.read_unpoisoned().get(id).cloned();
             if let Some(entry) = entry {
                 entry.state.lock_unpoisoned().store.release(&req.client_id);
             }
         }
-        Ok(Answer::Done(()))
     }
 
     /// On an intermediate server, its upstream state with the resource id.
     fn upstream<'a>(&'a self, id: &'a str) -> Option<(&'a parent::Upstream, &'a str)> {
         self.inner.upstream.as_ref().map(|u| (u, id))
     }
-}
-
-/// When and under what configuration a master decides a request (see
-/// [`Server::on_master`]).
-#[derive(Debug)]
-struct Decision {
-    /// Since when this server has been the master.
-    since: Timestamp,
-    /// The time every lease of the request is decided at.
-    now: Timestamp,
-    /// The configuration the request was checked against.
-    snapshot: Arc<Snapshot>,
 }
 
 /// What a server client (GetServerCapacity) says of its subtree.

@@ -12,14 +12,49 @@
 //! follows the channel, so learning mode starts when mastership is won even
 //! if no request arrives.
 
+use std::sync::Arc;
+
 use tracing::info;
 
 use super::super::election::Mastership;
 use super::super::lease::Timestamp;
-use super::state::{Server, View};
+use super::state::{Server, Snapshot, View};
+use super::wire::{RequestLimits, Rules};
 use tollgate_service::RwLockUnpoisoned;
 
+/// What a master decides a request in: since when it has been the master
+/// (learning mode runs from then), and the configuration the request is
+/// checked against and decided under.
+#[derive(Debug)]
+pub(super) struct Term {
+    /// When mastership was won.
+    pub(super) since: Timestamp,
+    /// The configuration in force when the request came.
+    pub(super) snapshot: Arc<Snapshot>,
+}
+
+impl Term {
+    /// The rules a request is checked against in this term.
+    pub(super) fn rules<'a>(&'a self, limits: &'a RequestLimits) -> Rules<'a> {
+        Rules {
+            limits,
+            config: &self.snapshot.config,
+        }
+    }
+}
+
 impl Server {
+    /// The term a request is decided in, on the master; else
+    /// `Err(mastership)` to send back. A follower redirects whatever it is
+    /// sent, valid or not, and changes nothing.
+    pub(super) fn term(&self) -> Result<Term, Mastership> {
+        let since = self.mastership()?;
+        Ok(Term {
+            since,
+            snapshot: self.snapshot(),
+        })
+    }
+
     /// The current mastership, after bringing the server's state in line
     /// with it: `Ok(when mastership was won)` on the master, else
     /// `Err(mastership)` to send back.

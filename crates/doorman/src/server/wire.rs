@@ -25,13 +25,15 @@ use super::super::lease::{
 };
 use super::super::pb::{self, from_wire_secs, to_wire_secs};
 
-/// Limits on what one request may carry.
+/// Limits on what one request may carry, set with
+/// [`ServerBuilder::max_id_bytes`](super::ServerBuilder::max_id_bytes) and
+/// [`ServerBuilder::max_resources_per_request`](super::ServerBuilder::max_resources_per_request).
 #[derive(Debug, Clone, Copy)]
-pub struct RequestLimits {
+pub(crate) struct RequestLimits {
     /// Longest client, server or resource id, in bytes.
-    pub max_id_bytes: usize,
+    pub(crate) max_id_bytes: usize,
     /// Most resources in one request.
-    pub max_resources_per_request: usize,
+    pub(crate) max_resources_per_request: usize,
 }
 
 impl Default for RequestLimits {

@@ -46,7 +46,7 @@ impl<E: std::error::Error + 'static> std::error::Error for QuotaLayerError<E> {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use tollgate_quota::client::{NaiveClient, NaiveOptions, QuotaLayer};
+/// use tollgate_quota::{NaiveClient, NaiveOptions, QuotaLayer};
 /// use tower::{Layer as _, ServiceExt as _};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

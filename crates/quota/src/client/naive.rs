@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Admit, AdmitFuture, Admitted, Denied, Source};
+use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied};
 use crate::pb;
 use crate::pb::quota_service_client::QuotaServiceClient;
 use crate::service::Status;
@@ -94,14 +94,14 @@ impl NaiveOptions {
 /// # Examples
 ///
 /// ```no_run
-/// use tollgate_quota::client::{Admit as _, NaiveClient, NaiveOptions, Source};
+/// use tollgate_quota::{Admit as _, NaiveClient, NaiveOptions, AdmitSource};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let options = NaiveOptions::new("100".parse()?); // 100/s if the service is away
 /// let client = NaiveClient::new("127.0.0.1:15100", "Pinky_TheBrain", "UserService", options)?;
 /// let admitted = client.admit(1).await?;
-/// if admitted.source == Source::Fallback {
+/// if admitted.source == AdmitSource::Fallback {
 ///     eprintln!("quota service unavailable: using the local limit");
 /// }
 /// # Ok(())
@@ -234,7 +234,7 @@ impl NaiveClient {
                     tokio::time::sleep(wait).await;
                 }
                 Some(Ok(Admitted {
-                    source: Source::Service,
+                    source: AdmitSource::Service,
                     waited: wait,
                 }))
             }
@@ -258,7 +258,7 @@ impl NaiveClient {
                     tokio::time::sleep(wait).await;
                 }
                 Ok(Admitted {
-                    source: Source::Fallback,
+                    source: AdmitSource::Fallback,
                     waited: wait,
                 })
             }

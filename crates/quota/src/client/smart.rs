@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Admit, AdmitFuture, Admitted, Denied, Source};
+use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied};
 use crate::pb;
 use crate::pb::quota_service_client::QuotaServiceClient;
 use crate::service::Status;
@@ -123,7 +123,7 @@ impl Shared {
 /// # Examples
 ///
 /// ```no_run
-/// use tollgate_quota::client::{Admit as _, SmartClient, SmartOptions};
+/// use tollgate_quota::{Admit as _, SmartClient, SmartOptions};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -230,7 +230,7 @@ impl SmartClient {
             notified.as_mut().enable();
             if self.shared.try_take(tokens) {
                 return Ok(Admitted {
-                    source: Source::Local,
+                    source: AdmitSource::Local,
                     waited: start.elapsed(),
                 });
             }

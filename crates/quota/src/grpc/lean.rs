@@ -9,7 +9,7 @@
 //! `grpc-status: 0`. Errors are "trailers-only": one HEADERS frame with
 //! `grpc-status` and `grpc-message`.
 //!
-//! Allow never blocks, so [`serve`] needs no task per call: the
+//! Allow never blocks, so this server needs no task per call: the
 //! connection's task accepts a stream, reads its message if it has already
 //! arrived (it almost always came in the same read as the headers), answers
 //! and accepts the next. Only a stream whose message has not fully arrived
@@ -33,7 +33,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
 
 use crate::pb;
-use crate::service::{Quota, Request};
+use crate::service::{AllowRequest, Quota};
 use tollgate_service::{accept_loop, ConnInfo, Drain, Guarded, ServerLimits};
 
 /// The one method served, as an HTTP/2 path.
@@ -61,82 +61,10 @@ const RESOURCE_EXHAUSTED: u8 = 8;
 /// code and message.
 type Failure = (u8, &'static str);
 
-/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, with the
-/// default [`ServerLimits`] until `shutdown` completes; see
-/// [`serve_with`].
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use tollgate_quota::config::Config;
-/// use tollgate_quota::{grpc, Limits, Quota};
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
-/// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
-/// grpc::serve(quota, listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
-/// # Ok(())
-/// # }
-/// ```
-///
-/// # Errors
-///
-/// None today: a failed connection is only closed, and a failed accept
-/// retried after a back-off.
-pub async fn serve(
-    quota: Arc<Quota>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    serve_with(quota, listener, ServerLimits::default(), shutdown).await
-}
-
-/// Serves Allow for `quota` on `listener`, plaintext HTTP/2, under
-/// `limits`, until `shutdown` completes; then stops accepting, asks every
-/// connection to finish its calls and close (HTTP/2 GOAWAY), waits for
-/// them for at most [`ServerLimits::drain_timeout`] and closes those
-/// still open. Connections run as tasks of the calling runtime;
-/// [`serve_threads_with`] gives them threads of their own.
-///
-/// A connection beyond [`ServerLimits::max_connections`] is accepted
-/// and closed at once; one that has not sent the HTTP/2 preface within
-/// [`ServerLimits::handshake_timeout`], or has had no call in flight
-/// for [`ServerLimits::idle_timeout`], is closed.
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use tollgate_service::ServerLimits;
-/// use tollgate_quota::config::Config;
-/// use tollgate_quota::{grpc, Limits, Quota};
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = Config::from_yaml("namespaces:\n  ns:\n    buckets:\n      b: {size: 5, fill_rate: 1}\n")?;
-/// let quota = Arc::new(Quota::new(config, Limits::default(), Arc::new(tollgate::SystemClock::new())));
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:15100").await?;
-/// let limits = ServerLimits {
-///     max_connections: 10_000,
-///     idle_timeout: Duration::from_secs(60),
-///     ..ServerLimits::default()
-/// };
-/// grpc::serve_with(quota, listener, limits, async { let _ = tokio::signal::ctrl_c().await; }).await?;
-/// # Ok(())
-/// # }
-/// ```
-///
-/// # Errors
-///
-/// None today: a failed connection is only closed, and a failed accept
-/// retried after a back-off.
-///
-/// # Cancel safety
-///
-/// Dropping the future stops accepting and closes every connection.
-pub async fn serve_with(
+/// Serves Allow for `quota` on `listener` under `limits` until `shutdown`
+/// completes, then drains; connections run as tasks of the calling
+/// runtime. See [`QuotaServer::serve`](super::QuotaServer::serve).
+pub(super) async fn serve_tasks(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     limits: ServerLimits,
@@ -154,22 +82,7 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// Like [`serve`], but the connections run on `threads` threads; see
-/// [`serve_threads_with`].
-///
-/// # Errors
-///
-/// An error starting a thread's runtime.
-pub async fn serve_threads(
-    quota: Arc<Quota>,
-    listener: tokio::net::TcpListener,
-    threads: usize,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    serve_threads_with(quota, listener, threads, ServerLimits::default(), shutdown).await
-}
-
-/// Like [`serve_with`], but the connections run on `threads` threads, each
+/// As [`serve_tasks`], but the connections run on `threads` threads, each
 /// with a single-threaded runtime of its own, handed out round robin: a
 /// call is read, decided and answered on one thread, with no task or
 /// wake-up crossing to another. Returns once every connection has closed.
@@ -177,11 +90,7 @@ pub async fn serve_threads(
 /// # Errors
 ///
 /// An error starting a thread's runtime.
-///
-/// # Cancel safety
-///
-/// Dropping the future stops accepting and closes every connection.
-pub async fn serve_threads_with(
+pub(super) async fn serve_threads(
     quota: Arc<Quota>,
     listener: tokio::net::TcpListener,
     threads: usize,
@@ -400,7 +309,7 @@ fn answer(
         Ok(req) => req,
         Err(failure) => return fail(respond, failure),
     };
-    let resp = pb::AllowResponse::from(quota.allow(&Request::from(&req)));
+    let resp = pb::AllowResponse::from(quota.allow(&AllowRequest::from(&req)));
     let len = resp.encoded_len();
     let mut framed = Vec::with_capacity(5 + len);
     framed.push(0);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tollgate_quota::admin::{self, Admin};
+use tollgate_quota::{admin_router, Admin};
 
 #[path = "http1.rs"]
 pub(crate) mod http1;
@@ -12,7 +12,7 @@ pub(crate) mod http1;
 pub(crate) async fn serve(admin: Arc<Admin>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, admin::router(admin)).await });
+    tokio::spawn(async move { axum::serve(listener, admin_router(admin)).await });
     addr
 }
 
