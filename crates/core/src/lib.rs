@@ -83,7 +83,8 @@ pub use limiter::{AcquireFuture, RateLimiter, RateLimiterBuilder, Stats, Timeout
 pub use spec::{RateSpec, SpecError};
 
 /// The limiter's exact token arithmetic, which the throttler's token pools
-/// and GCRA share: not part of the API.
+/// and GCRA share: not part of the API. The methods they call on every
+/// decision are `#[inline]`, so the crate boundary costs them nothing.
 #[doc(hidden)]
 pub mod pool {
     pub use crate::limiter::pool::Pool;

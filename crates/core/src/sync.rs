@@ -51,6 +51,7 @@ pub(crate) use loom_park::{current, park, park_timeout, Thread};
 /// Lets other threads run: std's, or under loom a switch to another model
 /// thread (a spin loop must yield under loom, or the model never ends).
 // Only the throttler's keyed table spins.
+#[inline]
 pub fn yield_now() {
     #[cfg(not(tollgate_loom))]
     std::thread::yield_now();
@@ -243,6 +244,7 @@ pub(crate) use shim_static_counter as static_counter;
 
 /// Locks a mutex, ignoring poisoning: the limiter's critical sections leave
 /// their data consistent at every unwinding point (they do plain arithmetic).
+#[inline]
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,

@@ -34,6 +34,7 @@ pub struct Pool {
 impl Pool {
     /// Adds `elapsed` tokens of measured time; returns how many went to the
     /// active pool (directly or as burst).
+    #[inline]
     pub fn fill(&mut self, elapsed: u128, sizing: &Sizing) -> u64 {
         let room = sizing.active.saturating_sub(self.active);
         // to_active <= room, a u64.
@@ -55,6 +56,7 @@ impl Pool {
     }
 
     /// Drops the backlog above `cap`; returns how much was dropped.
+    #[inline]
     pub fn cap_waiting(&mut self, cap: Option<u128>) -> u128 {
         match cap {
             Some(cap) if self.waiting > cap => {

@@ -71,6 +71,7 @@ impl Meter {
 
     /// Tokens for `ns` nanoseconds, adding to and updating the remainder
     /// `carry` (always `< den`), so repeated calls never lose a fraction.
+    #[inline]
     pub fn tokens_for(&self, ns: u64, carry: &mut u128) -> u128 {
         let ns = u128::from(ns);
         // ns < 2^64 and fraction < den <= 1e18 < 2^60: the product fits.
@@ -80,12 +81,14 @@ impl Meter {
     }
 
     /// Tokens for `ns` nanoseconds, rounded down, without a carry.
+    #[inline]
     pub fn tokens_floor(&self, ns: u64) -> u128 {
         self.tokens_for(ns, &mut 0)
     }
 
     /// Nanoseconds that `tokens` stand for, rounded down, saturating at
     /// `u64::MAX`.
+    #[inline]
     pub fn nanos_for(&self, tokens: u128) -> u64 {
         let num = self.whole * self.den + self.fraction;
         let ns = match tokens.checked_mul(self.den) {
@@ -98,12 +101,14 @@ impl Meter {
     /// Rescales `tokens` of this meter into tokens of `to` standing for the
     /// same time, rounded down (exact while the product fits in 128 bits,
     /// within f64 precision beyond).
+    #[inline]
     pub fn rescale(&self, tokens: u128, to: &Meter) -> u128 {
         mul_div(tokens, to.nano_ops_per_sec, self.nano_ops_per_sec)
     }
 }
 
 /// `a * b / c` rounded down, falling back to f64 when the product overflows.
+#[inline]
 pub(crate) fn mul_div(a: u128, b: u128, c: u128) -> u128 {
     match a.checked_mul(b) {
         Some(product) => product / c,
@@ -159,6 +164,7 @@ impl Sizing {
     }
 
     /// `A + B`: the most the active pool can hold while catching up.
+    #[inline]
     pub fn max_over(&self) -> u64 {
         self.active + self.burst
     }
