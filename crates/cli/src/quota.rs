@@ -26,10 +26,11 @@ use crate::cli;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
-    Examples:\n  tollgate quota --config quotas.yaml\n  \
-    tollgate quota --config quotas.yaml --admin --lease-servers 10.0.0.1:15000\n  \
-    tollgate quota --config quotas.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
-    tollgate quota --config quotas.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
+    Examples (the configuration files are in the repository):\n  \
+    tollgate quota --config crates/quota/examples/quota-test-namespace.yaml\n  \
+    tollgate quota --config crates/quota/examples/quota-load.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config crates/quota/examples/quota-load.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
+    tollgate quota --config crates/quota/examples/quota-load.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
     /// Bucket configuration in the reference quotaservice's YAML format.
     #[arg(long)]
