@@ -12,20 +12,3 @@ impl Algorithm for Static {
         non_negative(req.wants.min(capacity))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::algorithm::tests::{assert_grants, run_vector};
-    use crate::algorithm::Kind;
-
-    #[test]
-    fn vector() {
-        let grants = run_vector(
-            Kind::Static,
-            100.0,
-            &[(100.0, 1), (10.0, 1), (120.0, 1)],
-            false,
-        );
-        assert_grants(&grants, &[100.0, 10.0, 100.0], 0.0);
-    }
-}

@@ -11,15 +11,3 @@ impl Algorithm for NoAlgorithm {
         non_negative(req.wants)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::algorithm::tests::{assert_grants, run_vector};
-    use crate::algorithm::Kind;
-
-    #[test]
-    fn vector() {
-        let grants = run_vector(Kind::NoAlgorithm, 0.0, &[(10.0, 1), (100.0, 1)], false);
-        assert_grants(&grants, &[10.0, 100.0], 0.0);
-    }
-}

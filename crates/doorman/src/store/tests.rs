@@ -233,3 +233,4 @@ fn queries() {
 
 mod model;
 mod properties;
+mod vectors;
