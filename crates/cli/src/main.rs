@@ -10,6 +10,7 @@ mod lease;
 mod load;
 mod load_allow;
 mod pace;
+mod plot;
 mod quota;
 mod serve;
 mod simulate;

@@ -5,19 +5,15 @@
 //! A [`Figure`] stacks [`Chart`]s that share the width of the picture; each
 //! chart draws its [`Series`] in order, so the last is on top.
 //!
-//! # Examples
-//!
-//! ```
-//! use tollgate_doorman::plot::{Chart, Figure, Series};
-//!
+//! ```text
 //! let rate = Chart::new("Rate", "time (s)", "ops/s")
 //!     .series(Series::new("achieved", "#1f77b4", vec![(1.0, 980.0), (2.0, 1010.0)]))
 //!     .series(Series::new("target", "#d62728", vec![(0.0, 1000.0), (2.0, 1000.0)]).dashed());
 //! let svg = Figure::new("tollgate pace 1K").chart(rate).svg();
-//! assert!(svg.starts_with("<svg"));
-//! assert!(svg.contains(">achieved</text>"));
-//! assert!(svg.contains(">1200</text>"), "round ticks");
 //! ```
+//!
+//! (The examples of this module are its unit tests: the command's crate
+//! runs no doc tests.)
 //!
 //! # Implementation notes
 //!
@@ -45,7 +41,7 @@ const MARKERS: usize = 40;
 
 /// One line of a chart.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     name: String,
     colour: String,
     points: Vec<(f64, f64)>,
@@ -56,7 +52,7 @@ impl Series {
     /// A solid line through `points` (x, y), drawn in `colour` (any SVG
     /// colour) and named `name` in the legend. Points with a non-finite
     /// coordinate are skipped.
-    pub fn new(name: &str, colour: &str, points: Vec<(f64, f64)>) -> Series {
+    pub(crate) fn new(name: &str, colour: &str, points: Vec<(f64, f64)>) -> Series {
         Series {
             name: name.to_owned(),
             colour: colour.to_owned(),
@@ -70,7 +66,7 @@ impl Series {
 
     /// The same line, dashed: for a reference such as a target or a
     /// capacity, which stays visible where another line runs along it.
-    pub fn dashed(mut self) -> Series {
+    pub(crate) fn dashed(mut self) -> Series {
         self.dashed = true;
         self
     }
@@ -78,38 +74,28 @@ impl Series {
 
 /// One panel: axes, gridlines, a legend and its series.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Chart {
+pub(crate) struct Chart {
     title: String,
     x_title: String,
     y_title: String,
     series: Vec<Series>,
-    y_limit: Option<f64>,
 }
 
 impl Chart {
     /// An empty chart with a title and the axes' titles (units included,
     /// e.g. `time (s)`).
-    pub fn new(title: &str, x_title: &str, y_title: &str) -> Chart {
+    pub(crate) fn new(title: &str, x_title: &str, y_title: &str) -> Chart {
         Chart {
             title: title.to_owned(),
             x_title: x_title.to_owned(),
             y_title: y_title.to_owned(),
             series: Vec::new(),
-            y_limit: None,
         }
     }
 
     /// Adds a series, drawn over those added before.
-    pub fn series(mut self, series: Series) -> Chart {
+    pub(crate) fn series(mut self, series: Series) -> Chart {
         self.series.push(series);
-        self
-    }
-
-    /// Stops the y axis at the first tick at or above `limit`: values
-    /// beyond run along the top, and the title says so. Without a limit
-    /// (or with a non-positive one) the axis spans every value.
-    pub fn y_limit(mut self, limit: f64) -> Chart {
-        self.y_limit = (limit.is_finite() && limit > 0.0).then_some(limit);
         self
     }
 
@@ -120,8 +106,7 @@ impl Chart {
         let (plot_top, bottom) = (top + mt, top + PANEL - mb);
         let all = || self.series.iter().flat_map(|s| s.points.iter());
         let x_hi = all().map(|p| p.0).fold(0.0, f64::max);
-        let y_data = all().map(|p| p.1).fold(0.0, f64::max);
-        let y_hi = self.y_limit.map_or(y_data, |l| l.min(y_data));
+        let y_hi = all().map(|p| p.1).fold(0.0, f64::max);
         let x_lo = all().map(|p| p.0).fold(0.0, f64::min);
         let y_lo = all().map(|p| p.1).fold(0.0, f64::min);
         // Time runs to the end of the data, not to the next round tick.
@@ -135,16 +120,7 @@ impl Chart {
         let (y0, y1) = (ys[0], ys[ys.len() - 1]);
         let px = |x: f64| left + (x - x0) / (x1 - x0) * (right - left);
         let py = |y: f64| bottom - (y.clamp(y0, y1) - y0) / (y1 - y0) * (bottom - plot_top);
-        let clipped = y_data > y1 * (1.0 + 1e-9);
-
-        let mut title = escape(&self.title);
-        if clipped {
-            let _ = write!(
-                title,
-                " (values up to {} run along the top)",
-                label(y_data.round(), y_data)
-            );
-        }
+        let title = escape(&self.title);
         let _ = writeln!(
             out,
             r#"<text x="{left}" y="{}" font-size="14" font-weight="bold">{title}</text>"#,
@@ -246,14 +222,14 @@ impl Chart {
 
 /// Charts stacked under one title: a whole picture.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
+pub(crate) struct Figure {
     title: String,
     charts: Vec<Chart>,
 }
 
 impl Figure {
     /// An empty figure with a title.
-    pub fn new(title: &str) -> Figure {
+    pub(crate) fn new(title: &str) -> Figure {
         Figure {
             title: title.to_owned(),
             charts: Vec::new(),
@@ -261,13 +237,13 @@ impl Figure {
     }
 
     /// Adds a chart below those added before.
-    pub fn chart(mut self, chart: Chart) -> Figure {
+    pub(crate) fn chart(mut self, chart: Chart) -> Figure {
         self.charts.push(chart);
         self
     }
 
     /// The figure as a self-contained SVG document.
-    pub fn svg(&self) -> String {
+    pub(crate) fn svg(&self) -> String {
         let height = TITLE + PANEL * self.charts.len() as f64;
         let mut out = format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">
@@ -289,13 +265,9 @@ impl Figure {
 /// (at least 2): the step is 1, 2 or 5 times a power of ten, the first
 /// tick is at or below `lo` and the last at or above `hi`.
 ///
-/// # Examples
-///
-/// ```
-/// assert_eq!(tollgate_doorman::plot::ticks(0.0, 600.0, 7), [0.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0]);
-/// assert_eq!(tollgate_doorman::plot::ticks(0.0, 0.55, 7), [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]);
-/// ```
-pub fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
+/// `ticks(0.0, 600.0, 7)` is `[0, 100, ..., 600]`; `ticks(0.0, 0.55, 7)`
+/// is `[0, 0.1, ..., 0.6]`.
+pub(crate) fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
     let max = max.max(2);
     let (mut lo, mut hi) = (lo.min(0.0), hi.max(0.0));
     if !lo.is_finite() || !hi.is_finite() {
@@ -334,18 +306,7 @@ pub fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
 /// `1500`, `15K`, `2.5M`. Numbers below ten thousand keep all their
 /// digits.
 ///
-/// # Examples
-///
-/// ```
-/// use tollgate_doorman::plot::label;
-///
-/// assert_eq!(label(0.0, 3e6), "0");
-/// assert_eq!(label(2.5e6, 3e6), "2.5M");
-/// assert_eq!(label(500.0, 1500.0), "500");
-/// assert_eq!(label(5000.0, 15000.0), "5K");
-/// assert_eq!(label(0.25, 1.0), "0.25");
-/// ```
-pub fn label(value: f64, scale: f64) -> String {
+pub(crate) fn label(value: f64, scale: f64) -> String {
     let (divisor, suffix) = match scale.abs() {
         s if s >= 1e12 => (1e12, "T"),
         s if s >= 1e9 => (1e9, "G"),
@@ -365,12 +326,8 @@ pub fn label(value: f64, scale: f64) -> String {
 /// nanoseconds and its name, so that an axis reads in `µs` rather than in
 /// millions of `ns`.
 ///
-/// # Examples
-///
-/// ```
-/// assert_eq!(tollgate_doorman::plot::time_unit(2_500_000.0), (1e6, "ms"));
-/// ```
-pub fn time_unit(max_ns: f64) -> (f64, &'static str) {
+/// `time_unit(2_500_000.0)` is `(1e6, "ms")`.
+pub(crate) fn time_unit(max_ns: f64) -> (f64, &'static str) {
     match max_ns {
         n if n >= 1e9 => (1e9, "s"),
         n if n >= 1e6 => (1e6, "ms"),
@@ -396,6 +353,34 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_documented_examples_hold() {
+        use super::{label, ticks, time_unit, Chart, Figure, Series};
+
+        let rate = Chart::new("Rate", "time (s)", "ops/s")
+            .series(Series::new(
+                "achieved",
+                "#1f77b4",
+                vec![(1.0, 980.0), (2.0, 1010.0)],
+            ))
+            .series(Series::new("target", "#d62728", vec![(0.0, 1000.0), (2.0, 1000.0)]).dashed());
+        let svg = Figure::new("tollgate pace 1K").chart(rate).svg();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains(">achieved</text>"));
+        assert!(svg.contains(">1200</text>"), "round ticks");
+        assert_eq!(
+            ticks(0.0, 600.0, 7),
+            [0.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0]
+        );
+        assert_eq!(ticks(0.0, 0.55, 7), [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]);
+        assert_eq!(label(0.0, 3e6), "0");
+        assert_eq!(label(2.5e6, 3e6), "2.5M");
+        assert_eq!(label(500.0, 1500.0), "500");
+        assert_eq!(label(5000.0, 15000.0), "5K");
+        assert_eq!(label(0.25, 1.0), "0.25");
+        assert_eq!(time_unit(2_500_000.0), (1e6, "ms"));
+    }
+
     use super::*;
 
     #[test]
@@ -474,27 +459,6 @@ mod tests {
             .find(r#"<polyline fill="none" stroke="red" stroke-width="1.6" stroke-dasharray"#)
             .unwrap();
         assert!(capacity > has);
-    }
-
-    #[test]
-    fn a_limit_clips_and_says_so() {
-        let svg = Figure::new("t")
-            .chart(
-                Chart::new("Wants", "time (s)", "capacity")
-                    .series(Series::new(
-                        "wants",
-                        "green",
-                        vec![(0.0, 100.0), (10.0, 5000.0)],
-                    ))
-                    .y_limit(1000.0),
-            )
-            .svg();
-        assert!(
-            svg.contains("Wants (values up to 5000 run along the top)"),
-            "{svg}"
-        );
-        assert!(svg.contains(">1000</text>"));
-        assert!(!svg.contains(">5000</text>"));
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use tollgate_doorman::simulate;
 
+use crate::plot::{Chart, Figure, Series};
+
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Scenarios (capacity 500, FAIR_SHARE, 60 s leases, 60 s of learning mode \
@@ -55,7 +57,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 .join(format!("scenario-{}-seed-{seed}", args.scenario));
             let (csv, svg) = (base.with_extension("csv"), base.with_extension("svg"));
             std::fs::write(&csv, r.csv()).with_context(|| format!("writing {}", csv.display()))?;
-            std::fs::write(&svg, r.svg()).with_context(|| format!("writing {}", svg.display()))?;
+            std::fs::write(&svg, chart(&r))
+                .with_context(|| format!("writing {}", svg.display()))?;
             println!("wrote {} and {}", csv.display(), svg.display());
         }
         println!(
@@ -103,6 +106,39 @@ fn over_capacity(samples: usize, max: f64, mean_when_over: f64) -> String {
         ),
     }
 }
+/// Two charts over time, as a self-contained SVG document: the root's
+/// capacity with what the clients hold, and the clients' total wants
+/// against the capacity. Each axis spans its chart's data, so wants far
+/// above the capacity (scenario 7 adds 100 at a time) are drawn whole
+/// without flattening what is held. The capacity is dashed and drawn
+/// last, so it shows where a line equals it.
+fn chart(report: &simulate::Report) -> String {
+    let points = |f: fn(&simulate::Sample) -> f64| -> Vec<(f64, f64)> {
+        report.samples.iter().map(|s| (s.t as f64, f(s))).collect()
+    };
+    let capacity = || Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed();
+    let held = Chart::new(
+        "Capacity and total has",
+        "time since start (s)",
+        "capacity units",
+    )
+    .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
+    .series(capacity());
+    let wanted = Chart::new(
+        "Total wants against the capacity",
+        "time since start (s)",
+        "capacity units",
+    )
+    .series(Series::new("total wants", "#2ca02c", points(|s| s.wants)))
+    .series(capacity());
+    Figure::new(&format!(
+        "tollgate simulate: scenario {} (seed {})",
+        report.scenario, report.seed
+    ))
+    .chart(held)
+    .chart(wanted)
+    .svg()
+}
 
 #[cfg(test)]
 mod tests {
@@ -119,5 +155,28 @@ mod tests {
             "3 samples over capacity; max has/capacity 105.00%, \
              mean has/capacity over those samples 102.00%"
         );
+    }
+
+    #[test]
+    fn scenario_one_is_drawn_with_round_ticks_and_the_capacity_on_top() {
+        let svg = chart(&simulate::run(1, 1).unwrap());
+        // Round ticks over 600 s and up to the most wanted, and the
+        // capacity dashed on top of the lines it may hide under.
+        for tick in ["0", "100", "200", "300", "400", "500", "600"] {
+            assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
+        }
+        assert!(svg.contains(">time since start (s)</text>"));
+        let has = svg.find(r##"stroke="#1f77b4""##).unwrap();
+        let capacity = svg.find(r##"stroke="#d62728" stroke-width="1.6" stroke-dasharray"##);
+        assert!(capacity.unwrap() > has);
+    }
+
+    #[test]
+    fn scenario_seven_draws_all_it_wants_on_an_axis_of_its_own() {
+        let svg = chart(&simulate::run(7, 1).unwrap());
+        assert!(svg.contains(">Capacity and total has</text>"));
+        assert!(svg.contains(">Total wants against the capacity</text>"));
+        // has and the capacity; wants and the capacity.
+        assert_eq!(svg.matches("<polyline").count(), 4);
     }
 }

@@ -53,11 +53,10 @@
 //! | feature    | default | what it builds |
 //! |------------|---------|----------------|
 //! | `etcd`     | on      | [`EtcdElection`]: master election among several servers on etcd v3, and a configuration kept in etcd ([`reload`]) |
-//! | `simulate` | on      | [`simulate`] and [`plot`]: a server tree and its lease clients on a virtual clock, drawn as SVG (the only user of tokio's `test-util`) |
+//! | `simulate` | on      | [`simulate`]: a server tree and its lease clients on a virtual clock (the only user of tokio's `test-util`) |
 //!
 #![cfg_attr(not(feature = "etcd"), doc = "[`EtcdElection`]: crate#features")]
 #![cfg_attr(not(feature = "simulate"), doc = "[`simulate`]: crate#features")]
-#![cfg_attr(not(feature = "simulate"), doc = "[`plot`]: crate#features")]
 
 mod algorithm;
 mod client;
@@ -74,9 +73,6 @@ pub mod pb;
 pub mod reload;
 mod server;
 mod session;
-// The SVG charts of the simulation and of `tollgate pace`.
-#[cfg(feature = "simulate")]
-pub mod plot;
 #[cfg(feature = "simulate")]
 pub mod simulate;
 mod store;

@@ -199,33 +199,16 @@ mod tests {
         for s in &r.samples[80..] {
             assert!(s.has >= 0.9 * s.wants.min(CAPACITY), "{s:?}");
         }
-        // The chart: round ticks over 600 s and up to the most wanted,
-        // and the capacity dashed on top of the lines it may hide under.
-        let svg = r.svg();
-        for tick in ["0", "100", "200", "300", "400", "500", "600"] {
-            assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
-        }
-        assert!(svg.contains(">time since start (s)</text>"));
-        let has = svg.find(r##"stroke="#1f77b4""##).unwrap();
-        let capacity = svg.find(r##"stroke="#d62728" stroke-width="1.6" stroke-dasharray"##);
-        assert!(capacity.unwrap() > has);
     }
 
     #[test]
-    fn scenario_seven_draws_all_it_wants_on_an_axis_of_its_own() {
+    fn scenario_seven_wants_far_more_than_is_held() {
         let r = run(7, 1).unwrap();
         let most_wanted = r.samples.iter().map(|s| s.wants).fold(0.0, f64::max);
         let most_held = r.samples.iter().map(|s| s.has).fold(0.0, f64::max);
         // Wants climb far above the capacity, and what is held does not.
         assert!(most_wanted > 2.0 * CAPACITY, "{most_wanted}");
         assert!(most_held < 1.1 * CAPACITY, "{most_held}");
-        let svg = r.svg();
-        // Nothing clipped: each axis spans its chart's data.
-        assert!(!svg.contains("run along the top"), "{svg}");
-        assert!(svg.contains(">Capacity and total has</text>"));
-        assert!(svg.contains(">Total wants against the capacity</text>"));
-        // has and the capacity; wants and the capacity.
-        assert_eq!(svg.matches("<polyline").count(), 4);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `tollgate pace --plot`: the interval lines as a picture of rate,
 //! backlog and lateness over time.
 
-use tollgate_doorman::plot::{time_unit, Chart, Figure, Series};
+use crate::plot::{time_unit, Chart, Figure, Series};
 
 use super::report::{callers, Line, Summary};
 

@@ -1,9 +1,8 @@
-//! A run's samples and figures, and their CSV and SVG.
+//! A run's samples and figures, and their CSV.
 
 use std::fmt::Write as _;
 
 use super::{CAPACITY, LEARNING};
-use crate::plot::{Chart, Figure, Series};
 
 /// One sample: what the chart plots.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,39 +84,5 @@ impl Report {
             let _ = writeln!(out, "{},{},{:.3},{:.3}", s.t, s.capacity, s.wants, s.has);
         }
         out
-    }
-
-    /// Two charts over time, as a self-contained SVG document: the root's
-    /// capacity with what the clients hold, and the clients' total wants
-    /// against the capacity. Each axis spans its chart's data, so wants far
-    /// above the capacity (scenario 7 adds 100 at a time) are drawn whole
-    /// without flattening what is held. The capacity is dashed and drawn
-    /// last, so it shows where a line equals it.
-    pub fn svg(&self) -> String {
-        let points = |f: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
-            self.samples.iter().map(|s| (s.t as f64, f(s))).collect()
-        };
-        let capacity = || Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed();
-        let held = Chart::new(
-            "Capacity and total has",
-            "time since start (s)",
-            "capacity units",
-        )
-        .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
-        .series(capacity());
-        let wanted = Chart::new(
-            "Total wants against the capacity",
-            "time since start (s)",
-            "capacity units",
-        )
-        .series(Series::new("total wants", "#2ca02c", points(|s| s.wants)))
-        .series(capacity());
-        Figure::new(&format!(
-            "tollgate simulate: scenario {} (seed {})",
-            self.scenario, self.seed
-        ))
-        .chart(held)
-        .chart(wanted)
-        .svg()
     }
 }
