@@ -2,7 +2,7 @@
 //! throttle metrics on `/metrics`.
 //!
 //! ```text
-//! cargo run --example throttled_axum            # listens on 127.0.0.1:3000
+//! cargo run -p tollgate-throttle --example throttled_axum    # listens on 127.0.0.1:3000
 //! curl -i -H 'x-api-key: demo' http://127.0.0.1:3000/
 //! curl -i -H 'x-criticality: CRITICAL' http://127.0.0.1:3000/
 //! curl http://127.0.0.1:3000/metrics
@@ -13,7 +13,7 @@
 //! reloaded whenever it changes:
 //!
 //! ```text
-//! cargo run --example throttled_axum -- 127.0.0.1:3000 rules.yaml
+//! cargo run -p tollgate-throttle --example throttled_axum -- 127.0.0.1:3000 rules.yaml
 //! ```
 //!
 //! Rules: each API key may make 5 requests per second with bursts of 10 (a
