@@ -94,8 +94,10 @@ pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
 pub use server::{Parent, ResourceStatus, Server, ServerBuilder};
-pub use tollgate_service::ServerLimits;
-pub use tollgate_service::{ClientTls, ServeError, ServerTls, TlsError};
+// The service kit's types that the server and client builders take,
+// shown as re-exports: they are documented in `tollgate_service`.
+#[doc(no_inline)]
+pub use tollgate_service::{ClientTls, ServeError, ServerLimits, ServerTls, TlsError};
 
 /// What the `doorman_decide` benchmark measures: one resource's lease
 /// store and algorithms, below the server. Not part of the API.
