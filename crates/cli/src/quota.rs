@@ -26,7 +26,7 @@ use crate::cli;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
-    Examples (the configuration files are in the repository):\n  \
+    Examples:\n  \
     tollgate quota --config crates/quota/examples/quota-test-namespace.yaml\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --admin --lease-servers 10.0.0.1:15000\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \

@@ -24,7 +24,7 @@ use crate::cli;
     Without --advertise, a server listening on 0.0.0.0 advertises 0.0.0.0:PORT, which \
     followers cannot redirect clients to: give --advertise (or --hostname) with \
     --etcd-endpoints.\n\n\
-    Examples (the configuration files are in the repository):\n  \
+    Examples:\n  \
     tollgate serve --config crates/doorman/examples/doorman-fair.yaml\n  \
     tollgate serve --port 15001 --parent 10.0.0.1:15000 --advertise 10.0.0.2:15001\n  \
     tollgate serve --etcd-endpoints 10.0.0.9:2379 --advertise 10.0.0.2:15000\n  \
