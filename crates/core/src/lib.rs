@@ -78,7 +78,9 @@ pub use clock::CoarseClock;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::spec;
 pub use limiter::token_bucket::{BucketSettings, Refusal, ReserveError, TokenBucket};
-pub use limiter::{AcquireFuture, RateLimiter, RateLimiterBuilder, Stats, TimeoutError};
+pub use limiter::{
+    AcquireFuture, Interrupted, RateLimiter, RateLimiterBuilder, Stats, TimeoutError,
+};
 #[doc(no_inline)]
 pub use spec::{RateSpec, SpecError};
 

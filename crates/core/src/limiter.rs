@@ -17,7 +17,7 @@ use std::fmt;
 use std::time::Duration;
 
 use self::budget::{keep_extra, take_fast};
-use self::core::Core;
+use self::core::{Check, Core};
 pub use self::future::AcquireFuture;
 use self::spec::RateSpec;
 pub use self::stats::{Ledger, Stats};
@@ -88,6 +88,19 @@ impl fmt::Display for TimeoutError {
 }
 
 impl std::error::Error for TimeoutError {}
+
+/// The error of [`RateLimiter::acquire_n_interruptible`]: the caller's
+/// `stop` answered `true` before the tokens were granted; nothing was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("rate limit: the wait was interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// Options for a [`RateLimiter`]; start with [`RateLimiter::builder`].
 #[derive(Debug)]
@@ -346,6 +359,63 @@ impl RateLimiter {
         }
     }
 
+    /// Like [`acquire_n`](RateLimiter::acquire_n), but while it waits it
+    /// asks `stop` at least every `check_every` of real time, and gives up
+    /// when `stop` answers `true`: the way to wait in a thread that must
+    /// also notice a cancellation, a shutdown flag or a signal (the Python
+    /// bindings check for Ctrl-C here). The caller keeps its place in the
+    /// queue between checks. `stop` is not asked when the tokens are there
+    /// at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::Duration;
+    /// use tollgate::{Interrupted, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new("0.001".parse()?); // one op in 1,000 s
+    /// limiter.acquire(); // the start allowance
+    /// let shutdown = AtomicBool::new(true);
+    /// let got = limiter.acquire_n_interruptible(1, Duration::from_millis(10), || {
+    ///     shutdown.load(Ordering::Relaxed)
+    /// });
+    /// assert_eq!(got, Err(Interrupted));
+    /// # Ok::<(), tollgate::SpecError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Interrupted`] when `stop` answered `true` before the tokens were
+    /// granted; nothing is taken. A grant that races the answer wins: the
+    /// call then returns `Ok`.
+    ///
+    /// # Panics
+    ///
+    /// If `n` exceeds [`RateLimiter::MAX_WEIGHT`].
+    pub fn acquire_n_interruptible(
+        &self,
+        n: u64,
+        check_every: Duration,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<Duration, Interrupted> {
+        let need = tokens(n);
+        if need == 0 || take_fast(&self.core, need) {
+            return Ok(self.core.lateness());
+        }
+        let check = Check {
+            every: check_every,
+            stop: &mut stop,
+        };
+        match self.core.acquire_checked(need, check) {
+            Some(extra) => {
+                keep_extra(&self.core, extra);
+                Ok(self.core.lateness())
+            }
+            None => Err(Interrupted),
+        }
+    }
+
     /// Waits for one op without blocking the thread; resolves to how late
     /// it starts.
     ///
@@ -395,6 +465,15 @@ impl RateLimiter {
     /// The spec in force.
     pub fn spec(&self) -> RateSpec {
         self.core.spec()
+    }
+
+    /// The backlog as of the last fill, without reading the clock: what
+    /// [`acquire`](RateLimiter::acquire) returns, for a caller that took
+    /// its op with [`try_acquire`](RateLimiter::try_acquire). One relaxed
+    /// load; [`backlog`](RateLimiter::backlog) brings it up to date first.
+    #[inline]
+    pub fn lateness(&self) -> Duration {
+        self.core.lateness()
     }
 
     /// Brings the pool up to date with the clock and returns the backlog:

@@ -543,3 +543,52 @@ fn dropping_a_limiter_does_not_wait_for_a_long_fill_interval() {
     });
     drop(limiter);
 }
+
+#[test]
+fn an_interruptible_acquire_that_is_stopped_takes_nothing() {
+    // The manual clock never moves: only `stop` can end the wait.
+    let (limiter, _clock) = manual("1,1.0");
+    let admitted = drain(&limiter);
+    let before = limiter.ledger();
+    let mut asked = 0;
+    let got = limiter.acquire_n_interruptible(1, MS, || {
+        asked += 1;
+        asked == 3
+    });
+    assert_eq!(got, Err(tollgate::Interrupted));
+    assert_eq!(asked, 3);
+    assert_eq!(
+        got.unwrap_err().to_string(),
+        "rate limit: the wait was interrupted"
+    );
+    assert_eq!(limiter.ledger(), before);
+    assert_conserved(&limiter, admitted);
+}
+
+#[test]
+fn an_interruptible_acquire_keeps_its_place_and_completes() {
+    // One op a millisecond on the system clock: `stop` never says stop,
+    // so every acquire completes, in order, with its tokens.
+    let limiter = RateLimiter::new("1K,1.0".parse().unwrap());
+    let mut ok = 0;
+    for _ in 0..20 {
+        if limiter.acquire_n_interruptible(1, MS, || false).is_ok() {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 20);
+    assert!(limiter.stats().admitted >= 20);
+}
+
+#[test]
+fn lateness_is_the_backlog_as_of_the_last_fill() {
+    let (limiter, clock) = manual("1K,1.0");
+    drain(&limiter);
+    assert_eq!(limiter.lateness(), Duration::ZERO);
+    // 10 ms pass and nobody takes them: beyond the active pool, the time
+    // is backlog, which `backlog` brings up to date and `lateness` then reads.
+    clock.advance(10 * MS);
+    let backlog = limiter.backlog();
+    assert!(backlog > Duration::ZERO);
+    assert_eq!(limiter.lateness(), backlog);
+}

@@ -37,6 +37,7 @@
 //! and `configure` (start, restart, rate changes, pool sizes).
 
 mod acquire;
+pub(crate) use acquire::Check;
 mod configure;
 mod fill;
 

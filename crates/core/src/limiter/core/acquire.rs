@@ -25,6 +25,13 @@ const SPIN_NS: u64 = 5_000;
 /// not do it (another thread holds the fill lock and will serve the queue).
 const MIN_PARK_NS: u64 = 20_000;
 
+/// A caller's own reason to stop waiting: `stop` is asked at least every
+/// `every` of real time while the caller is queued.
+pub(crate) struct Check<'a> {
+    pub(crate) every: Duration,
+    pub(crate) stop: &'a mut dyn FnMut() -> bool,
+}
+
 /// How the caller of a slow path waits.
 #[derive(Debug, Clone, Copy)]
 enum Partial {
@@ -100,7 +107,7 @@ impl Core {
     /// Blocks until `need` tokens are taken; returns the tokens handed
     /// beyond the need, for the caller's thread budget.
     pub(crate) fn acquire_blocking(&self, need: u64) -> u64 {
-        match self.wait(need, None) {
+        match self.wait(need, None, None) {
             Some(extra) => extra,
             None => panic!("limiter: an acquire without a deadline timed out"),
         }
@@ -119,14 +126,22 @@ impl Core {
     /// handed beyond the need) or the clock reaches `deadline_ns` (`None`;
     /// nothing is taken).
     pub(crate) fn acquire_until(&self, need: u64, deadline_ns: u64) -> Option<u64> {
-        self.wait(need, Some(deadline_ns))
+        self.wait(need, Some(deadline_ns), None)
+    }
+
+    /// Blocks until `need` tokens are taken (`Some(extra)`) or `check`'s
+    /// `stop` answers `true` (`None`; nothing is taken).
+    pub(crate) fn acquire_checked(&self, need: u64, check: Check<'_>) -> Option<u64> {
+        self.wait(need, None, Some(check))
     }
 
     /// The blocking wait: queue a node for this thread and park until it is
     /// granted. The queue's head parks only until the next fill is due (a
     /// quarter interval of grace for the filler thread) and then fills by
-    /// itself.
-    fn wait(&self, need: u64, deadline: Option<u64>) -> Option<u64> {
+    /// itself. With a `check`, every sleep is at most `check.every` long and
+    /// `check.stop` is asked once that much real time has passed since it
+    /// was last asked; `true` leaves the queue as a deadline does.
+    fn wait(&self, need: u64, deadline: Option<u64>, mut check: Option<Check<'_>>) -> Option<u64> {
         let partial = self.partial_for(need);
         let mut held = 0;
         if self.complete_before_queueing(need, &mut held, partial) {
@@ -147,20 +162,34 @@ impl Core {
         ));
         self.waiters.enqueue(&node, self, self.handoff_tokens());
         self.filler.kick();
+        // When `check.stop` was last asked (real time; only with a check).
+        let mut asked = check.as_ref().map(|_| std::time::Instant::now());
         loop {
             if let Some(extra) = node.granted() {
                 return Some(extra);
             }
             let now = self.clock.now_ns();
             let mut sleep = None;
+            let mut leave = deadline.is_some_and(|deadline| now >= deadline);
             if let Some(deadline) = deadline {
-                if now >= deadline {
-                    return match self.waiters.cancel(&node, self, self.handoff_tokens()) {
-                        Cancel::Granted(extra) => Some(extra),
-                        Cancel::Left => None,
-                    };
+                sleep = Some(deadline.saturating_sub(now));
+            }
+            if let (Some(check), Some(asked)) = (check.as_mut(), asked.as_mut()) {
+                let every = u64::try_from(check.every.as_nanos()).unwrap_or(u64::MAX);
+                let mut since = u64::try_from(asked.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if since >= every {
+                    leave |= (check.stop)();
+                    *asked = std::time::Instant::now();
+                    since = 0;
                 }
-                sleep = Some(deadline - now);
+                let left = (every - since).max(1);
+                sleep = Some(sleep.map_or(left, |s: u64| s.min(left)));
+            }
+            if leave {
+                return match self.waiters.cancel(&node, self, self.handoff_tokens()) {
+                    Cancel::Granted(extra) => Some(extra),
+                    Cancel::Left => None,
+                };
             }
             if node.is_head() {
                 let due = self.head_fill_due();
