@@ -41,6 +41,16 @@ pub struct Admitted {
     pub waited: Duration,
 }
 
+/// Tokens granted, to be used once `wait` has passed: the answer of
+/// [`NaiveClient::allow`], which leaves the waiting to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// Where the tokens came from.
+    pub source: AdmitSource,
+    /// How long the caller must wait before using them.
+    pub wait: Duration,
+}
+
 /// A call refused; it must not proceed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denied {

@@ -51,8 +51,8 @@ mod service;
 
 pub use admin::{router as admin_router, Admin, AdminError};
 pub use client::{
-    Admit, AdmitFuture, AdmitSource, Admitted, Denied, NaiveClient, NaiveOptions, QuotaLayer,
-    QuotaLayerError, Quotaed, SmartClient, SmartOptions,
+    Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted, NaiveClient, NaiveOptions,
+    QuotaLayer, QuotaLayerError, Quotaed, SmartClient, SmartOptions,
 };
 pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
 pub use config::{

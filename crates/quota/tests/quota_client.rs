@@ -23,6 +23,7 @@ namespaces:
     buckets:
       two: {size: 2, fill_rate: 1, wait_timeout_millis: 10}
       hundred: {size: 100, fill_rate: 1, max_tokens_per_request: 10}
+      patient: {size: 1, fill_rate: 1, wait_timeout_millis: 60000}
 ";
 
 /// A server on a frozen clock: buckets never refill.
@@ -82,6 +83,33 @@ async fn naive_asks_the_service_and_obeys_its_refusal() {
         "quota denied by the service: REJECTED_TIMEOUT"
     );
     assert_eq!((client.fallbacks(), client.timeouts()), (0, 0));
+}
+
+#[tokio::test]
+async fn naive_allow_hands_back_the_wait_to_honour() {
+    let (_quota, addr) = server().await;
+    let (options, _) = fallback(5);
+    let client = NaiveClient::new(&addr, "svc", "patient", options).unwrap();
+    // One on hand, one borrowed, then each call waits for the debt before
+    // it: 0, 0, 1 s, 2 s, handed back rather than slept.
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        let granted = client.allow(1).await.unwrap();
+        assert_eq!(granted.source, AdmitSource::Service);
+        waits.push(granted.wait);
+    }
+    assert_eq!(
+        waits,
+        [0, 0, 1000, 2000].map(Duration::from_millis).to_vec()
+    );
+    // Without a bucket the fallback answers, with its own wait (none here).
+    let client = NaiveClient::new(&addr, "svc", "unknown", fallback(1).0).unwrap();
+    let granted = client.allow(1).await.unwrap();
+    assert_eq!(
+        (granted.source, granted.wait),
+        (AdmitSource::Fallback, Duration::ZERO)
+    );
+    assert!(client.allow(1).await.is_err());
 }
 
 #[tokio::test]

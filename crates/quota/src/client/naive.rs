@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied};
+use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted};
 use crate::pb;
 use crate::pb::quota_service_client::QuotaServiceClient;
 use crate::service::Status;
@@ -207,7 +207,7 @@ impl NaiveClient {
     }
 
     /// Asks the service; `None` when the fallback should decide.
-    async fn ask(&self, tokens: u64) -> Option<Result<Admitted, Denied>> {
+    async fn ask(&self, tokens: u64) -> Option<Result<Granted, Denied>> {
         if self.circuit_open() {
             return None;
         }
@@ -230,12 +230,9 @@ impl NaiveClient {
         match Status::from(resp.status()) {
             Status::Ok => {
                 let wait = Duration::from_millis(u64::try_from(resp.wait_millis).unwrap_or(0));
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-                Some(Ok(Admitted {
+                Some(Ok(Granted {
                     source: AdmitSource::Service,
-                    waited: wait,
+                    wait,
                 }))
             }
             s @ (Status::RejectedTimeout
@@ -247,23 +244,60 @@ impl NaiveClient {
         }
     }
 
-    async fn admit_inner(&self, tokens: u64) -> Result<Admitted, Denied> {
+    /// Takes `tokens` without waiting: the service's answer (or the
+    /// fallback's) with the wait the caller must honour before using them.
+    /// [`admit`](Admit::admit) is this followed by a sleep of that wait;
+    /// callers that schedule their own work (or wait in their own way, as
+    /// the Python bindings do) take the wait instead.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use tollgate_quota::{NaiveClient, NaiveOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = NaiveClient::new("127.0.0.1:15100", "one", "b", NaiveOptions::new("100".parse()?))?;
+    /// let granted = client.allow(1).await?;
+    /// tokio::time::sleep(granted.wait).await; // the wait to honour
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] when the service refuses for good (timeout, too many
+    /// tokens or buckets), or the fallback has no tokens within its max wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the call; tokens the service already
+    /// granted are not returned.
+    pub async fn allow(&self, tokens: u64) -> Result<Granted, Denied> {
         if let Some(answer) = self.ask(tokens).await {
             return answer;
         }
         match self.fallback.reserve(tokens) {
             Ok(wait) => {
                 self.fallbacks.fetch_add(1, Ordering::Relaxed);
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-                Ok(Admitted {
+                Ok(Granted {
                     source: AdmitSource::Fallback,
-                    waited: wait,
+                    wait,
                 })
             }
             Err(e) => Err(Denied::locally(e.limit())),
         }
+    }
+
+    async fn admit_inner(&self, tokens: u64) -> Result<Admitted, Denied> {
+        let granted = self.allow(tokens).await?;
+        if !granted.wait.is_zero() {
+            tokio::time::sleep(granted.wait).await;
+        }
+        Ok(Admitted {
+            source: granted.source,
+            waited: granted.wait,
+        })
     }
 }
 
