@@ -111,7 +111,8 @@ impl PyQuotaClient {
     fn admit(&self, py: Python<'_>, tokens: u64) -> PyResult<PyGranted> {
         let g = self.allow(py, tokens)?;
         if g.wait > 0.0 {
-            wait_on(py, tokio::time::sleep(seconds("wait", g.wait)?))?;
+            let wait = seconds("wait", g.wait)?;
+            wait_on(py, async move { tokio::time::sleep(wait).await })?;
         }
         Ok(g)
     }

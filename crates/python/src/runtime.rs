@@ -64,8 +64,9 @@ where
 {
     let mut fut = std::pin::pin!(fut);
     loop {
-        let step =
-            py.detach(|| runtime().block_on(tokio::time::timeout(CHECK_EVERY, fut.as_mut())));
+        let step = py.detach(|| {
+            runtime().block_on(async { tokio::time::timeout(CHECK_EVERY, fut.as_mut()).await })
+        });
         match step {
             Ok(out) => return Ok(out),
             Err(_slice_over) => py.check_signals()?,
