@@ -14,6 +14,7 @@ mod lease;
 mod limiter;
 mod quota;
 mod runtime;
+mod waiters;
 
 use pyo3::prelude::*;
 

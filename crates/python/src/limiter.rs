@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use tollgate::{BucketSettings, RateLimiter, RateSpec, Refusal, TokenBucket};
 
 use crate::errors::{chain, seconds, BucketRefused};
-use crate::runtime::{into_asyncio, is_main_thread, Ready, CHECK_EVERY};
+use crate::runtime::{is_main_thread, Ready, CHECK_EVERY};
+use crate::waiters::AsyncWaiters;
 
 /// A spec from Python: a spec string (`"10K,1.1"`, `"0.5"`,
 /// `"1M;1.5;restart"`) or a number of ops per second.
@@ -75,6 +76,7 @@ pub(crate) fn acquire_blocking(py: Python<'_>, limiter: &RateLimiter, n: u64) ->
 #[pyclass(frozen, name = "RateLimiter", module = "tollgate")]
 pub(crate) struct PyRateLimiter {
     inner: Arc<RateLimiter>,
+    waiters: Arc<AsyncWaiters>,
 }
 
 #[pymethods]
@@ -91,6 +93,7 @@ impl PyRateLimiter {
             .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
         Ok(PyRateLimiter {
             inner: Arc::new(inner),
+            waiters: Arc::default(),
         })
     }
 
@@ -133,12 +136,7 @@ impl PyRateLimiter {
             let ready = Ready::new(py, self.inner.lateness().as_secs_f64())?;
             return Ok(Bound::new(py, ready)?.into_any());
         }
-        let limiter = Arc::clone(&self.inner);
-        into_asyncio(
-            py,
-            async move { limiter.acquire_n_async(n).await },
-            |py, late| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
-        )
+        self.waiters.wait(py, &self.inner, n)
     }
 
     /// Applies a spec live: `configure` sets the rate and burst ratio,

@@ -8,9 +8,12 @@
 //! clients' background tasks and every pending `*_async` call run on it.
 //! A pending async call is one task there, parked on its Rust future (the
 //! limiter's queue node, a watch channel, an RPC): no thread per waiter.
-//! When it completes, the worker takes the GIL once and hands the result to
-//! the event loop with `call_soon_threadsafe`; the loop sets it on the
-//! asyncio future unless that was cancelled meanwhile. Cancelling the
+//! When it completes, the worker puts the result in its event loop's
+//! inbox ([`Inbox`]) without taking the GIL, and wakes the loop through a
+//! socket the loop watches when the inbox was empty; the loop sets each
+//! result on its asyncio future unless that was cancelled meanwhile. (A
+//! loop that takes no attributes gets each result through
+//! `call_soon_threadsafe` instead.) Cancelling the
 //! asyncio future aborts the task, dropping the Rust future, which every
 //! future awaited here allows (the limiter's and the lease client's are
 //! cancel-safe).
@@ -25,7 +28,10 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::OnceLock;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyStopIteration;
@@ -98,18 +104,110 @@ pub(crate) fn is_main_thread(py: Python<'_>) -> PyResult<bool> {
 }
 
 /// Sets a result or an exception on an asyncio future, unless it is done
-/// (cancelled): what the event loop runs for a completed task.
-#[pyfunction]
-fn complete(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+/// (cancelled).
+fn settle(fut: &Bound<'_, PyAny>, value: PyResult<Py<PyAny>>) -> PyResult<()> {
     if fut.call_method0("done")?.is_truthy()? {
         return Ok(());
     }
-    if ok {
-        fut.call_method1("set_result", (value,))?;
-    } else {
-        fut.call_method1("set_exception", (value,))?;
-    }
+    match value {
+        Ok(value) => fut.call_method1("set_result", (value,))?,
+        Err(e) => fut.call_method1("set_exception", (e.into_value(fut.py()),))?,
+    };
     Ok(())
+}
+
+/// A completed task's result, to be set on its asyncio future by the
+/// event loop's thread.
+type Done = Box<dyn FnOnce(Python<'_>) -> PyResult<()> + Send>;
+
+/// One event loop's inbox of completed tasks.
+///
+/// The runtime's worker pushes a [`Done`] and, when the inbox was empty,
+/// writes a byte to a socket the loop watches (`loop.add_reader`); the
+/// loop's reader drains the socket, then the inbox, and settles every
+/// future. The worker never takes the GIL, and a burst of completions
+/// costs the loop one wake-up. A byte written while the reader runs
+/// (between its read and its swap) only causes one empty drain later.
+struct Inbox {
+    done: Mutex<Vec<Done>>,
+    wake: UnixStream,
+    woken: UnixStream,
+}
+
+impl Inbox {
+    fn push(&self, done: Done) {
+        let first = {
+            let mut inbox = self.done.lock().unwrap_or_else(|p| p.into_inner());
+            inbox.push(done);
+            inbox.len() == 1
+        };
+        if first {
+            // A full socket already holds a wake-up: WouldBlock is fine.
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+}
+
+/// The Python face of an [`Inbox`]: kept on its event loop as an attribute
+/// and called by the loop when the socket is readable.
+#[pyclass(frozen, module = "tollgate")]
+struct LoopInbox(Arc<Inbox>);
+
+#[pymethods]
+impl LoopInbox {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        let mut buf = [0u8; 64];
+        while matches!((&self.0.woken).read(&mut buf), Ok(n) if n > 0) {}
+        let done = std::mem::take(&mut *self.0.done.lock().unwrap_or_else(|p| p.into_inner()));
+        for d in done {
+            // One failure must not strand the others' futures.
+            if let Err(e) = d(py) {
+                e.write_unraisable(py, None);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The attribute an event loop keeps its inbox under.
+const INBOX_ATTR: &str = "_tollgate_inbox";
+
+/// The inbox of `event_loop`, made on first use; `None` for a loop that
+/// takes no attributes (then each completion goes through
+/// `call_soon_threadsafe`).
+fn inbox(event_loop: &Bound<'_, PyAny>) -> PyResult<Option<Arc<Inbox>>> {
+    if let Ok(existing) = event_loop.getattr(INBOX_ATTR) {
+        if let Ok(inbox) = existing.cast::<LoopInbox>() {
+            return Ok(Some(Arc::clone(&inbox.get().0)));
+        }
+    }
+    let (wake, woken) = UnixStream::pair()?;
+    wake.set_nonblocking(true)?;
+    woken.set_nonblocking(true)?;
+    let fd = woken.as_raw_fd();
+    let inbox = Arc::new(Inbox {
+        done: Mutex::new(Vec::new()),
+        wake,
+        woken,
+    });
+    let face = Bound::new(event_loop.py(), LoopInbox(Arc::clone(&inbox)))?;
+    if event_loop.setattr(INBOX_ATTR, &face).is_err() {
+        return Ok(None);
+    }
+    event_loop.call_method1("add_reader", (fd, face))?;
+    Ok(Some(inbox))
+}
+
+/// Sets a result or an exception on an asyncio future unless it is done:
+/// what `call_soon_threadsafe` runs for a loop without an inbox.
+#[pyfunction]
+fn complete(fut: &Bound<'_, PyAny>, ok: bool, value: Py<PyAny>) -> PyResult<()> {
+    let value = if ok {
+        Ok(value)
+    } else {
+        Err(PyErr::from_value(value.into_bound(fut.py())))
+    };
+    settle(fut, value)
 }
 
 /// Aborts a task when its asyncio future is done (a no-op when the task
@@ -124,9 +222,80 @@ impl AbortOnDone {
     }
 }
 
+/// How a result reaches its event loop.
+enum Route {
+    /// The loop's inbox.
+    Inbox(Arc<Inbox>),
+    /// `loop.call_soon_threadsafe`, for a loop that takes no attributes.
+    Threadsafe(Py<PyAny>),
+}
+
+/// An asyncio future on the running event loop, to be completed from the
+/// runtime.
+pub(crate) struct Completion {
+    target: Py<PyAny>,
+    route: Route,
+}
+
+impl Completion {
+    /// A new asyncio future on the running loop, and its completion.
+    ///
+    /// # Errors
+    ///
+    /// `RuntimeError` when no event loop is running in this thread.
+    pub(crate) fn new(py: Python<'_>) -> PyResult<(Completion, Bound<'_, PyAny>)> {
+        let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+        let py_fut = event_loop.call_method0("create_future")?;
+        let route = match inbox(&event_loop)? {
+            Some(inbox) => Route::Inbox(inbox),
+            None => Route::Threadsafe(event_loop.unbind()),
+        };
+        let completion = Completion {
+            target: py_fut.clone().unbind(),
+            route,
+        };
+        Ok((completion, py_fut))
+    }
+
+    /// Sets `convert(out)` on the future, from any thread, unless the
+    /// future is done (cancelled) by then.
+    pub(crate) fn complete<T, C>(self, out: T, convert: C)
+    where
+        T: Send + 'static,
+        C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+    {
+        let target = self.target;
+        match self.route {
+            Route::Inbox(inbox) => inbox.push(Box::new(move |py| {
+                let value = convert(py, out);
+                settle(target.bind(py), value)
+            })),
+            Route::Threadsafe(event_loop) => Python::attach(|py| {
+                static COMPLETE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+                let Ok(complete) = COMPLETE.get_or_try_init(py, || {
+                    PyResult::Ok(wrap_pyfunction!(complete, py)?.into_any().unbind())
+                }) else {
+                    return;
+                };
+                let (ok, value) = match convert(py, out) {
+                    Ok(value) => (true, value),
+                    Err(e) => (false, e.into_value(py).into_any()),
+                };
+                // A closed loop has nobody left to tell.
+                let _ = event_loop.call_method1(
+                    py,
+                    "call_soon_threadsafe",
+                    (complete.clone_ref(py), target, ok, value),
+                );
+            }),
+        }
+    }
+}
+
 /// An asyncio future, bound to the running event loop, that `fut` completes
 /// on the runtime; `convert` turns its output into the result (or the
-/// exception) with the GIL held.
+/// exception) on the loop's thread. Cancelling the asyncio future drops
+/// `fut`.
 ///
 /// # Errors
 ///
@@ -141,34 +310,11 @@ where
     F::Output: Send + 'static,
     C: FnOnce(Python<'_>, F::Output) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    static COMPLETE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let complete = COMPLETE
-        .get_or_try_init(py, || {
-            PyResult::Ok(wrap_pyfunction!(complete, py)?.into_any().unbind())
-        })?
-        .clone_ref(py);
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let py_fut = event_loop.call_method0("create_future")?;
-    let task = {
-        let event_loop = event_loop.clone().unbind();
-        let target = py_fut.clone().unbind();
-        async move {
-            let out = fut.await;
-            Python::attach(|py| {
-                let (ok, value) = match convert(py, out) {
-                    Ok(value) => (true, value),
-                    Err(e) => (false, e.into_value(py).into_any()),
-                };
-                // A closed loop has nobody left to tell.
-                let _ = event_loop.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (complete, target, ok, value),
-                );
-            });
-        }
-    };
-    let handle = runtime().spawn(task);
+    let (completion, py_fut) = Completion::new(py)?;
+    let handle = runtime().spawn(async move {
+        let out = fut.await;
+        completion.complete(out, convert);
+    });
     py_fut.call_method1("add_done_callback", (AbortOnDone(handle.abort_handle()),))?;
     Ok(py_fut)
 }
