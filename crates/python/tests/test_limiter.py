@@ -45,6 +45,18 @@ def test_bad_arguments_are_value_errors():
         limiter.acquire(2**62)
     with pytest.raises(ValueError):
         tollgate.TokenBucket("10", max_wait=-1)
+    with pytest.raises(ValueError, match="fill_interval"):
+        tollgate.RateLimiter("1K", fill_interval=-0.001)
+    with pytest.raises(ValueError, match="max_backlog"):
+        tollgate.RateLimiter("1K", max_backlog=float("inf"))
+
+
+def test_options_are_applied():
+    limiter = tollgate.RateLimiter("1K", max_backlog=0.25, fill_interval=0.005)
+    assert limiter.max_backlog == 0.25
+    limiter.max_backlog = None
+    assert limiter.max_backlog is None
+    assert all(limiter.acquire() >= 0 for _ in range(50))
 
 
 def test_spec_forms_and_apply():

@@ -48,7 +48,16 @@ class RateLimiter:
     raises ValueError. Thread-safe; share one limiter.
     """
 
-    def __init__(self, spec: Spec, *, max_backlog: Optional[float] = None) -> None: ...
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        max_backlog: Optional[float] = None,
+        fill_interval: Optional[float] = None,
+    ) -> None:
+        """``max_backlog``: seconds of lateness kept at most. ``fill_interval``:
+        how often time is added while callers wait (default 0.0005 s); longer
+        costs less CPU per op, and ops start in larger bursts."""
     def acquire(self, n: int = 1) -> float:
         """Blocks until ``n`` ops may start (the GIL released); returns their
         lateness in seconds. Ctrl-C raises KeyboardInterrupt, taking nothing."""
