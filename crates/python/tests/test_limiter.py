@@ -227,3 +227,28 @@ def test_token_bucket_borrows_then_refuses():
     with pytest.raises(tollgate.BucketRefused) as raised:
         bucket.reserve(2**62)
     assert raised.value.refusal == "too_large"
+
+
+class LoopWithoutAttributes(asyncio.SelectorEventLoop):
+    """An event loop that takes no new attributes, as uvloop's does not."""
+
+    def __setattr__(self, name, value):
+        if name.startswith("_tollgate"):
+            raise AttributeError(name)
+        super().__setattr__(name, value)
+
+
+def test_acquire_async_on_a_loop_that_takes_no_attributes():
+    async def main():
+        limiter = tollgate.RateLimiter("2K")
+        lateness = await asyncio.wait_for(
+            asyncio.gather(*(limiter.acquire_async() for _ in range(300))), PATIENCE
+        )
+        assert len(lateness) == 300 and all(x >= 0 for x in lateness)
+
+    loop = LoopWithoutAttributes()
+    try:
+        loop.run_until_complete(main())
+        assert not hasattr(loop, "_tollgate_inbox")
+    finally:
+        loop.close()
