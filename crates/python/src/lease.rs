@@ -4,15 +4,16 @@
 //!
 //! # Implementation notes
 //!
-//! A resource lives in a slot shared by its Python object and the client,
-//! so that `LeaseClient.close()` can release whatever its resources still
-//! hold; releasing takes it out of the slot, and every later use raises
-//! `LeaseError`. The capacity is read from the resource's watch channel
+//! A resource lives in a slot owned by its Python object, which the client
+//! knows weakly, so that `LeaseClient.close()` can release whatever its
+//! resources still hold, and a resource dropped in Python is released at
+//! once in the background; releasing takes it out of the slot, and every
+//! later use raises `LeaseError`. The capacity is read from the resource's watch channel
 //! without a lock. A limiter's acquires clone its `Arc<RateResource>` out
 //! of the slot for the time they wait, so a release while they wait
 //! releases in the background once they are done.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError, PyValueError};
@@ -188,7 +189,9 @@ impl Lease {
 pub(crate) struct PyLeaseClient {
     client: Mutex<Option<Client>>,
     id: String,
-    slots: Mutex<Vec<Slot>>,
+    /// What close releases: weak, so that a resource dropped in Python
+    /// is released then (in the background), not kept until close.
+    slots: Mutex<Vec<Weak<Mutex<Option<Held>>>>>,
 }
 
 impl PyLeaseClient {
@@ -205,8 +208,8 @@ impl PyLeaseClient {
 
     fn keep(&self, lease: &Lease) {
         let mut slots = lock(&self.slots);
-        slots.retain(|s| lock(s).is_some());
-        slots.push(Arc::clone(&lease.slot));
+        slots.retain(|s| s.upgrade().is_some_and(|s| lock(&s).is_some()));
+        slots.push(Arc::downgrade(&lease.slot));
     }
 }
 
@@ -303,7 +306,7 @@ impl PyLeaseClient {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let held: Vec<Held> = lock(&self.slots)
             .drain(..)
-            .filter_map(|s| lock(&s).take())
+            .filter_map(|s| s.upgrade().and_then(|s| lock(&s).take()))
             .collect();
         let releases: Vec<_> = {
             let _runtime = runtime().enter();

@@ -129,7 +129,9 @@ impl PyRateLimiter {
     }
 
     /// Like `acquire`, waiting at most `timeout` seconds; raises
-    /// TimeoutError (taking nothing) when the ops cannot start in time.
+    /// TimeoutError (taking nothing) when the ops cannot start in time, at
+    /// once when even the burst rate could not deliver them. Ctrl-C is
+    /// noticed when it returns.
     #[pyo3(signature = (timeout, n = 1))]
     fn acquire_timeout(&self, py: Python<'_>, timeout: f64, n: u64) -> PyResult<f64> {
         let n = weight(n)?;

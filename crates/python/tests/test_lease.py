@@ -7,7 +7,7 @@ import time
 import pytest
 
 import tollgate
-from conftest import PATIENCE
+from conftest import DOORMAN_CONFIG, PATIENCE, Server
 
 
 def wait_for_source(resource, source: str):
@@ -59,6 +59,30 @@ def test_close_and_with_release_what_is_held(doorman):
     client.close()  # twice: nothing
     with tollgate.LeaseClient([doorman.address]) as other:
         assert wait_for_source(other.resource("kept", 100), "lease").capacity == 100
+
+
+LONG_LEASES = DOORMAN_CONFIG.replace("lease_length: 2", "lease_length: 600")
+
+
+def test_a_resource_dropped_in_python_is_released(tmp_path):
+    import gc
+
+    # Leases of 10 minutes: only a release frees the capacity in time.
+    server = Server("serve", LONG_LEASES, tmp_path)
+    try:
+        with tollgate.LeaseClient([server.address]) as client:
+            dropped = client.resource("dropped", 100)
+            assert wait_for_source(dropped, "lease").capacity == 100
+            del dropped
+            gc.collect()
+            with tollgate.LeaseClient([server.address]) as other:
+                again = other.resource("dropped", 100)
+                deadline = time.monotonic() + PATIENCE
+                while again.capacity != 100:
+                    assert time.monotonic() < deadline, again.current()
+                    again.wait(timeout=1.0)
+    finally:
+        server.stop()
 
 
 def test_updates_is_an_async_iterator_that_ends_on_release(doorman):
@@ -126,9 +150,10 @@ def test_argument_errors_are_value_errors(doorman):
             client.resource("x", 1, expiry="hopeful")
         with pytest.raises(ValueError, match="wants"):
             client.resource("x", -1)
-        client.resource("dup", 1)
+        held = client.resource("dup", 1)
         with pytest.raises(ValueError, match="already holds"):
             client.resource("dup", 1)
+        held.release()
 
 
 def test_a_leased_rate_limiter_runs_at_its_lease(doorman):

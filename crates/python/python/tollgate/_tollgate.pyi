@@ -65,7 +65,9 @@ class RateLimiter:
         """Takes ``n`` ops if they are there now; never waits."""
     def acquire_timeout(self, timeout: float, n: int = 1) -> float:
         """Like ``acquire``, waiting at most ``timeout`` seconds; raises
-        TimeoutError, taking nothing, when the ops cannot start in time."""
+        TimeoutError, taking nothing, when the ops cannot start in time (at
+        once when even the burst rate could not deliver them). Ctrl-C is
+        noticed when it returns."""
     def acquire_async(self, n: int = 1) -> Awaitable[float]:
         """Waits for ``n`` ops without blocking the event loop; resolves to the
         lateness in seconds. Cancelling it takes nothing."""
