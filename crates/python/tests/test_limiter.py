@@ -180,14 +180,37 @@ print("acquired", flush=True)
 """
 
 
+LEASED = """
+import socket, sys, tollgate
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % s.getsockname()[1]
+client = tollgate.LeaseClient([dead], rpc_timeout=0.5)
+limiter = client.rate_limiter("none", 10, expiry="pessimistic")   # capacity 0: waits for a lease
+print("blocking", flush=True)
+try:
+    limiter.acquire()
+except KeyboardInterrupt:
+    print("interrupted", limiter.stats().admitted, flush=True)
+    sys.exit(3)
+print("acquired", flush=True)
+"""
+
+
 def main_thread_state(pid: int) -> str:
     """The scheduler state of a process's main thread ("R", "S", ...)."""
     with open(f"/proc/{pid}/task/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("code", [BLOCKED, BLOCKED.replace("limiter.acquire()", "limiter.acquire(5)")])
-def test_ctrl_c_in_a_blocked_acquire_raises_keyboard_interrupt(code):
+@pytest.mark.parametrize(
+    "code, admitted",
+    # The start allowance, and nothing more; a leased limiter without a
+    # lease admits nothing.
+    [(BLOCKED, "1"), (BLOCKED.replace("limiter.acquire()", "limiter.acquire(5)"), "1"), (LEASED, "0")],
+    ids=["acquire", "acquire-5", "leased-acquire"],
+)
+def test_ctrl_c_in_a_blocked_acquire_raises_keyboard_interrupt(code, admitted):
     process = run_python(code, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "blocking"
@@ -204,7 +227,7 @@ def test_ctrl_c_in_a_blocked_acquire_raises_keyboard_interrupt(code):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 3, err
-    assert out.split() == ["interrupted", "1"]
+    assert out.split() == ["interrupted", admitted]
 
 
 def test_token_bucket_borrows_then_refuses():
