@@ -21,6 +21,8 @@ enum Mode {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  tollgate load --server 127.0.0.1:15000 --clients 5000 --duration 30s\n  \
+    tollgate load --server 127.0.0.1:15000 --server-pid \"$(pidof tollgate)\"\n  \
+    tollgate load --server localhost:15000 --tls-ca ca.pem\n  \
     tollgate load --mode allow --server 127.0.0.1:15100 --buckets 100 --concurrency 256\n  \
     tollgate load --mode allow --server 127.0.0.1:15100 --namespace svc --bucket db")]
 pub(crate) struct Args {
