@@ -77,6 +77,11 @@ where
     }
 }
 
+/// This machine's cores (1 if unknown): the default thread count.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
 /// Runs `main` to completion on a multi-threaded runtime with `threads`
 /// workers (tokio's default, one per core, when `None`).
 ///

@@ -9,6 +9,8 @@ mod go_flags;
 mod lease;
 mod load;
 mod load_allow;
+mod load_lease;
+mod load_wire;
 mod pace;
 mod plot;
 mod quota;

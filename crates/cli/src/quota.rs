@@ -99,9 +99,9 @@ pub(crate) struct Args {
     /// The etcd key holding the configuration document.
     #[arg(long, default_value = "/tollgate/quota")]
     admin_etcd_key: String,
-    /// Threads (default: one per core): the plaintext gRPC connections run
-    /// on this many single-threaded runtimes, everything else (and gRPC
-    /// over TLS) on a runtime of this many workers.
+    /// Threads (default: one per core): the gRPC connections run on this
+    /// many single-threaded runtimes, everything else on a runtime of this
+    /// many workers.
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     #[command(flatten)]
@@ -159,7 +159,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls();
     if let Some(tls) = &tls {
-        tls.load()?;
+        tls.rustls_config()?;
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
@@ -243,17 +243,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let shutdown = async move {
         signals.recv().await;
     };
-    let mut server = QuotaServer::builder(quota).limits(server_limits);
+    let threads = args.threads.unwrap_or_else(cli::cores);
+    let mut server = QuotaServer::builder(quota)
+        .limits(server_limits)
+        .threads(threads);
     match &tls {
-        None => {
-            info!(addr = %local, limits = ?server_limits, "quota gRPC listening");
-            let threads = args.threads.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-            });
-            server = server.threads(threads);
-        }
+        None => info!(addr = %local, limits = ?server_limits, "quota gRPC listening"),
         Some(tls) => {
-            // Over TLS, tonic serves under every one of the limits.
             info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
             server = server.tls(tls)?;
         }

@@ -113,7 +113,9 @@ pub(crate) struct Args {
     parent_tls_key: Option<PathBuf>,
     #[command(flatten)]
     tls: cli::ServerTlsArgs,
-    /// Tokio worker threads (default: one per core).
+    /// Threads (default: one per core): the gRPC connections run on this
+    /// many single-threaded runtimes, everything else on a runtime of this
+    /// many workers.
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     /// Largest gRPC request message, in bytes.
@@ -280,7 +282,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // The files are read again when serving starts; reading them now
     // names a bad one before anything listens.
     if let Some(tls) = args.tls.tls() {
-        tls.load()?;
+        tls.rustls_config()?;
     }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
@@ -345,7 +347,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(e) => e,
         None => &single,
     };
-    let mut builder = Server::builder(config).election(election).limits(limits);
+    let threads = args.threads.unwrap_or_else(cli::cores);
+    let mut builder = Server::builder(config)
+        .election(election)
+        .limits(limits)
+        .threads(threads);
     if let Some(tls) = args.tls.tls() {
         builder = builder.tls(&tls)?;
     }

@@ -17,7 +17,7 @@ use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 use tollgate_doorman::{
     Backoff, Capacity, CapacitySource, Client, Election as _, EtcdElection, EtcdElectionConfig,
-    Resource, ResourceOptions, ServeError, Server, ServerConfig, WallClock as _,
+    Resource, ResourceOptions, Server, ServerConfig, WallClock as _,
 };
 use tracing::field::{Field, Visit};
 use tracing::Level;
@@ -66,7 +66,7 @@ struct Node {
     addr: String,
     server: Server,
     election: Option<EtcdElection>,
-    serving: JoinHandle<Result<(), ServeError>>,
+    serving: JoinHandle<std::io::Result<()>>,
 }
 
 impl Node {

@@ -157,3 +157,51 @@ fn an_elected_server_advertising_a_wildcard_is_warned() {
     assert!(warning.contains(" WARN "), "{warning}");
     assert!(warning.contains("--advertise HOST:PORT"), "{warning}");
 }
+
+/// `load` in lease mode registers every client, then reports what it
+/// measured: calls, outcomes, and its own and the server's CPU per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_reports_leases_granted_and_cpu_per_call() {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../doorman/examples/doorman-fair.yaml");
+    let mut server = cli::start(cli::on_free_ports("serve").arg("--config").arg(&config));
+    let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening"));
+    let out = cli::tollgate()
+        .args([
+            "load",
+            "--server",
+            &addr,
+            "--clients",
+            "10",
+            "--duration",
+            "200ms",
+        ])
+        .args(["--concurrency", "4", "--connections", "1", "--threads", "1"])
+        .args(["--server-pid", &server.pid().to_string()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("lease load: 10 clients"), "{stderr}");
+    for field in [
+        "rpcs=",
+        " granted=",
+        "errors=0",
+        "load_cpu=",
+        "server_cpu=",
+        "us/call",
+        "p99=",
+    ] {
+        assert!(stdout.contains(field), "{field}: {stdout}");
+    }
+    // Every call was granted: none failed, none was redirected.
+    let count = |name: &str| -> u64 {
+        let at = stdout.find(name).unwrap() + name.len();
+        stdout[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(count("rpcs=") > 0, "{stdout}");
+    assert_eq!(count("rpcs="), count(" granted="), "{stdout}");
+}

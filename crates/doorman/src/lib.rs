@@ -93,11 +93,11 @@ pub use election::{Election, Mastership};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
-pub use server::{Parent, ResourceStatus, Server, ServerBuilder};
+pub use server::{CapacityService, Parent, ResourceStatus, Server, ServerBuilder};
 // The service kit's types that the server and client builders take,
 // shown as re-exports: they are documented in `tollgate_service`.
 #[doc(no_inline)]
-pub use tollgate_service::{ClientTls, ServeError, ServerLimits, ServerTls, TlsError};
+pub use tollgate_service::{ClientTls, ServerLimits, ServerTls, TlsError};
 
 /// What the `doorman_decide` benchmark measures: one resource's lease
 /// store and algorithms, below the server. Not part of the API.

@@ -12,8 +12,10 @@
 //! * `decisions.rs`: turning a checked request into leases, learning mode;
 //!   `hold.rs` for what a cut subtree still holds;
 //! * `tree.rs` and `parent.rs`: an intermediate server's link to its parent;
-//! * `grpc.rs`: the tonic service, served under the service kit's
-//!   [`ServerLimits`](tollgate_service::ServerLimits).
+//! * `grpc.rs`: the gRPC edge, served on the service kit's lean
+//!   [`GrpcServer`](tollgate_service::GrpcServer) under its
+//!   [`ServerLimits`](tollgate_service::ServerLimits), or as a tonic
+//!   service ([`CapacityService`]) in a router of one's own.
 //!
 //! # Implementation notes
 //!
@@ -30,7 +32,7 @@ use super::lease::Answer;
 use super::metrics::Metrics;
 use super::pb;
 use state::{Serving, WeakServer};
-use tollgate_service::{Readiness, RwLockUnpoisoned, ServeError, TlsError};
+use tollgate_service::{GrpcServer, Readiness, RwLockUnpoisoned};
 
 mod builder;
 mod decisions;
@@ -46,6 +48,7 @@ mod tree;
 mod wire;
 
 pub use builder::ServerBuilder;
+pub use grpc::CapacityService;
 pub use parent::Parent;
 pub use resources::ResourceStatus;
 pub use state::Server;
@@ -149,15 +152,19 @@ impl Server {
 
     /// Serves gRPC on `listener`, under the builder's [`ServerLimits`] and
     /// over its TLS if it has one, until `shutdown` completes; then drains
-    /// in-flight RPCs for at most [`ServerLimits::drain_timeout`].
+    /// in-flight RPCs for at most [`ServerLimits::drain_timeout`]. The
+    /// transport is the service kit's lean [`GrpcServer`]: see
+    /// [`GrpcServer::serve`] for what it does with each connection.
     ///
     /// [`ServerLimits`]: tollgate_service::ServerLimits
     /// [`ServerLimits::drain_timeout`]: tollgate_service::ServerLimits::drain_timeout
+    /// [`GrpcServer`]: tollgate_service::GrpcServer
+    /// [`GrpcServer::serve`]: tollgate_service::GrpcServer::serve
     ///
     /// # Errors
     ///
-    /// [`ServeError::Tls`] when rustls rejects the TLS setup, else a
-    /// transport error from tonic.
+    /// An error starting a thread's runtime (see
+    /// [`ServerBuilder::threads`]).
     ///
     /// # Cancel safety
     ///
@@ -166,18 +173,19 @@ impl Server {
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
-    ) -> Result<(), ServeError> {
-        let Serving { limits, tls } = self.inner.serving.clone();
-        let service = pb::capacity_server::CapacityServer::new(grpc::Service::new(self))
-            .max_decoding_message_size(limits.max_message_bytes);
-        let mut builder = match tls {
-            None => limits.builder(),
-            Some(tls) => limits
-                .builder()
-                .tls_config(tls)
-                .map_err(|source| TlsError::Rejected { source })?,
-        };
-        let router = builder.add_service(service);
-        Ok(limits.serve(router, listener, shutdown).await?)
+    ) -> std::io::Result<()> {
+        let Serving {
+            limits,
+            tls,
+            threads,
+        } = self.inner.serving.clone();
+        let mut server = GrpcServer::new(Arc::new(grpc::Lean::new(self))).limits(limits);
+        if let Some(tls) = tls {
+            server = server.tls_config(tls);
+        }
+        if let Some(threads) = threads {
+            server = server.threads(threads);
+        }
+        server.serve(listener, shutdown).await
     }
 }

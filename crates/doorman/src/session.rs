@@ -131,9 +131,16 @@ impl Eq for SessionError {}
 
 /// A failed RPC in one line: the code, the message and the innermost
 /// cause (e.g. `Unavailable: tcp connect error: Connection refused (os
-/// error 111)`), without tonic's Debug dump of metadata and sources.
+/// error 111)`), without tonic's Debug dump of metadata and sources; a
+/// TLS failure in words, with its likely fix.
 pub(crate) fn describe(status: &tonic::Status) -> String {
     let mut line = format!("{:?}", status.code());
+    // A TLS failure says why, and what likely fixes it.
+    if let Some(tls) = tollgate_service::tls_failure(status) {
+        line.push_str(": ");
+        line.push_str(&tls);
+        return line;
+    }
     if !status.message().is_empty() {
         line.push_str(": ");
         line.push_str(status.message());

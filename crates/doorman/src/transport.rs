@@ -9,12 +9,18 @@
 //! [`Grpc`] keeps one lazily connected tonic channel per address and puts
 //! the deadline on every request; [`Transport::forget`] drops a channel
 //! after a failure, since a failed connection may be half-open.
+//!
+//! A server that refuses a client's certificate does so after the
+//! client's side of a TLS 1.3 handshake has ended: the client only sees
+//! the connection close before its call is answered (hyper drops the
+//! alert's reason). Over TLS, such a failure carries a hint that points at
+//! the certificate and at the server's log, which names the reason.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -66,6 +72,11 @@ pub(crate) fn uri(address: &str) -> String {
     }
 }
 
+/// The hint on a TLS connection closed before its call was answered.
+const CLOSED_OVER_TLS: &str = "the server closed the TLS connection before answering: if it \
+    requires client certificates it refused this one (its log says why; the certificate must \
+    be X.509 v3 and signed by the server's client CA)";
+
 /// gRPC over tonic, one channel per address, `timeout` on every call,
 /// over TLS when `tls` is set.
 #[derive(Debug)]
@@ -91,7 +102,11 @@ impl Grpc {
         if let Some(c) = channels.get(address) {
             return Ok(CapacityClient::new(c.clone()));
         }
-        let bad = |e| Status::invalid_argument(format!("{address}: {e}"));
+        let bad = |e: tonic::transport::Error| {
+            let mut status = Status::invalid_argument(format!("{address}: {e}"));
+            status.set_source(Arc::new(e));
+            status
+        };
         let mut endpoint = match &self.tls {
             Some(_) if !address.contains("://") => {
                 Endpoint::from_shared(format!("https://{address}")).map_err(bad)?
@@ -109,6 +124,31 @@ impl Grpc {
         Ok(CapacityClient::new(channel))
     }
 
+    /// What a failed call's status becomes: over TLS, a connection closed
+    /// before the answer carries the hint that the server may have
+    /// refused this client's certificate.
+    fn explain(&self) -> fn(Status) -> Status {
+        if self.tls.is_none() {
+            return std::convert::identity;
+        }
+        |status| {
+            let closed =
+                std::iter::successors(Some(&status as &(dyn std::error::Error + 'static)), |e| {
+                    e.source()
+                })
+                .any(|e| e.to_string().contains("connection closed"));
+            if !closed {
+                return status;
+            }
+            let mut hinted = Status::new(
+                status.code(),
+                format!("{}: {CLOSED_OVER_TLS}", status.message()),
+            );
+            hinted.set_source(Arc::new(status));
+            hinted
+        }
+    }
+
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(message);
         r.set_timeout(self.timeout);
@@ -118,10 +158,10 @@ impl Grpc {
 
 impl Transport for Grpc {
     fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
-        let client = self.client(address);
+        let (client, tls) = (self.client(address), self.explain());
         let request = self.request(pb::DiscoveryRequest {});
         Box::pin(async move {
-            let r = client?.discovery(request).await?;
+            let r = client?.discovery(request).await.map_err(tls)?;
             Ok(r.into_inner())
         })
     }
@@ -131,10 +171,10 @@ impl Transport for Grpc {
         address: &str,
         request: pb::GetCapacityRequest,
     ) -> Call<pb::GetCapacityResponse> {
-        let client = self.client(address);
+        let (client, tls) = (self.client(address), self.explain());
         let request = self.request(request);
         Box::pin(async move {
-            let r = client?.get_capacity(request).await?;
+            let r = client?.get_capacity(request).await.map_err(tls)?;
             Ok(r.into_inner())
         })
     }
@@ -144,10 +184,10 @@ impl Transport for Grpc {
         address: &str,
         request: pb::GetServerCapacityRequest,
     ) -> Call<pb::GetServerCapacityResponse> {
-        let client = self.client(address);
+        let (client, tls) = (self.client(address), self.explain());
         let request = self.request(request);
         Box::pin(async move {
-            let r = client?.get_server_capacity(request).await?;
+            let r = client?.get_server_capacity(request).await.map_err(tls)?;
             Ok(r.into_inner())
         })
     }
@@ -157,10 +197,10 @@ impl Transport for Grpc {
         address: &str,
         request: pb::ReleaseCapacityRequest,
     ) -> Call<pb::ReleaseCapacityResponse> {
-        let client = self.client(address);
+        let (client, tls) = (self.client(address), self.explain());
         let request = self.request(request);
         Box::pin(async move {
-            let r = client?.release_capacity(request).await?;
+            let r = client?.release_capacity(request).await.map_err(tls)?;
             Ok(r.into_inner())
         })
     }

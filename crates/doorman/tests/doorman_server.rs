@@ -868,3 +868,93 @@ async fn missing_required_wants_or_priority_is_invalid_argument() {
     let ok = call(Some(0), Some(0.0)).await.unwrap().into_inner();
     assert_eq!(ok.response[0].gets.capacity, 0.0);
 }
+
+/// A request over the message limit is refused with RESOURCE_EXHAUSTED, as
+/// gRPC asks, from its header; the connection still answers.
+#[tokio::test]
+async fn a_request_over_the_message_limit_is_resource_exhausted() {
+    let mut h = start().await;
+    let limit = tollgate_doorman::ServerLimits::default().max_message_bytes;
+    let huge = pb::GetCapacityRequest {
+        client_id: "x".repeat(limit),
+        resource: vec![ask("fair", 1.0, None)],
+    };
+    let status = h.client.get_capacity(huge).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains(&format!("larger than the limit of {limit}")),
+        "{status:?}"
+    );
+    let ok = h
+        .client
+        .get_capacity(pb::GetCapacityRequest {
+            client_id: "a".into(),
+            resource: vec![ask("fair", 1.0, None)],
+        })
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+/// A method the server does not have is UNIMPLEMENTED.
+#[tokio::test]
+async fn an_unknown_method_is_unimplemented() {
+    let h = start().await;
+    let mut grpc = tonic::client::Grpc::new(h.channel.clone());
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary::<_, pb::DiscoveryResponse, _>(
+            tonic::Request::new(pb::DiscoveryRequest {}),
+            "/doorman.Capacity/Allocate".parse().unwrap(),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
+}
+
+/// Mounted in a tonic router of one's own, beside another service, the
+/// server answers as it does on its own transport.
+#[tokio::test]
+async fn the_server_mounted_in_a_tonic_router_answers() {
+    let server = Server::builder(ServerConfig::from_yaml(CONFIG).unwrap())
+        .election(&SingleElection::new(Some("me:1".into())))
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = tonic::transport::Server::builder().add_service(server.clone().into_tonic());
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(router.serve_with_incoming(incoming));
+    let mut client = CapacityClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let r = client
+        .get_capacity(pb::GetCapacityRequest {
+            client_id: "a".into(),
+            resource: vec![ask("fair", 4.0, None)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.response[0].gets.capacity, 4.0);
+    assert_eq!(server.status()[0].id, "fair");
+    let bad = client
+        .get_capacity(pb::GetCapacityRequest {
+            client_id: String::new(),
+            resource: vec![ask("fair", 4.0, None)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    // Both calls were counted, the second as an error.
+    let metrics = server.metrics().encode();
+    assert!(
+        metrics.contains("doorman_server_requests{method=\"GetCapacity\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("doorman_server_request_errors{method=\"GetCapacity\"} 1"),
+        "{metrics}"
+    );
+}

@@ -4,27 +4,32 @@
 //! Every outcome, bad input included, is an `AllowResponse` status, never a
 //! gRPC error: that is what the reference's clients expect.
 //!
-//! [`QuotaServer`] serves it: plaintext on a lean server on the `h2`
-//! crate (`grpc/lean.rs`) that answers Allow inside each connection's
-//! task, or over TLS with tonic; both under the same [`ServerLimits`] as
-//! Doorman's server (a cap on connections, handshake and idle deadlines, a
-//! drain at shutdown). [`AllowService`] is the tonic service, for a tonic
-//! router of one's own.
+//! [`QuotaServer`] serves it on the service kit's lean gRPC server
+//! ([`GrpcServer`]), plaintext or TLS, which answers Allow inside each
+//! connection's task, under the same [`ServerLimits`] as Doorman's server
+//! (a cap on connections, handshake and idle deadlines, a drain at
+//! shutdown). [`AllowService`] is the tonic service, for a tonic router of
+//! one's own.
 
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
 
-use tonic::transport::ServerTlsConfig;
+use prost::Message as _;
+use tonic::codegen::Bytes;
 
 use super::pb;
 use super::pb::quota_service_server::QuotaServiceServer;
 use super::service::{AllowRequest, Quota};
-use tollgate_service::{ServeError, ServerLimits, ServerTls, TlsError};
+use tollgate_service::{rustls, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService};
 
-mod lean;
+/// The one method served, as an HTTP/2 path.
+pub const ALLOW_PATH: &str = "/quotaservice.QuotaService/Allow";
 
-pub use lean::ALLOW_PATH;
+/// The largest Allow request accepted, whatever the limits say: an
+/// `AllowRequest` is two names of at most 256 bytes and three numbers, so
+/// this is generous, and it bounds what a partly received call holds.
+const MAX_MESSAGE: usize = 16 << 10;
 
 /// Serves `quotaservice.QuotaService/Allow` from a [`Quota`]; start with
 /// [`QuotaServer::builder`], end with [`QuotaServer::serve`].
@@ -65,7 +70,7 @@ pub struct QuotaServer {
     quota: Arc<Quota>,
     limits: ServerLimits,
     threads: Option<usize>,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl QuotaServer {
@@ -79,7 +84,8 @@ impl QuotaServer {
         }
     }
 
-    /// Serves under `limits` (default [`ServerLimits::default`]).
+    /// Serves under `limits` (default [`ServerLimits::default`]), with
+    /// requests capped at 16 KiB whatever `max_message_bytes` says.
     pub fn limits(mut self, limits: ServerLimits) -> QuotaServer {
         self.limits = limits;
         self
@@ -89,42 +95,30 @@ impl QuotaServer {
     /// a single-threaded runtime of its own, handed out round robin: a call
     /// is read, decided and answered on one thread, with no task or wake-up
     /// crossing to another. Without it (the default) the connections are
-    /// tasks of the runtime that serves. Plaintext only: over TLS, tonic
-    /// serves on the calling runtime.
+    /// tasks of the runtime that serves.
     pub fn threads(mut self, threads: usize) -> QuotaServer {
         self.threads = Some(threads);
         self
     }
 
     /// Serves over TLS as `tls` says (mutual TLS when it names a client
-    /// CA), with tonic; the files are read now.
+    /// CA); the files are read now.
     ///
     /// # Errors
     ///
-    /// [`TlsError`] naming a file that cannot be read or holds no PEM
-    /// certificate or key.
+    /// [`TlsError`] naming a file that cannot be read or used, or rustls
+    /// refusing the setup.
     pub fn tls(mut self, tls: &ServerTls) -> Result<QuotaServer, TlsError> {
-        self.tls = Some(tls.load()?);
+        self.tls = Some(tls.rustls_config()?);
         Ok(self)
     }
 
-    /// Serves Allow on `listener` until `shutdown` completes; then stops
-    /// accepting, asks every connection to finish its calls and close
-    /// (HTTP/2 GOAWAY), waits for them for at most
-    /// [`ServerLimits::drain_timeout`] and closes those still open.
-    /// Returns once every connection has closed.
-    ///
-    /// A connection beyond [`ServerLimits::max_connections`] is accepted
-    /// and closed at once; one that has not sent the HTTP/2 preface within
-    /// [`ServerLimits::handshake_timeout`], or has had no call in flight
-    /// for [`ServerLimits::idle_timeout`], is closed.
+    /// Serves Allow on `listener` until `shutdown` completes; then drains.
+    /// See [`GrpcServer::serve`] for what is done with each connection.
     ///
     /// # Errors
     ///
-    /// An error starting a thread's runtime; over TLS, a [`ServeError`]
-    /// (rustls rejecting the TLS setup, or tonic's transport failing)
-    /// inside the [`io::Error`]. A failed connection is only closed, and a
-    /// failed accept retried after a back-off.
+    /// An error starting a thread's runtime.
     ///
     /// # Cancel safety
     ///
@@ -134,32 +128,39 @@ impl QuotaServer {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        let QuotaServer {
-            quota,
-            limits,
-            threads,
-            tls,
-        } = self;
-        let Some(tls) = tls else {
-            return match threads {
-                None => lean::serve_tasks(quota, listener, limits, shutdown).await,
-                Some(n) => lean::serve_threads(quota, listener, n, limits, shutdown).await,
-            };
+        let limits = ServerLimits {
+            max_message_bytes: self.limits.max_message_bytes.min(MAX_MESSAGE),
+            ..self.limits
         };
-        let service = AllowService::new(quota)
-            .into_server()
-            .max_decoding_message_size(limits.max_message_bytes);
-        let served = match limits.builder().tls_config(tls) {
-            Ok(mut builder) => {
-                let router = builder.add_service(service);
-                limits
-                    .serve(router, listener, shutdown)
-                    .await
-                    .map_err(ServeError::Transport)
-            }
-            Err(source) => Err(ServeError::Tls(TlsError::Rejected { source })),
-        };
-        served.map_err(io::Error::other)
+        let mut server = GrpcServer::new(Arc::new(Allow(self.quota))).limits(limits);
+        if let Some(tls) = self.tls {
+            server = server.tls_config(tls);
+        }
+        if let Some(threads) = self.threads {
+            server = server.threads(threads);
+        }
+        server.serve(listener, shutdown).await
+    }
+}
+
+/// Allow on the service kit's lean gRPC server.
+#[derive(Debug)]
+struct Allow(Arc<Quota>);
+
+impl UnaryService for Allow {
+    type Method = ();
+
+    fn method(&self, path: &str) -> Option<()> {
+        (path == ALLOW_PATH).then_some(())
+    }
+
+    fn call(&self, (): (), request: Bytes, response: &mut Vec<u8>) -> Result<(), tonic::Status> {
+        let req = pb::AllowRequest::decode(request)
+            .map_err(|e| tonic::Status::internal(format!("malformed AllowRequest: {e}")))?;
+        let answer = pb::AllowResponse::from(self.0.allow(&AllowRequest::from(&req)));
+        // Cannot fail: the buffer grows as needed.
+        let _ = answer.encode(response);
+        Ok(())
     }
 }
 

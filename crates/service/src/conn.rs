@@ -1,7 +1,7 @@
 //! Accepted TCP connections under [`ServerLimits`]: a cap on how many are
 //! open, a deadline for the HTTP/2 preface, an idle deadline and a kill
-//! switch at the end of the drain. A tonic server (`grpc.rs`) and the
-//! quota server's lean Allow transport both accept through here, whatever
+//! switch at the end of the drain. The lean gRPC server (`lean.rs`) and a
+//! tonic router (`grpc.rs`) both accept through here, whatever
 //! HTTP/2 stack serves the connection.
 //!
 //! # Implementation notes

@@ -1,5 +1,5 @@
 //! Graceful shutdown of a server that runs its own HTTP/2 connections (the
-//! quota server's lean transport): stop accepting, ask every connection to
+//! lean gRPC server): stop accepting, ask every connection to
 //! finish its calls and close, wait for them for at most the drain
 //! deadline, then close those still open. A tonic server drains through
 //! tonic instead ([`ServerLimits::serve`]), and both end with the same

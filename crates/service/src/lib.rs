@@ -4,10 +4,12 @@
 //! * [`ServerLimits`], the one set of limits on a server's connections
 //!   and HTTP/2 transport; connections accepted, capped and guarded under
 //!   them ([`accept_loop`], [`Guarded`]);
-//! * a tonic router served under those limits with a graceful drain
-//!   ([`LimitedServer`], [`LimitedRouter`]), and the [`Drain`] of a server
-//!   with its own HTTP/2 stack; SIGTERM and SIGINT, one as the other, to
-//!   start it ([`ShutdownSignals`]);
+//! * one lean gRPC server for unary services, plaintext or TLS, under
+//!   those limits with a graceful drain ([`GrpcServer`],
+//!   [`UnaryService`]); a tonic router served the same way, for services
+//!   mounted in a router of one's own ([`LimitedServer`],
+//!   [`LimitedRouter`]); SIGTERM and SIGINT, one as the other, to start
+//!   the drain ([`ShutdownSignals`]);
 //! * hot reload in one shape ([`Reload`], [`reload_file`]): a
 //!   configuration file watched for changes and SIGHUP ([`watch_file`],
 //!   [`hangup`]);
@@ -16,12 +18,13 @@
 //!   type ([`EtcdError`]), and an [`Outage`] logged and reported to the
 //!   server's [`Readiness`];
 //! * TLS and mutual TLS files for servers and clients ([`ServerTls`],
-//!   [`ClientTls`]);
+//!   [`ClientTls`]), and a failed handshake in words with its likely fix
+//!   ([`tls_failure`]; servers log the clients they refuse);
 //! * locks that keep serving after a panic under them
 //!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
 //! * an error with its causes for log lines ([`ErrorChain`]).
 //!
-//! Nothing here knows a product: the kit depends on tokio, tonic, tower
+//! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic, tower
 //! and tracing alone, and the Doorman, quota and throttle crates build on
 //! it.
 //!
@@ -71,12 +74,14 @@ mod drain;
 mod error_chain;
 mod etcd;
 mod grpc;
+mod lean;
 mod limits;
 mod locks;
 mod readiness;
 mod reload;
 mod shutdown;
 mod tls;
+mod tls_failure;
 mod watch;
 
 pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits};
@@ -85,13 +90,19 @@ pub use error_chain::ErrorChain;
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
 pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
+pub use lean::{GrpcServer, UnaryService};
 pub use limits::ServerLimits;
 pub use locks::{LockUnpoisoned, RwLockUnpoisoned};
 pub use readiness::{NotReady, Readiness};
 pub use reload::{reload_file, Reload};
 pub use shutdown::ShutdownSignals;
-pub use tls::{ClientTls, ServeError, ServerTls, TlsError};
+pub use tls::{ClientTls, ServerTls, TlsError};
+pub use tls_failure::tls_failure;
 pub use watch::{hangup, watch_file, Hangup};
+
+/// The TLS library the servers use, for a configuration of one's own
+/// ([`GrpcServer::tls_config`]).
+pub use tokio_rustls::rustls;
 
 /// The etcd v3 messages and the one unary call the kit's keys and the
 /// Doorman election send: written by hand, not part of the API.

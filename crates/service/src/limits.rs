@@ -1,6 +1,6 @@
 //! The limits a server puts on its transport, in one type: a cap on
 //! connections, handshake, idle and drain deadlines, and the HTTP/2
-//! settings of a tonic server (message size, streams, flow-control
+//! settings of a gRPC server (message size, streams, flow-control
 //! windows, keepalive, a deadline per RPC).
 //!
 //! # Examples
@@ -36,16 +36,16 @@ use std::time::Duration;
 /// field is a `tollgate serve` flag; `tollgate quota` has the connection
 /// ones.
 ///
-/// A tonic server ([`ServerLimits::builder`], [`ServerLimits::serve`])
-/// applies every field. The quota server's lean plaintext transport
-/// applies the connection fields (`max_connections`, `handshake_timeout`,
-/// `idle_timeout`, `drain_timeout`) and keeps HTTP/2 settings of its own,
-/// sized for its one small message.
+/// The lean gRPC server ([`GrpcServer`](crate::GrpcServer)), which serves
+/// the lease and quota servers, and a tonic router served through
+/// [`ServerLimits::builder`] and [`ServerLimits::serve`] apply every
+/// field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServerLimits {
     /// Largest request message, in bytes (default 64 KiB: a Doorman
     /// GetCapacity for about 1000 resources with 40-byte ids). Larger ones
-    /// get OUT_OF_RANGE from their header, before their body is read.
+    /// get RESOURCE_EXHAUSTED from their header, before their body is read
+    /// (OUT_OF_RANGE from a tonic router).
     pub max_message_bytes: usize,
     /// Most concurrent HTTP/2 streams (RPCs) per connection (default 64).
     pub max_concurrent_streams: u32,

@@ -25,13 +25,18 @@
 //!
 //! Files are read and checked for PEM blocks here so that a wrong path or a
 //! key given as a certificate fails with the file's name before anything
-//! listens or dials; rustls (through tonic, with the `ring` provider) does
-//! the handshake and the certificate checks.
+//! listens or dials; rustls (with the `ring` provider) does the handshake
+//! and the certificate checks: on the lean servers through
+//! [`ServerTls::rustls_config`], on tonic's through [`ServerTls::load`].
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// A server's TLS setup: certificate chain and private key, and an
@@ -68,6 +73,9 @@ impl ServerTls {
     /// [`TlsError`] naming the file that cannot be read or holds no PEM
     /// certificate or key.
     pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
+        // rustls checks the certificate and key now, not at the first
+        // handshake.
+        self.rustls_config()?;
         let cert = read_pem(&self.cert_file, Pem::Certificate)?;
         let key = read_pem(&self.key_file, Pem::PrivateKey)?;
         let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
@@ -79,6 +87,71 @@ impl ServerTls {
         }
         Ok(config)
     }
+
+    /// Reads the files into a rustls server configuration offering HTTP/2
+    /// (ALPN `h2`), for the lean gRPC server
+    /// ([`GrpcServer::tls`](crate::GrpcServer::tls)).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming the file that cannot be read or holds no usable
+    /// PEM certificate or key, or rustls refusing the setup (a key that
+    /// does not match the certificate, say).
+    pub fn rustls_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let certs = certificates(&self.cert_file)?;
+        let key = private_key(&self.key_file)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::setup)?;
+        let builder = match &self.client_ca_file {
+            None => builder.with_no_client_auth(),
+            Some(ca_file) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for ca in certificates(ca_file)? {
+                    roots.add(ca).map_err(|e| TlsError::Malformed {
+                        path: ca_file.clone(),
+                        reason: e.to_string(),
+                    })?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(TlsError::setup)?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .map_err(|e| own_certificate(&self.cert_file, e))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// rustls refusing the certificate in `path` or its key: the file named
+/// with the fix when it is the certificate.
+fn own_certificate(path: &Path, error: rustls::Error) -> TlsError {
+    match crate::tls_failure::own_certificate(&error) {
+        Some(reason) => TlsError::Malformed {
+            path: path.to_owned(),
+            reason,
+        },
+        None => TlsError::setup(error),
+    }
+}
+
+/// Every certificate in the PEM file at `path`.
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read_pem(path, Pem::Certificate)?;
+    CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Malformed {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 /// A client's TLS setup: the CA that signed the server's certificate, and
@@ -125,6 +198,9 @@ impl ClientTls {
     /// [`TlsError`] naming the file that cannot be read or holds no PEM
     /// certificate or key.
     pub fn load(&self) -> Result<ClientTlsConfig, TlsError> {
+        // rustls checks the certificates and key now, not at the first
+        // connection.
+        self.rustls_config()?;
         let ca = read_pem(&self.ca_file, Pem::Certificate)?;
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
         if let Some((cert, key)) = &self.identity {
@@ -137,6 +213,54 @@ impl ClientTls {
         }
         Ok(config)
     }
+
+    /// Reads the files into a rustls client configuration offering HTTP/2
+    /// (ALPN `h2`), for a client of its own on `h2`.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] naming the file that cannot be read or used, or rustls
+    /// refusing the setup.
+    pub fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certificates(&self.ca_file)? {
+            roots.add(ca).map_err(|e| TlsError::Malformed {
+                path: self.ca_file.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::setup)?
+            .with_root_certificates(roots);
+        let mut config = match &self.identity {
+            None => builder.with_no_client_auth(),
+            Some((cert_file, key_file)) => {
+                let key = private_key(key_file)?;
+                builder
+                    .with_client_auth_cert(certificates(cert_file)?, key)
+                    .map_err(|e| own_certificate(cert_file, e))?
+            }
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// The name the server's certificate must carry when dialling `host`:
+    /// the [`domain`](Self::domain) if one was given, else `host`.
+    pub fn server_name<'h>(&'h self, host: &'h str) -> &'h str {
+        self.domain.as_deref().unwrap_or(host)
+    }
+}
+
+/// The private key in the PEM file at `path`.
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read_pem(path, Pem::PrivateKey)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Malformed {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// A TLS file that cannot be used.
@@ -163,6 +287,27 @@ pub enum TlsError {
         /// Why, as tonic reports it.
         source: tonic::transport::Error,
     },
+    /// The file holds PEM blocks of the right kind that cannot be decoded.
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Why, as rustls reports it.
+        reason: String,
+    },
+    /// rustls refused the setup: a key that does not match the
+    /// certificate, an unsupported key or a CA it cannot use.
+    Setup {
+        /// Why, as rustls reports it.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl TlsError {
+    fn setup(source: impl std::error::Error + Send + Sync + 'static) -> TlsError {
+        TlsError::Setup {
+            source: Box::new(source),
+        }
+    }
 }
 
 impl fmt::Display for TlsError {
@@ -174,7 +319,10 @@ impl fmt::Display for TlsError {
             TlsError::NotPem { path, expected } => {
                 write!(f, "TLS file {} holds no PEM {expected}", path.display())
             }
-            TlsError::Rejected { .. } => f.write_str("TLS setup rejected"),
+            TlsError::Rejected { .. } | TlsError::Setup { .. } => f.write_str("TLS setup rejected"),
+            TlsError::Malformed { path, reason } => {
+                write!(f, "TLS file {} is not usable: {reason}", path.display())
+            }
         }
     }
 }
@@ -183,49 +331,10 @@ impl std::error::Error for TlsError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             TlsError::Read { source, .. } => Some(source),
-            TlsError::NotPem { .. } => None,
+            TlsError::NotPem { .. } | TlsError::Malformed { .. } => None,
             TlsError::Rejected { source } => Some(source),
+            TlsError::Setup { source } => Some(source.as_ref()),
         }
-    }
-}
-
-/// Why a server over TLS did not start or stopped.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ServeError {
-    /// The TLS files cannot be used.
-    Tls(TlsError),
-    /// The transport failed.
-    Transport(tonic::transport::Error),
-}
-
-impl fmt::Display for ServeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServeError::Tls(_) => f.write_str("cannot serve over TLS"),
-            ServeError::Transport(_) => f.write_str("gRPC transport failed"),
-        }
-    }
-}
-
-impl std::error::Error for ServeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ServeError::Tls(e) => Some(e),
-            ServeError::Transport(e) => Some(e),
-        }
-    }
-}
-
-impl From<TlsError> for ServeError {
-    fn from(e: TlsError) -> Self {
-        ServeError::Tls(e)
-    }
-}
-
-impl From<tonic::transport::Error> for ServeError {
-    fn from(e: tonic::transport::Error) -> Self {
-        ServeError::Transport(e)
     }
 }
 

@@ -192,6 +192,18 @@ impl<T: Message> Encoder for CheckedEncoder<T> {
     }
 }
 
+/// Checks and decodes a `U` from `bytes`: a missing required field is
+/// INVALID_ARGUMENT and, as tonic's prost codec answers it, a message that
+/// does not parse INTERNAL.
+///
+/// # Errors
+///
+/// The status to answer the request with.
+pub fn decode<U: Required>(bytes: prost::bytes::Bytes) -> Result<U, Status> {
+    U::check_required(&bytes).map_err(Status::from)?;
+    U::decode(bytes).map_err(|e| Status::internal(e.to_string()))
+}
+
 /// Checks and decodes `U`.
 #[derive(Debug)]
 pub struct CheckedDecoder<U> {
@@ -203,12 +215,7 @@ impl<U: Required> Decoder for CheckedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        U::check_required(&bytes).map_err(Status::from)?;
-        // As tonic's prost codec: a message that does not parse is INTERNAL.
-        U::decode(bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
+        decode(buf.copy_to_bytes(buf.remaining())).map(Some)
     }
 
     fn buffer_settings(&self) -> BufferSettings {

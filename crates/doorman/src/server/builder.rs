@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
+use tonic::transport::ClientTlsConfig;
 
 use super::super::clock::{SystemWallClock, WallClock};
 use super::super::config::ServerConfig;
@@ -16,7 +16,7 @@ use super::parent::{self, Parent, Upstream};
 use super::state::{Inner, Serving, Snapshot, View};
 use super::wire::RequestLimits;
 use super::Server;
-use tollgate_service::{ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
+use tollgate_service::{rustls, ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
 
 /// Options for a [`Server`]; start with [`Server::builder`].
 ///
@@ -59,7 +59,8 @@ pub struct ServerBuilder<'a> {
     parent: Option<Parent>,
     parent_tls: Option<ClientTlsConfig>,
     transport: Option<Arc<dyn Transport>>,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    threads: Option<usize>,
 }
 
 impl Server {
@@ -75,6 +76,7 @@ impl Server {
             parent_tls: None,
             transport: None,
             tls: None,
+            threads: None,
         }
     }
 }
@@ -140,11 +142,20 @@ impl<'a> ServerBuilder<'a> {
     ///
     /// # Errors
     ///
-    /// [`TlsError`] naming a file that cannot be read or holds no PEM
-    /// certificate or key.
+    /// [`TlsError`] naming a file that cannot be read or used, or rustls
+    /// refusing the setup.
     pub fn tls(mut self, tls: &ServerTls) -> Result<ServerBuilder<'a>, TlsError> {
-        self.tls = Some(tls.load()?);
+        self.tls = Some(tls.rustls_config()?);
         Ok(self)
+    }
+
+    /// Runs [`Server::serve`]'s connections on `threads` threads (at least
+    /// one), each with a single-threaded runtime of its own: a call is
+    /// read, decided and answered on one thread. Without it (the default)
+    /// the connections are tasks of the runtime that serves.
+    pub fn threads(mut self, threads: usize) -> ServerBuilder<'a> {
+        self.threads = Some(threads);
+        self
     }
 
     /// Reaches the parent through `transport` instead of gRPC.
@@ -192,6 +203,7 @@ impl<'a> ServerBuilder<'a> {
                 serving: Serving {
                     limits: self.limits,
                     tls: self.tls,
+                    threads: self.threads,
                 },
                 readiness: election.readiness(),
             }),

@@ -15,7 +15,7 @@ use super::super::metrics::Metrics;
 use super::super::store::Resource;
 use super::parent::Upstream;
 use super::wire::RequestLimits;
-use tollgate_service::{Readiness, ServerLimits};
+use tollgate_service::{rustls, Readiness, ServerLimits};
 
 /// The lease server. Cheap to clone: clones share state.
 ///
@@ -69,7 +69,9 @@ pub(super) struct Inner {
 #[derive(Debug, Clone)]
 pub(super) struct Serving {
     pub(super) limits: ServerLimits,
-    pub(super) tls: Option<tonic::transport::ServerTlsConfig>,
+    pub(super) tls: Option<Arc<rustls::ServerConfig>>,
+    /// Threads of their own for the connections, if set.
+    pub(super) threads: Option<usize>,
 }
 
 /// The server's view of the election.

@@ -1,0 +1,445 @@
+//! What `tollgate load`'s modes share: the gRPC client the load speaks,
+//! the threads and callers that drive it, and the report with CPU time per
+//! call (the load's own and, with `--server-pid`, the server's).
+//!
+//! The load should cost less than the server, so it speaks gRPC with the
+//! `h2` crate directly: one current-thread runtime per thread, each with
+//! its own connections (plaintext or TLS), many streams in flight per
+//! connection, and no tower buffer or task between a caller and its
+//! connection. A mode says what its callers send and how to read the
+//! answers ([`Workload`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+use tollgate_service::ClientTls;
+use tonic::codegen::http::{self, HeaderValue, Method, Uri};
+use tonic::codegen::Bytes;
+
+/// What one mode's callers send and how they read the answers.
+pub(crate) trait Workload: Send + Sync + 'static {
+    /// What one caller keeps between its calls.
+    type Caller: Send + 'static;
+
+    /// The method called, as an HTTP/2 path.
+    const PATH: &'static str;
+
+    /// The names of the outcomes [`response`](Self::response) counts.
+    const OUTCOMES: &'static [&'static str];
+
+    /// Caller `k`'s state, of `n` callers.
+    fn caller(&self, k: usize, n: usize) -> Self::Caller;
+
+    /// How many calls the caller makes before the timed run (to register
+    /// its clients, say).
+    fn warm_up(&self, caller: &Self::Caller) -> usize;
+
+    /// The caller's next request message, gRPC-framed.
+    fn request(&self, caller: &mut Self::Caller) -> Bytes;
+
+    /// Reads the answer to the caller's last request: the index of its
+    /// outcome in [`OUTCOMES`](Self::OUTCOMES).
+    ///
+    /// # Errors
+    ///
+    /// A message that does not decode.
+    fn response(&self, caller: &mut Self::Caller, message: &[u8]) -> anyhow::Result<usize>;
+}
+
+/// How to run a load.
+#[derive(Debug)]
+pub(crate) struct Params {
+    /// The server's address, `host:port` (an `http://` or `https://`
+    /// prefix is ignored).
+    pub(crate) server: String,
+    pub(crate) tls: Option<ClientTls>,
+    pub(crate) duration: Duration,
+    pub(crate) concurrency: usize,
+    pub(crate) connections: usize,
+    pub(crate) threads: usize,
+    pub(crate) server_pid: Option<u32>,
+}
+
+/// What one caller (or a whole run) measured.
+struct Tally {
+    latency_us: Histogram<u64>,
+    outcomes: Vec<u64>,
+    errors: u64,
+    /// The first error's description, for the report.
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn new(outcomes: usize) -> Tally {
+        Tally {
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3)
+                .expect("valid histogram bounds"),
+            outcomes: vec![0; outcomes],
+            errors: 0,
+            first_error: None,
+        }
+    }
+
+    fn add(&mut self, other: Tally) -> anyhow::Result<()> {
+        self.latency_us.add(&other.latency_us)?;
+        for (total, n) in self.outcomes.iter_mut().zip(other.outcomes) {
+            *total += n;
+        }
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+        Ok(())
+    }
+}
+
+/// Where to dial and how.
+#[derive(Clone)]
+struct Dial {
+    authority: String,
+    uri: Uri,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+/// Runs `work` as `p` says and prints one line: calls (named `noun`),
+/// rate, errors, outcomes, CPU time per call and latency percentiles.
+pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Result<()> {
+    let threads = p.threads.min(p.concurrency).max(1);
+    let connections = p.connections.max(threads);
+    let dial = dial::<W>(p)?;
+    let work = Arc::new(work);
+    // Every caller, and this thread, meet after the warm-up.
+    let warmed = Arc::new(tokio::sync::Barrier::new(p.concurrency + 1));
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        // Thread t gets every threads-th connection and caller.
+        let conns = (t..connections).step_by(threads).count();
+        let callers: Vec<usize> = (t..p.concurrency).step_by(threads).collect();
+        let (dial, work, warmed) = (dial.clone(), Arc::clone(&work), Arc::clone(&warmed));
+        let (n, duration) = (p.concurrency, p.duration);
+        handles.push(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(thread_load(dial, work, conns, callers, n, warmed, duration))
+        }));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    // A thread that fails before its callers reach the barrier would leave
+    // this wait hanging: watch for finished threads meanwhile.
+    let all_warm = rt.block_on(async {
+        let wait = warmed.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => return true,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if handles.iter().any(std::thread::JoinHandle::is_finished) {
+                        return false;
+                    }
+                }
+            }
+        }
+    });
+    if !all_warm {
+        // A thread ended before the run began: report why; the others are
+        // left waiting, and end with the process.
+        let failed = handles
+            .into_iter()
+            .find(std::thread::JoinHandle::is_finished);
+        return match failed.map(std::thread::JoinHandle::join) {
+            Some(Ok(Err(e))) => Err(e),
+            _ => Err(anyhow::anyhow!("a load thread ended before the run began")),
+        };
+    }
+    {
+        eprintln!(
+            "warmed up in {:.2?}; running for {:?} with {} in flight over {} connections, {} threads",
+            started.elapsed(),
+            p.duration,
+            p.concurrency,
+            connections,
+            threads
+        );
+    }
+    let server_cpu_start = p.server_pid.map(process_cpu_seconds).transpose()?;
+    let cpu_start = cpu_seconds();
+    let start = Instant::now();
+    let mut all = Tally::new(W::OUTCOMES.len());
+    for h in handles {
+        let tally = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+        all.add(tally)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_start;
+    let n = all.latency_us.len();
+    let per_call_us = |cpu: f64| cpu * 1e6 / (n.max(1) as f64);
+    let ms = |us: u64| us as f64 / 1000.0;
+    let outcomes: Vec<String> = W::OUTCOMES
+        .iter()
+        .zip(&all.outcomes)
+        .filter(|(_, &c)| c > 0)
+        .map(|(name, c)| format!("{name}={c}"))
+        .collect();
+    let server = match (p.server_pid, server_cpu_start) {
+        (Some(pid), Some(before)) => {
+            let cpu = process_cpu_seconds(pid)? - before;
+            format!(" server_cpu={cpu:.2}s ({:.1} us/call)", per_call_us(cpu))
+        }
+        _ => String::new(),
+    };
+    println!(
+        "{noun}={n} elapsed={elapsed:.2}s rate={:.0}/s errors={} {} \
+         load_cpu={cpu:.2}s ({:.1} us/call){server} latency_ms p50={:.3} p90={:.3} p99={:.3} max={:.3}",
+        n as f64 / elapsed,
+        all.errors,
+        outcomes.join(" "),
+        per_call_us(cpu),
+        ms(all.latency_us.value_at_quantile(0.50)),
+        ms(all.latency_us.value_at_quantile(0.90)),
+        ms(all.latency_us.value_at_quantile(0.99)),
+        ms(all.latency_us.max()),
+    );
+    if let Some(e) = all.first_error {
+        eprintln!("first error: {e}");
+    }
+    Ok(())
+}
+
+/// Where and how `p` says to dial, for `W`'s method.
+fn dial<W: Workload>(p: &Params) -> anyhow::Result<Dial> {
+    let authority = p
+        .server
+        .split_once("://")
+        .map_or(p.server.as_str(), |(_, rest)| rest)
+        .trim_end_matches('/')
+        .to_owned();
+    let scheme = if p.tls.is_some() { "https" } else { "http" };
+    let uri: Uri = format!("{scheme}://{authority}{}", W::PATH)
+        .parse()
+        .with_context(|| format!("--server {:?} is not host:port", p.server))?;
+    let tls = match &p.tls {
+        None => None,
+        Some(tls) => {
+            let host = uri.host().unwrap_or_default();
+            let name = ServerName::try_from(tls.server_name(host).to_owned())
+                .with_context(|| format!("{host:?} is not a name TLS can check"))?;
+            Some((TlsConnector::from(tls.rustls_config()?), name))
+        }
+    };
+    Ok(Dial {
+        authority,
+        uri,
+        tls,
+    })
+}
+
+/// One thread's share: its connections, and its callers spread over them.
+async fn thread_load<W: Workload>(
+    dial: Dial,
+    work: Arc<W>,
+    conns: usize,
+    callers: Vec<usize>,
+    n: usize,
+    warmed: Arc<tokio::sync::Barrier>,
+    duration: Duration,
+) -> anyhow::Result<Tally> {
+    let mut senders = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        senders.push(connect(&dial).await?);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, k) in callers.into_iter().enumerate() {
+        let send = senders[i % senders.len()].clone();
+        let state = work.caller(k, n);
+        let (uri, work, warmed) = (dial.uri.clone(), Arc::clone(&work), Arc::clone(&warmed));
+        tasks.spawn(caller(send, uri, work, state, warmed, duration));
+    }
+    let mut all = Tally::new(W::OUTCOMES.len());
+    // The first caller to fail ends the thread (and the set, its callers).
+    while let Some(tally) = tasks.join_next().await {
+        all.add(tally??)?;
+    }
+    Ok(all)
+}
+
+/// An HTTP/2 connection to the server, its driver spawned on this thread.
+async fn connect(dial: &Dial) -> anyhow::Result<h2::client::SendRequest<Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(&dial.authority)
+        .await
+        .with_context(|| format!("connecting to {}", dial.authority))?;
+    tcp.set_nodelay(true)?;
+    let h2 = h2::client::Builder::new()
+        .initial_window_size(1 << 20)
+        .initial_connection_window_size(1 << 22)
+        .clone();
+    let handshake = |what: &str| format!("{what} with {}", dial.authority);
+    let Some((connector, name)) = &dial.tls else {
+        let (send, conn) = h2
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .with_context(|| handshake("HTTP/2 handshake"))?;
+        tokio::spawn(conn);
+        return Ok(send);
+    };
+    let tls = connector
+        .connect(name.clone(), tcp)
+        .await
+        .with_context(|| handshake("TLS handshake"))?;
+    let (send, conn) = h2
+        .handshake::<_, Bytes>(tls)
+        .await
+        .with_context(|| handshake("HTTP/2 handshake"))?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// One caller: its warm-up calls, then a call at a time until the run's
+/// end.
+async fn caller<W: Workload>(
+    mut send: h2::client::SendRequest<Bytes>,
+    uri: Uri,
+    work: Arc<W>,
+    mut state: W::Caller,
+    warmed: Arc<tokio::sync::Barrier>,
+    duration: Duration,
+) -> anyhow::Result<Tally> {
+    for _ in 0..work.warm_up(&state) {
+        let answered = call(&mut send, &uri, work.request(&mut state))
+            .await
+            .and_then(|message| work.response(&mut state, &message));
+        if let Err(e) = answered {
+            // Ends the thread, which ends the run.
+            return Err(e.context("warming up"));
+        }
+    }
+    warmed.wait().await;
+    let deadline = Instant::now() + duration;
+    let mut tally = Tally::new(W::OUTCOMES.len());
+    loop {
+        let t = Instant::now();
+        if t >= deadline {
+            break;
+        }
+        let body = work.request(&mut state);
+        let r = call(&mut send, &uri, body).await;
+        let us = t.elapsed().as_micros().max(1);
+        tally
+            .latency_us
+            .saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+        match r.and_then(|m| work.response(&mut state, &m)) {
+            Ok(outcome) => tally.outcomes[outcome] += 1,
+            Err(e) => {
+                tally.errors += 1;
+                tally.first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
+        }
+    }
+    Ok(tally)
+}
+
+/// One unary call: the response message, without its 5-byte prefix.
+async fn call(
+    send: &mut h2::client::SendRequest<Bytes>,
+    uri: &Uri,
+    body: Bytes,
+) -> anyhow::Result<Vec<u8>> {
+    std::future::poll_fn(|cx| send.poll_ready(cx)).await?;
+    let mut req = http::Request::new(());
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = uri.clone();
+    let h = req.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    let (response, mut stream) = send.send_request(req, false)?;
+    stream.send_data(body, true)?;
+    let (head, mut body) = response.await?.into_parts();
+    anyhow::ensure!(head.status == http::StatusCode::OK, "HTTP {}", head.status);
+    let mut message = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        message.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await?;
+    let status = |name: &str| {
+        trailers
+            .as_ref()
+            .and_then(|t| t.get(name))
+            .or_else(|| head.headers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let code = status("grpc-status");
+    anyhow::ensure!(
+        code == "0",
+        "gRPC status {code}: {}",
+        status("grpc-message")
+    );
+    anyhow::ensure!(message.len() >= 5, "short response");
+    message.drain(..5);
+    Ok(message)
+}
+
+/// Frames `message` as a gRPC request body.
+pub(crate) fn frame(message: &impl prost::Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = Vec::with_capacity(5 + len);
+    buf.push(0);
+    buf.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    // Cannot fail: the buffer grows as needed.
+    let _ = message.encode(&mut buf);
+    Bytes::from(buf)
+}
+
+/// CPU time (user + system) this process has used, in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass, which is a plain
+    // C struct for which all-zero bytes are a valid value.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return 0.0;
+        }
+        usage
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// CPU time (user + system) process `pid` has used, in seconds, from
+/// `/proc/PID/stat` (Linux).
+fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime 14 and stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("unexpected {path}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i - 3)
+            .with_context(|| format!("unexpected {path}"))?
+            .parse::<f64>()?)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    Ok((ticks(14)? + ticks(15)?) / hz)
+}

@@ -1,0 +1,208 @@
+//! One unary call on the lean gRPC server: find its method, read its one
+//! message, let the service answer, and send the answer or the status.
+
+use std::task::{Context, Poll};
+
+use tonic::codegen::http::{self, HeaderMap, HeaderValue};
+use tonic::codegen::Bytes;
+use tonic::{Code, Status};
+
+use super::connection::Shared;
+use super::UnaryService;
+use crate::conn::ConnInfo;
+
+/// Starts answering one call: at once if its message has arrived, else
+/// from a task of its own that waits for it (for at most the request
+/// timeout), counted in flight on its connection (`conn`) until it has
+/// answered.
+pub(super) fn start<S: UnaryService>(
+    shared: &Shared<S>,
+    req: http::Request<h2::RecvStream>,
+    respond: h2::server::SendResponse<Bytes>,
+    conn: &ConnInfo,
+    cx: &mut Context<'_>,
+) {
+    let (head, mut body) = req.into_parts();
+    let Some(method) = shared.service.method(head.uri.path()) else {
+        let status = Status::unimplemented(format!("unknown method {}", head.uri.path()));
+        return fail(respond, &status);
+    };
+    let max = shared.limits.max_message_bytes;
+    let mut partial = Vec::new();
+    // Polled once with the connection task's context: a Pending only
+    // leaves it a spurious wake-up; the task below polls it again.
+    match read_message(&mut body, &mut partial, max, cx) {
+        Poll::Ready(message) => answer(&*shared.service, method, respond, message),
+        Poll::Pending => {
+            let service = std::sync::Arc::clone(&shared.service);
+            let timeout = shared.limits.request_timeout;
+            let in_flight = conn.begin();
+            tokio::spawn(async move {
+                let read =
+                    std::future::poll_fn(|cx| read_message(&mut body, &mut partial, max, cx));
+                let message = tokio::time::timeout(timeout, read)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded(format!(
+                            "request message not received within {timeout:?}"
+                        )))
+                    });
+                answer(&*service, method, respond, message);
+                drop(in_flight);
+            });
+        }
+    }
+}
+
+/// Reads the request's one message (without its 5-byte prefix), gathering
+/// it in `partial` when it comes in several DATA frames; refuses one
+/// announced larger than `max` bytes from its prefix.
+fn read_message(
+    body: &mut h2::RecvStream,
+    partial: &mut Vec<u8>,
+    max: usize,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Bytes, Status>> {
+    loop {
+        if let Some(len) = complete(partial, max)? {
+            let message = Bytes::copy_from_slice(&partial[5..5 + len]);
+            return Poll::Ready(Ok(message));
+        }
+        let chunk = match body.poll_data(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => {
+                return Poll::Ready(Err(Status::internal(
+                    "request ended before its message was complete",
+                )))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                return Poll::Ready(Err(Status::cancelled(format!("request failed: {e}"))))
+            }
+            Poll::Ready(Some(Ok(chunk))) => chunk,
+        };
+        // The bytes are consumed here: give the window back at once.
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if partial.is_empty() {
+            if let Some(len) = complete(&chunk, max)? {
+                return Poll::Ready(Ok(chunk.slice(5..5 + len)));
+            }
+        }
+        partial.extend_from_slice(&chunk);
+        // Once the length is known, hold exactly the message: a buffer
+        // grown by doubling could hold twice what was announced.
+        if let Some(prefix) = partial.get(1..5) {
+            let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+            partial.reserve_exact((5 + len.min(max)).saturating_sub(partial.len()));
+        }
+    }
+}
+
+/// The message's length if `buf` holds a whole length-prefixed message.
+fn complete(buf: &[u8], max: usize) -> Result<Option<usize>, Status> {
+    let Some(prefix) = buf.get(..5) else {
+        return Ok(None);
+    };
+    if prefix[0] != 0 {
+        return Err(Status::unimplemented(
+            "compressed messages are not supported",
+        ));
+    }
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if len > max {
+        return Err(Status::resource_exhausted(format!(
+            "request message of {len} bytes is larger than the limit of {max}"
+        )));
+    }
+    Ok((buf.len() >= 5 + len).then_some(len))
+}
+
+/// Lets the service answer `message` and sends its answer (or the status).
+fn answer<S: UnaryService>(
+    service: &S,
+    method: S::Method,
+    respond: h2::server::SendResponse<Bytes>,
+    message: Result<Bytes, Status>,
+) {
+    let mut framed = Vec::with_capacity(128);
+    framed.extend_from_slice(&[0; 5]);
+    let answered = message.and_then(|m| service.call(method, m, &mut framed));
+    if let Err(status) = answered {
+        return fail(respond, &status);
+    }
+    let Ok(len) = u32::try_from(framed.len() - 5) else {
+        return fail(respond, &Status::internal("response message too large"));
+    };
+    framed[1..5].copy_from_slice(&len.to_be_bytes());
+    send(respond, Bytes::from(framed));
+}
+
+fn head() -> http::Response<()> {
+    let mut resp = http::Response::new(());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    resp
+}
+
+/// A normal response: headers, the message, `grpc-status: 0`. A send error
+/// means the client reset the stream: nothing left to do.
+fn send(mut respond: h2::server::SendResponse<Bytes>, framed: Bytes) {
+    let Ok(mut stream) = respond.send_response(head(), false) else {
+        return;
+    };
+    if stream.send_data(framed, false).is_err() {
+        return;
+    }
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let _ = stream.send_trailers(trailers);
+}
+
+/// A trailers-only response carrying `status`.
+fn fail(mut respond: h2::server::SendResponse<Bytes>, status: &Status) {
+    let mut resp = head();
+    if status.add_header(resp.headers_mut()).is_err() {
+        let code = HeaderValue::from(Code::Internal as i32);
+        resp.headers_mut().insert("grpc-status", code);
+    }
+    let _ = respond.send_response(resp, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(len: u32, body: &[u8]) -> Vec<u8> {
+        let mut buf = vec![0];
+        buf.extend_from_slice(&len.to_be_bytes());
+        buf.extend_from_slice(body);
+        buf
+    }
+
+    #[test]
+    fn a_message_is_complete_once_its_announced_length_has_arrived() {
+        assert_eq!(complete(&[0, 0, 0], 64).unwrap(), None);
+        assert_eq!(complete(&framed(3, b"ab"), 64).unwrap(), None);
+        assert_eq!(complete(&framed(3, b"abc"), 64).unwrap(), Some(3));
+        assert_eq!(complete(&framed(0, b""), 64).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_resource_exhausted_from_its_prefix() {
+        let err = complete(&framed(65, b""), 64).unwrap_err();
+        assert_eq!(err.code(), Code::ResourceExhausted);
+        assert_eq!(
+            err.message(),
+            "request message of 65 bytes is larger than the limit of 64"
+        );
+        assert_eq!(complete(&framed(64, b""), 64).unwrap(), None);
+    }
+
+    #[test]
+    fn a_compressed_message_is_unimplemented() {
+        let mut buf = framed(1, b"x");
+        buf[0] = 1;
+        assert_eq!(complete(&buf, 64).unwrap_err().code(), Code::Unimplemented);
+    }
+}
