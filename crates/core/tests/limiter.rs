@@ -592,3 +592,34 @@ fn lateness_is_the_backlog_as_of_the_last_fill() {
     assert!(backlog > Duration::ZERO);
     assert_eq!(limiter.lateness(), backlog);
 }
+
+/// Queued async acquires, each a task that takes one op and ends: every op
+/// a fill brings goes to a queued task, none to the budget of the thread
+/// that polled the first (no later acquire there would ever spend it).
+#[test]
+fn queued_one_shot_async_acquires_get_every_op_a_fill_brings() {
+    let (limiter, clock) = manual("100K,1.0");
+    drain(&limiter);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut futures: Vec<_> = (0..300)
+        .map(|_| Box::pin(limiter.acquire_async()))
+        .collect();
+    for f in &mut futures {
+        assert_eq!(f.as_mut().poll(&mut cx), Poll::Pending);
+    }
+    // Two fills of 1 ms: 100 ops each, for the first 200 tasks in queue
+    // order.
+    let mut ready = vec![false; futures.len()];
+    for _ in 0..2 {
+        clock.advance(MS);
+        limiter.backlog();
+        for (f, r) in futures.iter_mut().zip(&mut ready) {
+            if !*r {
+                *r = f.as_mut().poll(&mut cx).is_ready();
+            }
+        }
+    }
+    let served = ready.iter().filter(|r| **r).count();
+    assert_eq!(served, 200, "{ready:?}");
+    assert!(ready[..200].iter().all(|r| *r), "served in queue order");
+}

@@ -62,7 +62,15 @@ impl Future for AcquireFuture<'_> {
         {
             Some(extra) => {
                 this.done = true;
-                keep_extra(this.core, extra);
+                // A task is not a thread: the next acquire on this thread
+                // may never come, while queued tasks wait for these tokens.
+                // Hand them on when anyone waits; keep them for this
+                // thread's next acquire only when no one does.
+                if this.core.has_waiters() {
+                    this.core.return_extra(extra);
+                } else {
+                    keep_extra(this.core, extra);
+                }
                 Poll::Ready(this.core.lateness())
             }
             None => Poll::Pending,
