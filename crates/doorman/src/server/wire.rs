@@ -91,10 +91,11 @@ fn resources<'a>(
     ids: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<(), RequestError> {
     count(rules.limits, ids.len())?;
-    let mut seen = HashSet::with_capacity(ids.len());
+    // Most requests name one resource: no set is needed to find a repeat.
+    let mut seen = (ids.len() > 1).then(|| HashSet::with_capacity(ids.len()));
     for rid in ids {
         id(rules.limits, "resource_id", rid)?;
-        if !seen.insert(rid) {
+        if seen.as_mut().is_some_and(|seen| !seen.insert(rid)) {
             return Err(RequestError::DuplicateResource(rid.to_owned()));
         }
         if rules.config.find(rid).is_none() {
@@ -496,5 +497,22 @@ mod tests {
             capacity_request(&rules, req("a", &["x", "y"])),
             Err(RequestError::TooManyResources { count: 2, max: 1 })
         ));
+    }
+
+    #[test]
+    fn a_resource_named_twice_is_refused_and_one_named_once_is_not() {
+        let c = ServerConfig::builtin();
+        let limits = RequestLimits::default();
+        let rules = Rules {
+            limits: &limits,
+            config: &c,
+        };
+        let ask = |ids: &[&str]| resources(&rules, ids.iter().copied());
+        assert_eq!(ask(&["a"]), Ok(()));
+        assert_eq!(ask(&["a", "b", "c"]), Ok(()));
+        assert_eq!(
+            ask(&["a", "b", "a"]),
+            Err(RequestError::DuplicateResource("a".into()))
+        );
     }
 }
