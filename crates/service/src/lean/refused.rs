@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::locks::LockUnpoisoned;
 
@@ -30,13 +30,17 @@ impl RefusedHandshakes {
     }
 
     /// Logs the handshake from `remote` that failed with `error`, unless a
-    /// line was logged less than a second ago.
+    /// line was logged less than a second ago. A connection that failed
+    /// for no TLS reason (closed or reset mid-handshake) is logged at debug.
     pub(super) fn record(&self, remote: SocketAddr, error: &io::Error) {
+        let reason = error.to_string();
+        let Some(fix) = crate::tls_failure::refused_client_fix(error) else {
+            debug!(%remote, reason, "TLS handshake failed: closed");
+            return;
+        };
         let Some(held_back) = self.due(Instant::now()) else {
             return;
         };
-        let reason = error.to_string();
-        let fix = crate::tls_failure::refused_client_fix(error).unwrap_or_default();
         warn!(%remote, reason, fix, held_back, "TLS handshake refused");
     }
 
