@@ -125,8 +125,9 @@ fn file_stem(path: &Path) -> String {
         .map_or_else(|| "fleet".to_owned(), |s| s.to_string_lossy().into_owned())
 }
 
-/// Runs `fleet`, showing on stderr how far the virtual clock is, at most
-/// every half second of wall time (on a terminal, one line rewritten).
+/// Runs `fleet`, showing on stderr how far the virtual clock is: on a
+/// terminal one line rewritten every half second of wall time, else a line
+/// every five seconds (and one at the end).
 fn with_progress(fleet: &Fleet, seed: u64) -> Report {
     let start = Instant::now();
     let last = Mutex::new(start);
@@ -134,7 +135,8 @@ fn with_progress(fleet: &Fleet, seed: u64) -> Report {
     let duration = fleet.duration;
     let progress = move |t: u64| {
         let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.elapsed().as_millis() < 500 && t < duration {
+        let every = if tty { 500 } else { 5000 };
+        if last.elapsed().as_millis() < every && t < duration {
             return;
         }
         *last = Instant::now();

@@ -2,10 +2,6 @@
 
 use std::fmt::Write as _;
 
-/// Seconds a fleet must stay within 1 % of its steady allocation to count
-/// as converged (fewer when the next event comes sooner).
-const SETTLED: u64 = 5;
-
 /// Overshoots kept in a report (all are counted).
 const OVERSHOOTS_KEPT: usize = 100;
 
@@ -42,7 +38,9 @@ pub struct LevelSample {
     pub rpcs: u64,
 }
 
-/// A master that had handed out more than it held at a sample.
+/// A master that had handed out more than it held at a sample, outside
+/// learning mode (in learning mode a master echoes what its clients say
+/// they hold, by design, before it holds anything itself).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Overshoot {
     /// When.
@@ -65,8 +63,9 @@ pub struct EventReport {
     /// What happened.
     pub what: String,
     /// Seconds until what the clients hold was within 1 % of
-    /// `min(wants, available capacity)` and stayed there for 5 s (or until
-    /// the next event); `None` if it never was before the next event.
+    /// `min(wants, available capacity)` and stayed there until the next
+    /// event (or the end); `None` if the last sample before the next event
+    /// is not within.
     pub converged_after: Option<u64>,
 }
 
@@ -267,8 +266,8 @@ impl Report {
 }
 
 /// Each logged event with the seconds until the clients held within 1 %
-/// of `min(wants, capacity)` again, for `SETTLED` seconds or until the
-/// next event.
+/// of `min(wants, capacity)` for good: from then until the next event
+/// (or the end of the run), every sample is within.
 fn convergence(samples: &[Sample], log: &[(u64, String)]) -> Vec<EventReport> {
     let end = samples.last().map_or(0, |s| s.t + 1);
     let within = |s: &Sample| {
@@ -279,12 +278,11 @@ fn convergence(samples: &[Sample], log: &[(u64, String)]) -> Vec<EventReport> {
         .map(|(t, what)| {
             let next = log.iter().map(|e| e.0).find(|&u| u > *t).unwrap_or(end);
             let window: Vec<&Sample> = samples.iter().filter(|s| s.t >= *t && s.t < next).collect();
-            let converged_after = (0..window.len())
-                .find(|&i| {
-                    let until = (i + SETTLED as usize).min(window.len());
-                    window[i..until].iter().all(|s| within(s))
-                })
-                .map(|i| window[i].t - t);
+            let converged_after = match window.iter().rposition(|s| !within(s)) {
+                None => Some(0),
+                Some(last) if last + 1 < window.len() => Some(window[last + 1].t - t),
+                Some(_) => None,
+            };
             EventReport {
                 t: *t,
                 what: what.clone(),

@@ -416,7 +416,7 @@ impl World {
             let level = &mut levels[job.level];
             level.available += status.capacity;
             level.handed_out += status.sum_has;
-            if status.sum_has > status.capacity * (1.0 + 1e-9) + 1e-9 {
+            if !status.learning && status.sum_has > status.capacity * (1.0 + 1e-9) + 1e-9 {
                 overshoots.push(Overshoot {
                     t,
                     job: job.name.clone(),
