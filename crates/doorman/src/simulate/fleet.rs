@@ -344,15 +344,25 @@ impl Fleet {
 
     fn check(&self) -> Result<(), FleetError> {
         let fail = |field: String, why: &str| Err(FleetError(format!("{field}: {why}")));
+        if self.duration > MAX_DURATION {
+            return fail("duration".into(), "more than 604800 s (a week)");
+        }
         if self.levels.is_empty() {
             return fail("levels".into(), "the tree needs at least one level");
         }
+        // Counted before the tree is built, so a huge one is refused
+        // without the memory to list it.
+        let (mut width, mut jobs) = (1usize, 0usize);
         for (i, l) in self.levels.iter().enumerate() {
-            if l.tasks == 0 {
-                return fail(
-                    format!("levels[{i}].tasks"),
-                    "a job needs at least one task",
-                );
+            if i > 0 {
+                width = width.saturating_mul(l.jobs);
+            }
+            jobs = jobs.saturating_add(width);
+            if jobs > MAX_JOBS {
+                return fail(format!("levels[{i}].jobs"), "more than 100000 jobs");
+            }
+            if !(1..=MAX_TASKS).contains(&l.tasks) {
+                return fail(format!("levels[{i}].tasks"), "a job has 1 to 100 tasks");
             }
             if i > 0 && l.jobs == 0 {
                 return fail(
@@ -365,9 +375,6 @@ impl Fleet {
             }
         }
         let jobs = self.jobs();
-        if jobs.len() > 100_000 {
-            return fail("levels".into(), "more than 100000 jobs");
-        }
         let leaves = jobs.iter().filter(|j| j.1 + 1 == self.levels.len()).count();
         if self.clients.per_leaf.saturating_mul(leaves) > 10_000_000 {
             return fail("clients.per_leaf".into(), "more than 10000000 clients");
@@ -382,11 +389,14 @@ impl Fleet {
             }
         }
         if let Some(m) = self.mishaps {
-            if m.every == 0 || !m.wants_up.is_finite() || m.wants_up < 0.0 {
+            if m.every == 0 || !(0.0..=MAX_WANTS).contains(&m.wants_up) {
                 return fail(
                     "mishaps".into(),
-                    "every must be at least 1 and wants_up finite and >= 0",
+                    "every must be at least 1 and wants_up within 0..=1e15",
                 );
+            }
+            if m.outage_max > MAX_DURATION {
+                return fail("mishaps.outage_max".into(), "more than 604800 s (a week)");
             }
         }
         let job = |field: String, name: &str| -> Result<usize, FleetError> {
@@ -417,8 +427,15 @@ impl Fleet {
                     if job(field("partition.job"), &p.job)? == 0 {
                         return fail(field("partition.job"), "the root has no parent");
                     }
+                    if p.duration > MAX_DURATION {
+                        return fail(field("partition.for"), "more than 604800 s (a week)");
+                    }
                 }
-                Action::EtcdOutage(_) => {}
+                Action::EtcdOutage(o) => {
+                    if o.duration.max(o.ttl) > MAX_DURATION {
+                        return fail(field("etcd_outage"), "more than 604800 s (a week)");
+                    }
+                }
                 Action::Join(h) => {
                     if let Some(w) = &h.wants {
                         check_wants(&field("join.wants"), w)?;
@@ -433,13 +450,13 @@ impl Fleet {
                 }
                 Action::Leave(h) => clients = clients.saturating_sub(h.count),
                 Action::Capacity(c) => {
-                    if !c.is_finite() || *c < 0.0 {
-                        return fail(field("capacity"), "must be finite and >= 0");
+                    if !(0.0..=MAX_WANTS).contains(c) {
+                        return fail(field("capacity"), "must be within 0..=1e15");
                     }
                 }
                 Action::SetWants(s) => {
-                    if !s.wants.is_finite() || s.wants < 0.0 {
-                        return fail(field("set_wants.wants"), "must be finite and >= 0");
+                    if !(0.0..=MAX_WANTS).contains(&s.wants) {
+                        return fail(field("set_wants.wants"), "must be within 0..=1e15");
                     }
                 }
             }
@@ -479,8 +496,20 @@ impl Wants {
     }
 }
 
+/// The longest run, and the longest outage or partition, in seconds.
+const MAX_DURATION: u64 = 7 * 86_400;
+
+/// The most jobs in a tree.
+const MAX_JOBS: usize = 100_000;
+
+/// The most tasks in a job.
+const MAX_TASKS: usize = 100;
+
+/// The most any client may want (a server's largest capacity).
+pub(super) const MAX_WANTS: f64 = 1e15;
+
 fn check_wants(field: &str, wants: &Wants) -> Result<(), FleetError> {
-    let ok = |w: f64| w.is_finite() && w >= 0.0;
+    let ok = |w: f64| (0.0..=MAX_WANTS).contains(&w);
     let valid = match *wants {
         Wants::Constant(w) => ok(w),
         Wants::Around { around, spread } => ok(around) && (0.0..=2.0).contains(&spread),
@@ -490,7 +519,7 @@ fn check_wants(field: &str, wants: &Wants) -> Result<(), FleetError> {
         Ok(())
     } else {
         Err(FleetError(format!(
-            "{field}: wants must be finite and >= 0 (a spread within 0..=2, low <= high)"
+            "{field}: wants must be within 0..=1e15 (a spread within 0..=2, low <= high)"
         )))
     }
 }
@@ -583,6 +612,19 @@ clients: {per_leaf: 2, wants: 3}
             .unwrap_err()
             .to_string();
         assert!(missing.contains("missing field `duration`"), "{missing}");
+        let config = r#"{resources: [{identifier_glob: "*", capacity: 0, algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5}}]}"#;
+        let level = |jobs| format!("\n  - {{name: x, jobs: {jobs}, config: {config}}}");
+        let huge = Fleet::from_yaml(&SMALL.replace(
+            "\nclients:",
+            &format!("{}{}\nclients:", level(1000), level(1000)),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(huge, "levels[3].jobs: more than 100000 jobs");
+        let long = Fleet::from_yaml(&SMALL.replace("duration: 10", "duration: 99999999999"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(long, "duration: more than 604800 s (a week)");
         let wants = Fleet::from_yaml(&SMALL.replace("wants: 3", "wants: -3"))
             .unwrap_err()
             .to_string();

@@ -166,14 +166,14 @@ impl World {
             Action::Partition(p) => {
                 let job = self.job(&p.job);
                 self.net.set_cut(job, true);
-                self.heals.push((t + p.duration, job));
+                self.heals.push((t.saturating_add(p.duration), job));
                 self.note(
                     t,
                     format!("{} cut from its parent for {} s", p.job, p.duration),
                 );
             }
             Action::EtcdOutage(o) => {
-                self.etcd = Some((t + o.ttl, t + o.duration));
+                self.etcd = Some((t.saturating_add(o.ttl), t.saturating_add(o.duration)));
                 self.note(t, format!("etcd down for {} s", o.duration));
             }
             Action::Join(h) => {

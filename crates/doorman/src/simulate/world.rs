@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::fleet::{Fleet, Wants};
+use super::fleet::{Fleet, Wants, MAX_WANTS};
 use super::in_process::{InProcess, Link};
 use super::report::{LevelSample, Overshoot, Sample};
 use super::T0;
@@ -363,7 +363,7 @@ impl World {
 
     pub(super) fn set_wants(&mut self, client: usize, wants: f64) {
         let c = &mut self.clients[client];
-        c.wants = wants.max(0.0);
+        c.wants = wants.clamp(0.0, MAX_WANTS);
         c.resource.set_wants(c.wants).expect("finite wants");
     }
 
