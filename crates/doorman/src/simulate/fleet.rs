@@ -154,14 +154,41 @@ pub struct Mishaps {
     pub outage_max: u64,
 }
 
-/// A scripted event at second `at`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// A scripted event at second `at`: `{at: 120, failover: region0}`, the
+/// time and exactly one action.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Seconds since the start.
     pub at: u64,
     /// What happens.
-    #[serde(flatten)]
     pub action: Action,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Event, D::Error> {
+        use serde::de::Error as _;
+        let mut map = serde_norway::Mapping::deserialize(d)?;
+        let at = map
+            .remove("at")
+            .ok_or_else(|| D::Error::missing_field("at"))?;
+        let at: u64 = serde_norway::from_value(at).map_err(D::Error::custom)?;
+        if map.len() != 1 {
+            return Err(D::Error::custom(format!(
+                "the event at {at} s has {} actions: an event has one",
+                map.len()
+            )));
+        }
+        let Some((serde_norway::Value::String(name), value)) = map.into_iter().next() else {
+            return Err(D::Error::custom("an action is named by a string"));
+        };
+        let tagged = serde_norway::value::TaggedValue {
+            tag: serde_norway::value::Tag::new(name),
+            value,
+        };
+        let action = serde_norway::from_value(serde_norway::Value::Tagged(Box::new(tagged)))
+            .map_err(D::Error::custom)?;
+        Ok(Event { at, action })
+    }
 }
 
 /// What a scripted event does.
@@ -594,6 +621,14 @@ clients: {per_leaf: 2, wants: 3}
             (
                 "timeline: [{at: 5, elect: dc0}, {at: 1, elect: dc1}]",
                 "timeline[1].at: events must be in time order",
+            ),
+            (
+                "timeline: [{at: 5, elect: dc0, kill: {job: dc1}}]",
+                "timeline: the event at 5 s has 2 actions: an event has one at line 10 column 11",
+            ),
+            (
+                "timeline: [{elect: dc0}]",
+                "timeline: missing field `at` at line 10 column 11",
             ),
         ];
         for (extra, want) in cases {
