@@ -1,37 +1,5 @@
 //! The fleet file: a server tree, its clients and a timeline of events, in
-//! YAML.
-//!
-//! ```yaml
-//! name: two regions
-//! duration: 600              # seconds of virtual time
-//! levels:                    # from the root down; the last holds the clients
-//!   - name: root
-//!     config:                # a server configuration, as `tollgate serve` reads
-//!       resources:
-//!         - identifier_glob: "*"
-//!           capacity: 1000
-//!           algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8,
-//!                       learning_mode_duration: 60}
-//!   - name: region
-//!     jobs: 2                # jobs under each job of the level above
-//!     tasks: 3               # server tasks per job (default 3)
-//!     config:
-//!       resources:
-//!         - identifier_glob: "*"
-//!           capacity: 0
-//!           algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 4,
-//!                       learning_mode_duration: 60}
-//! clients:
-//!   per_leaf: 100
-//!   wants: {around: 6, spread: 0.1}   # or a number, or {uniform: [4, 8]}
-//! timeline:
-//!   - {at: 120, failover: region0}
-//!   - {at: 200, partition: {job: region1, for: 60}}
-//! ```
-//!
-//! Jobs are named after their level and their place under the root:
-//! `root`, `region0`, `region1`, then `dc0.0`, `dc0.1`, ... one level
-//! further down. Every field is described on [`Fleet`] and [`Event`].
+//! YAML, read and checked.
 
 use std::fmt;
 use std::path::Path;
@@ -40,7 +8,47 @@ use serde::Deserialize;
 
 use crate::ServerConfig;
 
-/// A fleet to simulate: see the [module docs](self) for the format.
+/// A fleet to simulate, as a fleet file describes it in YAML.
+///
+/// Jobs are named after their level and their place under the root:
+/// `root`, `region0`, `region1`, then `dc0.0`, `dc0.1`, ... one level
+/// further down. Every field is described below and on [`Event`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_doorman::simulate::Fleet;
+///
+/// let fleet = Fleet::from_yaml(r#"
+/// name: two regions
+/// duration: 600              # seconds of virtual time
+/// levels:                    # from the root down; the last holds the clients
+///   - name: root
+///     config:                # a server configuration, as `tollgate serve` reads
+///       resources:
+///         - identifier_glob: "*"
+///           capacity: 1000
+///           algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8,
+///                       learning_mode_duration: 60}
+///   - name: region
+///     jobs: 2                # jobs under each job of the level above
+///     tasks: 3               # server tasks per job (default 3)
+///     config:
+///       resources:
+///         - identifier_glob: "*"
+///           capacity: 0
+///           algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 4,
+///                       learning_mode_duration: 60}
+/// clients:
+///   per_leaf: 100
+///   wants: {around: 6, spread: 0.1}   # or a number, or {uniform: [4, 8]}
+/// timeline:
+///   - {at: 120, failover: region0}
+///   - {at: 200, partition: {job: region1, for: 60}}
+/// "#).unwrap();
+/// assert_eq!(fleet.levels[1].jobs, 2);
+/// assert_eq!(fleet.timeline.len(), 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fleet {
