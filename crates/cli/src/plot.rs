@@ -79,6 +79,7 @@ pub(crate) struct Chart {
     x_title: String,
     y_title: String,
     series: Vec<Series>,
+    marks: Vec<f64>,
 }
 
 impl Chart {
@@ -90,7 +91,15 @@ impl Chart {
             x_title: x_title.to_owned(),
             y_title: y_title.to_owned(),
             series: Vec::new(),
+            marks: Vec::new(),
         }
+    }
+
+    /// Marks instants on the x axis (events), drawn as thin dotted
+    /// vertical lines under the series; non-finite ones are skipped.
+    pub(crate) fn marks(mut self, xs: Vec<f64>) -> Chart {
+        self.marks = xs.into_iter().filter(|x| x.is_finite()).collect();
+        self
     }
 
     /// Adds a series, drawn over those added before.
@@ -166,6 +175,14 @@ impl Chart {
             r#"<text x="{yx}" y="{yy:.1}" text-anchor="middle" transform="rotate(-90 {yx} {yy:.1})">{}</text>"#,
             escape(&self.y_title)
         );
+        // The marks, under the series.
+        for &x in self.marks.iter().filter(|&&x| x0 <= x && x <= x1) {
+            let _ = writeln!(
+                out,
+                r##"<line x1="{0:.1}" y1="{plot_top}" x2="{0:.1}" y2="{bottom}" stroke="#ff7f0e" stroke-width="1" stroke-dasharray="2 3"/>"##,
+                px(x)
+            );
+        }
         // The series, clipped to the plot area.
         for s in &self.series {
             let mut points = String::new();

@@ -1,10 +1,14 @@
-//! `tollgate simulate`: a server tree on a virtual clock; writes a CSV and
-//! an SVG chart and prints the convergence figures.
+//! `tollgate simulate`: a server tree on a virtual clock, one of the
+//! design doc's scenarios or a fleet file; writes a CSV and an SVG chart
+//! and prints the figures.
 
-use std::path::PathBuf;
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use anyhow::Context as _;
-use tollgate_doorman::simulate;
+use tollgate_doorman::simulate::{self, Fleet, Report};
 
 use crate::plot::{Chart, Figure, Series};
 
@@ -20,18 +24,29 @@ use crate::plot::{Chart, Figure, Series};
     6  as 5; two clients want 1000 from 150 s\n  \
     7  as 5 for an hour; every 60 s a mishap: a client's wants +100, a job losing its \
     master for up to 60 s, or an election\n\n\
-    Each run writes scenario-N-seed-S.csv (t, capacity, total_wants, total_has per second) \
-    and .svg: the root's capacity (dashed) with what the clients hold, and their total \
-    wants against the capacity, each on an axis that spans its data.\n\n\
+    Each scenario is a fleet file (crates/doorman/examples/fleets/scenario-N.yaml). A fleet \
+    file describes the tree (levels, jobs, tasks, server configurations), the clients and a \
+    timeline of events: lose_master, elect, failover, kill, restart, partition, etcd_outage, \
+    join, leave, capacity, set_wants (see the simulate module's docs).\n\n\
+    Each run writes NAME-seed-S.csv (per second: capacity, total wants and has, clients \
+    without a lease, and per level what its masters hold, have handed out and the RPCs they \
+    took) and .svg: what the clients hold against the capacity, and one panel per level, \
+    with the events marked on the time axis. It prints a summary: the share of the capacity \
+    handed out, RPCs per level, overshoots and the time to converge after each event. A \
+    fleet run shows its progress on stderr.\n\n\
     Mishaps the simulated clients and servers meet are logged at info: \
     RUST_LOG=tollgate_doorman::simulate=info lists them.\n\n\
     Examples:\n  tollgate simulate --scenario 1 --out /tmp/sim\n  \
-    tollgate simulate --scenario 4 --seed 7 --seeds 10"
+    tollgate simulate --scenario 4 --seed 7 --seeds 10\n  \
+    tollgate simulate --fleet docs/fleet/region-failover.yaml --out /tmp/sim"
 )]
 pub(crate) struct Args {
     /// The scenario, 1 to 7 (listed below).
+    #[arg(long, required_unless_present = "fleet", conflicts_with = "fleet")]
+    scenario: Option<u32>,
+    /// A fleet file (YAML) to run instead of a scenario.
     #[arg(long)]
-    scenario: u32,
+    fleet: Option<PathBuf>,
     /// The random seed; the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -39,32 +54,44 @@ pub(crate) struct Args {
     /// mean; files are written for the first only.
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    /// Directory for `scenario-N-seed-S.csv` and `.svg` (created).
+    /// Directory for the `.csv` and `.svg` files (created).
     #[arg(long, default_value = ".")]
     out: PathBuf,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let (fleet, stem) = match (&args.fleet, args.scenario) {
+        (Some(path), _) => {
+            let fleet = Fleet::from_file(path).with_context(|| format!("{}", path.display()))?;
+            (fleet, file_stem(path))
+        }
+        (None, Some(n)) => (simulate::scenario(n)?, format!("scenario-{n}")),
+        (None, None) => anyhow::bail!("give --scenario or --fleet"),
+    };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut totals = (0.0, 0usize, 0.0f64, 0.0, 0.0);
     for i in 0..args.seeds.max(1) {
         let seed = args.seed + i;
-        let r = simulate::run(args.scenario, seed)?;
+        let r = match args.fleet {
+            Some(_) => with_progress(&fleet, seed),
+            None => simulate::run_fleet(&fleet, seed, None),
+        };
         if i == 0 {
-            let base = args
-                .out
-                .join(format!("scenario-{}-seed-{seed}", args.scenario));
+            let base = args.out.join(format!("{stem}-seed-{seed}"));
             let (csv, svg) = (base.with_extension("csv"), base.with_extension("svg"));
             std::fs::write(&csv, r.csv()).with_context(|| format!("writing {}", csv.display()))?;
             std::fs::write(&svg, chart(&r))
                 .with_context(|| format!("writing {}", svg.display()))?;
             println!("wrote {} and {}", csv.display(), svg.display());
+            if args.fleet.is_some() {
+                print!("{}", r.summary());
+            }
         }
         println!(
-            "scenario {} seed {seed}: handed out {:.2}% of the available capacity after \
+            "{} seed {seed}: handed out {:.2}% of the available capacity after \
              learning mode ({:.2}% counting root outages); {}",
-            args.scenario,
+            r.name,
             100.0 * r.mean_handed_out,
             100.0 * r.mean_handed_out_all,
             over_capacity(
@@ -93,6 +120,43 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "fleet".to_owned(), |s| s.to_string_lossy().into_owned())
+}
+
+/// Runs `fleet`, showing on stderr how far the virtual clock is: on a
+/// terminal one line rewritten every half second of wall time, else a line
+/// every five seconds (and one at the end).
+fn with_progress(fleet: &Fleet, seed: u64) -> Report {
+    let start = Instant::now();
+    let last = Mutex::new(start);
+    let tty = std::io::stderr().is_terminal();
+    let duration = fleet.duration;
+    let progress = move |t: u64| {
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        let every = if tty { 500 } else { 5000 };
+        if last.elapsed().as_millis() < every && t < duration {
+            return;
+        }
+        *last = Instant::now();
+        let line = format!(
+            "simulated {t} of {duration} s in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        let mut err = std::io::stderr().lock();
+        let _ = if tty {
+            write!(err, "\r{line}")
+        } else {
+            writeln!(err, "{line}")
+        };
+        if tty && t >= duration {
+            let _ = writeln!(err);
+        }
+    };
+    simulate::run_fleet(fleet, seed, Some(&progress))
+}
+
 /// The figures about holding more than the capacity: `0 samples over
 /// capacity (max has/capacity 100.00%)`, or with the mean over those
 /// samples when there are any.
@@ -106,38 +170,69 @@ fn over_capacity(samples: usize, max: f64, mean_when_over: f64) -> String {
         ),
     }
 }
-/// Two charts over time, as a self-contained SVG document: the root's
-/// capacity with what the clients hold, and the clients' total wants
-/// against the capacity. Each axis spans its chart's data, so wants far
-/// above the capacity (scenario 7 adds 100 at a time) are drawn whole
-/// without flattening what is held. The capacity is dashed and drawn
-/// last, so it shows where a line equals it.
-fn chart(report: &simulate::Report) -> String {
-    let points = |f: fn(&simulate::Sample) -> f64| -> Vec<(f64, f64)> {
+
+/// The run as a self-contained SVG document: the root's capacity with
+/// what the clients hold, and their total wants against the capacity
+/// (each on an axis that spans its data, so wants far above the capacity
+/// are drawn whole without flattening what is held); then, for trees of
+/// more than one level, one panel per level with what its masters hold
+/// and have handed out. The capacity is dashed and drawn last, so it shows
+/// where a line equals it; events are marked on the time axis.
+fn chart(report: &Report) -> String {
+    let points = |f: &dyn Fn(&simulate::Sample) -> f64| -> Vec<(f64, f64)> {
         report.samples.iter().map(|s| (s.t as f64, f(s))).collect()
     };
-    let capacity = || Series::new("root capacity", "#d62728", points(|s| s.capacity)).dashed();
+    let marks: Vec<f64> = report.events.iter().map(|e| e.t as f64).collect();
+    let capacity = || Series::new("root capacity", "#d62728", points(&|s| s.capacity)).dashed();
     let held = Chart::new(
         "Capacity and total has",
         "time since start (s)",
         "capacity units",
     )
-    .series(Series::new("total has", "#1f77b4", points(|s| s.has)))
-    .series(capacity());
+    .series(Series::new("total has", "#1f77b4", points(&|s| s.has)))
+    .series(capacity())
+    .marks(marks.clone());
     let wanted = Chart::new(
         "Total wants against the capacity",
         "time since start (s)",
         "capacity units",
     )
-    .series(Series::new("total wants", "#2ca02c", points(|s| s.wants)))
-    .series(capacity());
-    Figure::new(&format!(
-        "tollgate simulate: scenario {} (seed {})",
-        report.scenario, report.seed
+    .series(Series::new("total wants", "#2ca02c", points(&|s| s.wants)))
+    .series(capacity())
+    .marks(marks.clone());
+    let mut figure = Figure::new(&format!(
+        "tollgate simulate: {} (seed {})",
+        report.name, report.seed
     ))
     .chart(held)
-    .chart(wanted)
-    .svg()
+    .chart(wanted);
+    if report.level_names.len() > 1 {
+        for (l, name) in report.level_names.iter().enumerate() {
+            let level = |f: fn(&simulate::LevelSample) -> f64| -> Vec<(f64, f64)> {
+                report
+                    .samples
+                    .iter()
+                    .zip(&report.levels)
+                    .map(|(s, ls)| (s.t as f64, f(&ls[l])))
+                    .collect()
+            };
+            figure = figure.chart(
+                Chart::new(
+                    &format!("Level {name}: handed out against what its masters hold"),
+                    "time since start (s)",
+                    "capacity units",
+                )
+                .series(Series::new(
+                    "handed out",
+                    "#1f77b4",
+                    level(|s| s.handed_out),
+                ))
+                .series(Series::new("held", "#d62728", level(|s| s.available)).dashed())
+                .marks(marks.clone()),
+            );
+        }
+    }
+    figure.svg()
 }
 
 #[cfg(test)]
@@ -169,14 +264,28 @@ mod tests {
         let has = svg.find(r##"stroke="#1f77b4""##).unwrap();
         let capacity = svg.find(r##"stroke="#d62728" stroke-width="1.6" stroke-dasharray"##);
         assert!(capacity.unwrap() > has);
+        // No events, no marks; one level, no level panels.
+        assert!(!svg.contains("#ff7f0e"));
+        assert!(!svg.contains("Level root"));
     }
 
     #[test]
-    fn scenario_seven_draws_all_it_wants_on_an_axis_of_its_own() {
-        let svg = chart(&simulate::run(7, 1).unwrap());
+    fn scenario_seven_draws_a_panel_per_level_and_marks_its_mishaps() {
+        let report = simulate::run(7, 1).unwrap();
+        let svg = chart(&report);
         assert!(svg.contains(">Capacity and total has</text>"));
         assert!(svg.contains(">Total wants against the capacity</text>"));
-        // has and the capacity; wants and the capacity.
-        assert_eq!(svg.matches("<polyline").count(), 4);
+        for level in ["root", "region", "dc"] {
+            let title = format!(">Level {level}: handed out against what its masters hold</text>");
+            assert!(svg.contains(&title), "{level}");
+        }
+        // has and the capacity; wants and the capacity; two per level.
+        assert_eq!(svg.matches("<polyline").count(), 4 + 2 * 3);
+        // Each event marked in each of the five panels.
+        assert_eq!(
+            svg.matches(r##"stroke="#ff7f0e""##).count(),
+            5 * report.events.len()
+        );
+        assert!(!report.events.is_empty());
     }
 }

@@ -324,6 +324,85 @@ fn pace_refuses_a_plot_it_cannot_write_before_the_run() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// A small fleet: a root and two datacenters, four clients each.
+const FLEET: &str = r#"
+name: small
+duration: 130
+levels:
+  - name: root
+    config: {resources: [{identifier_glob: "*", capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 5, learning_mode_duration: 0}}]}
+  - name: dc
+    jobs: 2
+    config: {resources: [{identifier_glob: "*", capacity: 0, algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 5, learning_mode_duration: 0}}]}
+clients: {per_leaf: 4, wants: 10}
+timeline:
+  - {at: 60, capacity: 40}
+"#;
+
+#[test]
+fn simulate_runs_a_fleet_file_and_writes_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("small.yaml");
+    std::fs::write(&fleet, FLEET).unwrap();
+    let out = dir.path().join("out");
+    let o = tollgate(&[
+        "simulate",
+        "--fleet",
+        fleet.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8(o.stdout.clone()).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Progress on stderr, the summary on stdout.
+    assert!(
+        stderr(&o).contains("simulated 130 of 130 s"),
+        "{}",
+        stderr(&o)
+    );
+    // Cutting the capacity leaves the leases granted before the cut
+    // running: the root has handed out more than it holds until the
+    // datacenters refresh.
+    for line in [
+        "small (seed 1): 130 s; handed out 102.82% of the available capacity (102.82% counting \
+         root outages); 2 samples over capacity (max 200.00%)",
+        "level dc: 3 RPCs/s on average, 16 in the busiest second",
+        "8 overshoots; first at 60 s: root handed out 80.000 of 40.000 \
+         (after 60 s: root capacity set to 40)",
+        "    60 s  root capacity set to 40: converged after 2 s",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let csv = std::fs::read_to_string(out.join("small-seed-1.csv")).unwrap();
+    assert!(csv.starts_with(
+        "t,capacity,total_wants,total_has,without_lease,root_available,root_handed_out,\
+         root_rpcs,dc_available,dc_handed_out,dc_rpcs\n"
+    ));
+    assert_eq!(csv.lines().count(), 132);
+    let svg = std::fs::read_to_string(out.join("small-seed-1.svg")).unwrap();
+    assert!(svg.contains(">Level dc: handed out against what its masters hold</text>"));
+}
+
+#[test]
+fn a_malformed_fleet_file_gets_one_line_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("bad.yaml");
+    std::fs::write(
+        &fleet,
+        FLEET.replace("capacity: 40", "partition: {job: dc5, for: 9}"),
+    )
+    .unwrap();
+    let o = tollgate(&["simulate", "--fleet", fleet.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "error: {}: timeline[0].partition.job: no job \"dc5\" in the tree",
+            fleet.display()
+        )
+    );
+}
+
 #[test]
 fn simulate_help_lists_the_seven_scenarios() {
     let o = tollgate(&["simulate", "--help"]);

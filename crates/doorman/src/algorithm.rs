@@ -170,8 +170,21 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
 /// algorithm but `NoAlgorithm` and `Static` caps its grant with it, so a
 /// decision never pushes `sum_has` over `capacity`, nor further over when
 /// it already is.
+///
+/// When `sum_has` is already over `capacity` (the capacity shrank, or a
+/// parent cut this server's grant), it is the requester's `occupied`
+/// shrunk in proportion, `occupied * capacity / sum_has`: `sum_has` still
+/// only falls, to the capacity once every client has refreshed, and the
+/// first clients to refresh keep their share of it rather than getting
+/// nothing until the others have shrunk (which left a fleet without a
+/// third of its capacity for a root refresh interval after a cut).
 pub(crate) fn available(res: &dyn ResourceView, capacity: f64, client: &str) -> f64 {
-    capacity - res.sum_has() + res.occupied(client)
+    let sum_has = res.sum_has();
+    if sum_has > capacity {
+        res.occupied(client) * (capacity / sum_has)
+    } else {
+        capacity - sum_has + res.occupied(client)
+    }
 }
 
 /// Clamps a computed grant into `[0, inf]`, mapping NaN to 0.

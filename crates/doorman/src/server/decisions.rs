@@ -265,9 +265,10 @@ impl EntryState {
                 // as its grant from the parent reaches: the parent may have
                 // cut it since the clients' leases were granted. Before its
                 // first grant it knows no bound, and echoes in full what
-                // its clients already hold.
+                // its clients already hold; nor does a grant that only
+                // echoed a partial request back.
                 let own = old.map_or(0.0, |(_, occupied)| occupied);
-                let available = if upstream.granted(id, now) {
+                let available = if upstream.bounds(id, now) {
                     (capacity - self.store.sum_has() + own).max(0.0)
                 } else {
                     f64::INFINITY

@@ -192,19 +192,22 @@ resources:
         assert_eq!(ask(&root, "a", 100.0, Some((70.0, 60))), 70.0);
         assert_eq!(ask(&root, "b", 100.0, Some((50.0, 60))), 50.0);
         assert_eq!(held(&root), 120.0);
-        // Learning over, both are cut to what is available, and the rest of
-        // what their subtrees hold stays held: still 120.
+        // Learning over, both are cut: a to its fair 50; b, while a's
+        // subtree still holds 70, to its 50 shrunk as the whole is over
+        // the capacity (100 of 120). The rest of what their subtrees hold
+        // stays held: still 120.
         at(&clock, 10);
         assert_eq!(ask(&root, "a", 100.0, Some((70.0, 60))), 50.0);
         at(&clock, 11);
-        assert_eq!(ask(&root, "b", 100.0, Some((50.0, 60))), 30.0);
+        let b = 50.0 * (100.0 / 120.0);
+        assert_eq!(ask(&root, "b", 100.0, Some((50.0, 60))), b);
         assert_eq!(held(&root), 120.0);
         // They report as their subtrees follow; nothing more goes out.
         at(&clock, 18);
         assert_eq!(ask(&root, "a", 100.0, Some((50.0, 70))), 50.0);
         assert_eq!(held(&root), 100.0);
         at(&clock, 19);
-        assert_eq!(ask(&root, "b", 100.0, Some((30.0, 71))), 50.0);
+        assert_eq!(ask(&root, "b", 100.0, Some((b, 71))), 50.0);
         assert_eq!(held(&root), 100.0);
     }
 }

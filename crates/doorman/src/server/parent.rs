@@ -33,7 +33,20 @@
 //! there is no bound to apply, and the echo is whole: the clients hold
 //! those leases already). All of which keeps a subtree that lost its master
 //! from holding more than its parent counts for it (scenario 7 of
-//! `tollgate simulate`). On the parent's side, a server that asks with less
+//! `tollgate simulate`). A master with nothing sent before the term (a
+//! task that was not master, or every master of a tree after an etcd
+//! outage) asks with the sums of the clients back so far, marked partial,
+//! and asks that way again until learning mode ends. A grant that merely
+//! echoes such a request's `has`, where that `has` was more than the grant
+//! in force (its parent is in learning mode too, and knows no more than it
+//! was told), bounds nothing, so the echoes grow as the clients come back
+//! instead of being held to the first few clients' share (a fleet of
+//! 20,000 clients fell to under 2 % of its capacity, and converged 176 s
+//! after a 30 s etcd outage ended; now it keeps all of it). A `has` that
+//! only repeats the grant says nothing new, and its echo bounds as any
+//! grant does.
+//!
+//! On the parent's side, a server that asks with less
 //! `has` than its unexpired lease there has forgotten it (a new master with
 //! an empty state); the parent answers it with that lease, as in learning
 //! mode, for a learning mode's length, rather than hand the lease to others
@@ -73,6 +86,9 @@ pub struct Parent {
 /// What a parent granted for one resource.
 #[derive(Debug, Clone)]
 struct Grant {
+    /// The grant is the `has` of a partial request, echoed back: a parent
+    /// in learning mode too, which knows no more than this server told it.
+    echo: bool,
     capacity: f64,
     expiry: Timestamp,
     refresh_interval: Duration,
@@ -86,11 +102,11 @@ pub(super) struct Upstream {
     /// The way to the parent's master, after redirects.
     session: MasterSession,
     grants: Mutex<HashMap<String, Grant>>,
-    /// What was last sent per resource outside learning mode.
+    /// What was last sent per resource.
     sent: Mutex<HashMap<String, Sent>>,
 }
 
-/// One resource's request as last sent outside learning mode.
+/// One resource's request as last sent.
 #[derive(Debug, Clone)]
 struct Sent {
     bands: Vec<Band>,
@@ -99,6 +115,12 @@ struct Sent {
     /// that grant, and may last as long).
     has: Option<Lease>,
     answered: bool,
+    /// Sent in learning mode with nothing from before the term: the sums
+    /// of the clients back so far, not a request to ask as again.
+    partial: bool,
+    /// The `has` sent is what the subtree holds beyond the grant in force
+    /// (or without one), not the grant itself handed back.
+    beyond: bool,
 }
 
 /// How long the poller waits when it has nothing to ask or the parent
@@ -160,10 +182,22 @@ impl Upstream {
         }
     }
 
-    /// Whether the parent's grant on `id` is known and unexpired at `now`.
-    pub(super) fn granted(&self, id: &str, now: Timestamp) -> bool {
+    /// Whether the subtree holds `held`, more than the grant on `id` in
+    /// force at `now` (or there is none).
+    fn beyond(&self, id: &str, now: Timestamp, held: f64) -> bool {
         let grants = self.grants.lock_unpoisoned();
-        grants.get(id).is_some_and(|g| g.expiry > now)
+        grants
+            .get(id)
+            .filter(|g| g.expiry > now)
+            .is_none_or(|g| held > g.capacity * (1.0 + 1e-9))
+    }
+
+    /// Whether the parent's grant on `id` bounds what learning mode
+    /// echoes at `now`: it is unexpired, and not an echo of a partial
+    /// request (which says nothing about what the subtree may hold).
+    pub(super) fn bounds(&self, id: &str, now: Timestamp) -> bool {
+        let grants = self.grants.lock_unpoisoned();
+        grants.get(id).is_some_and(|g| g.expiry > now && !g.echo)
     }
 
     /// `refresh` times the decay factor, in whole seconds, at least one.
@@ -207,7 +241,12 @@ impl Upstream {
             algorithm,
         } in response
         {
+            let mut echo = false;
             if let Some(s) = sent.get_mut(&r.resource_id).filter(|s| !s.answered) {
+                let asked = s.has.map_or(0.0, |h| h.capacity);
+                echo = s.partial
+                    && s.beyond
+                    && (r.lease.capacity - asked).abs() <= 1e-9 * asked.max(1.0);
                 s.has = Lease::larger(s.has, Some(r.lease));
                 s.answered = true;
             }
@@ -216,6 +255,7 @@ impl Upstream {
             grants.insert(
                 r.resource_id,
                 Grant {
+                    echo,
                     capacity: r.lease.capacity.max(0.0),
                     expiry: r.lease.expiry,
                     refresh_interval: refresh,
@@ -256,7 +296,7 @@ impl Upstream {
                 // what they want and hold is not known; ask as before the
                 // new term, and report at least what was held then, while
                 // that lasts.
-                if let Some(before) = sent.get(&id) {
+                if let Some(before) = sent.get(&id).filter(|b| !b.partial) {
                     out.push(ServerResourceRequest {
                         has: reported(Lease::larger(has, before.has.filter(|h| lasts(h, now)))),
                         resource_id: id,
@@ -275,6 +315,8 @@ impl Upstream {
                     bands: bands.clone(),
                     has,
                     answered: false,
+                    partial: learning,
+                    beyond: self.beyond(&id, now, held),
                 },
             );
             out.push(ServerResourceRequest {
@@ -471,6 +513,20 @@ mod tests {
         Switch,
         std::sync::Arc<tollgate::ManualClock>,
     ) {
+        tree_with(0, learning)
+    }
+
+    /// As [`tree`], with `root_learning` and `learning` seconds of
+    /// learning mode on the root and the intermediate.
+    fn tree_with(
+        root_learning: u64,
+        learning: u64,
+    ) -> (
+        Server,
+        Server,
+        Switch,
+        std::sync::Arc<tollgate::ManualClock>,
+    ) {
         use tollgate::ManualClock;
         let clock = std::sync::Arc::new({
             let clock = ManualClock::new();
@@ -487,7 +543,7 @@ resources:
 "#
             )
         };
-        let root = Server::builder(ServerConfig::from_yaml(&yaml(100, 0)).unwrap())
+        let root = Server::builder(ServerConfig::from_yaml(&yaml(100, root_learning)).unwrap())
             .election(&Switch::master())
             .clock(clock.clone())
             .build();
@@ -677,6 +733,33 @@ resources:
         assert_eq!(held(&mid), 50.0);
         assert_eq!(sent(poll(&mid, &root)), (50.0, 80));
         assert_eq!(held(&root), 70.0);
+    }
+
+    #[test]
+    fn a_parents_echo_of_a_partial_request_does_not_bound_a_new_master() {
+        // A whole tree of new masters (after an etcd outage): the root and
+        // mid both in learning mode, mid with nothing from before.
+        let (root, mid, _switch, clock) = tree_with(60, 60);
+        at(&clock, 10);
+        assert_eq!(
+            get(&mid, "c1", 40.0, Some(30.0)),
+            30.0,
+            "no grant: whole echo"
+        );
+        assert_eq!(sent(poll(&mid, &root)).0, 30.0);
+        assert_eq!(held(&root), 30.0, "the root echoed c1's part");
+        // c2 comes back with the 30 it held. The grant of 30 only echoed
+        // what mid said; it bounds nothing, and c2 gets its 30 back.
+        at(&clock, 11);
+        assert_eq!(get(&mid, "c2", 40.0, Some(30.0)), 30.0);
+        assert_eq!(sent(poll(&mid, &root)).0, 60.0);
+        assert_eq!(held(&root), 60.0);
+        // Once mid reports no more than its grant, the echo says what the
+        // root holds for it, and bounds: a client claiming more than is
+        // left gets what is left.
+        at(&clock, 12);
+        assert_eq!(sent(poll(&mid, &root)).0, 60.0);
+        assert_eq!(get(&mid, "c3", 40.0, Some(10.0)), 0.0);
     }
 
     #[test]

@@ -7,9 +7,18 @@
 //! answers take the same checks and conversions, and a whole server tree
 //! and its clients run on one (virtual) clock with nothing between them but
 //! the messages.
+//!
+//! Each caller reaches it through a [`Link`] that names the caller's job
+//! (none for a client): while a job is cut from its parent, every call over
+//! its servers' link fails `unavailable`, as it would across a partition.
+//! Calls are counted by the level of the server called. A job also has an
+//! address of its own (`name:1`), which reaches its first live task, as a
+//! load balancer in front of the job would; children dial their parent
+//! there.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use tonic::Status;
 
@@ -18,19 +27,95 @@ use crate::transport::{Call, Transport};
 use crate::Server;
 use tollgate_service::RwLockUnpoisoned;
 
+#[derive(Debug)]
+struct Entry {
+    server: Server,
+    level: usize,
+}
+
 /// Servers in this process, by address; an unknown address is
 /// `unavailable`, as a dead server would be.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct InProcess {
-    servers: RwLock<HashMap<String, Server>>,
+    servers: RwLock<HashMap<String, Entry>>,
+    /// A job's own address, and its tasks' addresses in order.
+    jobs: RwLock<HashMap<String, Vec<String>>>,
+    /// Calls answered or refused, by the level of the server called.
+    /// Relaxed: plain counters read between virtual instants.
+    rpcs: Vec<AtomicU64>,
+    /// Whether each job is cut from its parent. Relaxed: set and read on
+    /// the simulation's one thread.
+    cut: RwLock<Vec<Arc<AtomicBool>>>,
+}
+
+/// One caller's way into [`InProcess`].
+#[derive(Debug)]
+pub(crate) struct Link {
+    net: Arc<InProcess>,
+    cut: Option<Arc<AtomicBool>>,
 }
 
 impl InProcess {
-    /// Makes `server` reachable at `address`.
-    pub(crate) fn add(&self, address: impl Into<String>, server: Server) {
+    /// A transport for a tree of `levels` levels.
+    pub(crate) fn new(levels: usize) -> InProcess {
+        InProcess {
+            servers: RwLock::default(),
+            jobs: RwLock::default(),
+            rpcs: (0..levels).map(|_| AtomicU64::new(0)).collect(),
+            cut: RwLock::default(),
+        }
+    }
+
+    /// Registers job number `job` (in order from 0) with its own address
+    /// and its tasks' addresses; returns the link its servers call through.
+    pub(crate) fn add_job(
+        self: &Arc<Self>,
+        job: usize,
+        address: String,
+        tasks: Vec<String>,
+    ) -> Arc<Link> {
+        self.jobs.write_unpoisoned().insert(address, tasks);
+        let mut cut = self.cut.write_unpoisoned();
+        debug_assert_eq!(cut.len(), job);
+        let flag = Arc::new(AtomicBool::new(false));
+        cut.push(flag.clone());
+        Arc::new(Link {
+            net: self.clone(),
+            cut: Some(flag),
+        })
+    }
+
+    /// The link clients call through.
+    pub(crate) fn client_link(self: &Arc<Self>) -> Arc<Link> {
+        Arc::new(Link {
+            net: self.clone(),
+            cut: None,
+        })
+    }
+
+    /// Makes `server`, of level `level`, reachable at `address`.
+    pub(crate) fn add(&self, address: impl Into<String>, server: Server, level: usize) {
         self.servers
             .write_unpoisoned()
-            .insert(address.into(), server);
+            .insert(address.into(), Entry { server, level });
+    }
+
+    /// Makes `address` unreachable, as a dead server.
+    pub(crate) fn remove(&self, address: &str) {
+        self.servers.write_unpoisoned().remove(address);
+    }
+
+    /// Cuts job `job` from its parent, or heals the cut.
+    pub(crate) fn set_cut(&self, job: usize, cut: bool) {
+        self.cut.read_unpoisoned()[job].store(cut, Ordering::Relaxed);
+    }
+
+    /// Calls so far to the servers of each level.
+    pub(crate) fn rpcs(&self) -> Vec<u64> {
+        self.rpcs
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Makes every server unreachable (and breaks the reference cycle
@@ -44,15 +129,39 @@ impl InProcess {
         address: &str,
         f: impl FnOnce(&Server) -> Result<T, Status>,
     ) -> Call<T> {
-        let result = match self.servers.read_unpoisoned().get(address) {
-            Some(server) => f(server),
+        let servers = self.servers.read_unpoisoned();
+        let mut entry = servers.get(address);
+        if entry.is_none() {
+            if let Some(tasks) = self.jobs.read_unpoisoned().get(address) {
+                entry = tasks.iter().find_map(|t| servers.get(t));
+            }
+        }
+        let result = match entry {
+            Some(e) => {
+                self.rpcs[e.level].fetch_add(1, Ordering::Relaxed);
+                f(&e.server)
+            }
             None => Err(Status::unavailable(format!("no server at {address}"))),
         };
         Box::pin(std::future::ready(result))
     }
 }
 
-impl Transport for InProcess {
+impl Link {
+    fn call<T: Send + 'static>(
+        &self,
+        address: &str,
+        f: impl FnOnce(&Server) -> Result<T, Status>,
+    ) -> Call<T> {
+        if self.cut.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            let refused = Err(Status::unavailable(format!("partitioned from {address}")));
+            return Box::pin(std::future::ready(refused));
+        }
+        self.net.call(address, f)
+    }
+}
+
+impl Transport for Link {
     fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
         self.call(address, |s| Ok(s.discovery()))
     }

@@ -133,7 +133,12 @@ impl Model {
             .iter()
             .find(|l| l.id == req.client)
             .map_or(0.0, |l| l.has + l.held);
-        let available = capacity - self.sum_has() + old_occupied;
+        let sum_has = self.sum_has();
+        let available = if sum_has > capacity {
+            old_occupied * (capacity / sum_has)
+        } else {
+            capacity - sum_has + old_occupied
+        };
         self.leases.retain(|l| l.id != req.client);
         let mut demand: Vec<(f64, u64)> = self
             .leases
