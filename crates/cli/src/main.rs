@@ -4,11 +4,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// The servers allocate a few small buffers per call (HTTP/2 frames,
-/// messages); mimalloc serves them from thread-local pages.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod cli;
 mod go_flags;
 mod lease;
