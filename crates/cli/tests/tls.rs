@@ -668,4 +668,10 @@ async fn a_refused_client_certificate_is_explained_on_both_sides() {
     );
     let refused = tokio::task::block_in_place(|| server.wait_line("TLS handshake refused"));
     assert!(refused.contains("not signed by the client CA"), "{refused}");
+
+    // A client dialling in plaintext is told the server may speak TLS.
+    let (code, stderr) =
+        exit_and_stderr(cli::tollgate().args(["lease", "r", "--server", &addr, "--timeout", "2s"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the server may be serving TLS"), "{stderr}");
 }

@@ -77,6 +77,26 @@ const CLOSED_OVER_TLS: &str = "the server closed the TLS connection before answe
     requires client certificates it refused this one (its log says why; the certificate must \
     be X.509 v3 and signed by the server's client CA)";
 
+/// The hint on a plaintext call answered with what HTTP/2 cannot read as
+/// a frame: most often a TLS server's alert.
+const PLAINTEXT_TO_TLS: &str = "the server may be serving TLS: dial it with the CA that signed \
+    its certificate (--tls-ca)";
+
+/// `status` with `text` added to its message when `symptom` is in its
+/// description or its causes'; the original status is its source.
+fn hint(status: Status, symptom: &str, text: &str) -> Status {
+    let seen = std::iter::successors(Some(&status as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .any(|e| e.to_string().contains(symptom));
+    if !seen {
+        return status;
+    }
+    let mut hinted = Status::new(status.code(), format!("{}: {text}", status.message()));
+    hinted.set_source(Arc::new(status));
+    hinted
+}
+
 /// gRPC over tonic, one channel per address, `timeout` on every call,
 /// over TLS when `tls` is set.
 #[derive(Debug)]
@@ -126,26 +146,13 @@ impl Grpc {
 
     /// What a failed call's status becomes: over TLS, a connection closed
     /// before the answer carries the hint that the server may have
-    /// refused this client's certificate.
+    /// refused this client's certificate; in plaintext, HTTP/2 reading a
+    /// TLS record as a frame, the hint that the server speaks TLS.
     fn explain(&self) -> fn(Status) -> Status {
         if self.tls.is_none() {
-            return std::convert::identity;
-        }
-        |status| {
-            let closed =
-                std::iter::successors(Some(&status as &(dyn std::error::Error + 'static)), |e| {
-                    e.source()
-                })
-                .any(|e| e.to_string().contains("connection closed"));
-            if !closed {
-                return status;
-            }
-            let mut hinted = Status::new(
-                status.code(),
-                format!("{}: {CLOSED_OVER_TLS}", status.message()),
-            );
-            hinted.set_source(Arc::new(status));
-            hinted
+            |status| hint(status, "frame with invalid size", PLAINTEXT_TO_TLS)
+        } else {
+            |status| hint(status, "connection closed", CLOSED_OVER_TLS)
         }
     }
 
@@ -207,5 +214,23 @@ impl Transport for Grpc {
 
     fn forget(&self, address: &str) {
         self.channels.lock_unpoisoned().remove(address);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symptom_in_the_status_or_its_causes_adds_the_hint() {
+        let plain = Grpc::with_tls(Duration::from_secs(1), None).explain();
+        let tls_alert = Status::internal(
+            "h2 protocol error: http2 error: connection error detected: frame with invalid size",
+        );
+        let hinted = plain(tls_alert);
+        assert!(hinted.message().ends_with(PLAINTEXT_TO_TLS), "{hinted:?}");
+        assert!(std::error::Error::source(&hinted).is_some());
+        let refused = Status::unavailable("tcp connect error");
+        assert_eq!(plain(refused.clone()).message(), refused.message());
     }
 }
