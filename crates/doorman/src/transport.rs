@@ -82,13 +82,21 @@ const CLOSED_OVER_TLS: &str = "the server closed the TLS connection before answe
 const PLAINTEXT_TO_TLS: &str = "the server may be serving TLS: dial it with the CA that signed \
     its certificate (--tls-ca)";
 
-/// `status` with `text` added to its message when `symptom` is in its
-/// description or its causes'; the original status is its source.
-fn hint(status: Status, symptom: &str, text: &str) -> Status {
+/// How a TLS connection the server closed mid-handshake shows on the
+/// client: hyper sees the close itself, or the write that met it (which
+/// one depends on who is first, so both are read as the same symptom).
+const CLOSED: &[&str] = &["connection closed", "broken pipe", "connection reset"];
+
+/// `status` with `text` added to its message when one of `symptoms` is in
+/// its description or its causes'; the original status is its source.
+fn hint(status: Status, symptoms: &[&str], text: &str) -> Status {
     let seen = std::iter::successors(Some(&status as &(dyn std::error::Error + 'static)), |e| {
         e.source()
     })
-    .any(|e| e.to_string().contains(symptom));
+    .any(|e| {
+        let e = e.to_string().to_ascii_lowercase();
+        symptoms.iter().any(|s| e.contains(s))
+    });
     if !seen {
         return status;
     }
@@ -150,9 +158,9 @@ impl Grpc {
     /// TLS record as a frame, the hint that the server speaks TLS.
     fn explain(&self) -> fn(Status) -> Status {
         if self.tls.is_none() {
-            |status| hint(status, "frame with invalid size", PLAINTEXT_TO_TLS)
+            |status| hint(status, &["frame with invalid size"], PLAINTEXT_TO_TLS)
         } else {
-            |status| hint(status, "connection closed", CLOSED_OVER_TLS)
+            |status| hint(status, CLOSED, CLOSED_OVER_TLS)
         }
     }
 
@@ -232,5 +240,20 @@ mod tests {
         assert!(std::error::Error::source(&hinted).is_some());
         let refused = Status::unavailable("tcp connect error");
         assert_eq!(plain(refused.clone()).message(), refused.message());
+    }
+
+    #[test]
+    fn over_tls_a_close_or_a_write_that_met_it_carries_the_certificate_hint() {
+        let tls = Grpc::with_tls(Duration::from_secs(1), Some(ClientTlsConfig::new())).explain();
+        for seen in [
+            "transport error: connection closed",
+            "transport error: stream closed because of a broken pipe",
+            "transport error: Connection reset by peer (os error 104)",
+        ] {
+            let hinted = tls(Status::unknown(seen));
+            assert!(hinted.message().ends_with(CLOSED_OVER_TLS), "{hinted:?}");
+        }
+        let late = Status::deadline_exceeded("Timeout expired");
+        assert_eq!(tls(late.clone()).message(), late.message());
     }
 }

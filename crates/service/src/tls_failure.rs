@@ -20,11 +20,11 @@ const V3: &str = "issue an X.509 v3 certificate: a plain `openssl x509 -req` mak
 
 /// The rustls error in `error`'s chain of causes, looking inside I/O
 /// errors, if any.
-fn rustls_error<'e>(error: &'e (dyn Error + 'static)) -> Option<&'e rustls::Error> {
+fn rustls_error(error: &(dyn Error + 'static)) -> Option<rustls::Error> {
     let mut cause = Some(error);
     while let Some(e) = cause {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(tls);
+            return Some(tls.clone());
         }
         // I/O errors carry rustls' inside, and HTTP/2's carry I/O errors
         // without naming them as their source.
@@ -32,15 +32,36 @@ fn rustls_error<'e>(error: &'e (dyn Error + 'static)) -> Option<&'e rustls::Erro
             Some(h2) => h2.get_io(),
             None => e.downcast_ref::<io::Error>(),
         };
-        if let Some(tls) = io
-            .and_then(io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(tls);
+        if let Some(inner) = io.and_then(io::Error::get_ref) {
+            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+                return Some(tls.clone());
+            }
+            if let Some(alert) = alert_in_words(&inner.to_string()) {
+                return Some(rustls::Error::AlertReceived(alert));
+            }
         }
         cause = e.source();
     }
     None
+}
+
+/// The alerts a server sends a client it refuses, which a TLS 1.3 client
+/// may only read after its handshake, when the stream it reads from
+/// hands them on as text.
+const REFUSALS: [AlertDescription; 6] = [
+    AlertDescription::CertificateRequired,
+    AlertDescription::BadCertificate,
+    AlertDescription::UnsupportedCertificate,
+    AlertDescription::UnknownCA,
+    AlertDescription::CertificateUnknown,
+    AlertDescription::DecryptError,
+];
+
+/// The alert named by rustls' words for it (`received fatal alert:
+/// UnknownCA`), for the alerts that refuse a client.
+fn alert_in_words(text: &str) -> Option<AlertDescription> {
+    let name = text.strip_prefix("received fatal alert: ")?;
+    REFUSALS.into_iter().find(|a| format!("{a:?}") == name)
 }
 
 /// Why a certificate of one's own cannot be used, if `error` is rustls
@@ -65,7 +86,7 @@ fn is_v1(error: &CertificateError) -> bool {
 /// `error`; `None` when the error is not a TLS one.
 pub(crate) fn refused_client_fix(error: &io::Error) -> Option<&'static str> {
     use rustls::Error as E;
-    let fix = match rustls_error(error)? {
+    let fix = match &rustls_error(error)? {
         E::NoCertificatesPresented => {
             "the client sent no certificate: this server requires one signed by its client CA"
         }
@@ -117,7 +138,7 @@ pub(crate) fn refused_client_fix(error: &io::Error) -> Option<&'static str> {
 pub fn tls_failure(error: &(dyn Error + 'static)) -> Option<String> {
     use rustls::Error as E;
     let tls = rustls_error(error)?;
-    let why = match tls {
+    let why = match &tls {
         E::InvalidCertificate(CertificateError::UnknownIssuer) => {
             "the server's certificate is not signed by the CA this client trusts: trust the CA \
              that signed it (--tls-ca)"
@@ -216,6 +237,18 @@ mod tests {
             AlertDescription::BadCertificate,
         ));
         assert!(tls_failure(&refused).unwrap().contains("X.509 v3"));
+        // Read after the handshake, the alert comes as rustls' words.
+        let in_words = io::Error::new(
+            io::ErrorKind::InvalidData,
+            "received fatal alert: UnknownCA",
+        );
+        let line = tls_failure(&in_words).unwrap();
+        assert!(
+            line.starts_with("TLS failed: the server refused this client's certificate"),
+            "{line}"
+        );
+        let other = io::Error::new(io::ErrorKind::InvalidData, "received fatal alert: Whatever");
+        assert_eq!(tls_failure(&other), None);
         assert_eq!(tls_failure(&Wrapped(io::Error::other("refused"))), None);
     }
 }
