@@ -13,7 +13,10 @@
 //!
 //! Matching runs the tokens over the set of reachable positions in the name
 //! (a small NFA simulation): `O(tokens × name length)` with no backtracking,
-//! so no pattern or id can make it blow up.
+//! so no pattern or id can make it blow up. A name of fewer than 128
+//! characters (every id the server accepts by default) keeps the set in
+//! the bits of one `u128`, so matching allocates nothing: the server
+//! matches each resource id of each request.
 
 use std::fmt;
 
@@ -91,16 +94,56 @@ impl Glob {
 
     /// Whether `name` matches the whole pattern.
     pub fn matches(&self, name: &str) -> bool {
+        if let [Token::Star] = self.tokens[..] {
+            return !name.contains('/');
+        }
+        match name.chars().count() {
+            n if n < 128 => self.matches_short(name, n),
+            _ => self.matches_long(name),
+        }
+    }
+
+    /// [`matches`](Self::matches) for a name of `n < 128` characters: bit
+    /// `i` of the set is the position after `i` characters.
+    fn matches_short(&self, name: &str, n: usize) -> bool {
+        let mut reachable: u128 = 1;
+        for token in &self.tokens {
+            let mut next: u128 = 0;
+            if *token == Token::Star {
+                let mut active = false;
+                let mut chars = name.chars();
+                for i in 0..=n {
+                    active |= reachable >> i & 1 == 1;
+                    next |= u128::from(active) << i;
+                    if chars.next() == Some('/') {
+                        active = false;
+                    }
+                }
+            } else {
+                for (i, c) in name.chars().enumerate() {
+                    if reachable >> i & 1 == 1 && token.matches_one(c) {
+                        next |= 1 << (i + 1);
+                    }
+                }
+            }
+            if next == 0 {
+                return false;
+            }
+            reachable = next;
+        }
+        reachable >> n & 1 == 1
+    }
+
+    /// [`matches`](Self::matches) for a name of any length.
+    fn matches_long(&self, name: &str) -> bool {
         let name: Vec<char> = name.chars().collect();
-        // reachable[i]: the tokens consumed so far can match name[..i].
         let mut reachable = vec![false; name.len() + 1];
         reachable[0] = true;
+        let mut next = vec![false; name.len() + 1];
         for token in &self.tokens {
-            let mut next = vec![false; name.len() + 1];
+            next.fill(false);
             let mut any = false;
             if *token == Token::Star {
-                // One sweep: a star extends every reachable position up to
-                // the next `/`.
                 let mut active = false;
                 for i in 0..=name.len() {
                     active |= reachable[i];
@@ -223,6 +266,34 @@ mod tests {
         for bad in ["[", "[a", "[]", "a\\", "[z-a]", "[a-]"] {
             assert!(Glob::new(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    proptest::proptest! {
+        /// Short names (one `u128` of positions) match exactly as the
+        /// general simulation does, over an alphabet that makes matches
+        /// and near misses common.
+        #[test]
+        fn short_and_long_matching_agree(
+            pattern in "[ab/*?]{0,8}|[ab]{0,2}\\[\\^?a-b\\][ab*/]{0,4}",
+            name in "[ab/]{0,12}",
+        ) {
+            let glob = Glob::new(&pattern).unwrap();
+            let n = name.chars().count();
+            proptest::prop_assert_eq!(glob.matches_short(&name, n), glob.matches_long(&name));
+            proptest::prop_assert_eq!(glob.matches(&name), glob.matches_long(&name));
+        }
+    }
+
+    #[test]
+    fn names_of_127_and_128_characters_take_either_path_alike() {
+        for n in [126, 127, 128, 129] {
+            let name = "a".repeat(n - 1) + "b";
+            assert!(m("a*b", &name), "{n}");
+            assert!(m("*?", &name), "{n}");
+            assert!(!m("*a", &name), "{n}");
+            assert!(!m("*/*", &name), "{n}");
+        }
+        assert!(!m("*", &("a".repeat(200) + "/")));
     }
 
     #[test]

@@ -76,7 +76,9 @@ impl Entry {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Resource {
-    ids: HashMap<Box<str>, Slot>,
+    /// Hashed with foldhash, seeded per map: SipHash cost a decision
+    /// several times what the lookup needs.
+    ids: HashMap<Box<str>, Slot, foldhash::fast::RandomState>,
     /// By slot; `None` for a free slot.
     entries: Vec<Option<Entry>>,
     free: Vec<Slot>,
@@ -114,6 +116,13 @@ impl Resource {
             .get(client)
             .and_then(|&slot| self.entry(slot))
             .map_or(0.0, |e| e.demand().has)
+    }
+
+    /// The expiry of `client`'s lease and the capacity it occupies (see
+    /// [`occupied`](Self::occupied)), in one lookup; `None` without a lease.
+    pub fn expiry_and_occupied(&self, client: &str) -> Option<(Timestamp, f64)> {
+        let entry = self.entry(*self.ids.get(client)?)?;
+        Some((entry.lease.expiry, entry.demand().has))
     }
 
     /// Sets or, with `None`, removes the hold on `client`'s lease. A hold
@@ -270,18 +279,34 @@ impl Resource {
         learning: bool,
     ) -> ClientLease {
         self.sweep(now);
+        // The requester's slot is found once: the algorithm reads its
+        // occupied capacity through `Deciding`, not by id again.
+        let known = self.ids.get(req.client).copied();
         let lease = ClientLease {
-            has: self.get(req.client).map_or(0.0, |l| l.has),
+            has: known
+                .and_then(|slot| self.entry(slot))
+                .map_or(0.0, |e| e.lease.has),
             wants: req.wants,
             subclients: req.subclients,
             expiry: now.saturating_add(algo.lease_length),
             refresh_interval: algo.refresh_interval,
         };
-        let slot = self.upsert(req.client, lease);
+        let slot = match known {
+            Some(slot) => {
+                self.set(slot, lease);
+                slot
+            }
+            None => self.insert(req.client, lease),
+        };
         let has = if learning {
             non_negative(req.has)
         } else {
-            algo.kind.algorithm().grant(self, capacity, req)
+            let view = Deciding {
+                resource: self,
+                client: req.client,
+                occupied: self.entry(slot).map_or(0.0, |e| e.demand().has),
+            };
+            algo.kind.algorithm().grant(&view, capacity, req)
         };
         let lease = ClientLease { has, ..lease };
         self.end_hold(slot);
@@ -293,12 +318,8 @@ impl Resource {
         self.entries.get(slot as usize)?.as_ref()
     }
 
-    /// Stores `lease` for `client`, new or not; returns its slot.
-    fn upsert(&mut self, client: &str, lease: ClientLease) -> Slot {
-        if let Some(&slot) = self.ids.get(client) {
-            self.set(slot, lease);
-            return slot;
-        }
+    /// Stores `lease` for `client`, who has none; returns its slot.
+    fn insert(&mut self, client: &str, lease: ClientLease) -> Slot {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -383,6 +404,44 @@ impl Resource {
         }
         self.index.remove(slot);
         self.free.push(slot);
+    }
+}
+
+/// The resource as an algorithm sees it while deciding for `client`,
+/// whose occupied capacity is already known.
+struct Deciding<'r> {
+    resource: &'r Resource,
+    client: &'r str,
+    occupied: f64,
+}
+
+impl ResourceView for Deciding<'_> {
+    fn sum_has(&self) -> f64 {
+        self.resource.sum_has()
+    }
+
+    fn sum_wants(&self) -> f64 {
+        self.resource.sum_wants()
+    }
+
+    fn count(&self) -> u64 {
+        self.resource.count()
+    }
+
+    fn occupied(&self, client: &str) -> f64 {
+        if client == self.client {
+            self.occupied
+        } else {
+            self.resource.occupied(client)
+        }
+    }
+
+    fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
+        self.resource.demand_up_to(ratio)
+    }
+
+    fn water_level(&self, capacity: f64) -> f64 {
+        self.resource.water_level(capacity)
     }
 }
 

@@ -154,7 +154,12 @@ impl UnaryService for Allow {
         (path == ALLOW_PATH).then_some(())
     }
 
-    fn call(&self, (): (), request: Bytes, response: &mut Vec<u8>) -> Result<(), tonic::Status> {
+    fn call(
+        &self,
+        (): (),
+        request: Bytes,
+        response: &mut prost::bytes::BytesMut,
+    ) -> Result<(), tonic::Status> {
         let req = pb::AllowRequest::decode(request)
             .map_err(|e| tonic::Status::internal(format!("malformed AllowRequest: {e}")))?;
         let answer = pb::AllowResponse::from(self.0.allow(&AllowRequest::from(&req)));

@@ -21,7 +21,7 @@
 //!         (path == "/echo.Echo/Say").then_some(())
 //!     }
 //!
-//!     fn call(&self, (): (), request: tonic::codegen::Bytes, response: &mut Vec<u8>) -> Result<(), tonic::Status> {
+//!     fn call(&self, (): (), request: tonic::codegen::Bytes, response: &mut bytes::BytesMut) -> Result<(), tonic::Status> {
 //!         response.extend_from_slice(&request);
 //!         Ok(())
 //!     }
@@ -51,7 +51,9 @@
 //! each whose message has arrived (almost always in the same read as its
 //! headers) and lets the answers leave in one write; only a stream whose
 //! message is still on its way gets a task of its own, bounded by
-//! [`ServerLimits::request_timeout`]. Connections are accepted, capped,
+//! [`ServerLimits::request_timeout`]. Answers are encoded into a buffer
+//! of a few KiB per thread and split off it, so most answers cost no
+//! allocation of their own. Connections are accepted, capped,
 //! guarded and drained by the kit (`conn.rs`, `drain.rs`) as a tonic
 //! server's are. The modules:
 //!
@@ -67,6 +69,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::rustls;
 use tonic::codegen::Bytes;
@@ -94,8 +97,9 @@ pub trait UnaryService: Send + Sync + 'static {
     fn method(&self, path: &str) -> Option<Self::Method>;
 
     /// Answers a call to `method` whose request message is `request`:
-    /// appends the encoded response message to `response`, or returns the
-    /// status to answer instead.
+    /// appends the encoded response message to `response` (which may
+    /// already hold bytes of the server's own: append, never clear), or
+    /// returns the status to answer instead.
     ///
     /// # Errors
     ///
@@ -105,7 +109,7 @@ pub trait UnaryService: Send + Sync + 'static {
         &self,
         method: Self::Method,
         request: Bytes,
-        response: &mut Vec<u8>,
+        response: &mut BytesMut,
     ) -> Result<(), tonic::Status>;
 }
 

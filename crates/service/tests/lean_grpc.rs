@@ -37,7 +37,12 @@ impl UnaryService for Echo {
         }
     }
 
-    fn call(&self, method: Method, request: Bytes, out: &mut Vec<u8>) -> Result<(), tonic::Status> {
+    fn call(
+        &self,
+        method: Method,
+        request: Bytes,
+        out: &mut bytes::BytesMut,
+    ) -> Result<(), tonic::Status> {
         match method {
             Method::Say => {
                 out.extend_from_slice(&request);

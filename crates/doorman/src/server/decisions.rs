@@ -205,10 +205,13 @@ impl EntryState {
             }
         }
         let request = &request;
-        let old = self
-            .store
-            .get(request.client)
-            .map(|l| (l.expiry, self.store.occupied(request.client)));
+        // Only an intermediate's grant and a subtree's hold read the old
+        // lease: a root's GetCapacity is spared the lookup.
+        let old = if upstream.is_some() || subtree.is_some() {
+            self.store.expiry_and_occupied(request.client)
+        } else {
+            None
+        };
         let (lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
         if let Some(Subtree { until, .. }) = subtree {
             let hold = hold::hold(request.has, until, &lease, learning, old, now);

@@ -116,7 +116,7 @@ impl UnaryService for Lean {
         &self,
         method: Method,
         request: Bytes,
-        response: &mut Vec<u8>,
+        response: &mut prost::bytes::BytesMut,
     ) -> Result<(), tonic::Status> {
         let start = Instant::now();
         let (s, r) = (&self.server, &self.recorder);
@@ -147,7 +147,7 @@ impl UnaryService for Lean {
 /// Appends the response in `answer` to `out`, or passes its status on.
 fn encode<T: Message>(
     answer: Result<T, tonic::Status>,
-    out: &mut Vec<u8>,
+    out: &mut prost::bytes::BytesMut,
 ) -> Result<(), tonic::Status> {
     // Cannot fail: the buffer grows as needed.
     let _ = answer?.encode(out);
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn a_malformed_request_is_internal_and_a_bad_one_invalid_argument() {
         let lean = lean();
-        let mut out = Vec::new();
+        let mut out = prost::bytes::BytesMut::new();
         let err = lean
             .call(
                 Method::GetCapacity,
@@ -288,11 +288,11 @@ mod tests {
     #[test]
     fn an_answer_is_the_encoded_response() {
         let lean = lean();
-        let mut out = Vec::new();
+        let mut out = prost::bytes::BytesMut::new();
         let req = pb::DiscoveryRequest {}.encode_to_vec();
         lean.call(Method::Discovery, Bytes::from(req), &mut out)
             .unwrap();
-        let r = pb::DiscoveryResponse::decode(out.as_slice()).unwrap();
+        let r = pb::DiscoveryResponse::decode(&out[..]).unwrap();
         assert_eq!(r, lean.server.discovery());
     }
 }

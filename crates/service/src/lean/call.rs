@@ -3,6 +3,7 @@
 
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
 use tonic::{Code, Status};
@@ -116,6 +117,18 @@ fn complete(buf: &[u8], max: usize) -> Result<Option<usize>, Status> {
     Ok((buf.len() >= 5 + len).then_some(len))
 }
 
+/// Room below which a thread's answer buffer is replaced rather than
+/// written into, and the size of a new one: an answer is usually tens of
+/// bytes, so a buffer serves dozens before the next allocation.
+const ANSWER_ROOM: usize = 256;
+const ANSWER_BUFFER: usize = 4096;
+
+thread_local! {
+    /// The thread's answer buffer: each answer is split off it, and the
+    /// buffer's memory is freed once every answer in it has been sent.
+    static ANSWERS: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
 /// Lets the service answer `message` and sends its answer (or the status).
 fn answer<S: UnaryService>(
     service: &S,
@@ -123,17 +136,24 @@ fn answer<S: UnaryService>(
     respond: h2::server::SendResponse<Bytes>,
     message: Result<Bytes, Status>,
 ) {
-    let mut framed = Vec::with_capacity(128);
-    framed.extend_from_slice(&[0; 5]);
-    let answered = message.and_then(|m| service.call(method, m, &mut framed));
-    if let Err(status) = answered {
-        return fail(respond, &status);
+    let framed = ANSWERS.with_borrow_mut(|buf| {
+        if buf.capacity() < ANSWER_ROOM {
+            *buf = BytesMut::with_capacity(ANSWER_BUFFER);
+        }
+        buf.extend_from_slice(&[0; 5]);
+        let answered = message.and_then(|m| service.call(method, m, buf));
+        let framed = buf.split();
+        answered?;
+        let len = u32::try_from(framed.len() - 5)
+            .map_err(|_| Status::internal("response message too large"))?;
+        let mut framed = framed;
+        framed[1..5].copy_from_slice(&len.to_be_bytes());
+        Ok(framed.freeze())
+    });
+    match framed {
+        Ok(framed) => send(respond, framed),
+        Err(status) => fail(respond, &status),
     }
-    let Ok(len) = u32::try_from(framed.len() - 5) else {
-        return fail(respond, &Status::internal("response message too large"));
-    };
-    framed[1..5].copy_from_slice(&len.to_be_bytes());
-    send(respond, Bytes::from(framed));
 }
 
 fn head() -> http::Response<()> {
