@@ -15,9 +15,10 @@ keeping them fresh.
     cargo build --release -p tollgate-cli
     python crates/python/bench/bench_peers.py
 
-tollgate runs twice: with the default fill interval (0.5 ms) and with
-`fill_interval=0.005`, which wakes the waiting threads a tenth as often
-(each for ten times the ops) and lets ops start in bursts of up to 5 ms.
+tollgate runs twice: with the default fill interval (CPython's switch
+interval, 5 ms) and with `fill_interval=0.0005` (the Rust limiter's
+default), which wakes the waiting threads ten times as often (each for a
+tenth of the ops) and lets ops start in bursts of up to 0.5 ms.
 The last row is the loop alone, calling a builtin instead of a limiter,
 unpaced: the Python overhead every row pays per op.
 
@@ -62,12 +63,12 @@ def measure(counts, warmup, duration, stop):
 
 def thread_op(name, rate):
     """A blocking "one op" callable for each thread, sharing one limiter."""
-    if name in ("tollgate", "tollgate-5ms"):
+    if name in ("tollgate", "tollgate-0.5ms"):
         import tollgate
 
-        # The default fill interval (0.5 ms), and 5 ms: fewer, larger
-        # wake-ups of the waiting threads, ops starting in 5 ms bursts.
-        interval = 0.005 if name == "tollgate-5ms" else None
+        # The default fill interval (CPython's switch interval, 5 ms), and
+        # 0.5 ms: ten times the wake-ups, ops starting in 0.5 ms bursts.
+        interval = 0.0005 if name == "tollgate-0.5ms" else None
         limiter = tollgate.RateLimiter(str(rate), fill_interval=interval)
         return lambda: limiter.acquire
     if name == "harness":
@@ -292,7 +293,7 @@ def main():
 
     report = {"rate": args.rate, "threads": args.threads, "tasks": args.tasks,
               "duration": args.duration, "pace": {}, "python": sys.version.split()[0]}
-    contenders = args.only or ["tollgate", "tollgate-5ms", "limits", "pyrate-limiter",
+    contenders = args.only or ["tollgate", "tollgate-0.5ms", "limits", "pyrate-limiter",
                                "token-bucket", "aiolimiter", "tollgate-async", "harness"]
     print(f"pacing {args.rate:,} ops/s for {args.duration:g} s after {args.warmup:g} s of warm-up "
           f"({args.threads} threads; asyncio: {args.tasks} tasks), Python {report['python']}")
@@ -309,7 +310,7 @@ def main():
         print(f"{label:<28} {r['rate']:>15,.0f} {r['rate'] / args.rate:>9.4f} {ns:>10}")
     peers = [report["pace"][n].get("cpu_ns_per_op") for n in ("limits", "pyrate-limiter", "token-bucket", "aiolimiter")
              if n in report["pace"] and report["pace"][n].get("cpu_ns_per_op")]
-    for name in ("tollgate", "tollgate-5ms"):
+    for name in ("tollgate", "tollgate-0.5ms"):
         ours = report["pace"].get(name, {}).get("cpu_ns_per_op")
         if ours and peers:
             report[f"best_peer_over_{name}"] = min(peers) / ours

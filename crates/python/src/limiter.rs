@@ -1,6 +1,7 @@
 //! `RateLimiter`, its `Stats`, and `TokenBucket`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
@@ -66,6 +67,27 @@ pub(crate) fn acquire_blocking(py: Python<'_>, limiter: &RateLimiter, n: u64) ->
     }
 }
 
+/// The longest default fill interval: the switch interval CPython starts
+/// with.
+const MAX_DEFAULT_FILL: Duration = Duration::from_millis(5);
+
+/// The fill interval when none is given: CPython's switch interval
+/// (`sys.getswitchinterval()`, 5 ms unless changed), at most 5 ms. A
+/// thread that waits for the GIL waits up to that long for a thread
+/// running Python to let go of it, so finer fills do not start ops more
+/// evenly; they only wake the waiting threads more often, and each wake
+/// costs a GIL hand-off.
+fn default_fill_interval(py: Python<'_>) -> PyResult<Duration> {
+    let switch: f64 = py
+        .import("sys")?
+        .getattr("getswitchinterval")?
+        .call0()?
+        .extract()?;
+    Ok(Duration::try_from_secs_f64(switch)
+        .unwrap_or(MAX_DEFAULT_FILL)
+        .min(MAX_DEFAULT_FILL))
+}
+
 /// A rate limiter that holds an op rate exactly and reports how late each
 /// op starts versus its schedule.
 ///
@@ -75,10 +97,13 @@ pub(crate) fn acquire_blocking(py: Python<'_>, limiter: &RateLimiter, n: u64) ->
 /// between threads and tasks; every method is thread-safe.
 ///
 /// `max_backlog` (seconds) caps how late ops may fall behind (time beyond
-/// it is dropped); `fill_interval` (seconds, default 0.0005) is how often
-/// time is added while callers wait: a longer one wakes waiting threads
-/// less often, each for more ops, so it costs less CPU per op, while ops
-/// start in larger bursts.
+/// it is dropped); `fill_interval` (seconds) is how often time is added
+/// while callers wait: a longer one wakes waiting threads less often, each
+/// for more ops, so it costs less CPU per op, while ops start in larger
+/// bursts. It defaults to CPython's switch interval
+/// (`sys.getswitchinterval()`, 0.005 unless changed; at most 0.005), the
+/// granularity at which threads take turns with the GIL anyway; 0.0005 is
+/// the Rust limiter's default.
 #[pyclass(frozen, name = "RateLimiter", module = "tollgate")]
 pub(crate) struct PyRateLimiter {
     inner: Arc<RateLimiter>,
@@ -94,10 +119,11 @@ impl PyRateLimiter {
         max_backlog: Option<f64>,
         fill_interval: Option<f64>,
     ) -> PyResult<PyRateLimiter> {
-        let mut builder = RateLimiter::builder(spec_from(spec)?);
-        if let Some(interval) = fill_interval {
-            builder = builder.fill_interval(seconds("fill_interval", interval)?);
-        }
+        let fill_interval = match fill_interval {
+            Some(interval) => seconds("fill_interval", interval)?,
+            None => default_fill_interval(spec.py())?,
+        };
+        let mut builder = RateLimiter::builder(spec_from(spec)?).fill_interval(fill_interval);
         if let Some(cap) = max_backlog {
             builder = builder.max_backlog(seconds("max_backlog", cap)?);
         }

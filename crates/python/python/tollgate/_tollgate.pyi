@@ -56,8 +56,10 @@ class RateLimiter:
         fill_interval: Optional[float] = None,
     ) -> None:
         """``max_backlog``: seconds of lateness kept at most. ``fill_interval``:
-        how often time is added while callers wait (default 0.0005 s); longer
-        costs less CPU per op, and ops start in larger bursts."""
+        how often time is added while callers wait (default: CPython's switch
+        interval, ``sys.getswitchinterval()``, 0.005 s unless changed, at most
+        0.005 s); longer costs less CPU per op, and ops start in larger
+        bursts."""
     def acquire(self, n: int = 1) -> float:
         """Blocks until ``n`` ops may start (the GIL released); returns their
         lateness in seconds. Ctrl-C raises KeyboardInterrupt, taking nothing."""
