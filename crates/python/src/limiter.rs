@@ -108,6 +108,7 @@ fn default_fill_interval(py: Python<'_>) -> PyResult<Duration> {
 pub(crate) struct PyRateLimiter {
     inner: Arc<RateLimiter>,
     waiters: Arc<AsyncWaiters>,
+    fill_interval: Duration,
 }
 
 #[pymethods]
@@ -133,6 +134,7 @@ impl PyRateLimiter {
         Ok(PyRateLimiter {
             inner: Arc::new(inner),
             waiters: Arc::default(),
+            fill_interval,
         })
     }
 
@@ -204,6 +206,12 @@ impl PyRateLimiter {
     #[getter]
     fn burst_ratio(&self) -> f64 {
         self.inner.spec().burst_ratio()
+    }
+
+    /// How often time is added while callers wait, in seconds.
+    #[getter]
+    fn fill_interval(&self) -> f64 {
+        self.fill_interval.as_secs_f64()
     }
 
     /// The backlog now, in seconds: how late an op admitted now starts.

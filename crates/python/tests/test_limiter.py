@@ -51,8 +51,22 @@ def test_bad_arguments_are_value_errors():
         tollgate.RateLimiter("1K", max_backlog=float("inf"))
 
 
+def test_the_fill_interval_defaults_to_the_switch_interval_at_most_5_ms():
+    before = sys.getswitchinterval()
+    try:
+        assert tollgate.RateLimiter("1K").fill_interval == pytest.approx(before)
+        sys.setswitchinterval(0.002)
+        assert tollgate.RateLimiter("1K").fill_interval == pytest.approx(0.002)
+        sys.setswitchinterval(0.05)
+        assert tollgate.RateLimiter("1K").fill_interval == pytest.approx(0.005)
+    finally:
+        sys.setswitchinterval(before)
+    assert tollgate.RateLimiter("1K", fill_interval=0.0005).fill_interval == pytest.approx(0.0005)
+
+
 def test_options_are_applied():
     limiter = tollgate.RateLimiter("1K", max_backlog=0.25, fill_interval=0.005)
+    assert limiter.fill_interval == pytest.approx(0.005)
     assert limiter.max_backlog == 0.25
     limiter.max_backlog = None
     assert limiter.max_backlog is None

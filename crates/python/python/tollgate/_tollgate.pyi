@@ -82,6 +82,9 @@ class RateLimiter:
     @property
     def burst_ratio(self) -> float: ...
     @property
+    def fill_interval(self) -> float:
+        """How often time is added while callers wait, in seconds."""
+    @property
     def backlog(self) -> float:
         """Seconds: how late an op admitted now starts."""
     @property
