@@ -81,13 +81,16 @@ fn read_message(
             }
             Poll::Ready(Some(Ok(chunk))) => chunk,
         };
-        // The bytes are consumed here: give the window back at once.
-        let _ = body.flow_control().release_capacity(chunk.len());
         if partial.is_empty() {
             if let Some(len) = complete(&chunk, max)? {
+                // The whole message in one frame: its window comes back
+                // when the call's stream is dropped, with no update of
+                // its own.
                 return Poll::Ready(Ok(chunk.slice(5..5 + len)));
             }
         }
+        // More is to come: give the window back at once so it can.
+        let _ = body.flow_control().release_capacity(chunk.len());
         partial.extend_from_slice(&chunk);
         // Once the length is known, hold exactly the message: a buffer
         // grown by doubling could hold twice what was announced.
