@@ -234,3 +234,91 @@ fn queries() {
 mod model;
 mod properties;
 mod vectors;
+
+/// One step of a store's life, for the model test below.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Client `c` refreshes at `now`, for leases of `lease` seconds.
+    Decide {
+        c: u8,
+        now: u64,
+        lease: u64,
+    },
+    Sweep {
+        now: u64,
+    },
+    Release {
+        c: u8,
+    },
+    Cap {
+        latest: u64,
+    },
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0u8..6, 0u64..40, 1u64..12).prop_map(|(c, now, lease)| Step::Decide { c, now, lease }),
+        2 => (0u64..40).prop_map(|now| Step::Sweep { now }),
+        1 => (0u8..6).prop_map(|c| Step::Release { c }),
+        1 => (0u64..50).prop_map(|latest| Step::Cap { latest }),
+    ]
+}
+
+proptest::proptest! {
+    /// Whatever the order of refreshes (times may even go back, as two
+    /// threads' clocks do), sweeps, releases and caps, the store holds
+    /// exactly the leases a plain map of expiries holds: refreshed leases
+    /// filed early are never dropped early nor kept late.
+    #[test]
+    fn expiries_filed_early_drop_exactly_the_expired_leases(
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        use std::collections::BTreeMap;
+        let mut res = Resource::new();
+        let mut model: BTreeMap<String, Duration> = BTreeMap::new();
+        let sweep = |model: &mut BTreeMap<String, Duration>, now: Duration| {
+            let before = model.len();
+            model.retain(|_, expiry| *expiry > now);
+            before - model.len()
+        };
+        for step in steps {
+            match step {
+                Step::Decide { c, now, lease } => {
+                    let (client, now) = (format!("c{c}"), secs(now));
+                    let algo = config(Kind::ProportionalShare, lease);
+                    let lease = res.decide(&algo, 100.0, &req(&client, 10.0, 1), now, false);
+                    sweep(&mut model, now);
+                    model.insert(client, now + algo.lease_length);
+                    proptest::prop_assert_eq!(lease.expiry, now + algo.lease_length);
+                }
+                Step::Sweep { now } => {
+                    let dropped = res.sweep(secs(now));
+                    proptest::prop_assert_eq!(dropped, sweep(&mut model, secs(now)));
+                }
+                Step::Release { c } => {
+                    let client = format!("c{c}");
+                    proptest::prop_assert_eq!(res.release(&client), model.remove(&client).is_some());
+                }
+                Step::Cap { latest } => {
+                    let latest = secs(latest);
+                    let capped = res.cap_expiry(latest);
+                    let late = model.values_mut().filter(|e| **e > latest);
+                    let mut n = 0;
+                    for expiry in late {
+                        *expiry = latest;
+                        n += 1;
+                    }
+                    proptest::prop_assert_eq!(capped, n);
+                }
+            }
+            let held: BTreeMap<String, Duration> = res
+                .iter()
+                .map(|(id, lease)| (id.to_owned(), lease.expiry))
+                .collect();
+            proptest::prop_assert_eq!(&held, &model);
+            proptest::prop_assert_eq!(res.last_expiry(), model.values().max().copied());
+            proptest::prop_assert_eq!(res.len(), model.len());
+        }
+    }
+}
