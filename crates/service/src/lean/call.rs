@@ -168,6 +168,10 @@ fn head() -> http::Response<()> {
     resp
 }
 
+/// The trailer every answer carries, made once rather than parsed from a
+/// string per answer.
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 /// A normal response: headers, the message, `grpc-status: 0`. A send error
 /// means the client reset the stream: nothing left to do.
 fn send(mut respond: h2::server::SendResponse<Bytes>, framed: Bytes) {
@@ -178,7 +182,7 @@ fn send(mut respond: h2::server::SendResponse<Bytes>, framed: Bytes) {
         return;
     }
     let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
     let _ = stream.send_trailers(trailers);
 }
 
@@ -187,7 +191,7 @@ fn fail(mut respond: h2::server::SendResponse<Bytes>, status: &Status) {
     let mut resp = head();
     if status.add_header(resp.headers_mut()).is_err() {
         let code = HeaderValue::from(Code::Internal as i32);
-        resp.headers_mut().insert("grpc-status", code);
+        resp.headers_mut().insert(GRPC_STATUS, code);
     }
     let _ = respond.send_response(resp, true);
 }
