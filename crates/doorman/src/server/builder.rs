@@ -190,7 +190,7 @@ impl<'a> ServerBuilder<'a> {
                     config: self.config,
                     generation: 0,
                 })),
-                resources: RwLock::new(HashMap::new()),
+                resources: RwLock::new(HashMap::default()),
                 view: RwLock::new(View {
                     rx: election.subscribe(),
                     current: Mastership::default(),

@@ -52,7 +52,8 @@ pub struct Server {
 #[derive(Debug)]
 pub(super) struct Inner {
     pub(super) config: RwLock<Arc<Snapshot>>,
-    pub(super) resources: RwLock<HashMap<String, Arc<Entry>>>,
+    /// Hashed with foldhash (seeded per map), as the store's client ids.
+    pub(super) resources: RwLock<HashMap<String, Arc<Entry>, foldhash::fast::RandomState>>,
     pub(super) view: RwLock<View>,
     pub(super) clock: Arc<dyn WallClock>,
     pub(super) limits: RequestLimits,
