@@ -290,22 +290,23 @@ mod tests {
         }
     }
 
-    /// The figures of seed 1 of each scenario: 1 to 4 as they were before
-    /// the scenarios became fleet files; 5 to 7 since a server over its
-    /// capacity shrinks grants in proportion (before: 0.9801778913346534,
-    /// 0.9806087038923909 and 0.9624095043227097 handed out, and 7 also
-    /// since a new master's partial requests stopped binding it to a
-    /// parent's echo).
+    /// The figures of seed 1 of each scenario, since a server in learning
+    /// mode asks a client short of its wants back when learning mode ends
+    /// (before: 0.7890713456447437, 0.9649369368894096, 0.8366120752430436,
+    /// 0.9773031491072135, 0.9802025712420489, 0.9806221975597542 and
+    /// 0.9661372773665309 handed out; seed 1 of scenario 7 is the one of
+    /// 20 seeds that lost, 0.07 points, by when a region's leases lapsed
+    /// while it had no master).
     #[test]
     fn the_scenarios_as_fleet_files_keep_their_figures() {
         let figures = [
-            (0.7890713456447437, 0.7890713456447437, 213443.79899690367),
-            (0.9649369368894096, 0.9659322835315612, 261284.6826952868),
-            (0.8366120752430436, 0.8125089427239675, 219783.66900683343),
-            (0.9773031491072135, 0.9773031491072135, 264360.50183350145),
-            (0.9802025712420489, 0.9802025712420489, 265144.7955209737),
-            (0.9806221975597542, 0.9806221975597542, 265258.30443991354),
-            (0.9661372773665309, 0.9637826958076009, 1706377.2629273548),
+            (0.7958695002607342, 0.7958695002607342, 215282.6998205289),
+            (0.9717442938613091, 0.972487982205054, 263057.99918646656),
+            (0.8540615862022696, 0.8341734395500068, 225643.91539827661),
+            (0.9879715171721322, 0.9879715171721322, 267246.29539506196),
+            (0.9968367767843238, 0.9968367767843238, 269644.348120159),
+            (0.997230913140964, 0.997230913140964, 269750.9620046308),
+            (0.965354278114129, 0.9630042031102256, 1704998.941606652),
         ];
         for (n, (mean, all, sum_has)) in (1..).zip(figures) {
             let r = run(n, 1).unwrap();

@@ -251,6 +251,31 @@ async fn learning_mode_echoes_has_then_runs_the_algorithm() {
 }
 
 #[tokio::test]
+async fn learning_mode_asks_a_client_short_of_its_wants_back_when_it_ends() {
+    let mut h = start().await;
+    // `learning`: refresh every 5 s, learning mode for 10 s.
+    let a = h.get("a", "learning", 50.0, Some(20.0)).await;
+    assert_eq!((a.gets.capacity, a.gets.refresh_interval), (20.0, 5));
+    // 3 s before the end a client granted less than it wants is asked back
+    // when learning mode ends, not 2 s after it; one granted all it wants
+    // keeps the usual interval.
+    h.clock.advance(Duration::from_secs(7));
+    let a = h.get("a", "learning", 50.0, Some(20.0)).await;
+    assert_eq!((a.gets.capacity, a.gets.refresh_interval), (20.0, 3));
+    let b = h.get("b", "learning", 10.0, Some(10.0)).await;
+    assert_eq!((b.gets.capacity, b.gets.refresh_interval), (10.0, 5));
+    // Part of a second before the end: back in whole seconds, at least one.
+    h.clock.advance(Duration::from_millis(2_500));
+    let a = h.get("a", "learning", 50.0, Some(20.0)).await;
+    assert_eq!((a.gets.capacity, a.gets.refresh_interval), (20.0, 1));
+    // Then the algorithm decides, with the usual interval.
+    h.clock.advance(Duration::from_secs(1));
+    assert!(!h.server.status()[0].learning);
+    let a = h.get("a", "learning", 50.0, Some(20.0)).await;
+    assert_eq!((a.gets.capacity, a.gets.refresh_interval), (50.0, 5));
+}
+
+#[tokio::test]
 async fn non_master_answers_only_with_mastership() {
     let election = TestElection::new(Mastership::follower(Some("master:15000".into())));
     let mut h = start_with(CONFIG, &*election).await;
@@ -695,6 +720,20 @@ async fn ask_as_server(
     wants: f64,
     has: Option<f64>,
 ) -> f64 {
+    ask_as_server_for_lease(h, server, resource, num_clients, wants, has)
+        .await
+        .capacity
+}
+
+/// As [`ask_as_server`], returning the whole lease.
+async fn ask_as_server_for_lease(
+    h: &mut Harness,
+    server: &str,
+    resource: &str,
+    num_clients: i64,
+    wants: f64,
+    has: Option<f64>,
+) -> pb::Lease {
     let r = h
         .client
         .get_server_capacity(pb::GetServerCapacityRequest {
@@ -708,7 +747,7 @@ async fn ask_as_server(
         .await
         .unwrap()
         .into_inner();
-    r.response[0].gets.capacity
+    r.response[0].gets
 }
 
 #[tokio::test]
@@ -737,12 +776,14 @@ resources:
         ask_as_server(&mut h, "b", "r", 4, 80.0, Some(20.0)).await,
         20.0
     );
-    // For the learning mode's 20 s it is answered with what it holds ...
-    h.clock.advance(Duration::from_secs(19));
-    assert_eq!(
-        ask_as_server(&mut h, "a", "r", 2, 20.0, Some(80.0)).await,
-        80.0
-    );
+    // For the learning mode's 20 s it is answered with what it holds, and
+    // asked back when that ends if it wants more ...
+    h.clock.advance(Duration::from_secs(15));
+    let a = ask_as_server_for_lease(&mut h, "a", "r", 2, 90.0, Some(80.0)).await;
+    assert_eq!((a.capacity, a.refresh_interval), (80.0, 5));
+    h.clock.advance(Duration::from_secs(4));
+    let a = ask_as_server_for_lease(&mut h, "a", "r", 2, 20.0, Some(80.0)).await;
+    assert_eq!((a.capacity, a.refresh_interval), (80.0, 8));
     // ... then by the algorithm again.
     h.clock.advance(Duration::from_secs(1));
     assert_eq!(

@@ -10,6 +10,19 @@
 //! per client rather than "what others leave" so that a client reporting an
 //! absurd `has` cannot starve an honest one for the rest of learning mode.
 //!
+//! A client decided in learning mode (this master's, or an intermediate
+//! server's relearning) that got less than it wants is asked back when
+//! learning mode ends: the refresh interval handed out is capped at the
+//! whole seconds left of it. Otherwise it would wait up to a whole refresh
+//! interval for what the algorithm can give it from then on, and each level
+//! of a tree adds its own wait (a tree of three levels started together
+//! handed out nothing for the first 10 s after learning mode). Go's server
+//! always hands out the template's interval. The cost is one more request
+//! per such client per term, and those requests arrive together when
+//! learning mode ends. An intermediate server takes its own clients'
+//! interval from its parent's, so for one round after its parent's learning
+//! mode ends they are asked back sooner too.
+//!
 //! A GetServerCapacity request's `has` says what the asking server's
 //! subtree holds; whatever of it exceeds the new grant stays counted for
 //! that server as a hold until its subtree has followed the cut, so the
@@ -197,11 +210,15 @@ impl EntryState {
     ) -> (ClientLease, f64) {
         self.store.sweep(now);
         let mut learning = self.learning(now, master_since);
+        // When this request's learning mode ends, if it is decided in one.
+        let mut learning_ends = learning.then(|| master_since + self.template.learning_mode());
         let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
             if let Some(held) = self.relearn(&request, now) {
                 learning = true;
                 request.has = request.has.max(held);
+                let relearned = self.relearning.get(request.client).copied();
+                learning_ends = learning_ends.max(relearned);
             }
         }
         let request = &request;
@@ -212,7 +229,10 @@ impl EntryState {
         } else {
             None
         };
-        let (lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
+        let (mut lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
+        if let Some(ends) = learning_ends {
+            lease.refresh_interval = back_when_learning_ends(&lease, request.wants, now, ends);
+        }
         if let Some(Subtree { until, .. }) = subtree {
             let hold = hold::hold(request.has, until, &lease, learning, old, now);
             self.store.set_hold(request.client, hold);
@@ -287,4 +307,25 @@ impl EntryState {
             }
         }
     }
+}
+
+/// The refresh interval to hand out with `lease`, decided in learning mode
+/// until `ends`: a client granted less than it `wants` is asked back when
+/// learning mode ends (in whole seconds, rounded up, at least one), rather
+/// than up to a whole refresh interval later; one granted all it wants has
+/// no reason to come back early.
+fn back_when_learning_ends(
+    lease: &ClientLease,
+    wants: f64,
+    now: Timestamp,
+    ends: Timestamp,
+) -> Duration {
+    if lease.has >= wants {
+        return lease.refresh_interval;
+    }
+    let left = ends.saturating_sub(now);
+    let whole = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    lease
+        .refresh_interval
+        .min(Duration::from_secs(whole.max(1)))
 }
