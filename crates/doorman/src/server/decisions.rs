@@ -158,7 +158,7 @@ struct Subtree {
 
 impl EntryState {
     /// Learning mode for one intermediate server that has lost its state;
-    /// `Some(what it held here)` while it lasts.
+    /// `Some((what it held here, when its learning mode ends))` while it lasts.
     ///
     /// A server that asks with a `has` below its unexpired lease here has
     /// forgotten that lease: it is a new master of its job, and its clients
@@ -168,20 +168,20 @@ impl EntryState {
     /// this server would decide on the wants of the few clients that have
     /// come back to the new master so far, and hand the rest to other
     /// servers while the old leases still run. Expects a swept store.
-    fn relearn(&mut self, request: &Request<'_>, now: Timestamp) -> Option<f64> {
+    fn relearn(&mut self, request: &Request<'_>, now: Timestamp) -> Option<(f64, Timestamp)> {
         let held = self
             .store
             .get(request.client)
             .filter(|l| request.has < l.has)
             .map(|_| self.store.occupied(request.client));
-        if held.is_some() {
+        if let Some(held) = held {
             self.relearning.retain(|_, until| *until > now);
             let until = now + self.template.learning_mode();
             self.relearning.insert(request.client.to_owned(), until);
-            return held;
+            return Some((held, until));
         }
         match self.relearning.get(request.client) {
-            Some(&until) if until > now => Some(0.0),
+            Some(&until) if until > now => Some((0.0, until)),
             Some(_) => {
                 self.relearning.remove(request.client);
                 None
@@ -214,11 +214,10 @@ impl EntryState {
         let mut learning_ends = learning.then(|| master_since + self.template.learning_mode());
         let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
-            if let Some(held) = self.relearn(&request, now) {
+            if let Some((held, until)) = self.relearn(&request, now) {
                 learning = true;
                 request.has = request.has.max(held);
-                let relearned = self.relearning.get(request.client).copied();
-                learning_ends = learning_ends.max(relearned);
+                learning_ends = learning_ends.max(Some(until));
             }
         }
         let request = &request;
