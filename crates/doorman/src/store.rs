@@ -180,9 +180,7 @@ impl Resource {
             };
             if entry.lease.expiry > now {
                 // Refreshed since it was filed: file it at its expiry.
-                self.expiries.remove(&(filed, slot));
-                entry.filed = entry.lease.expiry;
-                self.expiries.insert((entry.filed, slot));
+                refile(&mut self.expiries, entry, slot);
                 continue;
             }
             self.remove_slot(slot);
@@ -203,8 +201,8 @@ impl Resource {
             .entries
             .iter()
             .enumerate()
-            .filter_map(|(slot, e)| e.as_ref().filter(|e| e.lease.expiry > latest).map(|_| slot))
-            .map(|slot| slot as Slot)
+            .filter(|(_, e)| e.as_ref().is_some_and(|e| e.lease.expiry > latest))
+            .map(|(slot, _)| slot as Slot)
             .collect();
         for &slot in &late {
             let Some(entry) = self.entries[slot as usize].as_ref() else {
@@ -382,9 +380,7 @@ impl Resource {
         // A later expiry stays filed where it was (the sweep files it
         // again); an earlier one is filed at once.
         if lease.expiry < entry.filed {
-            self.expiries.remove(&(entry.filed, slot));
-            entry.filed = lease.expiry;
-            self.expiries.insert((entry.filed, slot));
+            refile(&mut self.expiries, entry, slot);
         }
         if old_hold != entry.hold {
             self.rehold(slot, old_hold);
@@ -431,6 +427,13 @@ impl Resource {
         self.index.remove(slot);
         self.free.push(slot);
     }
+}
+
+/// Files the lease in `slot` (`entry`) in `expiries` at its expiry.
+fn refile(expiries: &mut BTreeSet<(Timestamp, Slot)>, entry: &mut Entry, slot: Slot) {
+    expiries.remove(&(entry.filed, slot));
+    entry.filed = entry.lease.expiry;
+    expiries.insert((entry.filed, slot));
 }
 
 /// The resource as an algorithm sees it while deciding for `client`,
