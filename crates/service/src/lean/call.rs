@@ -145,11 +145,11 @@ fn answer<S: UnaryService>(
         }
         buf.extend_from_slice(&[0; 5]);
         let answered = message.and_then(|m| service.call(method, m, buf));
-        let framed = buf.split();
+        // Split off even on a refusal, so no partial answer stays behind.
+        let mut framed = buf.split();
         answered?;
         let len = u32::try_from(framed.len() - 5)
             .map_err(|_| Status::internal("response message too large"))?;
-        let mut framed = framed;
         framed[1..5].copy_from_slice(&len.to_be_bytes());
         Ok(framed.freeze())
     });
