@@ -75,6 +75,7 @@ mod layer;
 mod lease;
 mod metrics;
 mod rate;
+mod refresh_error;
 mod task;
 mod wants;
 
@@ -135,6 +136,8 @@ pub(crate) struct Shared {
     /// `notify_one` keeps a permit, so a wake-up sent while the task is busy
     /// is not lost.
     pub(crate) wake: Notify,
+    /// The error of the last refresh round (refresh_error.rs).
+    pub(crate) refresh_error: watch::Sender<Option<SessionError>>,
 }
 
 #[derive(Debug, Default)]
@@ -413,6 +416,7 @@ impl ClientBuilder {
             },
             state: Mutex::new(State::default()),
             wake: Notify::new(),
+            refresh_error: refresh_error::channel(),
         });
         runtime.spawn(task::run(shared.clone()));
         Ok(Client {

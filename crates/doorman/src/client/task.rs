@@ -217,6 +217,7 @@ impl Task {
                         }
                     }
                 };
+                self.shared.note_refresh(outcome.as_ref());
                 next_refresh = match outcome {
                     Ok(interval) => {
                         self.retry.reset();
