@@ -12,21 +12,31 @@
 //! without a lock. A limiter's acquires clone its `Arc<RateResource>` out
 //! of the slot for the time they wait, so a release while they wait
 //! releases in the background once they are done.
+//!
+//! Why no answer comes is the client's last refresh error
+//! (`Client::refresh_errors`): `wait` and `updates` watch it beside the
+//! capacity and raise at once on an error no retry can fix ([`permanent`]);
+//! other errors (a dead server, a deadline) are retried by the client, and
+//! `last_error` reads them.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 use tokio::sync::watch;
 use tollgate_doorman::{
     Capacity, CapacitySource, Client, ClientTls, ExpiryMode, RateOptions, RateResource,
-    ReleaseError, Resource, ResourceOptions,
+    ReleaseError, Resource, ResourceOptions, SessionError,
 };
 
-use crate::errors::{chain, seconds, value_error, LeaseError};
+use crate::errors::{
+    chain, check_address, positive_seconds, seconds, signed, tls_error, value_error, LeaseError,
+};
 use crate::limiter::PyStats;
-use crate::runtime::{into_asyncio, runtime, wait_on, Ready};
+use crate::repr::Repr;
+use crate::runtime::{coroutine, into_asyncio, runtime, wait_on, Born, Ready};
 
 /// Locks a mutex, whose data stays consistent even if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -35,9 +45,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// TLS for a `LeaseClient`: the CA that signed the servers' certificates
 /// (PEM), and for mutual TLS the client's certificate and key.
+///
+/// The files are read and checked when the `Tls` is made: a missing one
+/// raises FileNotFoundError, one without a usable PEM certificate or key
+/// ValueError.
 #[pyclass(frozen, name = "Tls", module = "tollgate")]
 pub(crate) struct PyTls {
     tls: ClientTls,
+    ca: std::path::PathBuf,
+    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    domain: Option<String>,
 }
 
 #[pymethods]
@@ -50,20 +67,112 @@ impl PyTls {
         key: Option<std::path::PathBuf>,
         domain: Option<String>,
     ) -> PyResult<PyTls> {
-        let mut tls = ClientTls::new(ca);
-        match (cert, key) {
-            (Some(cert), Some(key)) => tls = tls.identity(cert, key),
-            (None, None) => {}
+        let mut tls = ClientTls::new(ca.clone());
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(cert.clone(), key.clone());
+                Some((cert, key))
+            }
+            (None, None) => None,
             _ => return Err(PyValueError::new_err("cert and key go together")),
+        };
+        if let Some(domain) = &domain {
+            if domain.is_empty() {
+                return Err(PyValueError::new_err("domain must not be empty"));
+            }
+            tls = tls.domain(domain.clone());
         }
-        if let Some(domain) = domain {
-            tls = tls.domain(domain);
-        }
-        Ok(PyTls { tls })
+        tls.load().map_err(|e| tls_error(&e))?;
+        Ok(PyTls {
+            tls,
+            ca,
+            identity,
+            domain,
+        })
     }
 
-    fn __repr__(&self) -> String {
-        format!("Tls({:?})", self.tls)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let path = |p: &std::path::Path| p.display().to_string();
+        let mut repr = Repr::new(py, "Tls").arg(path(&self.ca))?;
+        if let Some((cert, key)) = &self.identity {
+            repr = repr.field("cert", path(cert))?.field("key", path(key))?;
+        }
+        if let Some(domain) = &self.domain {
+            repr = repr.field("domain", domain)?;
+        }
+        repr.done()
+    }
+}
+
+/// Whether no retry can fix `e`: the server is not a lease server
+/// (`Unimplemented`), refused the request itself (`InvalidArgument`,
+/// `OutOfRange`) or the client's credentials (`Unauthenticated`,
+/// `PermissionDenied`), or TLS verification failed.
+pub(crate) fn permanent(e: &SessionError) -> bool {
+    use tonic::Code;
+    let SessionError::Rpc { status, .. } = e else {
+        return false;
+    };
+    matches!(
+        status.code(),
+        Code::Unimplemented
+            | Code::InvalidArgument
+            | Code::OutOfRange
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+    ) || tollgate_service::tls_failure(status).is_some()
+}
+
+/// The `LeaseError` for an error no retry can fix.
+fn permanent_error(e: &SessionError) -> PyErr {
+    let mut text = format!("the lease server refused the client, and no retry can fix it: {e}");
+    if let SessionError::Rpc { status, .. } = e {
+        if status.code() == tonic::Code::Unimplemented {
+            text.push_str(
+                " (is it a Doorman lease server, such as `tollgate serve`, and not another \
+                 kind of server?)",
+            );
+        }
+    }
+    LeaseError::new_err(text)
+}
+
+/// The client's last refresh error if no retry can fix it, marking it
+/// seen.
+fn fatal_now(errors: &mut watch::Receiver<Option<SessionError>>) -> Option<SessionError> {
+    errors.borrow_and_update().clone().filter(permanent)
+}
+
+/// Why a wait on a lease ended.
+enum Woke {
+    /// The capacity changed (`Err`: the resource was released).
+    Changed(Result<(), watch::error::RecvError>),
+    /// The client's last refresh failed for good.
+    Fatal(SessionError),
+}
+
+/// Waits for the next capacity change, or for an error no retry can fix.
+async fn next_change(
+    rx: &mut watch::Receiver<Capacity>,
+    errors: &mut watch::Receiver<Option<SessionError>>,
+) -> Woke {
+    if let Some(e) = fatal_now(errors) {
+        return Woke::Fatal(e);
+    }
+    let mut errors_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            changed = rx.changed() => return Woke::Changed(changed),
+            open = errors.changed(), if errors_open => match open {
+                Ok(()) => {
+                    if let Some(e) = fatal_now(errors) {
+                        return Woke::Fatal(e);
+                    }
+                }
+                Err(_client_gone) => errors_open = false,
+            },
+        }
     }
 }
 
@@ -94,31 +203,51 @@ struct Lease {
     rx: watch::Receiver<Capacity>,
     /// The version `wait` last returned.
     seen: Mutex<watch::Receiver<Capacity>>,
+    /// The client's last refresh error.
+    errors: watch::Receiver<Option<SessionError>>,
+    born: Born,
 }
 
 impl Lease {
-    fn new(id: String, held: Held, rx: watch::Receiver<Capacity>) -> Lease {
+    fn new(
+        id: String,
+        held: Held,
+        rx: watch::Receiver<Capacity>,
+        client: &Client,
+        born: Born,
+    ) -> Lease {
         Lease {
             id,
             slot: Arc::new(Mutex::new(Some(held))),
             seen: Mutex::new(rx.clone()),
             rx,
+            errors: client.refresh_errors(),
+            born,
         }
+    }
+
+    /// The client's last refresh error, as text.
+    fn last_error(&self) -> PyResult<Option<String>> {
+        self.born.check()?;
+        Ok(self.errors.borrow().as_ref().map(ToString::to_string))
     }
 
     fn released(&self) -> PyErr {
         LeaseError::new_err(format!("resource {:?} was released", self.id))
     }
 
-    fn capacity(&self) -> f64 {
-        self.rx.borrow().capacity
+    fn capacity(&self) -> PyResult<f64> {
+        self.born.check()?;
+        Ok(self.rx.borrow().capacity)
     }
 
-    fn current(&self) -> PyCapacity {
-        PyCapacity::from(&*self.rx.borrow())
+    fn current(&self) -> PyResult<PyCapacity> {
+        self.born.check()?;
+        Ok(PyCapacity::from(&*self.rx.borrow()))
     }
 
     fn set_wants(&self, wants: f64) -> PyResult<()> {
+        self.born.check()?;
         let slot = lock(&self.slot);
         let got = match &*slot {
             Some(Held::Plain(r)) => r.set_wants(wants),
@@ -129,18 +258,22 @@ impl Lease {
     }
 
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
+        self.born.check()?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let mut rx = lock(&self.seen).clone();
-        let changed = wait_on(py, async {
+        let mut errors = self.errors.clone();
+        let woke = wait_on(py, async {
+            let next = next_change(&mut rx, &mut errors);
             match timeout {
-                Some(t) => tokio::time::timeout(t, rx.changed()).await.ok(),
-                None => Some(rx.changed().await),
+                Some(t) => tokio::time::timeout(t, next).await.ok(),
+                None => Some(next.await),
             }
         })?;
-        match changed {
+        match woke {
             None => Ok(None),
-            Some(Err(_)) => Err(self.released()),
-            Some(Ok(())) => {
+            Some(Woke::Fatal(e)) => Err(permanent_error(&e)),
+            Some(Woke::Changed(Err(_))) => Err(self.released()),
+            Some(Woke::Changed(Ok(()))) => {
                 let capacity = PyCapacity::from(&*rx.borrow_and_update());
                 *lock(&self.seen) = rx;
                 Ok(Some(capacity))
@@ -148,12 +281,15 @@ impl Lease {
         }
     }
 
-    fn updates(&self) -> PyCapacityUpdates {
+    fn updates(&self) -> PyResult<PyCapacityUpdates> {
+        self.born.check()?;
         let mut rx = self.rx.clone();
         rx.mark_changed();
-        PyCapacityUpdates {
-            rx: Arc::new(tokio::sync::Mutex::new(rx)),
-        }
+        let errors = self.errors.clone();
+        Ok(PyCapacityUpdates {
+            watched: Arc::new(tokio::sync::Mutex::new((rx, errors))),
+            born: self.born,
+        })
     }
 
     fn take(&self) -> Option<Held> {
@@ -161,20 +297,23 @@ impl Lease {
     }
 
     fn release(&self, py: Python<'_>) -> PyResult<()> {
+        self.born.check()?;
         let Some(held) = self.take() else {
             return Ok(());
         };
         wait_on(py, release_held(held))?.map_err(|e| LeaseError::new_err(chain(&e)))
     }
 
-    fn repr(&self, what: &str) -> String {
-        let c = self.rx.borrow();
-        format!(
-            "{what}({:?}, capacity={}, source={:?})",
-            self.id,
-            c.capacity,
-            c.source.to_string()
-        )
+    fn repr(&self, py: Python<'_>, what: &str) -> PyResult<String> {
+        let (capacity, source) = {
+            let c = self.rx.borrow();
+            (c.capacity, source_name(c.source))
+        };
+        Repr::new(py, what)
+            .arg(&self.id)?
+            .field("capacity", capacity)?
+            .field("source", source)?
+            .done()
     }
 }
 
@@ -185,10 +324,23 @@ impl Lease {
 /// Discovery, redirects to the master, failover between the servers, RPC
 /// deadlines and backoff. `close()` (or leaving a `with` block) releases
 /// every resource it still holds.
+///
+/// `servers` is one address (`"doorman:15000"`) or a list of them; each
+/// is `host:port` (or `http://host:port`, `https://host:port`) and is
+/// checked here: a bad one raises ValueError. A failed refresh is retried
+/// with backoff; `wait` raises LeaseError at once on an error no retry can
+/// fix (a server of another kind, a refused request or certificate), and
+/// `last_error` says why the last refresh failed.
+///
+/// A client belongs to the process that made it: in a forked child, every
+/// use raises RuntimeError (its background task stayed in the parent);
+/// make a new client in the child.
 #[pyclass(frozen, name = "LeaseClient", module = "tollgate")]
 pub(crate) struct PyLeaseClient {
     client: Mutex<Option<Client>>,
     id: String,
+    servers: Vec<String>,
+    born: Born,
     /// What close releases: weak, so that a resource dropped in Python
     /// is released then (in the background), not kept until close.
     slots: Mutex<Vec<Weak<Mutex<Option<Held>>>>>,
@@ -196,14 +348,32 @@ pub(crate) struct PyLeaseClient {
 
 impl PyLeaseClient {
     fn client(&self) -> PyResult<Client> {
+        self.born.check()?;
         lock(&self.client)
             .clone()
             .ok_or_else(|| LeaseError::new_err("the lease client is closed"))
     }
 
-    fn options(wants: f64, priority: i64, expiry: &str) -> PyResult<ResourceOptions> {
+    fn options(wants: f64, priority: &Bound<'_, PyAny>, expiry: &str) -> PyResult<ResourceOptions> {
+        let priority = signed("priority", priority)?;
         let mode = expiry.parse::<ExpiryMode>().map_err(|e| value_error(&e))?;
         Ok(ResourceOptions::new(wants).priority(priority).mode(mode))
+    }
+
+    /// The addresses given: one string, or a sequence of them.
+    fn addresses(servers: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        let servers: Vec<String> = match servers.cast::<PyString>() {
+            Ok(one) => vec![one.to_cow()?.into_owned()],
+            Err(_) => servers.extract().map_err(|_| {
+                pyo3::exceptions::PyTypeError::new_err(
+                    "servers must be an address (\"host:port\") or a list of addresses",
+                )
+            })?,
+        };
+        for address in &servers {
+            check_address(address)?;
+        }
+        Ok(servers)
     }
 
     fn keep(&self, lease: &Lease) {
@@ -218,31 +388,44 @@ impl PyLeaseClient {
     #[new]
     #[pyo3(signature = (servers, *, tls = None, client_id = None, rpc_timeout = 5.0, min_refresh = 1.0))]
     fn new(
-        servers: Vec<String>,
+        servers: &Bound<'_, PyAny>,
         tls: Option<PyRef<'_, PyTls>>,
         client_id: Option<String>,
         rpc_timeout: f64,
         min_refresh: f64,
     ) -> PyResult<PyLeaseClient> {
+        let servers = PyLeaseClient::addresses(servers)?;
         let mut builder = Client::builder()
-            .servers(servers)
-            .rpc_timeout(seconds("rpc_timeout", rpc_timeout)?)
+            .servers(servers.iter().cloned())
+            .rpc_timeout(positive_seconds("rpc_timeout", rpc_timeout)?)
             .min_refresh(seconds("min_refresh", min_refresh)?);
         if let Some(id) = client_id {
+            if id.is_empty() {
+                return Err(PyValueError::new_err("client_id must not be empty"));
+            }
             builder = builder.id(id);
         }
         if let Some(tls) = tls {
-            builder = builder
-                .tls(&tls.tls)
-                .map_err(|e| LeaseError::new_err(chain(&e)))?;
+            builder = builder.tls(&tls.tls).map_err(|e| tls_error(&e))?;
         }
         let _runtime = runtime().enter();
         let client = builder.build().map_err(|e| value_error(&e))?;
         Ok(PyLeaseClient {
             id: client.id().to_owned(),
             client: Mutex::new(Some(client)),
+            servers,
+            born: Born::here("LeaseClient"),
             slots: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Why the client's last refresh failed (the server and its error), or
+    /// None when it succeeded or none has ended yet. The client retries
+    /// such failures with backoff.
+    #[getter]
+    fn last_error(&self) -> PyResult<Option<String>> {
+        let client = self.client()?;
+        Ok(client.last_refresh_error().map(|e| e.to_string()))
     }
 
     /// The id this client sends to the servers.
@@ -254,21 +437,29 @@ impl PyLeaseClient {
     /// Starts asking for `wants` of resource `id` at `priority`; `expiry`
     /// ("safe", "optimistic" or "pessimistic") decides the capacity while
     /// no lease is valid.
-    #[pyo3(signature = (id, wants, *, priority = 0, expiry = "safe"))]
+    #[pyo3(signature = (id, wants, *, priority = None, expiry = "safe"))]
     fn resource(
         &self,
+        py: Python<'_>,
         id: String,
         wants: f64,
-        priority: i64,
+        priority: Option<&Bound<'_, PyAny>>,
         expiry: &str,
     ) -> PyResult<PyResource> {
-        let options = PyLeaseClient::options(wants, priority, expiry)?;
-        let resource = self
-            .client()?
+        let zero = 0i64.into_pyobject(py)?.into_any();
+        let options = PyLeaseClient::options(wants, priority.unwrap_or(&zero), expiry)?;
+        let client = self.client()?;
+        let resource = client
             .resource(id.clone(), options)
             .map_err(|e| value_error(&e))?;
         let rx = resource.watch();
-        let lease = Lease::new(id, Held::Plain(resource), rx);
+        let lease = Lease::new(
+            id,
+            Held::Plain(resource),
+            rx,
+            &client,
+            self.born.with("Resource"),
+        );
         self.keep(&lease);
         Ok(PyResource { lease })
     }
@@ -277,24 +468,31 @@ impl PyLeaseClient {
     /// it asks for `wants` ops/s and enforces what it is granted; a
     /// capacity of 0 makes `acquire` wait for capacity. `max_backlog`
     /// (seconds) caps how much unused time an idle limiter saves up.
-    #[pyo3(signature = (id, wants, *, priority = 0, expiry = "safe", max_backlog = 0.1))]
+    #[pyo3(signature = (id, wants, *, priority = None, expiry = "safe", max_backlog = 0.1))]
     fn rate_limiter(
         &self,
+        py: Python<'_>,
         id: String,
         wants: f64,
-        priority: i64,
+        priority: Option<&Bound<'_, PyAny>>,
         expiry: &str,
         max_backlog: f64,
     ) -> PyResult<PyLeasedRateLimiter> {
-        let options = RateOptions::new(PyLeaseClient::options(wants, priority, expiry)?)
-            .max_backlog(seconds("max_backlog", max_backlog)?);
+        let zero = 0i64.into_pyobject(py)?.into_any();
+        let options = RateOptions::new(PyLeaseClient::options(
+            wants,
+            priority.unwrap_or(&zero),
+            expiry,
+        )?)
+        .max_backlog(seconds("max_backlog", max_backlog)?);
         let client = self.client()?;
         let rate = {
             let _runtime = runtime().enter();
             RateResource::new(&client, id.clone(), options).map_err(|e| value_error(&e))?
         };
         let rx = rate.resource().watch();
-        let lease = Lease::new(id, Held::Rate(Arc::new(rate)), rx);
+        let born = self.born.with("LeasedRateLimiter");
+        let lease = Lease::new(id, Held::Rate(Arc::new(rate)), rx, &client, born);
         self.keep(&lease);
         Ok(PyLeasedRateLimiter { lease })
     }
@@ -304,6 +502,7 @@ impl PyLeaseClient {
     /// stops the client. A server that cannot be reached drops the leases
     /// when they expire. Closing twice does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.born.check()?;
         let held: Vec<Held> = lock(&self.slots)
             .drain(..)
             .filter_map(|s| s.upgrade().and_then(|s| lock(&s).take()))
@@ -333,8 +532,11 @@ impl PyLeaseClient {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        format!("LeaseClient(id={:?})", self.id)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "LeaseClient")
+            .arg(&self.servers)?
+            .field("client_id", &self.id)?
+            .done()
     }
 }
 
@@ -355,13 +557,20 @@ impl PyResource {
 
     /// The capacity to use now.
     #[getter]
-    fn capacity(&self) -> f64 {
+    fn capacity(&self) -> PyResult<f64> {
         self.lease.capacity()
     }
 
     /// The whole state: capacity, its source, the last lease.
-    fn current(&self) -> PyCapacity {
+    fn current(&self) -> PyResult<PyCapacity> {
         self.lease.current()
+    }
+
+    /// Why the client's last refresh failed, or None (see
+    /// `LeaseClient.last_error`).
+    #[getter]
+    fn last_error(&self) -> PyResult<Option<String>> {
+        self.lease.last_error()
     }
 
     /// Sets the wants sent from the next refresh on.
@@ -370,15 +579,20 @@ impl PyResource {
     }
 
     /// Blocks until the capacity state changes (an answer from a server,
-    /// a lease expiring) and returns it; None after `timeout` seconds.
+    /// a lease expiring) and returns it; None after `timeout` seconds
+    /// without a change (`last_error` then says whether the servers are
+    /// failing, and why). Raises LeaseError at once when the last refresh
+    /// failed with an error no retry can fix (a server of another kind, a
+    /// refused request, a TLS certificate that does not verify).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
         self.lease.wait(py, timeout)
     }
 
     /// An async iterator of the capacity state: the current one first,
-    /// then each change; it ends when the resource is released.
-    fn updates(&self) -> PyCapacityUpdates {
+    /// then each change; it ends when the resource is released, and
+    /// raises LeaseError as `wait` does.
+    fn updates(&self) -> PyResult<PyCapacityUpdates> {
         self.lease.updates()
     }
 
@@ -400,13 +614,14 @@ impl PyResource {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        self.lease.repr("Resource")
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.lease.repr(py, "Resource")
     }
 }
 
 /// Releases; only a signal's exception (Ctrl-C) comes back.
 fn quiet_release(py: Python<'_>, lease: &Lease) -> PyResult<()> {
+    lease.born.check()?;
     if let Some(held) = lease.take() {
         let _unacknowledged = wait_on(py, release_held(held))?;
     }
@@ -422,6 +637,7 @@ pub(crate) struct PyLeasedRateLimiter {
 
 impl PyLeasedRateLimiter {
     fn rate(&self) -> PyResult<Arc<RateResource>> {
+        self.lease.born.check()?;
         match &*lock(&self.lease.slot) {
             Some(Held::Rate(r)) => Ok(Arc::clone(r)),
             _ => Err(self.lease.released()),
@@ -460,34 +676,50 @@ impl PyLeasedRateLimiter {
         let max_wait = seconds("timeout", timeout)?;
         let rate = self.rate()?;
         let got = wait_on(py, async move { rate.acquire_timeout(max_wait).await })?;
-        got.map(|late| late.as_secs_f64())
-            .map_err(|e| PyTimeoutError::new_err(chain(&e)))
+        got.map(|late| late.as_secs_f64()).map_err(|e| {
+            let mut text = chain(&e);
+            if let Some(why) = &*self.lease.errors.borrow() {
+                text.push_str(&format!(" (the last refresh failed: {why})"));
+            }
+            PyTimeoutError::new_err(text)
+        })
     }
 
-    /// Waits for one op without blocking the event loop; resolves to the
-    /// lateness in seconds. Cancelling it takes nothing.
+    /// A coroutine that waits for one op without blocking the event loop
+    /// and returns the lateness in seconds. It starts when first awaited
+    /// (or run as a task); cancelling it takes nothing.
     fn acquire_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let rate = self.rate()?;
-        if rate.try_acquire() {
-            let ready = Ready::new(py, rate.limiter().lateness().as_secs_f64())?;
-            return Ok(Bound::new(py, ready)?.into_any());
-        }
-        into_asyncio(
-            py,
-            async move { rate.acquire().await },
-            |py, late: Duration| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
-        )
+        coroutine(py, move |py| {
+            if rate.try_acquire() {
+                let ready = Ready::new(py, rate.limiter().lateness().as_secs_f64())?;
+                return Ok(Py::new(py, ready)?.into_any());
+            }
+            let fut = into_asyncio(
+                py,
+                async move { rate.acquire().await },
+                |py, late: Duration| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
+            )?;
+            Ok(fut.unbind())
+        })
     }
 
     /// The capacity in force, ops per second.
     #[getter]
-    fn capacity(&self) -> f64 {
+    fn capacity(&self) -> PyResult<f64> {
         self.lease.capacity()
     }
 
     /// The whole lease state.
-    fn current(&self) -> PyCapacity {
+    fn current(&self) -> PyResult<PyCapacity> {
         self.lease.current()
+    }
+
+    /// Why the client's last refresh failed, or None (see
+    /// `LeaseClient.last_error`).
+    #[getter]
+    fn last_error(&self) -> PyResult<Option<String>> {
+        self.lease.last_error()
     }
 
     /// Sets the wants (ops/s) sent from the next refresh on.
@@ -502,7 +734,8 @@ impl PyLeasedRateLimiter {
     }
 
     /// Blocks until the lease state changes and returns it; None after
-    /// `timeout` seconds.
+    /// `timeout` seconds without a change. Raises LeaseError as
+    /// `Resource.wait` does.
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
         self.lease.wait(py, timeout)
@@ -510,7 +743,7 @@ impl PyLeasedRateLimiter {
 
     /// An async iterator of the lease state: the current one first, then
     /// each change.
-    fn updates(&self) -> PyCapacityUpdates {
+    fn updates(&self) -> PyResult<PyCapacityUpdates> {
         self.lease.updates()
     }
 
@@ -530,8 +763,8 @@ impl PyLeasedRateLimiter {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
-        self.lease.repr("LeasedRateLimiter")
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.lease.repr(py, "LeasedRateLimiter")
     }
 }
 
@@ -558,12 +791,7 @@ impl From<&Capacity> for PyCapacity {
     fn from(c: &Capacity) -> PyCapacity {
         PyCapacity {
             capacity: c.capacity,
-            source: match c.source {
-                CapacitySource::Pending => "pending",
-                CapacitySource::Lease => "lease",
-                CapacitySource::Expired => "expired",
-            }
-            .to_owned(),
+            source: source_name(c.source).to_owned(),
             lease_capacity: c.lease.map(|l| l.capacity),
             expiry: c.lease.map(|l| l.expiry.as_secs_f64()),
             refresh_interval: c.lease.map(|l| l.refresh_interval.as_secs_f64()),
@@ -575,11 +803,16 @@ impl From<&Capacity> for PyCapacity {
 
 #[pymethods]
 impl PyCapacity {
-    fn __repr__(&self) -> String {
-        format!(
-            "Capacity(capacity={}, source={:?}, lease_capacity={:?}, expiry={:?}, refreshes={})",
-            self.capacity, self.source, self.lease_capacity, self.expiry, self.refreshes
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "Capacity")
+            .field("capacity", self.capacity)?
+            .field("source", &self.source)?
+            .field("lease_capacity", self.lease_capacity)?
+            .field("expiry", self.expiry)?
+            .field("refresh_interval", self.refresh_interval)?
+            .field("safe_capacity", self.safe_capacity)?
+            .field("refreshes", self.refreshes)?
+            .done()
     }
 }
 
@@ -587,8 +820,15 @@ impl PyCapacity {
 /// change, until the resource is released.
 #[pyclass(frozen, name = "CapacityUpdates", module = "tollgate")]
 pub(crate) struct PyCapacityUpdates {
-    rx: Arc<tokio::sync::Mutex<watch::Receiver<Capacity>>>,
+    /// The capacity, and the client's last refresh error.
+    watched: Arc<tokio::sync::Mutex<Watched>>,
+    born: Born,
 }
+
+type Watched = (
+    watch::Receiver<Capacity>,
+    watch::Receiver<Option<SessionError>>,
+);
 
 #[pymethods]
 impl PyCapacityUpdates {
@@ -597,20 +837,33 @@ impl PyCapacityUpdates {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let rx = Arc::clone(&self.rx);
+        self.born.check()?;
+        let watched = Arc::clone(&self.watched);
         into_asyncio(
             py,
             async move {
-                let mut rx = rx.lock().await;
-                match rx.changed().await {
-                    Ok(()) => Some(PyCapacity::from(&*rx.borrow_and_update())),
-                    Err(_) => None,
+                let mut watched = watched.lock().await;
+                let (rx, errors) = &mut *watched;
+                match next_change(rx, errors).await {
+                    Woke::Changed(Ok(())) => Ok(Some(PyCapacity::from(&*rx.borrow_and_update()))),
+                    Woke::Changed(Err(_released)) => Ok(None),
+                    Woke::Fatal(e) => Err(e),
                 }
             },
             |py, next| match next {
-                Some(c) => Ok(Py::new(py, c)?.into_any()),
-                None => Err(PyStopAsyncIteration::new_err(())),
+                Ok(Some(c)) => Ok(Py::new(py, c)?.into_any()),
+                Ok(None) => Err(PyStopAsyncIteration::new_err(())),
+                Err(e) => Err(permanent_error(&e)),
             },
         )
+    }
+}
+
+/// A capacity source's name in Python.
+fn source_name(source: CapacitySource) -> &'static str {
+    match source {
+        CapacitySource::Pending => "pending",
+        CapacitySource::Lease => "lease",
+        CapacitySource::Expired => "expired",
     }
 }

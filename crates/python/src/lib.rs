@@ -13,6 +13,7 @@ mod errors;
 mod lease;
 mod limiter;
 mod quota;
+mod repr;
 mod runtime;
 mod waiters;
 

@@ -7,8 +7,9 @@ use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use tollgate::{BucketSettings, RateLimiter, RateSpec, Refusal, TokenBucket};
 
-use crate::errors::{chain, seconds, BucketRefused};
-use crate::runtime::{is_main_thread, Ready, CHECK_EVERY};
+use crate::errors::{chain, positive_seconds, seconds, whole, BucketRefused};
+use crate::repr::Repr;
+use crate::runtime::{coroutine, is_main_thread, Ready, CHECK_EVERY};
 use crate::waiters::AsyncWaiters;
 
 /// A spec from Python: a spec string (`"10K,1.1"`, `"0.5"`,
@@ -29,8 +30,9 @@ pub(crate) fn spec_from(value: &Bound<'_, PyAny>) -> PyResult<RateSpec> {
     )))
 }
 
-/// A weight the limiter accepts, or `ValueError`.
-fn weight(n: u64) -> PyResult<u64> {
+/// A weight the limiter accepts (default 1), or `ValueError`.
+fn weight(n: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    let n = whole("n", n, 1, 0)?;
     if n > RateLimiter::MAX_WEIGHT {
         return Err(PyValueError::new_err(format!(
             "weight {n} exceeds the largest, {}",
@@ -121,7 +123,7 @@ impl PyRateLimiter {
         fill_interval: Option<f64>,
     ) -> PyResult<PyRateLimiter> {
         let fill_interval = match fill_interval {
-            Some(interval) => seconds("fill_interval", interval)?,
+            Some(interval) => positive_seconds("fill_interval", interval)?,
             None => default_fill_interval(spec.py())?,
         };
         let mut builder = RateLimiter::builder(spec_from(spec)?).fill_interval(fill_interval);
@@ -141,8 +143,8 @@ impl PyRateLimiter {
     /// Blocks until `n` ops may start, the GIL released; returns how late
     /// they start versus their schedule, in seconds. Ctrl-C raises
     /// KeyboardInterrupt (in the main thread) and takes nothing.
-    #[pyo3(signature = (n = 1))]
-    fn acquire(&self, py: Python<'_>, n: u64) -> PyResult<f64> {
+    #[pyo3(signature = (n = None))]
+    fn acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let n = weight(n)?;
         if self.inner.try_acquire_n(n) {
             return Ok(self.inner.lateness().as_secs_f64());
@@ -151,8 +153,8 @@ impl PyRateLimiter {
     }
 
     /// Takes `n` ops if they are there now; never waits.
-    #[pyo3(signature = (n = 1))]
-    fn try_acquire(&self, n: u64) -> PyResult<bool> {
+    #[pyo3(signature = (n = None))]
+    fn try_acquire(&self, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         Ok(self.inner.try_acquire_n(weight(n)?))
     }
 
@@ -160,8 +162,13 @@ impl PyRateLimiter {
     /// TimeoutError (taking nothing) when the ops cannot start in time, at
     /// once when even the burst rate could not deliver them. Ctrl-C is
     /// noticed when it returns.
-    #[pyo3(signature = (timeout, n = 1))]
-    fn acquire_timeout(&self, py: Python<'_>, timeout: f64, n: u64) -> PyResult<f64> {
+    #[pyo3(signature = (timeout, n = None))]
+    fn acquire_timeout(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<f64> {
         let n = weight(n)?;
         let max_wait = seconds("timeout", timeout)?;
         let limiter = &*self.inner;
@@ -170,16 +177,26 @@ impl PyRateLimiter {
             .map_err(|e| PyTimeoutError::new_err(e.to_string()))
     }
 
-    /// Waits for `n` ops without blocking the event loop; resolves to the
-    /// lateness in seconds. Cancelling it takes nothing.
-    #[pyo3(signature = (n = 1))]
-    fn acquire_async<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
+    /// A coroutine that waits for `n` ops without blocking the event loop
+    /// and returns the lateness in seconds. It starts when first awaited
+    /// (or run as a task); cancelling it takes nothing. A bad `n` raises
+    /// at the call.
+    #[pyo3(signature = (n = None))]
+    fn acquire_async<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let n = weight(n)?;
-        if self.inner.try_acquire_n(n) {
-            let ready = Ready::new(py, self.inner.lateness().as_secs_f64())?;
-            return Ok(Bound::new(py, ready)?.into_any());
-        }
-        self.waiters.wait(py, &self.inner, n)
+        let inner = Arc::clone(&self.inner);
+        let waiters = Arc::clone(&self.waiters);
+        coroutine(py, move |py| {
+            if inner.try_acquire_n(n) {
+                let ready = Ready::new(py, inner.lateness().as_secs_f64())?;
+                return Ok(Py::new(py, ready)?.into_any());
+            }
+            Ok(waiters.wait(py, &inner, n)?.unbind())
+        })
     }
 
     /// Applies a spec live: `configure` sets the rate and burst ratio,
@@ -238,8 +255,15 @@ impl PyRateLimiter {
         PyStats::new(self.inner.stats())
     }
 
-    fn __repr__(&self) -> String {
-        format!("RateLimiter({:?})", self.inner.spec().to_string())
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "RateLimiter")
+            .arg(self.inner.spec().to_string())?
+            .field("fill_interval", self.fill_interval.as_secs_f64())?
+            .field(
+                "max_backlog",
+                self.inner.max_backlog().map(|d| d.as_secs_f64()),
+            )?
+            .done()
     }
 }
 
@@ -266,11 +290,12 @@ impl PyStats {
 
 #[pymethods]
 impl PyStats {
-    fn __repr__(&self) -> String {
-        format!(
-            "Stats(admitted={}, total_wait={}, backlog={})",
-            self.admitted, self.total_wait, self.backlog
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "Stats")
+            .field("admitted", self.admitted)?
+            .field("total_wait", self.total_wait)?
+            .field("backlog", self.backlog)?
+            .done()
     }
 }
 
@@ -293,18 +318,15 @@ impl PyTokenBucket {
     #[pyo3(signature = (rate, *, size = None, max_debt = 10.0, max_wait = 10.0))]
     fn new(
         rate: &Bound<'_, PyAny>,
-        size: Option<u64>,
+        size: Option<&Bound<'_, PyAny>>,
         max_debt: f64,
         max_wait: f64,
     ) -> PyResult<PyTokenBucket> {
         let mut settings = BucketSettings::new(spec_from(rate)?)
             .max_debt(seconds("max_debt", max_debt)?)
             .max_wait(seconds("max_wait", max_wait)?);
-        if let Some(size) = size {
-            if size == 0 {
-                return Err(PyValueError::new_err("size must be at least 1"));
-            }
-            settings = settings.size(size);
+        if size.is_some() {
+            settings = settings.size(whole("size", size, 1, 1)?);
         }
         Ok(PyTokenBucket {
             inner: TokenBucket::new(settings),
@@ -315,8 +337,14 @@ impl PyTokenBucket {
     /// `max_wait` (seconds) lowers the bucket's own for this call. Raises
     /// BucketRefused, taking nothing, when the wait or the debt would be
     /// too long.
-    #[pyo3(signature = (n = 1, max_wait = None))]
-    fn reserve(&self, py: Python<'_>, n: u64, max_wait: Option<f64>) -> PyResult<f64> {
+    #[pyo3(signature = (n = None, max_wait = None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        max_wait: Option<f64>,
+    ) -> PyResult<f64> {
+        let n = whole("n", n, 1, 0)?;
         let got = match max_wait {
             Some(w) => self.inner.reserve_within(n, seconds("max_wait", w)?),
             None => self.inner.reserve(n),
@@ -363,14 +391,13 @@ impl PyTokenBucket {
         self.inner.settings().size_ops()
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let s = self.inner.settings();
-        format!(
-            "TokenBucket({:?}, size={}, max_debt={}, max_wait={})",
-            s.rate().to_string(),
-            s.size_ops(),
-            s.max_debt_duration().as_secs_f64(),
-            s.max_wait_duration().as_secs_f64()
-        )
+        Repr::new(py, "TokenBucket")
+            .arg(s.rate().to_string())?
+            .field("size", s.size_ops())?
+            .field("max_debt", s.max_debt_duration().as_secs_f64())?
+            .field("max_wait", s.max_wait_duration().as_secs_f64())?
+            .done()
     }
 }

@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tollgate_quota::{AdmitSource, Denied, Granted, NaiveClient, NaiveOptions};
 
-use crate::errors::{seconds, value_error, QuotaDenied};
+use crate::errors::{check_address, positive_seconds, seconds, value_error, whole, QuotaDenied};
 use crate::limiter::spec_from;
-use crate::runtime::{into_asyncio, runtime, wait_on};
+use crate::repr::Repr;
+use crate::runtime::{coroutine, into_asyncio, runtime, wait_on, Born};
 
 /// Tokens granted: use them once `wait` seconds have passed.
 #[pyclass(frozen, get_all, name = "Granted", module = "tollgate")]
@@ -24,8 +26,11 @@ pub(crate) struct PyGranted {
 
 #[pymethods]
 impl PyGranted {
-    fn __repr__(&self) -> String {
-        format!("Granted(source={:?}, wait={})", self.source, self.wait)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "Granted")
+            .field("source", &self.source)?
+            .field("wait", self.wait)?
+            .done()
     }
 }
 
@@ -58,32 +63,56 @@ fn answer(py: Python<'_>, got: Result<Granted, Denied>) -> PyResult<PyGranted> {
 /// (Allow) under a deadline, and falls back to a local token bucket at
 /// `fallback_rate` when the service is slow, down or has no such bucket.
 ///
+/// `fallback_rate` is required: it is what the client admits on its own
+/// while the service cannot answer, and no default suits every bucket (a
+/// guess above the bucket's rate lets an outage overload what the bucket
+/// protects; one below it refuses callers the service would admit). A
+/// tiny rate such as "0.001" all but fails closed.
+///
 /// `allow(n)` takes the tokens and returns the wait to honour before using
 /// them; `admit(n)` also waits it. A refusal raises QuotaDenied.
+///
+/// A client belongs to the process that made it: in a forked child every
+/// call raises RuntimeError; make a new client there.
 #[pyclass(frozen, name = "QuotaClient", module = "tollgate")]
 pub(crate) struct PyQuotaClient {
     inner: Arc<NaiveClient>,
     server: String,
     namespace: String,
     bucket: String,
+    fallback_rate: String,
+    deadline: f64,
+    born: Born,
+}
+
+impl PyQuotaClient {
+    /// The client, unless this is a forked child of its process.
+    fn inner(&self) -> PyResult<&Arc<NaiveClient>> {
+        self.born.check()?;
+        Ok(&self.inner)
+    }
 }
 
 #[pymethods]
 impl PyQuotaClient {
     #[new]
-    #[pyo3(signature = (server, namespace, bucket, *, fallback_rate = None, deadline = 0.02))]
+    #[pyo3(signature = (server, namespace, bucket, *, fallback_rate, deadline = 0.02))]
     fn new(
         server: String,
         namespace: String,
         bucket: String,
-        fallback_rate: Option<&Bound<'_, PyAny>>,
+        fallback_rate: &Bound<'_, PyAny>,
         deadline: f64,
     ) -> PyResult<PyQuotaClient> {
-        let rate = match fallback_rate {
-            Some(r) => spec_from(r)?,
-            None => "100".parse().map_err(|e| value_error(&e))?,
-        };
-        let options = NaiveOptions::new(rate).deadline(seconds("deadline", deadline)?);
+        check_address(&server)?;
+        if namespace.is_empty() {
+            return Err(PyValueError::new_err("namespace must not be empty"));
+        }
+        if bucket.is_empty() {
+            return Err(PyValueError::new_err("bucket must not be empty"));
+        }
+        let rate = spec_from(fallback_rate)?;
+        let options = NaiveOptions::new(rate).deadline(positive_seconds("deadline", deadline)?);
         let inner = {
             let _runtime = runtime().enter();
             NaiveClient::new(&server, &namespace, &bucket, options).map_err(|e| value_error(&e))?
@@ -93,22 +122,26 @@ impl PyQuotaClient {
             server,
             namespace,
             bucket,
+            fallback_rate: rate.to_string(),
+            deadline,
+            born: Born::here("QuotaClient"),
         })
     }
 
     /// Takes `tokens` and returns a Granted with the seconds to wait
     /// before using them; does not wait them. Raises QuotaDenied.
-    #[pyo3(signature = (tokens = 1))]
-    fn allow(&self, py: Python<'_>, tokens: u64) -> PyResult<PyGranted> {
-        let inner = &self.inner;
+    #[pyo3(signature = (tokens = None))]
+    fn allow(&self, py: Python<'_>, tokens: Option<&Bound<'_, PyAny>>) -> PyResult<PyGranted> {
+        let tokens = whole("tokens", tokens, 1, 0)?;
+        let inner = self.inner()?;
         let got = wait_on(py, inner.allow(tokens))?;
         answer(py, got)
     }
 
     /// As `allow`, then waits the wait (the GIL released; Ctrl-C raises
     /// KeyboardInterrupt). Raises QuotaDenied.
-    #[pyo3(signature = (tokens = 1))]
-    fn admit(&self, py: Python<'_>, tokens: u64) -> PyResult<PyGranted> {
+    #[pyo3(signature = (tokens = None))]
+    fn admit(&self, py: Python<'_>, tokens: Option<&Bound<'_, PyAny>>) -> PyResult<PyGranted> {
         let g = self.allow(py, tokens)?;
         if g.wait > 0.0 {
             let wait = seconds("wait", g.wait)?;
@@ -117,30 +150,48 @@ impl PyQuotaClient {
         Ok(g)
     }
 
-    /// `allow` for asyncio.
-    #[pyo3(signature = (tokens = 1))]
-    fn allow_async<'py>(&self, py: Python<'py>, tokens: u64) -> PyResult<Bound<'py, PyAny>> {
-        let inner = Arc::clone(&self.inner);
-        into_asyncio(py, async move { inner.allow(tokens).await }, |py, got| {
-            Ok(Py::new(py, answer(py, got)?)?.into_any())
+    /// `allow` for asyncio: a coroutine, started when first awaited (or
+    /// run as a task).
+    #[pyo3(signature = (tokens = None))]
+    fn allow_async<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let tokens = whole("tokens", tokens, 1, 0)?;
+        let inner = Arc::clone(self.inner()?);
+        coroutine(py, move |py| {
+            let fut = into_asyncio(py, async move { inner.allow(tokens).await }, |py, got| {
+                Ok(Py::new(py, answer(py, got)?)?.into_any())
+            })?;
+            Ok(fut.unbind())
         })
     }
 
-    /// `admit` for asyncio: resolves once the wait has passed.
-    #[pyo3(signature = (tokens = 1))]
-    fn admit_async<'py>(&self, py: Python<'py>, tokens: u64) -> PyResult<Bound<'py, PyAny>> {
-        let inner = Arc::clone(&self.inner);
-        into_asyncio(
-            py,
-            async move {
-                let got = inner.allow(tokens).await;
-                if let Ok(g) = &got {
-                    tokio::time::sleep(g.wait).await;
-                }
-                got
-            },
-            |py, got| Ok(Py::new(py, answer(py, got)?)?.into_any()),
-        )
+    /// `admit` for asyncio: a coroutine that returns once the wait has
+    /// passed.
+    #[pyo3(signature = (tokens = None))]
+    fn admit_async<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let tokens = whole("tokens", tokens, 1, 0)?;
+        let inner = Arc::clone(self.inner()?);
+        coroutine(py, move |py| {
+            let fut = into_asyncio(
+                py,
+                async move {
+                    let got = inner.allow(tokens).await;
+                    if let Ok(g) = &got {
+                        tokio::time::sleep(g.wait).await;
+                    }
+                    got
+                },
+                |py, got| Ok(Py::new(py, answer(py, got)?)?.into_any()),
+            )?;
+            Ok(fut.unbind())
+        })
     }
 
     /// Calls that could not reach the service within the deadline.
@@ -155,10 +206,13 @@ impl PyQuotaClient {
         self.inner.fallbacks()
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "QuotaClient({:?}, {:?}, {:?})",
-            self.server, self.namespace, self.bucket
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Repr::new(py, "QuotaClient")
+            .arg(&self.server)?
+            .arg(&self.namespace)?
+            .arg(&self.bucket)?
+            .field("fallback_rate", &self.fallback_rate)?
+            .field("deadline", self.deadline)?
+            .done()
     }
 }

@@ -23,18 +23,30 @@
 //! and runs `PyErr_CheckSignals`, so Ctrl-C raises `KeyboardInterrupt`
 //! within a slice, and the dropped future gives back what it held.
 //!
-//! A process that forks after using the runtime must not use it in the
-//! child (its worker thread does not survive the fork).
+//! A fork keeps only the thread that called it: the runtime's worker
+//! does not survive into the child, and whatever was spawned on it (a
+//! lease client's task, a channel's connection) stops there. So the
+//! runtime is per process ([`runtime`] builds a new one in a forked child,
+//! leaving the parent's copy unused), and every object whose work runs on
+//! the runtime records the process it was made in ([`Born`]) and refuses,
+//! at once, to be used in another one.
+//!
+//! The `*_async` methods return real coroutines ([`coroutine`]): an
+//! `async def` (compiled once) that calls the Rust start of the operation
+//! when it first runs, and awaits what that returns, so
+//! `asyncio.create_task` and `ensure_future` take them, and a coroutine
+//! that is never awaited takes nothing.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pyo3::exceptions::PyStopIteration;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::BoundObject;
@@ -43,17 +55,139 @@ use tokio::runtime::Runtime;
 /// How often a blocked call looks for Ctrl-C.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(50);
 
-/// The shared runtime.
+/// One process's runtime.
+struct ProcessRuntime {
+    pid: u32,
+    runtime: Runtime,
+}
+
+/// The runtime of the process that made it last: null until first use.
+/// Each one is leaked, never freed: a forked child's copy of the parent's
+/// runtime has no worker to shut down, and objects made before the fork
+/// may still point into it.
+static CURRENT: AtomicPtr<ProcessRuntime> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The shared runtime of this process: made on first use, and made anew
+/// in a forked child (see the module notes).
 pub(crate) fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tollgate-runtime")
-            .enable_all()
-            .build()
-            .expect("tollgate: cannot start the runtime thread")
-    })
+    let pid = std::process::id();
+    // Acquire: pairs with the AcqRel exchange below, so the runtime behind
+    // the pointer is seen whole.
+    let mut seen = CURRENT.load(Ordering::Acquire);
+    loop {
+        // SAFETY: a non-null pointer in CURRENT comes from `Box::leak`
+        // below and is never freed, and the object behind it is never
+        // mutated; Acquire made its writes visible.
+        if let Some(current) = unsafe { seen.as_ref() } {
+            if current.pid == pid {
+                return &current.runtime;
+            }
+        }
+        let fresh: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime {
+            pid,
+            runtime: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("tollgate-runtime")
+                .enable_all()
+                .build()
+                .expect("tollgate: cannot start the runtime thread"),
+        }));
+        let fresh: *mut ProcessRuntime = fresh;
+        // AcqRel: publishes the new runtime (pairs with the Acquire loads)
+        // and, on failure, reads the one another thread published.
+        match CURRENT.compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: `fresh` was leaked above and is never freed.
+            Ok(_) => return unsafe { &(*fresh).runtime },
+            // Another thread made one first: use it (ours stays idle).
+            Err(other) => seen = other,
+        }
+    }
+}
+
+/// The process an object was made in. Objects whose work runs on the
+/// runtime (lease clients and their resources, quota clients) check it
+/// on every use: in a forked child their tasks are gone, and a wait on
+/// them would never end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Born {
+    pid: u32,
+    /// The class of the object.
+    what: &'static str,
+    /// The class to make anew in a child (the client it belongs to).
+    maker: &'static str,
+}
+
+impl Born {
+    /// A `what` (a class name) made now, in this process.
+    pub(crate) fn here(what: &'static str) -> Born {
+        Born {
+            pid: std::process::id(),
+            what,
+            maker: what,
+        }
+    }
+
+    /// A `what` made by the object born here (a client's resource).
+    pub(crate) fn with(self, what: &'static str) -> Born {
+        Born { what, ..self }
+    }
+
+    /// `RuntimeError` when used in another process than its own.
+    pub(crate) fn check(self) -> PyResult<()> {
+        let now = std::process::id();
+        if now == self.pid {
+            return Ok(());
+        }
+        Err(PyRuntimeError::new_err(format!(
+            "this {} was created in process {} and this is a forked child of it ({now}): \
+             its background work did not survive the fork; create a new {} in the child, \
+             after the fork",
+            self.what, self.pid, self.maker
+        )))
+    }
+}
+
+/// The start of an async operation: called once, on the event loop's
+/// thread, when its coroutine first runs; returns what to await.
+type StartFn = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// What a coroutine calls first (see [`coroutine`]).
+#[pyclass(frozen)]
+struct Start(Mutex<Option<StartFn>>);
+
+#[pymethods]
+impl Start {
+    fn __call__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let start = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match start {
+            Some(start) => start(py),
+            None => Err(PyRuntimeError::new_err("this coroutine already ran")),
+        }
+    }
+}
+
+/// The `async def` every coroutine runs.
+const RUN: &std::ffi::CStr = c"async def run(start):\n    return await start()\n";
+
+/// A coroutine (`types.CoroutineType`) that, when it first runs, calls
+/// `start` and awaits what it returns (an asyncio future, or [`Ready`]).
+/// Nothing happens until then: a coroutine never awaited takes nothing.
+pub(crate) fn coroutine<'py, F>(py: Python<'py>, start: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    static RUN_FN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let run = RUN_FN.get_or_try_init(py, || {
+        let module = pyo3::types::PyModule::from_code(
+            py,
+            RUN,
+            c"tollgate/_coroutine.py",
+            c"tollgate._coroutine",
+        )?;
+        PyResult::Ok(module.getattr("run")?.unbind())
+    })?;
+    let start = Start(Mutex::new(Some(Box::new(start))));
+    run.bind(py).call1((start,))
 }
 
 /// Runs `fut` to completion on the calling thread, the GIL released,

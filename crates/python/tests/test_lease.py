@@ -141,7 +141,7 @@ def test_argument_errors_are_value_errors(doorman):
         tollgate.LeaseClient([])
     with pytest.raises(ValueError, match="invalid server address"):
         tollgate.LeaseClient(["not an address"])
-    with pytest.raises(tollgate.LeaseError, match="nowhere.pem"):
+    with pytest.raises(FileNotFoundError, match="nowhere.pem"):
         tollgate.LeaseClient([doorman.address], tls=tollgate.Tls("/nowhere.pem"))
     with pytest.raises(ValueError, match="go together"):
         tollgate.Tls("ca.pem", cert="c.pem")

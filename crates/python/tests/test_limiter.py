@@ -82,9 +82,7 @@ def test_spec_forms_and_apply():
     assert limiter.rate == 2_500
     assert limiter.burst_ratio == 1.2
     assert tollgate.RateLimiter(250).rate == 250
-    assert repr(tollgate.RateLimiter("1M")) == 'RateLimiter("1M,1.1")' or "1M" in repr(
-        tollgate.RateLimiter("1M")
-    )
+    assert repr(tollgate.RateLimiter("1M")).startswith("RateLimiter('1M,1.1', ")
 
 
 def test_acquire_counts_and_reports_lateness():
@@ -171,12 +169,13 @@ def test_a_cancelled_async_acquire_takes_nothing():
     asyncio.run(main())
 
 
-def test_acquire_async_outside_a_loop_is_an_error():
+def test_acquire_async_awaited_outside_a_loop_is_an_error():
     limiter = tollgate.RateLimiter("0.001,1.0")
     while limiter.try_acquire():
         pass
-    with pytest.raises(RuntimeError):
-        limiter.acquire_async()
+    coroutine = limiter.acquire_async()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        coroutine.send(None)
 
 
 BLOCKED = """

@@ -10,7 +10,7 @@ from conftest import PATIENCE
 
 
 def test_allow_is_granted_by_the_service(quota):
-    client = tollgate.QuotaClient(quota.address, "svc", "big", deadline=PATIENCE)
+    client = tollgate.QuotaClient(quota.address, "svc", "big", fallback_rate=1, deadline=PATIENCE)
     granted = client.allow()
     assert (granted.source, granted.wait) == ("service", 0.0)
     assert client.allow(100).source == "service"
@@ -21,7 +21,7 @@ def test_allow_hands_back_the_wait_and_admit_waits_it(quota):
     # Size 1 at 2/s: the first on hand, then each call borrows and is
     # told to wait for the debt before it, growing call by call (handed
     # back, not slept: three calls ask for more than a second of waits).
-    client = tollgate.QuotaClient(quota.address, "svc", "slow", deadline=PATIENCE)
+    client = tollgate.QuotaClient(quota.address, "svc", "slow", fallback_rate=1, deadline=PATIENCE)
     waits = [client.allow().wait for _ in range(4)]
     assert waits[0] == 0.0
     assert waits == sorted(waits) and waits[-1] >= 0.5
@@ -33,7 +33,7 @@ def test_allow_hands_back_the_wait_and_admit_waits_it(quota):
 
 
 def test_a_refusal_raises_quota_denied_with_the_status(quota):
-    client = tollgate.QuotaClient(quota.address, "svc", "tight", deadline=PATIENCE)
+    client = tollgate.QuotaClient(quota.address, "svc", "tight", fallback_rate=1, deadline=PATIENCE)
     client.allow()
     with pytest.raises(tollgate.QuotaDenied) as raised:
         client.allow()
@@ -59,14 +59,14 @@ def test_no_bucket_and_a_dead_service_use_the_fallback(quota, dead_address):
 
 def test_async_allow_and_admit(quota):
     async def main():
-        client = tollgate.QuotaClient(quota.address, "svc", "big", deadline=PATIENCE)
+        client = tollgate.QuotaClient(quota.address, "svc", "big", fallback_rate=1, deadline=PATIENCE)
         granted = await asyncio.wait_for(
             asyncio.gather(*(client.allow_async() for _ in range(50))), PATIENCE
         )
         assert all(g.source == "service" for g in granted)
         admitted = await asyncio.wait_for(client.admit_async(3), PATIENCE)
         assert admitted.wait == 0.0
-        tight = tollgate.QuotaClient(quota.address, "svc", "tight", deadline=PATIENCE)
+        tight = tollgate.QuotaClient(quota.address, "svc", "tight", fallback_rate=1, deadline=PATIENCE)
         await tight.allow_async()
         with pytest.raises(tollgate.QuotaDenied):
             await tight.allow_async()
@@ -78,4 +78,4 @@ def test_bad_arguments(quota):
     with pytest.raises(ValueError):
         tollgate.QuotaClient(quota.address, "svc", "big", fallback_rate="lots")
     with pytest.raises(ValueError):
-        tollgate.QuotaClient(quota.address, "svc", "big", deadline=-1)
+        tollgate.QuotaClient(quota.address, "svc", "big", fallback_rate=1, deadline=-1)

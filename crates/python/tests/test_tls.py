@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 import tollgate
-from conftest import DOORMAN_CONFIG, Server
+from conftest import DOORMAN_CONFIG, PATIENCE, Server
 from test_lease import wait_for_source
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
@@ -49,8 +49,20 @@ def test_a_client_trusting_the_ca_is_granted_and_one_trusting_another_is_not(tls
     with tollgate.LeaseClient([server.address], tls=tollgate.Tls(str(d / "other-ca.pem")),
                               rpc_timeout=0.5) as client:
         refused = client.resource("tls", 40, expiry="pessimistic")
-        # The handshake fails: no answer, whatever the wait.
-        assert refused.wait(timeout=1.5) is None
+        # The handshake fails, and no retry can fix it: the wait raises at
+        # once, naming the cause and the fix.
+        with pytest.raises(tollgate.LeaseError) as raised:
+            refused.wait(timeout=PATIENCE)
+        assert "TLS failed" in str(raised.value)
+        assert "not signed by the CA this client trusts" in str(raised.value)
         assert refused.current().source == "pending" and refused.capacity == 0
         with pytest.raises(tollgate.LeaseError):
             refused.release()
+
+
+def test_tls_repr_names_its_files(tls_server):
+    _, d = tls_server
+    tls = tollgate.Tls(d / "ca.pem", domain="localhost")
+    assert repr(tls) == f"Tls({str(d / 'ca.pem')!r}, domain='localhost')"
+    with pytest.raises(ValueError, match="go together"):
+        tollgate.Tls(d / "ca.pem", key=d / "server.key")
