@@ -2,7 +2,7 @@
 
 from os import PathLike
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Literal, Optional, Sequence, Type, Union
+from typing import Any, AsyncIterator, Awaitable, Coroutine, Literal, Optional, Sequence, Type, Union
 
 Spec = Union[str, float]
 ExpiryMode = Literal["safe", "optimistic", "pessimistic"]
@@ -11,7 +11,8 @@ class TollgateError(Exception):
     """The base of the errors tollgate raises about servers and buckets."""
 
 class LeaseError(TollgateError):
-    """A lease server could not be reached, or a client or resource is closed."""
+    """A lease server refused the client for good (``wait``, ``updates``), a
+    release was not acknowledged, or a client or resource is closed."""
 
 class QuotaDenied(TollgateError):
     """The quota service (or the local fallback) refused the tokens."""
@@ -44,8 +45,9 @@ class RateLimiter:
     ``RateLimiter("10K,1.1")``: 10,000 ops/s, catching up at up to 1.1x the
     rate after falling behind. A spec is ``<rate>[,<burst_ratio>][,<verb>]``
     (rates like ``12000``, ``1.5K``, ``10M``, ``1E6``, ``0.001``; verbs
-    ``configure``, ``start``, ``restart``) or a number of ops/s. A bad spec
-    raises ValueError. Thread-safe; share one limiter.
+    ``configure``, ``start``, ``restart``) or a number of ops/s. A bad spec,
+    a negative or too large ``n`` and a ``fill_interval`` of 0 raise
+    ValueError. Thread-safe; share one limiter.
     """
 
     def __init__(
@@ -70,9 +72,11 @@ class RateLimiter:
         TimeoutError, taking nothing, when the ops cannot start in time (at
         once when even the burst rate could not deliver them). Ctrl-C is
         noticed when it returns."""
-    def acquire_async(self, n: int = 1) -> Awaitable[float]:
-        """Waits for ``n`` ops without blocking the event loop; resolves to the
-        lateness in seconds. Cancelling it takes nothing."""
+    def acquire_async(self, n: int = 1) -> Coroutine[Any, Any, float]:
+        """A coroutine that waits for ``n`` ops without blocking the event loop
+        and returns the lateness in seconds: await it, or give it to
+        ``asyncio.create_task``. It starts when first run; cancelling it takes
+        nothing. A bad ``n`` raises ValueError at the call."""
     def apply(self, spec: Spec) -> None:
         """Applies a spec live (``configure``, ``start`` or ``restart``)."""
     @property
@@ -111,7 +115,8 @@ class TokenBucket:
     ) -> None: ...
     def reserve(self, n: int = 1, max_wait: Optional[float] = None) -> float:
         """Takes ``n`` tokens; returns the seconds to wait before using them.
-        Raises BucketRefused, taking nothing."""
+        Raises BucketRefused, taking nothing; a negative ``n`` is a
+        ValueError."""
     @property
     def available(self) -> int: ...
     @property
@@ -123,7 +128,9 @@ class TokenBucket:
 
 class Tls:
     """TLS for a LeaseClient: the servers' CA, and for mutual TLS the
-    client's certificate and key (PEM files)."""
+    client's certificate and key (PEM files), read and checked here: a
+    missing file raises FileNotFoundError, one without a usable PEM
+    certificate or key ValueError."""
 
     def __init__(
         self,
@@ -159,11 +166,19 @@ class Resource:
     def capacity(self) -> float:
         """The capacity to use now: the lease's, or the expiry mode's."""
     def current(self) -> Capacity: ...
+    @property
+    def last_error(self) -> Optional[str]:
+        """Why the client's last refresh failed (server and error), or None."""
     def set_wants(self, wants: float) -> None: ...
     def wait(self, timeout: Optional[float] = None) -> Optional[Capacity]:
-        """Blocks until the state changes; None after ``timeout`` seconds."""
+        """Blocks until the state changes; None after ``timeout`` seconds
+        without a change (``last_error`` says whether the servers are failing).
+        Raises LeaseError at once when the last refresh failed with an error no
+        retry can fix (a server of another kind, a refused request or
+        certificate)."""
     def updates(self) -> CapacityUpdates:
-        """``async for``: the state now, then every change, until released."""
+        """``async for``: the state now, then every change, until released;
+        raises LeaseError as ``wait`` does."""
     def release(self) -> None:
         """Releases and waits for the server; LeaseError if none answered."""
     def __enter__(self) -> Resource: ...
@@ -182,10 +197,12 @@ class LeasedRateLimiter:
     def acquire(self) -> float: ...
     def try_acquire(self) -> bool: ...
     def acquire_timeout(self, timeout: float) -> float: ...
-    def acquire_async(self) -> Awaitable[float]: ...
+    def acquire_async(self) -> Coroutine[Any, Any, float]: ...
     @property
     def capacity(self) -> float: ...
     def current(self) -> Capacity: ...
+    @property
+    def last_error(self) -> Optional[str]: ...
     def set_wants(self, wants: float) -> None: ...
     def stats(self) -> Stats: ...
     def wait(self, timeout: Optional[float] = None) -> Optional[Capacity]: ...
@@ -200,11 +217,17 @@ class LeasedRateLimiter:
     ) -> bool: ...
 
 class LeaseClient:
-    """A client of Doorman lease servers (``tollgate serve``, Go Doorman)."""
+    """A client of Doorman lease servers (``tollgate serve``, Go Doorman).
+
+    ``servers``: one ``host:port`` address or a list of them, checked here
+    (ValueError). A client and what it hands out belong to the process that
+    made them: in a forked child every use raises RuntimeError; make a new
+    client there.
+    """
 
     def __init__(
         self,
-        servers: Sequence[str],
+        servers: Union[str, Sequence[str]],
         *,
         tls: Optional[Tls] = None,
         client_id: Optional[str] = None,
@@ -213,6 +236,10 @@ class LeaseClient:
     ) -> None: ...
     @property
     def id(self) -> str: ...
+    @property
+    def last_error(self) -> Optional[str]:
+        """Why the last refresh failed (server and error), or None once one
+        succeeds; such failures are retried with backoff."""
     def resource(
         self, id: str, wants: float, *, priority: int = 0, expiry: ExpiryMode = "safe"
     ) -> Resource: ...
@@ -244,7 +271,12 @@ class Granted:
 
 class QuotaClient:
     """A client of one bucket of a quota service (``tollgate quota``,
-    square's quotaservice), with a local fallback bucket."""
+    square's quotaservice), with a local fallback bucket.
+
+    ``fallback_rate`` is required: the rate the client admits on its own
+    while the service is slow, down or has no such bucket (no default suits
+    every bucket). In a forked child every call raises RuntimeError.
+    """
 
     def __init__(
         self,
@@ -252,15 +284,15 @@ class QuotaClient:
         namespace: str,
         bucket: str,
         *,
-        fallback_rate: Optional[Spec] = None,
+        fallback_rate: Spec,
         deadline: float = 0.02,
     ) -> None: ...
     def allow(self, tokens: int = 1) -> Granted:
         """Takes the tokens; returns the wait to honour (not waited)."""
     def admit(self, tokens: int = 1) -> Granted:
         """``allow``, then waits the wait."""
-    def allow_async(self, tokens: int = 1) -> Awaitable[Granted]: ...
-    def admit_async(self, tokens: int = 1) -> Awaitable[Granted]: ...
+    def allow_async(self, tokens: int = 1) -> Coroutine[Any, Any, Granted]: ...
+    def admit_async(self, tokens: int = 1) -> Coroutine[Any, Any, Granted]: ...
     @property
     def timeouts(self) -> int: ...
     @property
