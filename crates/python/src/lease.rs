@@ -123,41 +123,96 @@ pub(crate) fn permanent(e: &SessionError) -> bool {
     ) || tollgate_service::tls_failure(status).is_some()
 }
 
-/// The `LeaseError` for an error no retry can fix.
-fn permanent_error(e: &SessionError) -> PyErr {
-    let mut text = format!("the lease server refused the client, and no retry can fix it: {e}");
-    if let SessionError::Rpc { status, .. } = e {
-        if status.code() == tonic::Code::Unimplemented {
+/// The errors no retry can fix that a client met since its last
+/// successful refresh, by server address, and when they mean no lease can
+/// come.
+///
+/// A client with several servers moves to the next after a failed call, so
+/// one server of the wrong kind among good ones is only a detour: a wait
+/// gives up when every configured server has failed so, or when one that
+/// the servers named as master (not configured) has, since the client
+/// keeps being sent there. A success forgets them all. What is seen is the
+/// client's last error whenever a wait looks (at its start, and each time
+/// the client reports a failure while it waits); failures between waits
+/// are seen when they recur, as a client's retries make them.
+struct Refusals {
+    servers: Vec<String>,
+    seen: Mutex<Vec<SessionError>>,
+}
+
+impl Refusals {
+    fn new(servers: Vec<String>) -> Refusals {
+        Refusals {
+            servers,
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Notes the client's last error; the message to raise when no lease
+    /// can come.
+    fn note(&self, last: Option<&SessionError>) -> Option<String> {
+        let mut seen = lock(&self.seen);
+        let e = match last {
+            None => {
+                seen.clear();
+                return None;
+            }
+            Some(e) if !permanent(e) => return None,
+            Some(e) => e,
+        };
+        let address = e.address().unwrap_or_default();
+        seen.retain(|s| s.address().unwrap_or_default() != address);
+        seen.push(e.clone());
+        let named_master = !self.servers.iter().any(|s| s == address);
+        let all = self
+            .servers
+            .iter()
+            .all(|s| seen.iter().any(|e| e.address() == Some(s.as_str())));
+        if !(named_master || all) {
+            return None;
+        }
+        let causes: Vec<String> = if named_master {
+            vec![e.to_string()]
+        } else {
+            seen.iter().map(ToString::to_string).collect()
+        };
+        let mut text = format!(
+            "the lease server refused the client, and no retry can fix it: {}",
+            causes.join("; ")
+        );
+        if causes.iter().any(|c| c.contains("Unimplemented")) {
             text.push_str(
                 " (is it a Doorman lease server, such as `tollgate serve`, and not another \
                  kind of server?)",
             );
         }
+        Some(text)
     }
-    LeaseError::new_err(text)
-}
 
-/// The client's last refresh error if no retry can fix it, marking it
-/// seen.
-fn fatal_now(errors: &mut watch::Receiver<Option<SessionError>>) -> Option<SessionError> {
-    errors.borrow_and_update().clone().filter(permanent)
+    /// Notes the client's last error (marking it seen); the message to
+    /// raise when no lease can come.
+    fn now(&self, errors: &mut watch::Receiver<Option<SessionError>>) -> Option<String> {
+        let last = errors.borrow_and_update().clone();
+        self.note(last.as_ref())
+    }
 }
 
 /// Why a wait on a lease ended.
 enum Woke {
     /// The capacity changed (`Err`: the resource was released).
     Changed(Result<(), watch::error::RecvError>),
-    /// The client's last refresh failed for good.
-    Fatal(SessionError),
+    /// No lease can come: why.
+    Fatal(String),
 }
 
-/// Waits for the next capacity change, or for an error no retry can fix.
+/// Waits for the next capacity change, or until no lease can come.
 async fn next_change(
     rx: &mut watch::Receiver<Capacity>,
     errors: &mut watch::Receiver<Option<SessionError>>,
+    refusals: &Refusals,
 ) -> Woke {
-    if let Some(e) = fatal_now(errors) {
-        return Woke::Fatal(e);
+    if let Some(why) = refusals.now(errors) {
+        return Woke::Fatal(why);
     }
     let mut errors_open = true;
     loop {
@@ -166,8 +221,8 @@ async fn next_change(
             changed = rx.changed() => return Woke::Changed(changed),
             open = errors.changed(), if errors_open => match open {
                 Ok(()) => {
-                    if let Some(e) = fatal_now(errors) {
-                        return Woke::Fatal(e);
+                    if let Some(why) = refusals.now(errors) {
+                        return Woke::Fatal(why);
                     }
                 }
                 Err(_client_gone) => errors_open = false,
@@ -205,6 +260,7 @@ struct Lease {
     seen: Mutex<watch::Receiver<Capacity>>,
     /// The client's last refresh error.
     errors: watch::Receiver<Option<SessionError>>,
+    refusals: Arc<Refusals>,
     born: Born,
 }
 
@@ -214,6 +270,7 @@ impl Lease {
         held: Held,
         rx: watch::Receiver<Capacity>,
         client: &Client,
+        servers: &[String],
         born: Born,
     ) -> Lease {
         Lease {
@@ -222,6 +279,7 @@ impl Lease {
             seen: Mutex::new(rx.clone()),
             rx,
             errors: client.refresh_errors(),
+            refusals: Arc::new(Refusals::new(servers.to_vec())),
             born,
         }
     }
@@ -263,7 +321,7 @@ impl Lease {
         let mut rx = lock(&self.seen).clone();
         let mut errors = self.errors.clone();
         let woke = wait_on(py, async {
-            let next = next_change(&mut rx, &mut errors);
+            let next = next_change(&mut rx, &mut errors, &self.refusals);
             match timeout {
                 Some(t) => tokio::time::timeout(t, next).await.ok(),
                 None => Some(next.await),
@@ -271,7 +329,7 @@ impl Lease {
         })?;
         match woke {
             None => Ok(None),
-            Some(Woke::Fatal(e)) => Err(permanent_error(&e)),
+            Some(Woke::Fatal(why)) => Err(LeaseError::new_err(why)),
             Some(Woke::Changed(Err(_))) => Err(self.released()),
             Some(Woke::Changed(Ok(()))) => {
                 let capacity = PyCapacity::from(&*rx.borrow_and_update());
@@ -288,6 +346,7 @@ impl Lease {
         let errors = self.errors.clone();
         Ok(PyCapacityUpdates {
             watched: Arc::new(tokio::sync::Mutex::new((rx, errors))),
+            refusals: Arc::clone(&self.refusals),
             born: self.born,
         })
     }
@@ -458,6 +517,7 @@ impl PyLeaseClient {
             Held::Plain(resource),
             rx,
             &client,
+            &self.servers,
             self.born.with("Resource"),
         );
         self.keep(&lease);
@@ -492,7 +552,8 @@ impl PyLeaseClient {
         };
         let rx = rate.resource().watch();
         let born = self.born.with("LeasedRateLimiter");
-        let lease = Lease::new(id, Held::Rate(Arc::new(rate)), rx, &client, born);
+        let held = Held::Rate(Arc::new(rate));
+        let lease = Lease::new(id, held, rx, &client, &self.servers, born);
         self.keep(&lease);
         Ok(PyLeasedRateLimiter { lease })
     }
@@ -822,6 +883,7 @@ impl PyCapacity {
 pub(crate) struct PyCapacityUpdates {
     /// The capacity, and the client's last refresh error.
     watched: Arc<tokio::sync::Mutex<Watched>>,
+    refusals: Arc<Refusals>,
     born: Born,
 }
 
@@ -839,12 +901,13 @@ impl PyCapacityUpdates {
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.born.check()?;
         let watched = Arc::clone(&self.watched);
+        let refusals = Arc::clone(&self.refusals);
         into_asyncio(
             py,
             async move {
                 let mut watched = watched.lock().await;
                 let (rx, errors) = &mut *watched;
-                match next_change(rx, errors).await {
+                match next_change(rx, errors, &refusals).await {
                     Woke::Changed(Ok(())) => Ok(Some(PyCapacity::from(&*rx.borrow_and_update()))),
                     Woke::Changed(Err(_released)) => Ok(None),
                     Woke::Fatal(e) => Err(e),
@@ -853,7 +916,7 @@ impl PyCapacityUpdates {
             |py, next| match next {
                 Ok(Some(c)) => Ok(Py::new(py, c)?.into_any()),
                 Ok(None) => Err(PyStopAsyncIteration::new_err(())),
-                Err(e) => Err(permanent_error(&e)),
+                Err(why) => Err(LeaseError::new_err(why)),
             },
         )
     }

@@ -65,3 +65,12 @@ def test_last_error_is_none_once_a_server_answers(doorman):
         resource = client.resource("api", 10)
         wait_for_source(resource, "lease")
         assert resource.last_error is None and client.last_error is None
+
+
+def test_one_server_of_another_kind_among_good_ones_is_a_detour(quota, doorman):
+    # The client moves on to the next server after the refusal: only when
+    # every server refuses so does a wait give up.
+    with tollgate.LeaseClient([quota.address, doorman.address], rpc_timeout=PATIENCE) as client:
+        resource = client.resource("api", 10)
+        assert wait_for_source(resource, "lease").capacity == 10
+        assert resource.last_error is None
