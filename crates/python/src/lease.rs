@@ -15,8 +15,9 @@
 //!
 //! Why no answer comes is the client's last refresh error
 //! (`Client::refresh_errors`): `wait` and `updates` watch it beside the
-//! capacity and raise at once on an error no retry can fix ([`permanent`]);
-//! other errors (a dead server, a deadline) are retried by the client, and
+//! capacity and raise at once when every server has refused the client
+//! with an error no retry can fix ([`permanent`], [`Refusals`]); other
+//! errors (a dead server, a deadline) are retried by the client, and
 //! `last_error` reads them.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -387,9 +388,10 @@ impl Lease {
 /// `servers` is one address (`"doorman:15000"`) or a list of them; each
 /// is `host:port` (or `http://host:port`, `https://host:port`) and is
 /// checked here: a bad one raises ValueError. A failed refresh is retried
-/// with backoff; `wait` raises LeaseError at once on an error no retry can
-/// fix (a server of another kind, a refused request or certificate), and
-/// `last_error` says why the last refresh failed.
+/// with backoff; `wait` raises LeaseError at once when every server has
+/// refused the client in a way no retry can fix (a server of another kind,
+/// a refused request or certificate), and `last_error` says why the last
+/// refresh failed.
 ///
 /// A client belongs to the process that made it: in a forked child, every
 /// use raises RuntimeError (its background task stayed in the parent);
@@ -642,9 +644,10 @@ impl PyResource {
     /// Blocks until the capacity state changes (an answer from a server,
     /// a lease expiring) and returns it; None after `timeout` seconds
     /// without a change (`last_error` then says whether the servers are
-    /// failing, and why). Raises LeaseError at once when the last refresh
-    /// failed with an error no retry can fix (a server of another kind, a
-    /// refused request, a TLS certificate that does not verify).
+    /// failing, and why). Raises LeaseError at once when every server of
+    /// the client has refused it in a way no retry can fix (a server of
+    /// another kind, a refused request, a TLS certificate that does not
+    /// verify).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
         self.lease.wait(py, timeout)

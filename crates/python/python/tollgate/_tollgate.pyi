@@ -173,9 +173,9 @@ class Resource:
     def wait(self, timeout: Optional[float] = None) -> Optional[Capacity]:
         """Blocks until the state changes; None after ``timeout`` seconds
         without a change (``last_error`` says whether the servers are failing).
-        Raises LeaseError at once when the last refresh failed with an error no
-        retry can fix (a server of another kind, a refused request or
-        certificate)."""
+        Raises LeaseError at once when every server of the client has refused
+        it in a way no retry can fix (a server of another kind, a refused
+        request or certificate)."""
     def updates(self) -> CapacityUpdates:
         """``async for``: the state now, then every change, until released;
         raises LeaseError as ``wait`` does."""
