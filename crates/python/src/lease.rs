@@ -37,7 +37,7 @@ use crate::errors::{
 };
 use crate::limiter::PyStats;
 use crate::repr::Repr;
-use crate::runtime::{coroutine, into_asyncio, runtime, wait_on, Born, Ready};
+use crate::runtime::{coroutine, into_asyncio, runtime, wait_on, Born};
 
 /// Locks a mutex, whose data stays consistent even if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -415,7 +415,16 @@ impl PyLeaseClient {
             .ok_or_else(|| LeaseError::new_err("the lease client is closed"))
     }
 
-    fn options(wants: f64, priority: &Bound<'_, PyAny>, expiry: &str) -> PyResult<ResourceOptions> {
+    fn options(
+        id: &str,
+        wants: f64,
+        priority: &Bound<'_, PyAny>,
+        expiry: &str,
+    ) -> PyResult<ResourceOptions> {
+        if id.is_empty() {
+            // Every server refuses an empty resource id.
+            return Err(PyValueError::new_err("a resource id must not be empty"));
+        }
         let priority = signed("priority", priority)?;
         let mode = expiry.parse::<ExpiryMode>().map_err(|e| value_error(&e))?;
         Ok(ResourceOptions::new(wants).priority(priority).mode(mode))
@@ -508,7 +517,7 @@ impl PyLeaseClient {
         expiry: &str,
     ) -> PyResult<PyResource> {
         let zero = 0i64.into_pyobject(py)?.into_any();
-        let options = PyLeaseClient::options(wants, priority.unwrap_or(&zero), expiry)?;
+        let options = PyLeaseClient::options(&id, wants, priority.unwrap_or(&zero), expiry)?;
         let client = self.client()?;
         let resource = client
             .resource(id.clone(), options)
@@ -542,6 +551,7 @@ impl PyLeaseClient {
     ) -> PyResult<PyLeasedRateLimiter> {
         let zero = 0i64.into_pyobject(py)?.into_any();
         let options = RateOptions::new(PyLeaseClient::options(
+            &id,
             wants,
             priority.unwrap_or(&zero),
             expiry,
@@ -752,20 +762,24 @@ impl PyLeasedRateLimiter {
     /// A coroutine that waits for one op without blocking the event loop
     /// and returns the lateness in seconds. It starts when first awaited
     /// (or run as a task); cancelling it takes nothing.
-    fn acquire_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn acquire_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.get().rate()?;
+        coroutine(slf.py(), "acquire_leased", (slf,))
+    }
+
+    /// What `acquire_async`'s coroutine runs first: the lateness when an
+    /// op is there, else an asyncio future of it.
+    fn _acquire_start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let rate = self.rate()?;
-        coroutine(py, move |py| {
-            if rate.try_acquire() {
-                let ready = Ready::new(py, rate.limiter().lateness().as_secs_f64())?;
-                return Ok(Py::new(py, ready)?.into_any());
-            }
-            let fut = into_asyncio(
-                py,
-                async move { rate.acquire().await },
-                |py, late: Duration| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
-            )?;
-            Ok(fut.unbind())
-        })
+        if rate.try_acquire() {
+            let late = rate.limiter().lateness().as_secs_f64();
+            return Ok(late.into_pyobject(py)?.into_any());
+        }
+        into_asyncio(
+            py,
+            async move { rate.acquire().await },
+            |py, late: Duration| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
+        )
     }
 
     /// The capacity in force, ops per second.

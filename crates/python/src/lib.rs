@@ -34,7 +34,6 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::PyCapacityUpdates>()?;
     m.add_class::<quota::PyQuotaClient>()?;
     m.add_class::<quota::PyGranted>()?;
-    m.add_class::<runtime::Ready>()?;
     m.add("TollgateError", py.get_type::<errors::TollgateError>())?;
     m.add("LeaseError", py.get_type::<errors::LeaseError>())?;
     m.add("QuotaDenied", py.get_type::<errors::QuotaDenied>())?;

@@ -9,7 +9,7 @@ use tollgate::{BucketSettings, RateLimiter, RateSpec, Refusal, TokenBucket};
 
 use crate::errors::{chain, positive_seconds, seconds, whole, BucketRefused};
 use crate::repr::Repr;
-use crate::runtime::{coroutine, is_main_thread, Ready, CHECK_EVERY};
+use crate::runtime::{coroutine, is_main_thread, CHECK_EVERY};
 use crate::waiters::AsyncWaiters;
 
 /// A spec from Python: a spec string (`"10K,1.1"`, `"0.5"`,
@@ -183,20 +183,26 @@ impl PyRateLimiter {
     /// at the call.
     #[pyo3(signature = (n = None))]
     fn acquire_async<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         py: Python<'py>,
         n: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = weight(n)?;
-        let inner = Arc::clone(&self.inner);
-        let waiters = Arc::clone(&self.waiters);
-        coroutine(py, move |py| {
-            if inner.try_acquire_n(n) {
-                let ready = Ready::new(py, inner.lateness().as_secs_f64())?;
-                return Ok(Py::new(py, ready)?.into_any());
-            }
-            Ok(waiters.wait(py, &inner, n)?.unbind())
-        })
+        coroutine(py, "acquire", (slf, n))
+    }
+
+    /// What `acquire_async`'s coroutine runs first: the lateness when the
+    /// ops are there, else an asyncio future of it.
+    fn _acquire_start<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
+        if self.inner.try_acquire_n(n) {
+            return Ok(self
+                .inner
+                .lateness()
+                .as_secs_f64()
+                .into_pyobject(py)?
+                .into_any());
+        }
+        self.waiters.wait(py, &self.inner, n)
     }
 
     /// Applies a spec live: `configure` sets the rate and burst ratio,

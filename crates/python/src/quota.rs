@@ -151,20 +151,22 @@ impl PyQuotaClient {
     }
 
     /// `allow` for asyncio: a coroutine, started when first awaited (or
-    /// run as a task).
+    /// run as a task). A bad `tokens` raises at the call.
     #[pyo3(signature = (tokens = None))]
     fn allow_async<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let tokens = whole("tokens", tokens, 1, 0)?;
+        slf.get().inner()?;
+        coroutine(slf.py(), "allow", (slf, tokens))
+    }
+
+    /// What `allow_async`'s coroutine awaits.
+    fn _allow_start<'py>(&self, py: Python<'py>, tokens: u64) -> PyResult<Bound<'py, PyAny>> {
         let inner = Arc::clone(self.inner()?);
-        coroutine(py, move |py| {
-            let fut = into_asyncio(py, async move { inner.allow(tokens).await }, |py, got| {
-                Ok(Py::new(py, answer(py, got)?)?.into_any())
-            })?;
-            Ok(fut.unbind())
+        into_asyncio(py, async move { inner.allow(tokens).await }, |py, got| {
+            Ok(Py::new(py, answer(py, got)?)?.into_any())
         })
     }
 
@@ -172,26 +174,28 @@ impl PyQuotaClient {
     /// passed.
     #[pyo3(signature = (tokens = None))]
     fn admit_async<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let tokens = whole("tokens", tokens, 1, 0)?;
+        slf.get().inner()?;
+        coroutine(slf.py(), "admit", (slf, tokens))
+    }
+
+    /// What `admit_async`'s coroutine awaits.
+    fn _admit_start<'py>(&self, py: Python<'py>, tokens: u64) -> PyResult<Bound<'py, PyAny>> {
         let inner = Arc::clone(self.inner()?);
-        coroutine(py, move |py| {
-            let fut = into_asyncio(
-                py,
-                async move {
-                    let got = inner.allow(tokens).await;
-                    if let Ok(g) = &got {
-                        tokio::time::sleep(g.wait).await;
-                    }
-                    got
-                },
-                |py, got| Ok(Py::new(py, answer(py, got)?)?.into_any()),
-            )?;
-            Ok(fut.unbind())
-        })
+        into_asyncio(
+            py,
+            async move {
+                let got = inner.allow(tokens).await;
+                if let Ok(g) = &got {
+                    tokio::time::sleep(g.wait).await;
+                }
+                got
+            },
+            |py, got| Ok(Py::new(py, answer(py, got)?)?.into_any()),
+        )
     }
 
     /// Calls that could not reach the service within the deadline.

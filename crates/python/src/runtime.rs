@@ -32,8 +32,8 @@
 //! at once, to be used in another one.
 //!
 //! The `*_async` methods return real coroutines ([`coroutine`]): an
-//! `async def` (compiled once) that calls the Rust start of the operation
-//! when it first runs, and awaits what that returns, so
+//! `async def` (compiled once) that calls the object's private start
+//! method when it first runs, and awaits what that returns, so
 //! `asyncio.create_task` and `ensure_future` take them, and a coroutine
 //! that is never awaited takes nothing.
 
@@ -46,10 +46,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::BoundObject;
 use tokio::runtime::Runtime;
 
 /// How often a blocked call looks for Ctrl-C.
@@ -147,47 +146,45 @@ impl Born {
     }
 }
 
-/// The start of an async operation: called once, on the event loop's
-/// thread, when its coroutine first runs; returns what to await.
-type StartFn = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+/// The coroutines the `*_async` methods return: each calls the object's
+/// private start method when it first runs, on the event loop's thread,
+/// and awaits what that returns unless it is the result already (an op
+/// taken at once: a float).
+const COROUTINES: &std::ffi::CStr = c"
+async def acquire(limiter, n):
+    late = limiter._acquire_start(n)
+    return late if late.__class__ is float else await late
 
-/// What a coroutine calls first (see [`coroutine`]).
-#[pyclass(frozen)]
-struct Start(Mutex<Option<StartFn>>);
+async def acquire_leased(limiter):
+    late = limiter._acquire_start()
+    return late if late.__class__ is float else await late
 
-#[pymethods]
-impl Start {
-    fn __call__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let start = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match start {
-            Some(start) => start(py),
-            None => Err(PyRuntimeError::new_err("this coroutine already ran")),
-        }
-    }
-}
+async def allow(client, tokens):
+    return await client._allow_start(tokens)
 
-/// The `async def` every coroutine runs.
-const RUN: &std::ffi::CStr = c"async def run(start):\n    return await start()\n";
+async def admit(client, tokens):
+    return await client._admit_start(tokens)
+";
 
-/// A coroutine (`types.CoroutineType`) that, when it first runs, calls
-/// `start` and awaits what it returns (an asyncio future, or [`Ready`]).
-/// Nothing happens until then: a coroutine never awaited takes nothing.
-pub(crate) fn coroutine<'py, F>(py: Python<'py>, start: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
-{
-    static RUN_FN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let run = RUN_FN.get_or_try_init(py, || {
+/// A coroutine (`types.CoroutineType`) of the `async def` named `name` in
+/// [`COROUTINES`], called with `args`. Nothing happens until it first
+/// runs: a coroutine never awaited takes nothing.
+pub(crate) fn coroutine<'py>(
+    py: Python<'py>,
+    name: &str,
+    args: impl pyo3::call::PyCallArgs<'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: PyOnceLock<Py<pyo3::types::PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
         let module = pyo3::types::PyModule::from_code(
             py,
-            RUN,
-            c"tollgate/_coroutine.py",
-            c"tollgate._coroutine",
+            COROUTINES,
+            c"tollgate/_coroutines.py",
+            c"tollgate._coroutines",
         )?;
-        PyResult::Ok(module.getattr("run")?.unbind())
+        PyResult::Ok(module.unbind())
     })?;
-    let start = Start(Mutex::new(Some(Box::new(start))));
-    run.bind(py).call1((start,))
+    module.bind(py).getattr(name)?.call1(args)
 }
 
 /// Runs `fut` to completion on the calling thread, the GIL released,
@@ -451,32 +448,4 @@ where
     });
     py_fut.call_method1("add_done_callback", (AbortOnDone(handle.abort_handle()),))?;
     Ok(py_fut)
-}
-
-/// An awaitable that is already done: what an async call that needs no
-/// wait returns, without a trip through the event loop.
-#[pyclass(frozen, module = "tollgate")]
-pub(crate) struct Ready(Py<PyAny>);
-
-impl Ready {
-    /// An awaitable resolving to `value` at once.
-    pub(crate) fn new<'py>(py: Python<'py>, value: impl IntoPyObject<'py>) -> PyResult<Ready> {
-        let value = value.into_pyobject(py).map_err(Into::into)?;
-        Ok(Ready(value.into_any().unbind()))
-    }
-}
-
-#[pymethods]
-impl Ready {
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __iter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
-        Err(PyStopIteration::new_err((self.0.clone_ref(py),)))
-    }
 }

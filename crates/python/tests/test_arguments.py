@@ -106,6 +106,10 @@ def test_lease_client_numbers_and_intervals(dead_address):
             client.resource("x", 1, priority=2**63)
         with pytest.raises(ValueError, match="priority must be from"):
             client.rate_limiter("y", 1, priority=-(2**64))
+        with pytest.raises(ValueError, match="a resource id must not be empty"):
+            client.resource("", 1)
+        with pytest.raises(ValueError, match="a resource id must not be empty"):
+            client.rate_limiter("", 1)
 
 
 def test_one_address_string_is_a_list_of_one(doorman):
