@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::http::{Extensions, HeaderMap, Method, Uri};
 
-use super::policy::Policy;
+use super::policy::{Policy, Standing};
 use super::store::{BanCheck, KeyedLimiter};
 use super::trust::{client_key, Trust};
 use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
@@ -320,6 +320,9 @@ pub(crate) trait Keyed: Send + Sync + fmt::Debug {
     ) -> BanCheck;
     fn window_ns(&self) -> u64;
     fn settle(&self, key: &str, now_ns: u64, delta: i64);
+    /// As `settle`, and with `standing`, where the key stands after it.
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool)
+        -> Option<Standing>;
     fn quota(&self) -> u64;
     fn max_cost(&self) -> u64;
     fn len(&self) -> usize;
@@ -343,6 +346,15 @@ impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
     }
     fn settle(&self, key: &str, now_ns: u64, delta: i64) {
         KeyedLimiter::settle(self, key, now_ns, delta)
+    }
+    fn settle_with(
+        &self,
+        key: &str,
+        now_ns: u64,
+        delta: i64,
+        standing: bool,
+    ) -> Option<Standing> {
+        KeyedLimiter::settle_with(self, key, now_ns, delta, standing)
     }
     fn quota(&self) -> u64 {
         self.policy().quota()
