@@ -522,6 +522,36 @@ fn a_request_with_too_many_tokens_uses_no_dynamic_slot() {
     );
 }
 
+/// As the reference, which looks the bucket up first: at the namespace's
+/// cap, a new dynamic bucket asking too many tokens is refused for the
+/// cap; the bucket already there is refused for the tokens.
+#[test]
+fn at_the_cap_a_new_bucket_with_too_many_tokens_is_too_many_buckets() {
+    let (q, _) = quota(
+        "namespaces:\n  ips:\n    max_dynamic_buckets: 1\n    dynamic_bucket_template: {size: 5, max_tokens_per_request: 5}\n",
+    );
+    assert_eq!(allow(&q, "ips", "a", 1), (Status::Ok, 1, 0));
+    assert_eq!(
+        allow(&q, "ips", "b", 6),
+        (Status::RejectedTooManyBuckets, 0, 0)
+    );
+    assert_eq!(
+        allow(&q, "ips", "a", 6),
+        (Status::RejectedTooManyTokensRequested, 0, 0)
+    );
+    // The server-wide cap, likewise.
+    let (q, _) = quota_with(
+        "namespaces:\n  ips:\n    max_dynamic_buckets: 5\n    dynamic_bucket_template: {size: 5, max_tokens_per_request: 5}\n",
+        QuotaLimits { max_dynamic_buckets: 1 },
+    );
+    assert_eq!(allow(&q, "ips", "a", 1), (Status::Ok, 1, 0));
+    assert_eq!(
+        allow(&q, "ips", "b", 6),
+        (Status::RejectedTooManyBuckets, 0, 0)
+    );
+    assert_eq!(q.registry().dynamic_count("ips"), 1);
+}
+
 /// Where tollgate answers differently on purpose: a configuration the
 /// reference panics on is a one-line error.
 #[test]
