@@ -2,7 +2,8 @@
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate_quota::run_cluster`).
+//! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
+//! back after draining on SIGTERM or SIGINT.
 //!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    admin_router, http_router, run_cluster, spawn_config_reload, spawn_reaper, Admin,
+    admin_router, http_router, run_cluster_until, spawn_config_reload, spawn_reaper, Admin,
     ClusterOptions, EtcdDocument, Quota, QuotaConfig, QuotaLimits, QuotaServer,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
@@ -66,7 +67,8 @@ pub(crate) struct Args {
     /// (comma-separated), whose resources `namespace:bucket` have the
     /// buckets' fill rates as capacity; dynamic buckets are leased one
     /// resource per name, so give each namespace with a template an
-    /// `identifier_glob: "namespace:*"` at the template's fill rate.
+    /// `identifier_glob: "namespace:*"` at the template's fill rate. On
+    /// SIGTERM or SIGINT the leases are released after the drain.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
     /// Cluster mode: dial the lease servers over TLS, trusting this CA
@@ -191,19 +193,26 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.config.clone(),
         args.reload_interval,
     );
-    if !args.lease_servers.is_empty() {
+    // Cluster mode: stopped after the drain, when it releases its leases.
+    let (stop_cluster, stopped) = tokio::sync::oneshot::channel::<()>();
+    let cluster = if args.lease_servers.is_empty() {
+        None
+    } else {
         let mut builder = tollgate_doorman::Client::builder().servers(args.lease_servers.clone());
         if let Some(tls) = args.lease_tls() {
             builder = builder.tls(&tls)?;
         }
         let client = builder.build().context("building the lease client")?;
         info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
-        tokio::spawn(run_cluster(
+        Some(tokio::spawn(run_cluster_until(
             Arc::clone(&quota),
             client,
             ClusterOptions::default().interval(args.cluster_interval),
-        ));
-    }
+            async move {
+                let _ = stopped.await;
+            },
+        )))
+    };
     let addr = SocketAddr::new(args.host, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -255,6 +264,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     server.serve(listener, shutdown).await?;
+    if let Some(cluster) = cluster {
+        // Each release ends within the lease client's deadline; a second
+        // signal exits at once.
+        let _ = stop_cluster.send(());
+        let released = cluster.await.context("the cluster task failed")?;
+        for (id, e) in &released.failed {
+            warn!(resource = id, error = %e, "lease not released: the lease server keeps it until it expires");
+        }
+        info!(released = released.released, "leases released");
+    }
     info!("drained: exiting");
     Ok(())
 }

@@ -241,3 +241,64 @@ async fn load_asks_the_named_bucket() {
     assert!(stdout.contains("REJECTED_NO_BUCKET="), "{stdout}");
     assert!(!stdout.contains(" OK="), "{stdout}");
 }
+
+/// The sum of what clients hold of resource `id`, from the status page of
+/// the lease server whose debug port is `debug` (`None`: no such resource).
+fn sum_has(debug: &str, id: &str) -> Option<f64> {
+    use std::io::{Read as _, Write as _};
+    let mut tcp = std::net::TcpStream::connect(debug).unwrap();
+    write!(
+        tcp,
+        "GET /debug/status HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut page = String::new();
+    tcp.read_to_string(&mut page).unwrap();
+    // Columns: resource, template, capacity, sum of has, ...
+    let row = page.lines().find(|l| l.contains(&format!(">{id}</a>")))?;
+    let cells: Vec<&str> = row.split("<td>").skip(1).collect();
+    Some(cells[3].trim_end_matches("</td>").parse().unwrap())
+}
+
+/// In cluster mode, SIGTERM drains the server and then gives its leases
+/// back: right after it exits the lease server shows nothing held, not
+/// until the 60 s lease expires.
+#[test]
+fn sigterm_releases_the_cluster_leases() {
+    let (_dir, lease_config) = config_file(
+        "lease.yaml",
+        "resources:\n  - {identifier_glob: '*', capacity: 10, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}}\n",
+    );
+    // Its debug port shows the leases; 0 would turn it off.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let debug_port = free.local_addr().unwrap().port().to_string();
+    drop(free);
+    let mut lease_server = cli::start(
+        cli::tollgate()
+            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(["--debug-port", &debug_port, "--config"])
+            .arg(&lease_config),
+    );
+    let debug = lease_server.logged_addr("debug HTTP listening");
+    let lease_addr = lease_server.logged_addr("gRPC listening");
+    let (_dir2, path) = config_file(
+        "cluster.yaml",
+        "namespaces:\n  one:\n    buckets:\n      b: {size: 10, fill_rate: 10}\n",
+    );
+    let (mut quota, _) = start(
+        &path,
+        &["--lease-servers", &lease_addr, "--cluster-interval", "50ms"],
+    );
+    let deadline = std::time::Instant::now() + cli::HANG;
+    while !sum_has(&debug, "one:b").is_some_and(|has| has > 0.0) {
+        assert!(std::time::Instant::now() < deadline, "no lease granted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    quota.signal(libc::SIGTERM);
+    let line = quota.wait_line("leases released");
+    assert!(line.contains("released=1"), "{line}");
+    quota.wait_line("drained: exiting");
+    let status = quota.exit_status();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(sum_has(&debug, "one:b").unwrap_or(0.0), 0.0);
+}

@@ -18,8 +18,9 @@
 //! wire-compatible with the reference) and [`http_router`] (JSON Allow,
 //! bucket listing and metrics on the debug port). [`NaiveClient`] and
 //! [`SmartClient`] are the clients, [`QuotaLayer`] their tower layer;
-//! [`run_cluster`] shares each bucket's rate between several quota servers
-//! through Doorman leases; [`Admin`] edits namespaces and buckets at run
+//! [`run_cluster`] (and [`run_cluster_until`], which gives the leases
+//! back on shutdown) shares each bucket's rate between several quota
+//! servers through Doorman leases; [`Admin`] edits namespaces and buckets at run
 //! time, kept in the config file or in etcd ([`EtcdDocument`]).
 //!
 //! ```
@@ -54,7 +55,10 @@ pub use client::{
     Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted, NaiveClient, NaiveOptions,
     QuotaLayer, QuotaLayerError, Quotaed, SmartClient, SmartOptions,
 };
-pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
+pub use cluster::{
+    resource_id as cluster_resource_id, run as run_cluster, run_until as run_cluster_until,
+    ClusterOptions, Released,
+};
 pub use config::{
     BucketConfig, Document, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket,
     RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
