@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    admin_router, http_router, run_cluster_until, spawn_config_reload, spawn_reaper, Admin,
-    ClusterOptions, EtcdDocument, Quota, QuotaConfig, QuotaLimits, QuotaServer,
+    admin_router, http_router, load_config, run_cluster_until, spawn_config_reload, spawn_reaper,
+    Admin, ClusterOptions, EtcdDocument, Quota, QuotaLimits, QuotaServer,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -29,7 +29,7 @@ use crate::cli;
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  \
     tollgate quota --config crates/quota/examples/quota-test-namespace.yaml\n  \
-    tollgate quota --config crates/quota/examples/quota-load.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config /etc/tollgate/quota.yaml --admin --lease-servers 10.0.0.1:15000\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
@@ -90,12 +90,14 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     cluster_interval: Duration,
     /// Serve the admin API (/api/admin/...: list, add, update, delete
-    /// namespaces and buckets, written to --config) on the debug port.
+    /// namespaces and buckets) on the debug port. Changes are logged and
+    /// written beside --config, to NAME.admin.yaml (read on top of it at
+    /// every start and reload); --config itself is never written.
     #[arg(long)]
     admin: bool,
     /// Keep the admin API's changes in etcd too, at these `host:port`
-    /// endpoints (comma-separated): at start the document stored there, if
-    /// any, replaces --config's.
+    /// endpoints (comma-separated): at start the changes stored there, if
+    /// any, replace those beside --config.
     #[arg(long, value_delimiter = ',', requires = "admin")]
     admin_etcd: Vec<String>,
     /// The etcd key holding the configuration document.
@@ -165,8 +167,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let config = QuotaConfig::from_file(&args.config)
-        .with_context(|| format!("loading {}", args.config.display()))?;
+    let config =
+        load_config(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     let limits = QuotaLimits {
         max_dynamic_buckets: args.max_dynamic_buckets,
     };

@@ -21,7 +21,8 @@
 //! [`run_cluster`] (and [`run_cluster_until`], which gives the leases
 //! back on shutdown) shares each bucket's rate between several quota
 //! servers through Doorman leases; [`Admin`] edits namespaces and buckets at run
-//! time, kept in the config file or in etcd ([`EtcdDocument`]).
+//! time, kept beside the config file ([`Overlay`], read with it by
+//! [`load_config`]) or in etcd ([`EtcdDocument`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -43,6 +44,7 @@ mod grpc;
 mod http;
 mod metrics;
 mod names;
+mod overlay;
 #[doc(hidden)]
 pub mod pb;
 mod reaper;
@@ -68,6 +70,7 @@ pub use grpc::{AllowService, QuotaServer, ALLOW_PATH};
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 pub use names::{check_name, NameError, MAX_NAME_LEN};
+pub use overlay::{load as load_config, Change, Overlay};
 pub use reaper::spawn as spawn_reaper;
 pub use registry::{resolve, BucketKind, QuotaLimits, Registry, Slot, TooManyBuckets};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
