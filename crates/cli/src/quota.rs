@@ -39,8 +39,8 @@ pub(crate) struct Args {
     /// gRPC port (`quotaservice.QuotaService/Allow`).
     #[arg(long, default_value_t = 15100)]
     port: u16,
-    /// HTTP debug port (POST /api/allow, /api/buckets, /metrics,
-    /// /healthz); 0 disables it.
+    /// HTTP debug port (a status page at /, POST /api/allow,
+    /// /api/buckets, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15150)]
     debug_port: u16,
     /// Address the gRPC port listens on.

@@ -168,6 +168,7 @@ impl Decision {
 pub struct Quota {
     registry: Registry,
     metrics: QuotaMetrics,
+    clock: Arc<dyn Clock>,
 }
 
 impl Quota {
@@ -175,13 +176,24 @@ impl Quota {
     pub fn new(config: QuotaConfig, limits: QuotaLimits, clock: Arc<dyn Clock>) -> Quota {
         let metrics = QuotaMetrics::new();
         Quota {
-            registry: Registry::new(config, limits, clock, metrics.clone()),
+            registry: Registry::new(config, limits, Arc::clone(&clock), metrics.clone()),
             metrics,
+            clock,
         }
     }
 
-    /// Answers one Allow request. Never panics on any input.
+    /// Answers one Allow request, counting it by status and timing it on
+    /// the service's clock. Never panics on any input.
     pub fn allow(&self, req: &AllowRequest<'_>) -> Decision {
+        let start = self.clock.now_ns();
+        let decision = self.decide(req);
+        let took = self.clock.now_ns().saturating_sub(start);
+        self.metrics.answered(decision.status, took);
+        decision
+    }
+
+    /// The answer to one Allow request.
+    fn decide(&self, req: &AllowRequest<'_>) -> Decision {
         if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
             self.metrics.invalid.inc();
             return Decision::rejected(Status::RejectedInvalidRequest);
