@@ -2,6 +2,40 @@
 //! shared resource, a service asks "may I, and how long must I wait?" and
 //! gets OK with a wait, or a rejection.
 //!
+//! A client asks a quota server (`tollgate quota --config quotas.yaml`,
+//! or the reference's) before each call to the shared resource:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate_quota::{AdmitSource, NaiveClient, NaiveOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Bucket "UserService" of namespace "Pinky_TheBrain" on the server at
+//! // 127.0.0.1:15100; 100 a second from a local limiter while the server
+//! // cannot be reached.
+//! let options = NaiveOptions::new("100".parse()?).deadline(Duration::from_millis(20));
+//! let client = NaiveClient::new("127.0.0.1:15100", "Pinky_TheBrain", "UserService", options)?;
+//! match client.allow(1).await {
+//!     Ok(granted) => {
+//!         // Granted, perhaps on credit: wait before using the token.
+//!         tokio::time::sleep(granted.wait).await;
+//!         if granted.source == AdmitSource::Fallback {
+//!             eprintln!("the quota server did not answer: the local limit admitted it");
+//!         }
+//!         // ... call the shared resource ...
+//!     }
+//!     Err(denied) => eprintln!("not now: {denied}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`SmartClient`] takes tokens in batches and hands them out locally, and
+//! [`QuotaLayer`] puts either client in front of a tower service. The
+//! decisions a server makes come from a [`Quota`], which also runs in
+//! process:
+//!
 //! Each bucket is a [`TokenBucket`](tollgate::TokenBucket): exact fixed-point
 //! refill (a bucket polled every 99 ms still earns its full rate), rates
 //! below one per second, debt up to a cap, and no thread per bucket. Buckets
