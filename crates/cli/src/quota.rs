@@ -266,15 +266,25 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     server.serve(listener, shutdown).await?;
-    if let Some(cluster) = cluster {
-        // Each release ends within the lease client's deadline; a second
+    if let Some(mut cluster) = cluster {
+        // The releases go out at once, each bounded by the lease client's
+        // RPC deadline (5 s), and a second more for good measure; a second
         // signal exits at once.
         let _ = stop_cluster.send(());
-        let released = cluster.await.context("the cluster task failed")?;
-        for (id, e) in &released.failed {
-            warn!(resource = id, error = %e, "lease not released: the lease server keeps it until it expires");
+        let bound = Duration::from_secs(6);
+        match tokio::time::timeout(bound, &mut cluster).await {
+            Ok(released) => {
+                let released = released.context("the cluster task failed")?;
+                for (id, e) in &released.failed {
+                    warn!(resource = id, error = %e, "lease not released: the lease server keeps it until it expires");
+                }
+                info!(released = released.released, "leases released");
+            }
+            Err(_) => {
+                cluster.abort();
+                warn!("leases not released within {bound:?}: the lease server keeps them until they expire");
+            }
         }
-        info!(released = released.released, "leases released");
     }
     info!("drained: exiting");
     Ok(())
