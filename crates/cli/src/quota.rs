@@ -2,7 +2,8 @@
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate_quota::run_cluster`).
+//! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
+//! back after draining on SIGTERM or SIGINT.
 //!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
@@ -16,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    admin_router, http_router, run_cluster, spawn_config_reload, spawn_reaper, Admin,
-    ClusterOptions, EtcdDocument, Quota, QuotaConfig, QuotaLimits, QuotaServer,
+    admin_router, http_router, load_config, run_cluster_until, spawn_config_reload, spawn_reaper,
+    Admin, ClusterOptions, EtcdDocument, Quota, QuotaLimits, QuotaServer,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -28,7 +29,7 @@ use crate::cli;
 #[command(after_help = "Durations read like 5s, 250ms or 1m30s.\n\n\
     Examples:\n  \
     tollgate quota --config crates/quota/examples/quota-test-namespace.yaml\n  \
-    tollgate quota --config crates/quota/examples/quota-load.yaml --admin --lease-servers 10.0.0.1:15000\n  \
+    tollgate quota --config /etc/tollgate/quota.yaml --admin --lease-servers 10.0.0.1:15000\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
@@ -38,8 +39,8 @@ pub(crate) struct Args {
     /// gRPC port (`quotaservice.QuotaService/Allow`).
     #[arg(long, default_value_t = 15100)]
     port: u16,
-    /// HTTP debug port (POST /api/allow, /api/buckets, /metrics,
-    /// /healthz); 0 disables it.
+    /// HTTP debug port (a status page at /, POST /api/allow,
+    /// /api/buckets, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15150)]
     debug_port: u16,
     /// Address the gRPC port listens on.
@@ -66,7 +67,8 @@ pub(crate) struct Args {
     /// (comma-separated), whose resources `namespace:bucket` have the
     /// buckets' fill rates as capacity; dynamic buckets are leased one
     /// resource per name, so give each namespace with a template an
-    /// `identifier_glob: "namespace:*"` at the template's fill rate.
+    /// `identifier_glob: "namespace:*"` at the template's fill rate. On
+    /// SIGTERM or SIGINT the leases are released after the drain.
     #[arg(long, value_delimiter = ',')]
     lease_servers: Vec<String>,
     /// Cluster mode: dial the lease servers over TLS, trusting this CA
@@ -88,12 +90,14 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     cluster_interval: Duration,
     /// Serve the admin API (/api/admin/...: list, add, update, delete
-    /// namespaces and buckets, written to --config) on the debug port.
+    /// namespaces and buckets) on the debug port. Changes are logged and
+    /// written beside --config, to NAME.admin.yaml (read on top of it at
+    /// every start and reload); --config itself is never written.
     #[arg(long)]
     admin: bool,
     /// Keep the admin API's changes in etcd too, at these `host:port`
-    /// endpoints (comma-separated): at start the document stored there, if
-    /// any, replaces --config's.
+    /// endpoints (comma-separated): at start the changes stored there, if
+    /// any, replace those beside --config.
     #[arg(long, value_delimiter = ',', requires = "admin")]
     admin_etcd: Vec<String>,
     /// The etcd key holding the configuration document.
@@ -163,8 +167,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let config = QuotaConfig::from_file(&args.config)
-        .with_context(|| format!("loading {}", args.config.display()))?;
+    let config =
+        load_config(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     let limits = QuotaLimits {
         max_dynamic_buckets: args.max_dynamic_buckets,
     };
@@ -191,19 +195,26 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.config.clone(),
         args.reload_interval,
     );
-    if !args.lease_servers.is_empty() {
+    // Cluster mode: stopped after the drain, when it releases its leases.
+    let (stop_cluster, stopped) = tokio::sync::oneshot::channel::<()>();
+    let cluster = if args.lease_servers.is_empty() {
+        None
+    } else {
         let mut builder = tollgate_doorman::Client::builder().servers(args.lease_servers.clone());
         if let Some(tls) = args.lease_tls() {
             builder = builder.tls(&tls)?;
         }
         let client = builder.build().context("building the lease client")?;
         info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
-        tokio::spawn(run_cluster(
+        Some(tokio::spawn(run_cluster_until(
             Arc::clone(&quota),
             client,
             ClusterOptions::default().interval(args.cluster_interval),
-        ));
-    }
+            async move {
+                let _ = stopped.await;
+            },
+        )))
+    };
     let addr = SocketAddr::new(args.host, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -255,6 +266,26 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     server.serve(listener, shutdown).await?;
+    if let Some(mut cluster) = cluster {
+        // The releases go out at once, each bounded by the lease client's
+        // RPC deadline (5 s), and a second more for good measure; a second
+        // signal exits at once.
+        let _ = stop_cluster.send(());
+        let bound = Duration::from_secs(6);
+        match tokio::time::timeout(bound, &mut cluster).await {
+            Ok(released) => {
+                let released = released.context("the cluster task failed")?;
+                for (id, e) in &released.failed {
+                    warn!(resource = id, error = %e, "lease not released: the lease server keeps it until it expires");
+                }
+                info!(released = released.released, "leases released");
+            }
+            Err(_) => {
+                cluster.abort();
+                warn!("leases not released within {bound:?}: the lease server keeps them until they expire");
+            }
+        }
+    }
     info!("drained: exiting");
     Ok(())
 }

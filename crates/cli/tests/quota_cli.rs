@@ -241,3 +241,126 @@ async fn load_asks_the_named_bucket() {
     assert!(stdout.contains("REJECTED_NO_BUCKET="), "{stdout}");
     assert!(!stdout.contains(" OK="), "{stdout}");
 }
+
+/// A port free on 127.0.0.1 a moment ago, for a debug port (0 would turn
+/// it off).
+fn free_port() -> String {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    free.local_addr().unwrap().port().to_string()
+}
+
+/// One HTTP/1.1 request to `addr`: the status and the body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
+}
+
+/// The sum of what clients hold of resource `id`, from the status page of
+/// the lease server whose debug port is `debug` (`None`: no such resource).
+fn sum_has(debug: &str, id: &str) -> Option<f64> {
+    let (_, page) = http(debug, "GET", "/debug/status", "");
+    // Columns: resource, template, capacity, sum of has, ...
+    let row = page.lines().find(|l| l.contains(&format!(">{id}</a>")))?;
+    let cells: Vec<&str> = row.split("<td>").skip(1).collect();
+    Some(cells[3].trim_end_matches("</td>").parse().unwrap())
+}
+
+/// In cluster mode, SIGTERM drains the server and then gives its leases
+/// back: right after it exits the lease server shows nothing held, not
+/// until the 60 s lease expires.
+#[test]
+fn sigterm_releases_the_cluster_leases() {
+    let (_dir, lease_config) = config_file(
+        "lease.yaml",
+        "resources:\n  - {identifier_glob: '*', capacity: 10, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}}\n",
+    );
+    // Its debug port shows the leases.
+    let debug_port = free_port();
+    let mut lease_server = cli::start(
+        cli::tollgate()
+            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(["--debug-port", &debug_port, "--config"])
+            .arg(&lease_config),
+    );
+    let debug = lease_server.logged_addr("debug HTTP listening");
+    let lease_addr = lease_server.logged_addr("gRPC listening");
+    let (_dir2, path) = config_file(
+        "cluster.yaml",
+        "namespaces:\n  one:\n    buckets:\n      b: {size: 10, fill_rate: 10}\n",
+    );
+    let (mut quota, _) = start(
+        &path,
+        &["--lease-servers", &lease_addr, "--cluster-interval", "50ms"],
+    );
+    let deadline = std::time::Instant::now() + cli::HANG;
+    while !sum_has(&debug, "one:b").is_some_and(|has| has > 0.0) {
+        assert!(std::time::Instant::now() < deadline, "no lease granted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    quota.signal(libc::SIGTERM);
+    let line = quota.wait_line("leases released");
+    assert!(line.contains("released=1"), "{line}");
+    quota.wait_line("drained: exiting");
+    let status = quota.exit_status();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(sum_has(&debug, "one:b").unwrap_or(0.0), 0.0);
+}
+
+/// `--admin` never writes the operator's file (comments, key order and
+/// `50` stay as written): the change goes to `quota.admin.yaml` beside it,
+/// is logged naming what changed, and a restart serves it.
+#[test]
+fn admin_changes_are_logged_and_kept_beside_the_operator_s_file() {
+    let written = "# Quotas for the svc team.\nnamespaces:\n  svc:\n    buckets:\n      db: {fill_rate: 50, size: 100}  # the database\n";
+    let (dir, path) = config_file("quota.yaml", written);
+    let start_admin = || {
+        let mut server = cli::start(
+            cli::tollgate()
+                .args(["quota", "--host", "127.0.0.1", "--port", "0", "--admin"])
+                .args(["--debug-port", &free_port(), "--config"])
+                .arg(&path),
+        );
+        let debug = server.logged_addr("quota debug HTTP listening");
+        server.wait_line("quota gRPC listening");
+        (server, debug)
+    };
+    let (mut server, debug) = start_admin();
+    let cache = r#"{"namespace": "svc", "bucket_name": "cache", "tokens_requested": 5}"#;
+    let (code, body) = http(
+        &debug,
+        "PUT",
+        "/api/admin/namespaces/svc/buckets/cache",
+        r#"{"size": 5, "fill_rate": 5}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let line = server.wait_line("admin change applied");
+    assert!(line.contains("INFO"), "{line}");
+    assert!(
+        line.contains(r#"put bucket "svc":"cache": {"size":5,"fill_rate":5.0}"#),
+        "{line}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    let overlay = std::fs::read_to_string(dir.path().join("quota.admin.yaml")).unwrap();
+    assert!(overlay.contains("op: put_bucket"), "{overlay}");
+    let (_, answer) = http(&debug, "POST", "/api/allow", cache);
+    assert!(answer.contains(r#""status":"OK""#), "{answer}");
+    drop(server);
+
+    // Restarted: the change is served still.
+    let (_server, debug) = start_admin();
+    let (_, answer) = http(&debug, "POST", "/api/allow", cache);
+    assert!(answer.contains(r#""status":"OK""#), "{answer}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+}

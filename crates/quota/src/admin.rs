@@ -1,6 +1,7 @@
 //! The admin HTTP API: list, add, update and delete namespaces and buckets
-//! at run time, kept in the configuration file, and in etcd when
-//! configured ([`Admin::with_etcd`]), so a restart keeps them.
+//! at run time, kept in a file of their own beside the configuration file
+//! (its [`Overlay`]), and in etcd when configured ([`Admin::with_etcd`]),
+//! so a restart keeps them. The operator's file is never written.
 //!
 //! ```text
 //! GET    /api/admin/config                         the configuration, as JSON
@@ -11,20 +12,23 @@
 //! ```
 //!
 //! Bodies use the YAML file's keys, as JSON (`{"size": 10, "fill_rate": 5}`).
-//! Every change is validated as a whole configuration, stored in etcd (when
-//! configured), written to the file (to a temporary file renamed over it),
-//! then applied like a reload:
-//! buckets that still exist keep their state. A change that fails
-//! validation answers 400 with the error and changes nothing.
+//! Every change is applied to the configuration file as it is now with the
+//! earlier changes on top, validated as a whole configuration, stored in
+//! etcd (when configured), written to the overlay (to a temporary file
+//! renamed over it), applied like a reload (buckets that still exist keep
+//! their state) and logged. A change that fails validation answers 400
+//! with the error and changes nothing.
 //!
 //! # Implementation notes
 //!
-//! One mutex serialises changes; it holds the [`Document`] last written, so
-//! the file's comments are not kept but its keys are. With etcd, the
-//! document is stored there first: if etcd cannot be reached the change
-//! answers 503 and nothing is written or applied. At start the document in
-//! etcd, when its key exists, wins over the file (it is validated, applied
-//! and written to the file); otherwise the file's document is stored.
+//! One mutex serialises changes; it holds the overlay last written. The
+//! configuration file is read again for every change, so the operator's
+//! own edits to it (reloaded by the file watch) are kept under the
+//! changes. With etcd, the overlay is stored there first: if etcd cannot
+//! be reached the change answers 503 and nothing is written or applied.
+//! At start the overlay in etcd, when its key exists, wins over the local
+//! one (it is validated, applied and written beside the file); otherwise
+//! the local one is stored.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -42,6 +46,7 @@ use tokio::sync::Mutex;
 use super::config::{Document, QuotaConfigError, RawBucket, RawNamespace};
 use super::etcd::EtcdDocument;
 use super::names::check_name;
+use super::overlay::{Change, Overlay};
 use super::service::Quota;
 use tollgate_service::EtcdError;
 
@@ -49,21 +54,24 @@ use tollgate_service::EtcdError;
 #[derive(Debug)]
 pub struct Admin {
     quota: Arc<Quota>,
+    /// The operator's configuration file, only ever read.
     path: PathBuf,
+    /// Where the changes are written: [`Overlay::path_for`] `path`.
+    overlay_path: PathBuf,
     etcd: Option<EtcdDocument>,
-    document: Mutex<Document>,
+    overlay: Mutex<Overlay>,
 }
 
 /// Why an [`Admin`] with etcd could not start.
 #[derive(Debug)]
 pub enum AdminError {
-    /// The file, or the document in etcd, is not a valid configuration.
+    /// The file, or the overlay in etcd, is not a valid configuration.
     Config(QuotaConfigError),
     /// etcd could not be read or written.
     Etcd(EtcdError),
-    /// The document from etcd could not be written to the file.
+    /// The overlay from etcd could not be written beside the file.
     Write {
-        /// The file.
+        /// The overlay file.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -92,34 +100,38 @@ impl std::error::Error for AdminError {
 }
 
 impl Admin {
-    /// Admin for `quota`, whose configuration was read from `path`.
+    /// Admin for `quota`, whose configuration was read from `path` with
+    /// the changes in its overlay ([`Overlay::path_for`]) on top (as
+    /// [`load_config`](super::load_config) reads it).
     ///
     /// # Errors
     ///
-    /// If the file cannot be read or parsed.
+    /// If the overlay exists but cannot be read or parsed.
     pub fn new(quota: Arc<Quota>, path: PathBuf) -> Result<Admin, QuotaConfigError> {
-        let text = std::fs::read_to_string(&path).map_err(|source| QuotaConfigError::Read {
-            path: path.clone(),
-            source,
+        let overlay_path = Overlay::path_for(&path);
+        let overlay = Overlay::read(&overlay_path).map_err(|e| QuotaConfigError::Overlay {
+            path: overlay_path.clone(),
+            source: Box::new(e),
         })?;
-        let document = Document::from_yaml(&text)?;
         Ok(Admin {
             quota,
             path,
+            overlay_path,
             etcd: None,
-            document: Mutex::new(document),
+            overlay: Mutex::new(overlay),
         })
     }
 
-    /// Admin for `quota`, whose configuration was read from `path`, kept in
-    /// etcd too. If `etcd`'s key exists, its document replaces the file's:
-    /// it is validated, applied to `quota` (buckets that still exist keep
-    /// their state) and written to `path`. Otherwise the file's document
-    /// is stored in etcd.
+    /// Admin for `quota`, whose configuration was read from `path`, with
+    /// its changes kept in etcd too. If `etcd`'s key exists, the changes
+    /// stored there replace the local overlay: they are applied on top of
+    /// the file, validated, applied to `quota` (buckets that still exist
+    /// keep their state) and written beside `path`. Otherwise the local
+    /// overlay is stored in etcd.
     ///
     /// # Errors
     ///
-    /// [`AdminError::Config`] if the file or the document in etcd cannot be
+    /// [`AdminError::Config`] if the file or the overlay in etcd cannot be
     /// read or is invalid (naming the namespace, bucket and field);
     /// [`AdminError::Etcd`] if etcd cannot be reached.
     pub async fn with_etcd(
@@ -130,19 +142,26 @@ impl Admin {
         let mut admin = Admin::new(quota, path).map_err(AdminError::Config)?;
         match etcd.load().await.map_err(AdminError::Etcd)? {
             Some(text) => {
-                let document = Document::from_yaml(&text).map_err(AdminError::Config)?;
-                let config = document.validate().map_err(AdminError::Config)?;
+                let overlay = Overlay::from_yaml(&text).map_err(AdminError::Config)?;
+                let mut doc = admin.file_document().map_err(AdminError::Config)?;
+                for (change, why) in overlay.apply(&mut doc) {
+                    tracing::warn!(
+                        etcd_key = etcd.key(),
+                        "admin change skipped: {change}: {why}"
+                    );
+                }
+                let config = doc.validate().map_err(AdminError::Config)?;
                 admin
-                    .write_file(&document)
+                    .write_overlay(&overlay)
                     .map_err(|source| AdminError::Write {
-                        path: admin.path.clone(),
+                        path: admin.overlay_path.clone(),
                         source,
                     })?;
                 admin.quota.reload(config);
-                admin.document = Mutex::new(document);
+                admin.overlay = Mutex::new(overlay);
             }
             None => {
-                let text = admin.document.get_mut().to_yaml();
+                let text = admin.overlay.get_mut().to_yaml();
                 etcd.save(&text).await.map_err(AdminError::Etcd)?;
             }
         }
@@ -150,19 +169,43 @@ impl Admin {
         Ok(admin)
     }
 
-    /// Writes `document` to the file, through a temporary file renamed over it.
+    /// The operator's file as it is now.
+    fn file_document(&self) -> Result<Document, QuotaConfigError> {
+        let text =
+            std::fs::read_to_string(&self.path).map_err(|source| QuotaConfigError::Read {
+                path: self.path.clone(),
+                source,
+            })?;
+        Document::from_yaml(&text)
+    }
+
+    /// The configuration in force: the file with `overlay` on top.
+    fn document(&self, overlay: &Overlay) -> Result<Document, QuotaConfigError> {
+        let mut doc = self.file_document()?;
+        overlay.apply(&mut doc);
+        Ok(doc)
+    }
+
+    /// Writes `overlay` beside the file, through a temporary file renamed
+    /// over it.
     ///
     /// The temporary file reaches the disk before the rename, so a crash
-    /// leaves the old document or the new one, never a torn one; a failed
+    /// leaves the old overlay or the new one, never a torn one; a failed
     /// write (a full disk) removes the temporary file and leaves the old
-    /// document in place.
-    fn write_file(&self, document: &Document) -> std::io::Result<()> {
-        let tmp = self.path.with_extension("tmp");
+    /// overlay in place.
+    fn write_overlay(&self, overlay: &Overlay) -> std::io::Result<()> {
+        let tmp = self.overlay_path.with_extension("tmp");
+        let text = format!(
+            "# Changes made through the admin API of `tollgate quota`, applied in\n\
+             # order on top of {}. Delete this file to drop them.\n{}",
+            self.path.display(),
+            overlay.to_yaml()
+        );
         let written = (|| {
             let mut file = std::fs::File::create(&tmp)?;
-            std::io::Write::write_all(&mut file, document.to_yaml().as_bytes())?;
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
             file.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
+            std::fs::rename(&tmp, &self.overlay_path)
         })();
         if written.is_err() {
             // Best effort: the error that matters is the write's.
@@ -171,40 +214,50 @@ impl Admin {
         written
     }
 
-    /// Applies `change` to the document; validates, stores, writes and
-    /// reloads.
-    async fn change(&self, change: impl FnOnce(&mut Document) -> Result<(), String>) -> Response {
-        let mut doc = self.document.lock().await;
-        let mut next = doc.clone();
-        if let Err(e) = change(&mut next) {
+    /// Applies `change` on top of the file and the earlier changes;
+    /// validates, stores, writes, reloads and logs.
+    async fn change(&self, change: Change) -> Response {
+        let mut overlay = self.overlay.lock().await;
+        let mut next = match self.document(&overlay) {
+            Ok(doc) => doc,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        };
+        if let Err(e) = change.apply(&mut next) {
             return error(StatusCode::NOT_FOUND, &e);
         }
         let config = match next.validate() {
             Ok(c) => c,
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         };
+        let mut next_overlay = overlay.clone();
+        next_overlay.push(change.clone());
         if let Some(etcd) = &self.etcd {
-            if let Err(e) = etcd.save(&next.to_yaml()).await {
+            if let Err(e) = etcd.save(&next_overlay.to_yaml()).await {
                 return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
             }
         }
-        if let Err(e) = self.write_file(&next) {
-            let mut message = format!("cannot write {}: {e}; nothing changed", self.path.display());
-            // etcd already holds the change: put the previous document
+        if let Err(e) = self.write_overlay(&next_overlay) {
+            let path = self.overlay_path.display();
+            let mut message = format!("cannot write {path}: {e}; nothing changed");
+            // etcd already holds the change: put the previous overlay
             // back, so that a refused change is refused everywhere.
             if let Some(etcd) = &self.etcd {
-                if let Err(undo) = etcd.save(&doc.to_yaml()).await {
+                if let Err(undo) = etcd.save(&overlay.to_yaml()).await {
                     message = format!(
-                        "cannot write {}: {e}; the change is in etcd (putting the previous \
-                         document back failed: {undo}) but not applied here",
-                        self.path.display()
+                        "cannot write {path}: {e}; the change is in etcd (putting the previous \
+                         changes back failed: {undo}) but not applied here"
                     );
                 }
             }
             return error(StatusCode::INTERNAL_SERVER_ERROR, &message);
         }
         self.quota.reload(config);
-        *doc = next;
+        tracing::info!(
+            op = change.op(),
+            overlay = %self.overlay_path.display(),
+            "admin change applied: {change}"
+        );
+        *overlay = next_overlay;
         (StatusCode::OK, "ok\n").into_response()
     }
 }
@@ -234,7 +287,13 @@ pub fn router(admin: Arc<Admin>) -> Router {
 }
 
 async fn show(State(admin): State<Arc<Admin>>) -> Response {
-    let doc = admin.document.lock().await.clone();
+    let doc = {
+        let overlay = admin.overlay.lock().await;
+        match admin.document(&overlay) {
+            Ok(doc) => doc,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        }
+    };
     match serde_json::to_string(&doc) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
@@ -266,24 +325,16 @@ async fn put_namespace(
         Err(r) => return r,
     };
     admin
-        .change(|doc| {
-            doc.namespaces
-                .get_or_insert_with(Default::default)
-                .insert(ns, namespace);
-            Ok(())
+        .change(Change::PutNamespace {
+            namespace: ns,
+            config: namespace,
         })
         .await
 }
 
 async fn delete_namespace(State(admin): State<Arc<Admin>>, Path(ns): Path<String>) -> Response {
     admin
-        .change(|doc| {
-            doc.namespaces
-                .as_mut()
-                .and_then(|m| m.remove(&ns))
-                .map(|_| ())
-                .ok_or_else(|| format!("no namespace {ns:?}"))
-        })
+        .change(Change::DeleteNamespace { namespace: ns })
         .await
 }
 
@@ -302,17 +353,10 @@ async fn put_bucket(
         Err(r) => return r,
     };
     admin
-        .change(|doc| {
-            let namespace = doc
-                .namespaces
-                .as_mut()
-                .and_then(|m| m.get_mut(&ns))
-                .ok_or_else(|| format!("no namespace {ns:?}"))?;
-            namespace
-                .buckets
-                .get_or_insert_with(Default::default)
-                .insert(name, bucket);
-            Ok(())
+        .change(Change::PutBucket {
+            namespace: ns,
+            bucket: name,
+            config: bucket,
         })
         .await
 }
@@ -322,14 +366,9 @@ async fn delete_bucket(
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
     admin
-        .change(|doc| {
-            doc.namespaces
-                .as_mut()
-                .and_then(|m| m.get_mut(&ns))
-                .and_then(|n| n.buckets.as_mut())
-                .and_then(|b| b.remove(&name))
-                .map(|_| ())
-                .ok_or_else(|| format!("no bucket {ns:?}:{name:?}"))
+        .change(Change::DeleteBucket {
+            namespace: ns,
+            bucket: name,
         })
         .await
 }

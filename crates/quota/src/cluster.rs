@@ -32,10 +32,11 @@
 //! [`Registry::lease_dynamic_buckets`]: super::Registry::lease_dynamic_buckets
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_doorman::{Client, ExpiryMode, Resource, ResourceOptions};
+use tollgate_doorman::{Client, ExpiryMode, ReleaseError, Resource, ResourceOptions};
 
 use super::config::{QuotaConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::service::Quota;
@@ -110,65 +111,127 @@ pub fn resource_id(namespace: &str, bucket: &str) -> String {
 /// Keeps `quota`'s shared buckets at their lease share of the rate, using
 /// `client`'s leases, until the task is dropped.
 ///
+/// A server that stops should give its leases back, so that the others
+/// get its share at once rather than when its leases expire: use
+/// [`run_until`], which releases them on shutdown.
+///
 /// # Cancel safety
 ///
 /// Dropping the future stops the updates and drops the leases' resources
-/// (the lease client releases them); the buckets keep their last share.
+/// (the lease client releases them while it runs); the buckets keep their
+/// last share.
 pub async fn run(quota: Arc<Quota>, client: Client, options: ClusterOptions) {
+    run_until(quota, client, options, std::future::pending()).await;
+}
+
+/// As [`run`], until `shutdown` completes; then releases every lease
+/// held, all at once, and returns when the lease servers have
+/// acknowledged (or each release has failed, after the lease client's
+/// deadline): how many were released, and the errors of those that were
+/// not.
+///
+/// # Cancel safety
+///
+/// As [`run`]. Dropping it while it releases leaves the releases not yet
+/// sent to the lease client's task.
+pub async fn run_until(
+    quota: Arc<Quota>,
+    client: Client,
+    options: ClusterOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Released {
     quota.registry().lease_dynamic_buckets(true);
     let mut shared: HashMap<(String, String), Shared> = HashMap::new();
     let mut tick = tokio::time::interval(options.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = tokio::time::Instant::now();
+    let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = &mut shutdown => break,
+        }
         let now = tokio::time::Instant::now();
         let dt = (now - last).as_secs_f64().max(1e-3);
         last = now;
-        let config = Arc::clone(&*quota.registry().config());
-        let wanted = shared_buckets(&config, &quota);
-        let wanted_set: HashSet<&(String, String)> = wanted.iter().collect();
-        // Forget buckets gone from the configuration, and reaped ones.
-        shared.retain(|key, _| {
-            let keep = wanted_set.contains(key);
-            if !keep {
-                let (ns, name) = key;
-                quota.registry().set_share(ns, name, None);
-            }
-            keep
-        });
-        drop(wanted_set);
-        for (ns, name) in wanted {
-            let demand_now = quota.registry().demand(&ns, &name);
-            let key = (ns.clone(), name.clone());
-            let entry = match shared.get_mut(&key) {
-                Some(e) => e,
-                None => {
-                    let options =
-                        ResourceOptions::new(options.min_wants).mode(ExpiryMode::Pessimistic);
-                    match client.resource(resource_id(&ns, &name), options) {
-                        Ok(resource) => shared.entry(key).or_insert(Shared {
-                            resource,
-                            last_demand: demand_now,
-                        }),
-                        Err(e) => {
-                            tracing::error!(namespace = ns, bucket = name, error = %e, "cannot lease the bucket's rate");
-                            continue;
-                        }
+        update(&quota, &client, &options, &mut shared, dt);
+    }
+    let mut releases = tokio::task::JoinSet::new();
+    for ((ns, name), entry) in shared {
+        releases.spawn(async move { (resource_id(&ns, &name), entry.resource.release().await) });
+    }
+    let mut released = Released::default();
+    while let Some(done) = releases.join_next().await {
+        match done {
+            Ok((_, Ok(()))) => released.released += 1,
+            Ok((id, Err(e))) => released.failed.push((id, e)),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    released
+}
+
+/// What [`run_until`] gave back on shutdown.
+#[derive(Debug, Default)]
+pub struct Released {
+    /// Leases released and acknowledged.
+    pub released: usize,
+    /// Each lease whose release failed (the lease server lets it expire):
+    /// its resource id and why.
+    pub failed: Vec<(String, ReleaseError)>,
+}
+
+/// One round: sends each shared bucket's demand since the last round
+/// (`dt` seconds ago) as its wants and applies its lease.
+fn update(
+    quota: &Quota,
+    client: &Client,
+    options: &ClusterOptions,
+    shared: &mut HashMap<(String, String), Shared>,
+    dt: f64,
+) {
+    let config = Arc::clone(&*quota.registry().config());
+    let wanted = shared_buckets(&config, quota);
+    let wanted_set: HashSet<&(String, String)> = wanted.iter().collect();
+    // Forget buckets gone from the configuration, and reaped ones.
+    shared.retain(|key, _| {
+        let keep = wanted_set.contains(key);
+        if !keep {
+            let (ns, name) = key;
+            quota.registry().set_share(ns, name, None);
+        }
+        keep
+    });
+    drop(wanted_set);
+    for (ns, name) in wanted {
+        let demand_now = quota.registry().demand(&ns, &name);
+        let key = (ns.clone(), name.clone());
+        let entry = match shared.get_mut(&key) {
+            Some(e) => e,
+            None => {
+                let options = ResourceOptions::new(options.min_wants).mode(ExpiryMode::Pessimistic);
+                match client.resource(resource_id(&ns, &name), options) {
+                    Ok(resource) => shared.entry(key).or_insert(Shared {
+                        resource,
+                        last_demand: demand_now,
+                    }),
+                    Err(e) => {
+                        tracing::error!(namespace = ns, bucket = name, error = %e, "cannot lease the bucket's rate");
+                        continue;
                     }
                 }
-            };
-            // A reaped and remade bucket restarts its counter.
-            let asked = demand_now
-                .checked_sub(entry.last_demand)
-                .unwrap_or(demand_now);
-            entry.last_demand = demand_now;
-            let wants = (asked as f64 / dt).max(options.min_wants);
-            if let Err(e) = entry.resource.set_wants(wants) {
-                tracing::error!(namespace = ns, bucket = name, error = %e, "cannot update wants");
             }
-            let rate = entry.resource.capacity();
-            quota.registry().set_share(&ns, &name, Some(rate));
+        };
+        // A reaped and remade bucket restarts its counter.
+        let asked = demand_now
+            .checked_sub(entry.last_demand)
+            .unwrap_or(demand_now);
+        entry.last_demand = demand_now;
+        let wants = (asked as f64 / dt).max(options.min_wants);
+        if let Err(e) = entry.resource.set_wants(wants) {
+            tracing::error!(namespace = ns, bucket = name, error = %e, "cannot update wants");
         }
+        let rate = entry.resource.capacity();
+        quota.registry().set_share(&ns, &name, Some(rate));
     }
 }

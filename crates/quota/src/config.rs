@@ -148,6 +148,13 @@ pub enum QuotaConfigError {
         /// What is wrong with it.
         problem: String,
     },
+    /// The file of admin changes beside the configuration file is bad.
+    Overlay {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: Box<QuotaConfigError>,
+    },
 }
 
 impl fmt::Display for QuotaConfigError {
@@ -169,6 +176,9 @@ impl fmt::Display for QuotaConfigError {
                 }
                 write!(f, "{field}: {problem}")
             }
+            QuotaConfigError::Overlay { path, source } => {
+                write!(f, "{} (the admin API's changes): {source}", path.display())
+            }
         }
     }
 }
@@ -179,6 +189,8 @@ impl std::error::Error for QuotaConfigError {
             QuotaConfigError::Read { source, .. } => Some(source),
             QuotaConfigError::Parse(e) => Some(e),
             QuotaConfigError::Invalid { .. } => None,
+            // Its message is already in this error's: go on from its cause.
+            QuotaConfigError::Overlay { source, .. } => source.source(),
         }
     }
 }

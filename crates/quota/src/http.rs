@@ -1,6 +1,7 @@
-//! The HTTP debug port: `POST /api/allow` (Allow as JSON), `GET
-//! /api/buckets` (the live buckets), `GET /metrics` (Prometheus) and `GET
-//! /healthz`.
+//! The HTTP debug port: `GET /` (a status page: the links and the
+//! buckets), `POST /api/allow` (Allow as JSON), `GET /api/buckets` (the
+//! configured buckets, used or not, and the live dynamic ones), `GET
+//! /metrics` (Prometheus) and `GET /healthz`.
 //!
 //! The JSON Allow request uses the proto's field names; the response names
 //! the status as the proto's enum does:
@@ -16,11 +17,16 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::config::{BucketConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
+use super::registry::{resolve, BucketKind};
 use super::service::{AllowRequest, Quota};
 
 /// The most buckets `/api/buckets` lists.
@@ -44,6 +50,7 @@ pub async fn serve(
 /// The HTTP endpoints as an axum router.
 pub fn router(quota: Arc<Quota>) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/api/allow", post(allow))
         .route("/api/buckets", get(buckets))
         .route("/metrics", get(metrics))
@@ -101,21 +108,149 @@ async fn allow(State(quota): State<Arc<Quota>>, body: Bytes) -> Response {
     )
 }
 
+/// One row of the bucket list.
+struct Row {
+    namespace: String,
+    bucket: String,
+    kind: BucketKind,
+    /// Whether the bucket exists yet (a configured bucket is made on its
+    /// first request).
+    live: bool,
+    /// Tokens on hand (negative: debt); a bucket not made yet would start
+    /// full.
+    available: i64,
+    size: u64,
+    fill_rate: f64,
+}
+
+/// The configured buckets (named, namespace and global defaults), used or
+/// not, and the live dynamic ones, sorted by namespace and name; at most
+/// [`LIST_LIMIT`] live ones.
+fn rows(quota: &Quota) -> Vec<Row> {
+    let config = Arc::clone(&*quota.registry().config());
+    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
+    let mut configured = |namespace: &str, bucket: &str, kind: BucketKind, b: &BucketConfig| {
+        rows.insert(
+            (namespace.to_owned(), bucket.to_owned()),
+            Row {
+                namespace: namespace.to_owned(),
+                bucket: bucket.to_owned(),
+                kind,
+                live: false,
+                available: i64::try_from(b.size).unwrap_or(i64::MAX),
+                size: b.size,
+                fill_rate: b.fill_rate,
+            },
+        );
+    };
+    if let Some(b) = &config.global_default_bucket {
+        configured(
+            GLOBAL_NAMESPACE,
+            DEFAULT_BUCKET_NAME,
+            BucketKind::GlobalDefault,
+            b,
+        );
+    }
+    for (ns, n) in &config.namespaces {
+        if let Some(b) = &n.default_bucket {
+            configured(ns, DEFAULT_BUCKET_NAME, BucketKind::NamespaceDefault, b);
+        }
+        for (name, b) in &n.buckets {
+            configured(ns, name, BucketKind::Named, b);
+        }
+    }
+    for (namespace, bucket, kind, available) in quota.registry().list(LIST_LIMIT) {
+        let (size, fill_rate) = resolve(&config, &namespace, &bucket)
+            .map_or((0, 0.0), |(_, _, _, b)| (b.size, b.fill_rate));
+        let key = (namespace.clone(), bucket.clone());
+        let row = rows.entry(key).or_insert_with(|| Row {
+            namespace,
+            bucket,
+            kind,
+            live: true,
+            available,
+            size,
+            fill_rate,
+        });
+        row.live = true;
+        row.available = available;
+    }
+    rows.into_values().collect()
+}
+
 async fn buckets(State(quota): State<Arc<Quota>>) -> Response {
-    let list: Vec<_> = quota
-        .registry()
-        .list(LIST_LIMIT)
+    let list: Vec<_> = rows(&quota)
         .into_iter()
-        .map(|(namespace, bucket, kind, available)| {
+        .map(|r| {
             serde_json::json!({
-                "namespace": namespace,
-                "bucket_name": bucket,
-                "kind": kind.as_str(),
-                "tokens_available": available,
+                "namespace": r.namespace,
+                "bucket_name": r.bucket,
+                "kind": r.kind.as_str(),
+                "live": r.live,
+                "tokens_available": r.available,
+                "size": r.size,
+                "fill_rate": r.fill_rate,
             })
         })
         .collect();
     json(StatusCode::OK, &serde_json::Value::Array(list))
+}
+
+/// Escapes text for HTML.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The status page: what the port serves, and the buckets.
+async fn index(State(quota): State<Arc<Quota>>) -> Html<String> {
+    let rows = rows(&quota);
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html><head><title>tollgate quota</title></head><body>\n\
+         <h1>tollgate quota: status</h1>\n<ul>\n\
+         <li><a href=\"/api/buckets\">/api/buckets</a>: the buckets, as JSON</li>\n\
+         <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>\n\
+         <li><a href=\"/healthz\">/healthz</a>: liveness</li>\n\
+         <li><code>POST /api/allow</code>: Allow as JSON, e.g. \
+         <code>{\"namespace\":\"ns\",\"bucket_name\":\"b\",\"tokens_requested\":1}</code></li>\n\
+         <li><a href=\"/api/admin/config\">/api/admin/config</a>: the configuration \
+         (with <code>--admin</code>)</li>\n</ul>\n",
+    );
+    let _ = writeln!(
+        page,
+        "<p>{} buckets live, {} dynamic.</p>",
+        quota.registry().len(),
+        quota.registry().dynamic_total()
+    );
+    page.push_str(
+        "<table border=1 cellpadding=4>\n<tr><th>namespace</th><th>bucket</th><th>kind</th>\
+         <th>live</th><th>tokens available</th><th>size</th><th>fill rate (/s)</th></tr>\n",
+    );
+    for r in &rows {
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.namespace),
+            esc(&r.bucket),
+            r.kind.as_str(),
+            if r.live { "yes" } else { "not yet used" },
+            r.available,
+            r.size,
+            r.fill_rate
+        );
+    }
+    page.push_str("</table>\n</body></html>\n");
+    Html(page)
 }
 
 async fn metrics(State(quota): State<Arc<Quota>>) -> Response {

@@ -2,6 +2,40 @@
 //! shared resource, a service asks "may I, and how long must I wait?" and
 //! gets OK with a wait, or a rejection.
 //!
+//! A client asks a quota server (`tollgate quota --config quotas.yaml`,
+//! or the reference's) before each call to the shared resource:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate_quota::{AdmitSource, NaiveClient, NaiveOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Bucket "UserService" of namespace "Pinky_TheBrain" on the server at
+//! // 127.0.0.1:15100; 100 a second from a local limiter while the server
+//! // cannot be reached.
+//! let options = NaiveOptions::new("100".parse()?).deadline(Duration::from_millis(20));
+//! let client = NaiveClient::new("127.0.0.1:15100", "Pinky_TheBrain", "UserService", options)?;
+//! match client.allow(1).await {
+//!     Ok(granted) => {
+//!         // Granted, perhaps on credit: wait before using the token.
+//!         tokio::time::sleep(granted.wait).await;
+//!         if granted.source == AdmitSource::Fallback {
+//!             eprintln!("the quota server did not answer: the local limit admitted it");
+//!         }
+//!         // ... call the shared resource ...
+//!     }
+//!     Err(denied) => eprintln!("not now: {denied}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`SmartClient`] takes tokens in batches and hands them out locally, and
+//! [`QuotaLayer`] puts either client in front of a tower service. The
+//! decisions a server makes come from a [`Quota`], which also runs in
+//! process:
+//!
 //! Each bucket is a [`TokenBucket`](tollgate::TokenBucket): exact fixed-point
 //! refill (a bucket polled every 99 ms still earns its full rate), rates
 //! below one per second, debt up to a cap, and no thread per bucket. Buckets
@@ -18,9 +52,11 @@
 //! wire-compatible with the reference) and [`http_router`] (JSON Allow,
 //! bucket listing and metrics on the debug port). [`NaiveClient`] and
 //! [`SmartClient`] are the clients, [`QuotaLayer`] their tower layer;
-//! [`run_cluster`] shares each bucket's rate between several quota servers
-//! through Doorman leases; [`Admin`] edits namespaces and buckets at run
-//! time, kept in the config file or in etcd ([`EtcdDocument`]).
+//! [`run_cluster`] (and [`run_cluster_until`], which gives the leases
+//! back on shutdown) shares each bucket's rate between several quota
+//! servers through Doorman leases; [`Admin`] edits namespaces and buckets at run
+//! time, kept beside the config file ([`Overlay`], read with it by
+//! [`load_config`]) or in etcd ([`EtcdDocument`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -42,6 +78,7 @@ mod grpc;
 mod http;
 mod metrics;
 mod names;
+mod overlay;
 #[doc(hidden)]
 pub mod pb;
 mod reaper;
@@ -54,7 +91,10 @@ pub use client::{
     Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted, NaiveClient, NaiveOptions,
     QuotaLayer, QuotaLayerError, Quotaed, SmartClient, SmartOptions,
 };
-pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
+pub use cluster::{
+    resource_id as cluster_resource_id, run as run_cluster, run_until as run_cluster_until,
+    ClusterOptions, Released,
+};
 pub use config::{
     BucketConfig, Document, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket,
     RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
@@ -64,6 +104,7 @@ pub use grpc::{AllowService, QuotaServer, ALLOW_PATH};
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 pub use names::{check_name, NameError, MAX_NAME_LEN};
+pub use overlay::{load as load_config, Change, Overlay};
 pub use reaper::spawn as spawn_reaper;
 pub use registry::{resolve, BucketKind, QuotaLimits, Registry, Slot, TooManyBuckets};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};

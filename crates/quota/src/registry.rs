@@ -477,26 +477,9 @@ impl Registry {
         }
         let k = Key::new(namespace, name);
         if kind == BucketKind::Dynamic {
-            let own = config
-                .namespaces
-                .get(namespace)
-                .map_or(0, |ns| ns.max_dynamic_buckets);
             let mut counts = self.dynamic.lock_unpoisoned();
-            let server = self.limits.max_dynamic_buckets;
-            if counts.total >= server {
-                return Err(TooManyBuckets {
-                    cap: server,
-                    server_wide: true,
-                });
-            }
-            let count = counts.per_namespace.entry(namespace.into()).or_insert(0);
-            if own > 0 && *count >= own {
-                return Err(TooManyBuckets {
-                    cap: own,
-                    server_wide: false,
-                });
-            }
-            *count += 1;
+            self.room(&counts, config, namespace)?;
+            *counts.per_namespace.entry(namespace.into()).or_insert(0) += 1;
             counts.total += 1;
         }
         let share = self
@@ -520,6 +503,56 @@ impl Registry {
         self.metrics.created.with_label_values(&[namespace]).inc();
         self.metrics.buckets.inc();
         Ok(slot)
+    }
+
+    /// Whether [`get_or_create`](Registry::get_or_create) would find or
+    /// create the bucket now, without creating it: `config` must be the
+    /// guard from [`Registry::config`].
+    ///
+    /// # Errors
+    ///
+    /// [`TooManyBuckets`] when the bucket is a dynamic one not yet created
+    /// and its namespace's cap or the server-wide one is reached.
+    pub fn has_room(
+        &self,
+        config: &QuotaConfig,
+        kind: BucketKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), TooManyBuckets> {
+        if kind != BucketKind::Dynamic || self.find(namespace, name).is_some() {
+            return Ok(());
+        }
+        self.room(&self.dynamic.lock_unpoisoned(), config, namespace)
+    }
+
+    /// Whether `counts` leave room for one more dynamic bucket in
+    /// `namespace`.
+    fn room(
+        &self,
+        counts: &DynamicCounts,
+        config: &QuotaConfig,
+        namespace: &str,
+    ) -> Result<(), TooManyBuckets> {
+        let server = self.limits.max_dynamic_buckets;
+        if counts.total >= server {
+            return Err(TooManyBuckets {
+                cap: server,
+                server_wide: true,
+            });
+        }
+        let own = config
+            .namespaces
+            .get(namespace)
+            .map_or(0, |ns| ns.max_dynamic_buckets);
+        let count = counts.per_namespace.get(namespace).copied().unwrap_or(0);
+        if own > 0 && count >= own {
+            return Err(TooManyBuckets {
+                cap: own,
+                server_wide: false,
+            });
+        }
+        Ok(())
     }
 
     /// Counts a removed bucket.

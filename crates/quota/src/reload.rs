@@ -1,5 +1,6 @@
 //! Hot reload of the quota configuration: on SIGHUP and when the file's
-//! modification time changes. Buckets that still exist keep their tokens
+//! modification time changes. The file is read with the admin API's
+//! changes on top ([`load_config`](super::load_config)). Buckets that still exist keep their tokens
 //! and debt; a bad new file is logged and rejected, and the previous
 //! configuration stays in force.
 
@@ -20,7 +21,7 @@ impl Reload for Quota {
     const WHAT: &'static str = "quota configuration";
 
     fn read_file(path: &Path) -> Result<QuotaConfig, QuotaConfigError> {
-        QuotaConfig::from_file(path)
+        super::overlay::load(path)
     }
 
     fn parse(text: &str) -> Result<QuotaConfig, QuotaConfigError> {

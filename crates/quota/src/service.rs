@@ -10,11 +10,12 @@
 //! (`REJECTED_INVALID_REQUEST` for an empty one, or one over
 //! [`MAX_NAME_LEN`](super::names::MAX_NAME_LEN) bytes) and a negative token
 //! count (likewise: the reference would echo it as granted), then the
-//! bucket lookup (`REJECTED_NO_BUCKET`), the token count against the
-//! bucket's `max_tokens_per_request` (`REJECTED_TOO_MANY_TOKENS_REQUESTED`,
-//! checked before a dynamic bucket is created so that a refused request
-//! never costs a dynamic bucket slot), the dynamic caps
-//! (`REJECTED_TOO_MANY_BUCKETS`) and finally the reservation
+//! bucket lookup (`REJECTED_NO_BUCKET`), the dynamic caps for a dynamic
+//! bucket not yet created (`REJECTED_TOO_MANY_BUCKETS`), the token count
+//! against the bucket's `max_tokens_per_request`
+//! (`REJECTED_TOO_MANY_TOKENS_REQUESTED`, checked before the dynamic
+//! bucket is created, so that a refused request never costs a dynamic
+//! bucket slot; the reference creates it first) and finally the reservation
 //! (`REJECTED_TIMEOUT` when the debt owed before the request exceeds the
 //! max wait, or the debt it would leave exceeds the max debt).
 //!
@@ -167,6 +168,7 @@ impl Decision {
 pub struct Quota {
     registry: Registry,
     metrics: QuotaMetrics,
+    clock: Arc<dyn Clock>,
 }
 
 impl Quota {
@@ -174,13 +176,24 @@ impl Quota {
     pub fn new(config: QuotaConfig, limits: QuotaLimits, clock: Arc<dyn Clock>) -> Quota {
         let metrics = QuotaMetrics::new();
         Quota {
-            registry: Registry::new(config, limits, clock, metrics.clone()),
+            registry: Registry::new(config, limits, Arc::clone(&clock), metrics.clone()),
             metrics,
+            clock,
         }
     }
 
-    /// Answers one Allow request. Never panics on any input.
+    /// Answers one Allow request, counting it by status and timing it on
+    /// the service's clock. Never panics on any input.
     pub fn allow(&self, req: &AllowRequest<'_>) -> Decision {
+        let start = self.clock.now_ns();
+        let decision = self.decide(req);
+        let took = self.clock.now_ns().saturating_sub(start);
+        self.metrics.answered(decision.status, took);
+        decision
+    }
+
+    /// The answer to one Allow request.
+    fn decide(&self, req: &AllowRequest<'_>) -> Decision {
         if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
             self.metrics.invalid.inc();
             return Decision::rejected(Status::RejectedInvalidRequest);
@@ -199,13 +212,25 @@ impl Quota {
                 .inc();
             return Decision::rejected(Status::RejectedNoBucket);
         };
-        // tokens > 0 here.
-        if tokens.unsigned_abs() > bucket.max_tokens_per_request {
-            self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
-            return Decision::rejected(Status::RejectedTooManyTokensRequested);
-        }
-        let slot = match self.registry.get_or_create(&config, kind, ns, name, bucket) {
-            Ok(slot) => slot,
+        // tokens > 0 here. The bucket is looked up first, so a new dynamic
+        // bucket past its cap is refused as such whatever it asks; but a
+        // request refused for its tokens creates no bucket.
+        let too_many_tokens = tokens.unsigned_abs() > bucket.max_tokens_per_request;
+        let found = if too_many_tokens {
+            self.registry
+                .has_room(&config, kind, ns, name)
+                .map(|()| None)
+        } else {
+            self.registry
+                .get_or_create(&config, kind, ns, name, bucket)
+                .map(Some)
+        };
+        let slot = match found {
+            Ok(Some(slot)) => slot,
+            Ok(None) => {
+                self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
+                return Decision::rejected(Status::RejectedTooManyTokensRequested);
+            }
             Err(_) => {
                 self.metrics
                     .misses

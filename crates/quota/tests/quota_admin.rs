@@ -1,10 +1,11 @@
-//! The admin HTTP API: changes are validated, written to the config file
-//! (so a restart keeps them) and applied keeping bucket state.
+//! The admin HTTP API: changes are validated, written beside the config
+//! file (so a restart keeps them; the operator's file is never written)
+//! and applied keeping bucket state.
 
 use std::sync::Arc;
 
 use tollgate::ManualClock;
-use tollgate_quota::{Admin, AllowRequest, Quota, QuotaConfig, QuotaLimits, Status};
+use tollgate_quota::{load_config, Admin, AllowRequest, Quota, QuotaConfig, QuotaLimits, Status};
 
 #[path = "common/admin_api.rs"]
 mod admin_api;
@@ -46,7 +47,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     assert_eq!(allow("db", 2), Status::Ok); // db is now empty
     assert_eq!(allow("cache", 1), Status::RejectedNoBucket);
 
-    // Add a bucket: served at once, written to the file, db still empty.
+    // Add a bucket: served at once, kept beside the file, db still empty.
     let (code, _) = on_bucket(
         &addr,
         "PUT",
@@ -60,9 +61,10 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
     // Still empty: one token borrowed, then refused.
     assert_eq!(allow("db", 1), Status::Ok);
     assert_eq!(allow("db", 1), Status::RejectedTimeout);
-    let on_disk = QuotaConfig::from_file(&path).unwrap();
+    let on_disk = load_config(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
     assert_eq!(on_disk.namespaces["svc"].buckets["db"].size, 2);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG);
 
     // An invalid change names the field and changes nothing.
     let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"size": -1}"#).await;
@@ -71,7 +73,7 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
         body.contains("namespace \\\"svc\\\": bucket \\\"cache\\\": size"),
         "{body}"
     );
-    assert_eq!(QuotaConfig::from_file(&path).unwrap(), on_disk);
+    assert_eq!(load_config(&path).unwrap(), on_disk);
     let (code, _) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"sise": 1}"#).await;
     assert_eq!(code, 400);
     let (code, _) = on_bucket(&addr, "PUT", &"s".repeat(257), "x", "{}").await;
@@ -107,19 +109,20 @@ async fn admin_changes_are_validated_persisted_and_keep_state() {
         Status::RejectedNoBucket
     );
     // What a restart would load.
-    let restarted = QuotaConfig::from_file(&path).unwrap();
+    let restarted = load_config(&path).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG);
     assert!(!restarted.namespaces.contains_key("logins"));
     assert_eq!(restarted.namespaces["svc"].buckets.len(), 1);
     drop(dir);
 }
 
-/// A full disk (the temporary file is `/dev/full`): the change is refused,
-/// the file keeps the old document, nothing is applied, and no temporary
-/// file is left behind; once there is room the same change goes through.
+/// A full disk (the overlay's temporary file is `/dev/full`): the change
+/// is refused, nothing is written or applied, and no temporary file is
+/// left behind; once there is room the same change goes through.
 #[tokio::test]
 async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     let (dir, path, quota, addr) = start().await;
-    let tmp = dir.path().join("quota.tmp");
+    let tmp = dir.path().join("quota.admin.tmp");
     std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
 
     let cache = r#"{"size": 5, "fill_rate": 5}"#;
@@ -128,6 +131,7 @@ async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     assert!(body.contains("No space left on device"), "{body}");
     assert!(body.contains("nothing changed"), "{body}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG);
+    assert!(!dir.path().join("quota.admin.yaml").exists());
     assert!(
         std::fs::symlink_metadata(&tmp).is_err(),
         "the temporary file is removed"
@@ -142,7 +146,65 @@ async fn a_full_disk_refuses_the_change_and_keeps_the_old_document() {
     let (code, body) = on_bucket(&addr, "PUT", "svc", "cache", cache).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(allow("cache"), Status::Ok);
-    let on_disk = QuotaConfig::from_file(&path).unwrap();
+    let on_disk = load_config(&path).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
     drop(dir);
+}
+
+/// The operator's file, comments, key order and `50` included, is never
+/// written: the changes go to `quota.admin.yaml` beside it, read on top of
+/// it, and the operator's own later edits to it stay in force under them.
+#[tokio::test]
+async fn the_operator_s_file_is_kept_as_written() {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-quota-admin-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("quota.yaml");
+    let written = "# Quotas for the svc team.\nnamespaces:\n  svc:\n    buckets:\n      # the database\n      db: {fill_rate: 50, size: 100}\n";
+    std::fs::write(&path, written).unwrap();
+    let quota = Arc::new(Quota::new(
+        load_config(&path).unwrap(),
+        QuotaLimits::default(),
+        Arc::new(ManualClock::new()),
+    ));
+    let admin = Admin::new(Arc::clone(&quota), path.clone()).unwrap();
+    let addr = serve(Arc::new(admin)).await;
+    let (code, _) = on_bucket(
+        &addr,
+        "PUT",
+        "svc",
+        "cache",
+        r#"{"size": 5, "fill_rate": 5}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = on_bucket(&addr, "DELETE", "svc", "db", "").await;
+    assert_eq!(code, 200);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    let overlay = std::fs::read_to_string(dir.path().join("quota.admin.yaml")).unwrap();
+    assert!(
+        overlay.ends_with(
+            "changes:\n- op: put_bucket\n  namespace: svc\n  bucket: cache\n  config:\n    size: 5\n    fill_rate: 5.0\n- op: delete_bucket\n  namespace: svc\n  bucket: db\n"
+        ),
+        "{overlay}"
+    );
+    // The operator adds a bucket by hand; the next change keeps it.
+    std::fs::write(&path, format!("{written}      queue: {{size: 3}}\n")).unwrap();
+    let (code, _) = on_bucket(&addr, "PUT", "svc", "cache", r#"{"size": 7}"#).await;
+    assert_eq!(code, 200);
+    let config = load_config(&path).unwrap();
+    let buckets = &config.namespaces["svc"].buckets;
+    assert_eq!(
+        buckets.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cache", "queue"]
+    );
+    assert_eq!(buckets["cache"].size, 7);
+    assert_eq!(
+        quota.allow(&AllowRequest::new("svc", "queue", 3)).status,
+        Status::Ok
+    );
+    // The later put replaced the earlier one in the overlay.
+    let overlay = std::fs::read_to_string(dir.path().join("quota.admin.yaml")).unwrap();
+    assert_eq!(overlay.matches("op: put_bucket").count(), 1, "{overlay}");
 }

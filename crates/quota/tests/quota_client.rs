@@ -203,12 +203,12 @@ async fn smart_fetches_in_batches_and_never_more_than_the_service_grants() {
     // Eleven requests of ten on the service's side, not 110 of one.
     let text = quota.metrics().render();
     assert!(
-        text.contains("tollgate_quota_tokens_served{namespace=\"svc\"} 110"),
+        text.contains("tollgate_quota_tokens_served_total{namespace=\"svc\"} 110"),
         "{text}"
     );
     let served: u64 = text
         .lines()
-        .filter(|l| l.starts_with("tollgate_quota_requests_served{"))
+        .filter(|l| l.starts_with("tollgate_quota_requests_served_total{"))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(served, 11);

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use tollgate::ManualClock;
 use tollgate_quota::{
-    Admin, AdminError, AllowRequest, EtcdDocument, Quota, QuotaConfig, QuotaLimits, Status,
+    load_config, Admin, AdminError, AllowRequest, EtcdDocument, Overlay, Quota, QuotaConfig,
+    QuotaLimits, Status,
 };
 
 #[path = "common/etcd.rs"]
@@ -62,17 +63,15 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     let store = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), "/tollgate/quota").unwrap();
     assert_eq!(store.load().await.unwrap(), None);
 
-    // First start: the key is absent, so the file's document is stored.
+    // First start: the key is absent, so the local changes (none) are
+    // stored.
     let first = dir.join("first.yaml");
     let q1 = quota(&first);
     let admin = Admin::with_etcd(Arc::clone(&q1), first.clone(), store.clone())
         .await
         .unwrap();
     let stored = store.load().await.unwrap().unwrap();
-    assert_eq!(
-        QuotaConfig::from_yaml(&stored).unwrap(),
-        QuotaConfig::from_yaml(CONFIG).unwrap()
-    );
+    assert_eq!(Overlay::from_yaml(&stored).unwrap(), Overlay::default());
     let addr = serve(Arc::new(admin)).await;
     let (code, _) = on_bucket(
         &addr,
@@ -84,8 +83,10 @@ async fn admin_changes_survive_a_restart_through_etcd() {
     .await;
     assert_eq!(code, 200);
     assert_eq!(allow(&q1, "cache", 5), Status::Ok);
-    let stored = QuotaConfig::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
-    assert_eq!(stored.namespaces["svc"].buckets["cache"].size, 5);
+    let stored = Overlay::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored.changes().len(), 1);
+    assert_eq!(stored, Overlay::read(&Overlay::path_for(&first)).unwrap());
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), CONFIG);
 
     // Adding a bucket the two failures below must both refuse.
     let put_queue = || {
@@ -98,9 +99,9 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         )
     };
 
-    // The file cannot be written (a full disk): etcd gets the previous
-    // document back, so the refused change is in neither.
-    let tmp = first.with_extension("tmp");
+    // The overlay cannot be written (a full disk): etcd gets the previous
+    // changes back, so the refused change is in neither.
+    let tmp = dir.join("first.admin.tmp");
     std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
     let (code, body) = put_queue().await;
     assert_eq!(code, 500, "{body}");
@@ -108,13 +109,13 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         body.contains("No space left on device (os error 28); nothing changed"),
         "{body}"
     );
-    let kept = QuotaConfig::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
+    let kept = Overlay::from_yaml(&store.load().await.unwrap().unwrap()).unwrap();
     assert_eq!(kept, stored);
     assert_eq!(allow(&q1, "queue", 1), Status::RejectedNoBucket);
     assert!(std::fs::symlink_metadata(&tmp).is_err());
 
-    // A restart whose file is the original one (lost, or another server's):
-    // the document in etcd wins, is applied and written to the file.
+    // A restart without the local changes (lost, or another server's): the
+    // changes in etcd win, are applied and written beside the file.
     let second = dir.join("second.yaml");
     let q2 = quota(&second);
     assert_eq!(allow(&q2, "cache", 1), Status::RejectedNoBucket);
@@ -123,12 +124,13 @@ async fn admin_changes_survive_a_restart_through_etcd() {
         .unwrap();
     assert_eq!(allow(&q2, "cache", 5), Status::Ok);
     assert_eq!(allow(&q2, "db", 2), Status::Ok);
-    let on_disk = QuotaConfig::from_file(&second).unwrap();
+    let on_disk = load_config(&second).unwrap();
     assert_eq!(on_disk.namespaces["svc"].buckets["cache"].size, 5);
+    assert_eq!(std::fs::read_to_string(&second).unwrap(), CONFIG);
 
-    // An invalid document in etcd is refused at start, naming the field.
+    // Invalid changes in etcd are refused at start, naming the field.
     store
-        .save("namespaces:\n  svc:\n    buckets:\n      db: {size: -1}\n")
+        .save("changes:\n- {op: put_bucket, namespace: svc, bucket: db, config: {size: -1}}\n")
         .await
         .unwrap();
     let third = dir.join("third.yaml");

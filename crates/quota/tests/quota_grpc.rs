@@ -216,14 +216,94 @@ async fn json_allow_and_metrics_on_the_debug_port() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         v,
-        serde_json::json!([{"namespace": "ns", "bucket_name": "b", "kind": "named", "tokens_available": -1}])
+        serde_json::json!([{"namespace": "ns", "bucket_name": "b", "kind": "named", "live": true,
+            "tokens_available": -1, "size": 3, "fill_rate": 10.0}])
     );
     let (code, body) = http(&daddr, "GET", "/metrics", "").await;
     assert_eq!(code, 200);
-    assert!(body.contains("tollgate_quota_requests_served{namespace=\"ns\",waited=\"false\"} 2"));
-    assert!(body.contains("tollgate_quota_tokens_served{namespace=\"ns\"} 4"));
-    assert!(body.contains("tollgate_quota_timeouts{namespace=\"ns\"} 1"));
-    assert!(body.contains("tollgate_quota_buckets_created{namespace=\"ns\"} 1"));
+    assert!(
+        body.contains("tollgate_quota_requests_served_total{namespace=\"ns\",waited=\"false\"} 2")
+    );
+    assert!(body.contains("tollgate_quota_tokens_served_total{namespace=\"ns\"} 4"));
+    assert!(body.contains("tollgate_quota_timeouts_total{namespace=\"ns\"} 1"));
+    assert!(body.contains("tollgate_quota_buckets_created_total{namespace=\"ns\"} 1"));
+}
+
+/// `/api/buckets` lists the configured buckets not used yet (as they
+/// would start: full) beside the live ones, and `/` is a status page
+/// linking the endpoints and listing the same buckets.
+#[tokio::test]
+async fn the_bucket_list_and_the_status_page_show_configured_buckets_not_yet_used() {
+    let (quota, _clock, _, daddr) = start(
+        "global_default_bucket: {size: 9, fill_rate: 9}\n\
+         namespaces:\n  \
+           ns:\n    default_bucket: {size: 2, fill_rate: 2}\n    buckets:\n      \
+             used: {size: 3, fill_rate: 10}\n      unused: {size: 4, fill_rate: 0.5}\n  \
+           ips:\n    dynamic_bucket_template: {size: 1, fill_rate: 1}\n",
+    )
+    .await;
+    assert_eq!(
+        quota
+            .allow(&tollgate_quota::AllowRequest::new("ns", "used", 1))
+            .status,
+        tollgate_quota::Status::Ok
+    );
+    assert_eq!(
+        quota
+            .allow(&tollgate_quota::AllowRequest::new("ips", "<10.0.0.1>", 1))
+            .status,
+        tollgate_quota::Status::Ok
+    );
+    let (code, body) = http(&daddr, "GET", "/api/buckets", "").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let row = |ns: &str, b: &str, kind: &str, live: bool, available: i64, size: u64, rate: f64| {
+        serde_json::json!({"namespace": ns, "bucket_name": b, "kind": kind, "live": live,
+            "tokens_available": available, "size": size, "fill_rate": rate})
+    };
+    assert_eq!(
+        v,
+        serde_json::json!([
+            row(
+                "___GLOBAL___",
+                "___DEFAULT_BUCKET___",
+                "global_default",
+                false,
+                9,
+                9,
+                9.0
+            ),
+            row("ips", "<10.0.0.1>", "dynamic", true, 0, 1, 1.0),
+            row(
+                "ns",
+                "___DEFAULT_BUCKET___",
+                "namespace_default",
+                false,
+                2,
+                2,
+                2.0
+            ),
+            row("ns", "unused", "named", false, 4, 4, 0.5),
+            row("ns", "used", "named", true, 2, 3, 10.0),
+        ])
+    );
+    let (code, page) = http(&daddr, "GET", "/", "").await;
+    assert_eq!(code, 200);
+    for link in ["/api/buckets", "/metrics", "/healthz", "/api/admin/config"] {
+        assert!(
+            page.contains(&format!("<a href=\"{link}\">")),
+            "{link}: {page}"
+        );
+    }
+    assert!(page.contains("<p>2 buckets live, 1 dynamic.</p>"), "{page}");
+    assert!(
+        page.contains("<tr><td>ns</td><td>unused</td><td>named</td><td>not yet used</td><td>4</td><td>4</td><td>0.5</td></tr>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr><td>ips</td><td>&lt;10.0.0.1&gt;</td><td>dynamic</td><td>yes</td><td>0</td><td>1</td><td>1</td></tr>"),
+        "{page}"
+    );
 }
 
 #[test]

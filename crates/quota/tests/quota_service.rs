@@ -75,7 +75,7 @@ fn scenario_no_bucket() {
         (Status::RejectedNoBucket, 0, 0)
     );
     assert!(q.metrics().render().contains(
-        "tollgate_quota_bucket_misses{namespace=\"___UNKNOWN___\",reason=\"no_bucket\"} 1"
+        "tollgate_quota_bucket_misses_total{namespace=\"___UNKNOWN___\",reason=\"no_bucket\"} 1"
     ));
 }
 
@@ -222,7 +222,7 @@ fn max_debt_bounds_the_debt_left_behind() {
     assert!(q
         .metrics()
         .render()
-        .contains("tollgate_quota_timeouts{namespace=\"svc\"} 2"));
+        .contains("tollgate_quota_timeouts_total{namespace=\"svc\"} 2"));
 }
 
 /// The per-request max wait is checked against the debt owed before the
@@ -368,7 +368,7 @@ fn lookup_order_named_dynamic_default_and_global_for_unknown_namespaces() {
     assert!(q
         .metrics()
         .render()
-        .contains("tollgate_quota_bucket_misses{namespace=\"bare\",reason=\"no_bucket\"} 1"));
+        .contains("tollgate_quota_bucket_misses_total{namespace=\"bare\",reason=\"no_bucket\"} 1"));
 }
 
 /// Any non-empty name up to 256 bytes, as in the reference.
@@ -522,6 +522,36 @@ fn a_request_with_too_many_tokens_uses_no_dynamic_slot() {
     );
 }
 
+/// As the reference, which looks the bucket up first: at the namespace's
+/// cap, a new dynamic bucket asking too many tokens is refused for the
+/// cap; the bucket already there is refused for the tokens.
+#[test]
+fn at_the_cap_a_new_bucket_with_too_many_tokens_is_too_many_buckets() {
+    let (q, _) = quota(
+        "namespaces:\n  ips:\n    max_dynamic_buckets: 1\n    dynamic_bucket_template: {size: 5, max_tokens_per_request: 5}\n",
+    );
+    assert_eq!(allow(&q, "ips", "a", 1), (Status::Ok, 1, 0));
+    assert_eq!(
+        allow(&q, "ips", "b", 6),
+        (Status::RejectedTooManyBuckets, 0, 0)
+    );
+    assert_eq!(
+        allow(&q, "ips", "a", 6),
+        (Status::RejectedTooManyTokensRequested, 0, 0)
+    );
+    // The server-wide cap, likewise.
+    let (q, _) = quota_with(
+        "namespaces:\n  ips:\n    max_dynamic_buckets: 5\n    dynamic_bucket_template: {size: 5, max_tokens_per_request: 5}\n",
+        QuotaLimits { max_dynamic_buckets: 1 },
+    );
+    assert_eq!(allow(&q, "ips", "a", 1), (Status::Ok, 1, 0));
+    assert_eq!(
+        allow(&q, "ips", "b", 6),
+        (Status::RejectedTooManyBuckets, 0, 0)
+    );
+    assert_eq!(q.registry().dynamic_count("ips"), 1);
+}
+
 /// Where tollgate answers differently on purpose: a configuration the
 /// reference panics on is a one-line error.
 #[test]
@@ -606,8 +636,8 @@ fn idle_buckets_are_reaped_and_recreated_full() {
         (Status::RejectedTooManyBuckets, 0, 0)
     );
     let text = q.metrics().render();
-    assert!(text.contains("tollgate_quota_buckets_created{namespace=\"logins\"} 5"));
-    assert!(text.contains("tollgate_quota_buckets_removed{namespace=\"logins\"} 2"));
+    assert!(text.contains("tollgate_quota_buckets_created_total{namespace=\"logins\"} 5"));
+    assert!(text.contains("tollgate_quota_buckets_removed_total{namespace=\"logins\"} 2"));
     assert!(text.contains("tollgate_quota_buckets 3"));
 }
 
@@ -639,7 +669,7 @@ fn bad_input_gets_the_right_status() {
     assert!(q
         .metrics()
         .render()
-        .contains("tollgate_quota_invalid_requests 6"));
+        .contains("tollgate_quota_invalid_requests_total 6"));
 }
 
 #[test]
@@ -700,4 +730,73 @@ fn the_server_cap_bounds_namespaces_without_one() {
         .count();
     assert_eq!(ok, 500);
     assert_eq!(q.registry().dynamic_count("ips"), 500);
+}
+
+/// Every answer is counted under its status and its decision timed (on
+/// the service's clock: a manual one that does not move puts every
+/// decision in the first bucket).
+#[test]
+fn every_answer_is_counted_by_status_and_timed() {
+    let (q, _) = quota(PINKY);
+    let ns = "Pinky_TheBrain";
+    let b = "UserService_getUser";
+    assert_eq!(allow(&q, ns, b, 1).0, Status::Ok);
+    assert_eq!(allow(&q, ns, b, 1).0, Status::Ok);
+    assert_eq!(allow(&q, ns, b, 1), (Status::Ok, 1, 100));
+    assert_eq!(allow(&q, ns, b, 1).0, Status::RejectedTimeout);
+    assert_eq!(allow(&q, "nope", b, 1).0, Status::RejectedNoBucket);
+    assert_eq!(
+        allow(&q, ns, b, 11).0,
+        Status::RejectedTooManyTokensRequested
+    );
+    assert_eq!(allow(&q, ns, b, -1).0, Status::RejectedInvalidRequest);
+    let text = q.metrics().render();
+    for (status, n) in [
+        ("OK", 3),
+        ("REJECTED_TIMEOUT", 1),
+        ("REJECTED_NO_BUCKET", 1),
+        ("REJECTED_TOO_MANY_BUCKETS", 0),
+        ("REJECTED_TOO_MANY_TOKENS_REQUESTED", 1),
+        ("REJECTED_INVALID_REQUEST", 1),
+        ("REJECTED_SERVER_ERROR", 0),
+    ] {
+        let line = format!("tollgate_quota_requests_total{{status=\"{status}\"}} {n}\n");
+        assert!(text.contains(&line), "{line}{text}");
+    }
+    assert!(
+        text.contains("tollgate_quota_allow_duration_seconds_bucket{le=\"0.0000001\"} 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_quota_allow_duration_seconds_count 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_quota_allow_duration_seconds_sum 0\n"),
+        "{text}"
+    );
+}
+
+/// Prometheus' naming: every counter ends in `_total`, every histogram
+/// (a time) in `_seconds`.
+#[test]
+fn metric_names_follow_prometheus_conventions() {
+    let (q, _) = quota(PINKY);
+    // One of each outcome, so every labelled family has a series.
+    allow(&q, "Pinky_TheBrain", "UserService_getUser", 1);
+    allow(&q, "nope", "x", 1);
+    let text = q.metrics().render();
+    let mut seen = 0;
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let mut words = line.split_whitespace().skip(2);
+        let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+        match kind {
+            "counter" => assert!(name.ends_with("_total"), "{line}"),
+            "histogram" => assert!(name.ends_with("_seconds"), "{line}"),
+            "gauge" => assert!(!name.ends_with("_total"), "{line}"),
+            other => panic!("{other}: {line}"),
+        }
+        seen += 1;
+    }
+    assert!(seen >= 8, "{text}");
 }

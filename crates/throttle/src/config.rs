@@ -177,7 +177,7 @@ impl LimitConfig {
 /// | `ban` | optional: a rejected key is refused for this long past the limit |
 /// | `shadow` | `true`: only count, never reject (default `false`) |
 /// | `max_keys` | keys kept per limit (default 100000) |
-/// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400) or `skip` (not limited by this rule) |
+/// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400, an empty header value too) or `skip` (not limited by this rule; an empty header value is the key "", limited) |
 /// | `headers` | `true`: the rule's `RateLimit-Policy` and `RateLimit` fields on responses (default `false`) |
 ///
 /// Keys: `{ header: NAME }`, `{ grpc_metadata: NAME }`, `peer_ip`,

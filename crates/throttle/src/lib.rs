@@ -1,6 +1,81 @@
 //! A server-side throttler: per-key limits, a cost-aware queue with
 //! criticality, soft and hard limits, rate-based bans and a tower layer.
 //!
+//! Put a [`ThrottleLayer`] on a router: here each API key may make two
+//! requests an hour, and the third is refused with 429 and a
+//! `Retry-After`.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use axum::{body::Body, http::Request, routing::get, Router};
+//! use tollgate_throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler};
+//! use tower::ServiceExt as _;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let throttler = Throttler::builder()
+//!     .rule(Rule::new(
+//!         "per-api-key",
+//!         Extract::header("x-api-key"),
+//!         Limit::FixedWindow(FixedWindow::new(2, Duration::from_secs(3600))?),
+//!     ))
+//!     .build();
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(ThrottleLayer::new(throttler));
+//!
+//! let request = || Request::get("/").header("x-api-key", "k1").body(Body::empty());
+//! assert_eq!(app.clone().oneshot(request()?).await?.status(), 200);
+//! assert_eq!(app.clone().oneshot(request()?).await?.status(), 200);
+//! let refused = app.clone().oneshot(request()?).await?;
+//! assert_eq!(refused.status(), 429);
+//! assert!(refused.headers().contains_key("retry-after"));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Serving it for real, with the peer addresses that per-IP rules read
+//! ([`Extract::peer_ip`]; behind a proxy, [`Extract::client_ip`]):
+//!
+//! ```no_run
+//! # use std::{net::SocketAddr, time::Duration};
+//! # use axum::{routing::get, Router};
+//! # use tollgate_throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Throttler, TokenPool};
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let throttler = Throttler::builder()
+//!     // 5 a second per API key, in bursts of up to 10, with the
+//!     // `RateLimit` fields on every response.
+//!     .rule(
+//!         Rule::new(
+//!             "per-api-key",
+//!             Extract::header("x-api-key"),
+//!             Limit::TokenPool(TokenPool::new("5".parse()?).with_burst(10)?),
+//!         )
+//!         .ratelimit_headers(true),
+//!     )
+//!     // 100 a minute per client address.
+//!     .rule(Rule::new(
+//!         "per-ip",
+//!         Extract::peer_ip(),
+//!         Limit::FixedWindow(FixedWindow::new(100, Duration::from_secs(60))?),
+//!     ))
+//!     .build();
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(ThrottleLayer::new(throttler));
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/throttled_axum.rs` adds a soft limit, a ban, an admission
+//! queue and metrics; rules can also come from YAML ([`rules_from_yaml`]).
+//!
+//! # How it decides
+//!
 //! A [`Throttler`] sits inside the protected service and decides, for each
 //! request, whether it is safe to admit now, later, or not at all. Its
 //! [`Rule`]s map a request to a key (an API key header, the peer IP or the

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::http::{Extensions, HeaderMap, Method, Uri};
 
-use super::policy::Policy;
+use super::policy::{Policy, Standing};
 use super::store::{BanCheck, KeyedLimiter};
 use super::trust::{client_key, Trust};
 use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
@@ -72,6 +72,10 @@ pub struct UserId(pub String);
 pub(crate) enum Found {
     /// The request's key.
     Key(String),
+    /// A header present with an empty value: the key "" under
+    /// [`MissingKey::Shared`] and [`MissingKey::Skip`], no key under
+    /// [`MissingKey::Reject`].
+    Empty,
     /// This request has no usable key (an absent or non-UTF-8 header, no
     /// authenticated user).
     Missing,
@@ -87,7 +91,8 @@ type ExtractFn = dyn Fn(&RequestHead<'_>) -> Found + Send + Sync;
 /// Any valid UTF-8 value is a key. What a rule does with a request without
 /// one (an absent or non-UTF-8 header, no authenticated user) is the
 /// rule's [`MissingKey`] setting: by default such requests share one
-/// bucket. An extractor that can find no key on this server at all (a peer
+/// bucket. A header sent empty is the key "" unless the rule rejects
+/// requests without a key ([`MissingKey::Reject`]). An extractor that can find no key on this server at all (a peer
 /// address on a server that records none) logs an error on its first
 /// request and is handled the same way.
 ///
@@ -135,7 +140,9 @@ impl Extract {
     }
 
     /// The value of header `name`, any valid UTF-8 (absent or not UTF-8:
-    /// no usable key).
+    /// no usable key). An empty value is the key "", except under
+    /// [`MissingKey::Reject`], which refuses it as it refuses an absent
+    /// header.
     pub fn header(name: &str) -> Extract {
         let header = name.to_ascii_lowercase();
         Extract::finding(format!("header:{header}"), move |h| {
@@ -144,6 +151,7 @@ impl Extract {
                 .get(header.as_str())
                 .map(|v| std::str::from_utf8(v.as_bytes()))
             {
+                Some(Ok("")) => Found::Empty,
                 Some(Ok(v)) => Found::Key(v.to_owned()),
                 _ => Found::Missing,
             }
@@ -221,6 +229,7 @@ impl Extract {
     pub fn key(&self, head: &RequestHead<'_>) -> Option<String> {
         match (self.f)(head) {
             Found::Key(k) => Some(k),
+            Found::Empty => Some(String::new()),
             Found::Missing | Found::Unavailable(_) => None,
         }
     }
@@ -242,11 +251,18 @@ impl fmt::Debug for Extract {
 pub enum MissingKey {
     /// Such requests share one bucket under the rule's limits, apart from
     /// every key (the default): together they get what one key gets.
+    /// A header sent with an empty value is the key "", a bucket of its
+    /// own, limited like any other key.
     #[default]
     Shared,
     /// Such requests are rejected: HTTP 400 / gRPC `INVALID_ARGUMENT`.
+    /// A header (or gRPC metadata entry) sent with an empty value is
+    /// rejected too, so sending the header empty buys nothing.
     Reject,
     /// Such requests are not subject to the rule.
+    ///
+    /// A header sent with an empty value is not missing: it is the key
+    /// "", limited like any other key.
     Skip,
 }
 
@@ -320,6 +336,9 @@ pub(crate) trait Keyed: Send + Sync + fmt::Debug {
     ) -> BanCheck;
     fn window_ns(&self) -> u64;
     fn settle(&self, key: &str, now_ns: u64, delta: i64);
+    /// As `settle`, and with `standing`, where the key stands after it.
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool)
+        -> Option<Standing>;
     fn quota(&self) -> u64;
     fn max_cost(&self) -> u64;
     fn len(&self) -> usize;
@@ -343,6 +362,15 @@ impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
     }
     fn settle(&self, key: &str, now_ns: u64, delta: i64) {
         KeyedLimiter::settle(self, key, now_ns, delta)
+    }
+    fn settle_with(
+        &self,
+        key: &str,
+        now_ns: u64,
+        delta: i64,
+        standing: bool,
+    ) -> Option<Standing> {
+        KeyedLimiter::settle_with(self, key, now_ns, delta, standing)
     }
     fn quota(&self) -> u64 {
         self.policy().quota()
@@ -513,7 +541,10 @@ impl LiveRule {
     pub(crate) fn key_of(&self, head: &RequestHead<'_>) -> Result<Option<String>, ()> {
         match self.key.find(head) {
             Found::Key(k) => return Ok(Some(stored_key(k))),
-            Found::Missing => {}
+            Found::Empty if self.missing_key != MissingKey::Reject => {
+                return Ok(Some(String::new()))
+            }
+            Found::Empty | Found::Missing => {}
             Found::Unavailable(why) => {
                 // Relaxed: a flag for one log line; a race logs it twice.
                 if !self.logged.swap(true, Ordering::Relaxed) {

@@ -235,14 +235,29 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
                 }
             }
             if standing {
-                let mut s = policy.standing(state, now_ns);
-                if *banned_until_ns > now_ns {
-                    s.remaining = 0;
-                    s.reset_ns = s.reset_ns.max(*banned_until_ns - now_ns);
-                }
-                out.standing = Some(s);
+                out.standing = Some(standing_of(policy, state, now_ns, *banned_until_ns));
             }
             out
+        })
+    }
+
+    /// Post-accounting for `key`, as [`settle`](Self::settle), and with
+    /// `standing`, where the key stands after it.
+    pub(crate) fn settle_with<Q>(
+        &self,
+        key: &Q,
+        now_ns: u64,
+        delta: i64,
+        standing: bool,
+    ) -> Option<Standing>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.with_entry(key, now_ns, |policy, state, banned_until_ns| {
+            policy.settle(state, now_ns, delta);
+            standing.then(|| standing_of(policy, state, now_ns, *banned_until_ns))
         })
     }
 
@@ -401,6 +416,22 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
             self.table.rebuild(&mut shard.occupancy, index);
         }
     }
+}
+
+/// Where `state` stands at `now_ns` under `policy`, a ban lasting until
+/// `banned_until_ns` included (nothing left until then).
+fn standing_of<P: Policy>(
+    policy: &P,
+    state: &P::State,
+    now_ns: u64,
+    banned_until_ns: u64,
+) -> Standing {
+    let mut s = policy.standing(state, now_ns);
+    if banned_until_ns > now_ns {
+        s.remaining = 0;
+        s.reset_ns = s.reset_ns.max(banned_until_ns - now_ns);
+    }
+    s
 }
 
 impl<P: Policy, K> fmt::Debug for KeyedLimiter<P, K> {

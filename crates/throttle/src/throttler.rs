@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 
 use super::cost::CostPredictor;
 use super::metrics::{State, ThrottleMetrics};
-use super::policy::Verdict;
+use super::policy::{Standing, Verdict};
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
 use super::trust::Trust;
@@ -147,7 +147,9 @@ impl Rejection {
     }
 
     /// The quotas and standings of the rules that decided the request,
-    /// for those with headers on ([`Rule::ratelimit_headers`]).
+    /// for those with headers on ([`Rule::ratelimit_headers`]). A rule
+    /// that admitted the request before another refused it stands as
+    /// after the refund: the refused request costs it nothing.
     pub fn limits(&self) -> &[LimitStatus] {
         &self.limits
     }
@@ -242,8 +244,8 @@ pub struct Permit {
     limits: Vec<LimitStatus>,
     /// The rules in force when it was admitted.
     rules: Rules,
-    /// (rule index, key, soft limit charged too).
-    charged: Vec<(usize, String, bool)>,
+    /// What it was charged to, in rule order.
+    charged: Vec<Charge>,
     /// It passed the admission queue, which charged its cost to its rate.
     queued: bool,
 }
@@ -290,17 +292,29 @@ impl Permit {
             return;
         }
         let now = inner.clock.now_ns();
-        for (i, key, soft) in &self.charged {
-            let rule = &self.rules[*i];
-            rule.hard.settle(key, now, delta);
-            if let (true, Some(s)) = (*soft, &rule.soft) {
-                s.settle(key, now, delta);
+        for charge in &self.charged {
+            let rule = &self.rules[charge.rule];
+            rule.hard.settle(&charge.key, now, delta);
+            if let (true, Some(s)) = (charge.soft, &rule.soft) {
+                s.settle(&charge.key, now, delta);
             }
         }
         if let (true, Some(queue)) = (self.queued, &inner.queue) {
             queue.lock_unpoisoned().core.settle(now, delta);
         }
     }
+}
+
+/// One rule's charge of a request.
+#[derive(Debug)]
+struct Charge {
+    /// The rule's index in the permit's rules.
+    rule: usize,
+    key: String,
+    /// The rule's soft limit was charged too.
+    soft: bool,
+    /// The rule's entry in the permit's limits, if it reports one.
+    status: Option<usize>,
 }
 
 type Waiter = oneshot::Sender<Result<(), RejectionKind>>;
@@ -613,8 +627,7 @@ impl Throttler {
                     if rule.mode == Mode::Shadow {
                         continue;
                     }
-                    self.refund(&permit, now);
-                    permit.charged.clear();
+                    self.refund(&mut permit, now);
                     let name = Some(rule.name.clone());
                     return Err(Rejection::new(RejectionKind::NoKey, name, None));
                 }
@@ -622,19 +635,10 @@ impl Throttler {
             let shadow = rule.mode == Mode::Shadow;
             let want = rule.headers || inner.headers;
             let c = rule.hard.check(&key, now, cost, rule.ban_ns, want);
-            if let Some(st) = c.standing {
-                permit.limits.push(LimitStatus {
-                    rule: rule.name.clone(),
-                    quota: rule.hard.quota(),
-                    window: Duration::from_nanos(rule.hard.window_ns()),
-                    remaining: st.remaining,
-                    reset: Duration::from_nanos(if st.reset_ns == 0 {
-                        0
-                    } else {
-                        st.reset_ns.saturating_add(inner.retry_slack_ns)
-                    }),
-                });
-            }
+            let status = c.standing.map(|st| {
+                permit.limits.push(self.status(rule, st));
+                permit.limits.len() - 1
+            });
             let outcome = match c.verdict {
                 Verdict::Reject { retry_after_ns } => {
                     let most = rule.hard.max_cost();
@@ -652,8 +656,7 @@ impl Throttler {
                     if shadow {
                         continue;
                     }
-                    self.refund(&permit, now);
-                    permit.charged.clear();
+                    self.refund(&mut permit, now);
                     let name = Some(rule.name.clone());
                     let mut rejection = if kind == RejectionKind::CostTooHigh {
                         Rejection::too_costly(name, cost, most)
@@ -691,18 +694,46 @@ impl Throttler {
                     });
                 }
             }
-            permit.charged.push((i, key, soft_charged));
+            permit.charged.push(Charge {
+                rule: i,
+                key,
+                soft: soft_charged,
+                status,
+            });
         }
         Ok(permit)
     }
 
-    fn refund(&self, permit: &Permit, now: u64) {
+    /// What a client is told of `rule` for a key standing at `st`.
+    fn status(&self, rule: &LiveRule, st: Standing) -> LimitStatus {
+        LimitStatus {
+            rule: rule.name.clone(),
+            quota: rule.hard.quota(),
+            window: Duration::from_nanos(rule.hard.window_ns()),
+            remaining: st.remaining,
+            reset: Duration::from_nanos(if st.reset_ns == 0 {
+                0
+            } else {
+                st.reset_ns.saturating_add(self.inner.retry_slack_ns)
+            }),
+        }
+    }
+
+    /// Gives back what a refused request was charged, and reports each
+    /// refunded rule's standing as it is after the refund: the standing
+    /// taken when the rule was charged counts a charge that no longer is.
+    fn refund(&self, permit: &mut Permit, now: u64) {
         let delta = -i64::try_from(permit.cost).unwrap_or(i64::MAX);
-        for (i, key, soft) in &permit.charged {
-            let rule = &permit.rules[*i];
-            rule.hard.settle(key, now, delta);
-            if let (true, Some(s)) = (*soft, &rule.soft) {
-                s.settle(key, now, delta);
+        for charge in std::mem::take(&mut permit.charged) {
+            let rule = &permit.rules[charge.rule];
+            let st = rule
+                .hard
+                .settle_with(&charge.key, now, delta, charge.status.is_some());
+            if let (Some(at), Some(st)) = (charge.status, st) {
+                permit.limits[at] = self.status(rule, st);
+            }
+            if let (true, Some(s)) = (charge.soft, &rule.soft) {
+                s.settle(&charge.key, now, delta);
             }
         }
     }
@@ -760,7 +791,7 @@ impl Throttler {
                 // The capacity was checked before the rules; kept for a
                 // queue whose capacity no longer matches.
                 self.inner.metrics.queue("too_costly");
-                self.refund(&permit, self.inner.clock.now_ns());
+                self.refund(&mut permit, self.inner.clock.now_ns());
                 return Err(Rejection::too_costly(
                     None,
                     permit.cost,
@@ -787,7 +818,7 @@ impl Throttler {
             }
             Err(kind) => {
                 let now = self.inner.clock.now_ns();
-                self.refund(&permit, now);
+                self.refund(&mut permit, now);
                 let free_at = queue.lock_unpoisoned().core.free_at_ns();
                 let wait = free_at
                     .saturating_sub(now)

@@ -10,7 +10,7 @@ use axum::http::Request;
 use tollgate::{ManualClock, RateSpec};
 use tollgate_throttle::{
     CostModel, Criticality, Extract, FixedWindow, Limit, Mode, RejectionKind, RequestHead, Rule,
-    Throttler, Trust,
+    Throttler, TokenPool, Trust,
 };
 
 fn req(key: &str) -> Request<()> {
@@ -127,6 +127,91 @@ fn a_rejection_refunds_what_earlier_rules_charged() {
         t.check(&RequestHead::of(&req("c"))).unwrap_err().rule(),
         Some("global")
     );
+}
+
+/// Rule 1 (10 a minute per API key, with `RateLimit` fields) and a gate
+/// of 1 a minute per `x-gate`, on a frozen clock.
+fn gated() -> Throttler {
+    Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(
+            Rule::new("per-key", Extract::header("x-api-key"), window(10, 60))
+                .ratelimit_headers(true),
+        )
+        .rule(Rule::new("gate", Extract::header("x-gate"), window(1, 60)))
+        .build()
+}
+
+fn gated_req() -> Request<()> {
+    Request::builder()
+        .header("x-api-key", "k")
+        .header("x-gate", "g")
+        .body(())
+        .unwrap()
+}
+
+#[test]
+fn a_refusal_by_a_later_rule_reports_the_earlier_rule_after_its_refund() {
+    let t = gated();
+    let r = gated_req();
+    let p = t.check(&RequestHead::of(&r)).unwrap();
+    assert_eq!(p.limits()[0].remaining, 9);
+    assert_eq!(p.limits()[0].reset, Duration::from_secs(60));
+    // Refused by the gate: "per-key" was charged, then refunded, so the
+    // key still has 9 left, as the refusal says.
+    let err = t.check(&RequestHead::of(&r)).unwrap_err();
+    assert_eq!(err.rule(), Some("gate"));
+    assert_eq!(err.limits().len(), 1);
+    assert_eq!(err.limits()[0].rule.as_ref(), "per-key");
+    assert_eq!(err.limits()[0].quota, 10);
+    assert_eq!(err.limits()[0].remaining, 9);
+    assert_eq!(err.limits()[0].reset, Duration::from_secs(60));
+    // The next admitted request is the second charged: 8 left.
+    let other = Request::builder()
+        .header("x-api-key", "k")
+        .header("x-gate", "h")
+        .body(())
+        .unwrap();
+    assert_eq!(
+        t.check(&RequestHead::of(&other)).unwrap().limits()[0].remaining,
+        8
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_reports_the_rules_as_they_stand_after_the_refund() {
+    // A bucket of 3 at 5/s (it refills one op in 200 ms) with its fields,
+    // then a queue of one unit released at 1/s.
+    let t = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(
+            Rule::new(
+                "per-key",
+                Extract::header("x-api-key"),
+                Limit::TokenPool(TokenPool::new("5".parse().unwrap()).with_burst(3).unwrap()),
+            )
+            .ratelimit_headers(true),
+        )
+        .queue(1, RateSpec::new(1.0).unwrap())
+        .build();
+    let r = req("a");
+    // The first passes the idle queue; the second waits in it.
+    let first = t.admit(&RequestHead::of(&r)).await.unwrap();
+    assert_eq!(first.limits()[0].remaining, 2);
+    assert_eq!(first.limits()[0].reset, Duration::from_millis(200));
+    let t2 = t.clone();
+    let waiting =
+        tokio::spawn(async move { t2.admit(&RequestHead::of(&req("a"))).await.map(|_| ()) });
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    // The third is charged to the bucket (0 left, full in 600 ms), then
+    // refused by the full queue and refunded: 1 left, full in 400 ms.
+    let full = t.admit(&RequestHead::of(&r)).await.unwrap_err();
+    assert_eq!(full.kind(), RejectionKind::QueueFull);
+    assert_eq!(full.limits().len(), 1);
+    assert_eq!(full.limits()[0].remaining, 1);
+    assert_eq!(full.limits()[0].reset, Duration::from_millis(400));
+    waiting.abort();
 }
 
 #[test]

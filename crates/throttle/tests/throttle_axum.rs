@@ -270,3 +270,44 @@ async fn ratelimit_fields_on_admitted_and_refused_responses() {
     );
     assert!(head.contains("ratelimit-policy: \"per-key\";q=3;w=1\r\n"));
 }
+
+#[tokio::test]
+async fn a_refusal_by_a_later_rule_shows_the_earlier_rule_refunded() {
+    let throttler = Throttler::builder()
+        .clock(ManualClock::new())
+        .rule(
+            Rule::new(
+                "per-key",
+                Extract::header("x-api-key"),
+                Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(60)).unwrap()),
+            )
+            .ratelimit_headers(true),
+        )
+        .rule(Rule::new(
+            "gate",
+            Extract::header("x-gate"),
+            Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(60)).unwrap()),
+        ))
+        .build();
+    let addr = serve(throttler).await;
+    let both = [("x-api-key", "k"), ("x-gate", "g")];
+    let (status, head) = get_with(addr, &both).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("ratelimit: \"per-key\";r=9;t=60\r\n"),
+        "{head}"
+    );
+    // The gate refuses; the key's charge was refunded: still 9.
+    let (status, head) = get_with(addr, &both).await;
+    assert_eq!(status, 429);
+    assert!(
+        head.contains("ratelimit: \"per-key\";r=9;t=60\r\n"),
+        "{head}"
+    );
+    let (status, head) = get_with(addr, &[("x-api-key", "k"), ("x-gate", "h")]).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("ratelimit: \"per-key\";r=8;t=60\r\n"),
+        "{head}"
+    );
+}

@@ -260,6 +260,34 @@ fn every_utf8_value_is_a_key_and_keyless_requests_share_one_bucket() {
 }
 
 #[test]
+fn an_empty_header_is_refused_under_reject_and_limited_as_the_key_empty_otherwise() {
+    let under = |missing: MissingKey| {
+        Throttler::builder()
+            .clock(ManualClock::new())
+            .rule(one_per_minute(Extract::header("x-api-key")).missing_key(missing))
+            .build()
+    };
+    let empty = raw_key(b"");
+    let absent = Request::builder().body(()).unwrap();
+    // Reject: an empty value is refused as an absent header is, every time.
+    let t = under(MissingKey::Reject);
+    for r in [&empty, &empty, &absent] {
+        let err = t.check(&RequestHead::of(r)).unwrap_err();
+        assert_eq!(err.kind(), RejectionKind::NoKey);
+        assert_eq!(err.http_status(), 400);
+    }
+    // Shared and Skip: the key "", one a minute, apart from the keyless.
+    for missing in [MissingKey::Shared, MissingKey::Skip] {
+        let t = under(missing);
+        assert!(t.check(&RequestHead::of(&empty)).is_ok());
+        let err = t.check(&RequestHead::of(&empty)).unwrap_err();
+        assert_eq!(err.kind(), RejectionKind::Limited, "{missing:?}");
+        assert!(t.check(&RequestHead::of(&absent)).is_ok());
+        assert!(t.check(&RequestHead::of(&raw_key(b"k"))).is_ok());
+    }
+}
+
+#[test]
 fn a_peer_ip_rule_on_a_server_without_peer_addresses_is_logged_once_and_limits() {
     let logs = Logs::default();
     let subscriber = logs.subscriber();
