@@ -37,18 +37,24 @@ impl Core {
         self.start_locked(st, now);
     }
 
-    /// Changes rate and burst ratio: the pools keep their time, `P` is
-    /// clamped to the new `A + B` (the excess joins the backlog).
+    /// Changes rate and burst ratio: the backlog `W` keeps its time, `P`
+    /// keeps its time up to the new `A + B` and the excess is dropped.
+    ///
+    /// The excess is not backlog: `P` holds ops that may start now without
+    /// being late, never ops that are overdue. At a low rate it is large
+    /// (one op at 0.001 ops/s, the start allowance, is 1000 s), and a limiter
+    /// waiting at that rate for its real one (a lease) would otherwise
+    /// report every op after the change 1000 s late.
     fn reschedule_locked(&self, st: &mut Schedule, spec: RateSpec) {
         let meter = Meter::new(spec.nano_ops_per_sec());
         let sizing = sizing_for(&meter, spec.burst_ppm(), self.fill_interval_ns);
         // Relaxed: tokens carry no data.
         let active = u128::from(self.central.swap(0, Relaxed) + self.slices.drain());
         let rescaled_active = st.meter.rescale(active, &meter);
-        let rescaled_waiting = st.meter.rescale(st.waiting, &meter);
+        let waiting = st.meter.rescale(st.waiting, &meter);
         let kept = rescaled_active.min(u128::from(sizing.max_over()));
-        let waiting = rescaled_waiting + (rescaled_active - kept);
-        st.filled = st.filled - (active + st.waiting) + (kept + waiting);
+        st.filled = st.filled - (active + st.waiting) + (rescaled_active + waiting);
+        st.dropped += rescaled_active - kept;
         st.waiting = waiting;
         st.carry = 0;
         st.spec = spec;
