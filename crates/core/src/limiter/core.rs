@@ -97,6 +97,11 @@ struct Published {
     /// How long the filler thread waits between fills while no parked
     /// thread times them (see `Core::until_next_fill`).
     filler_spacing_ns: AtomicU64,
+    /// One op of schedule at the burst rate (`rate * burst_ratio`), in ns:
+    /// the soonest a fill can bring an op. At low rates, where it spans
+    /// several fill intervals, waiters sleep until then (see
+    /// `Core::until_op`) instead of filling every interval.
+    burst_op_ns: AtomicU64,
     /// Until this clock reading the filler thread fills on time even while
     /// a thread heads the queue: set when a fill comes late, i.e. when the
     /// machine is too busy to wake the head on time.
@@ -156,6 +161,7 @@ impl Core {
                 batch: AtomicU64::new(0),
                 handoff: AtomicU64::new(0),
                 filler_spacing_ns: AtomicU64::new(fill_interval_ns),
+                burst_op_ns: AtomicU64::new(0),
                 punctual_until_ns: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::super::spec::{RateSpec, Verb};
-use super::super::units::{Meter, Sizing, TOKENS_PER_OP};
+use super::super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
 use super::{Core, Schedule};
 use crate::sync::{lock, Ordering::Relaxed};
 
@@ -12,6 +12,8 @@ use crate::sync::{lock, Ordering::Relaxed};
 const MAX_BATCH_OPS: u64 = 64;
 /// The most ops one hand-off gives a waiter beyond its need (wait.rs).
 const MAX_HANDOFF_OPS: u64 = 512;
+/// A burst ratio of 1.0, in the spec's parts per million.
+const PPM: u128 = 1_000_000;
 
 impl Core {
     /// Starts: time counts from `now` and the first op passes at once.
@@ -93,8 +95,13 @@ impl Core {
         let spacing = (pool_ns / 3 * 2)
             .min(self.fill_interval_ns.saturating_mul(2))
             .max(self.fill_interval_ns);
+        let op_ns = u128::from(st.meter.nanos_for(u128::from(TOKENS_PER_OP)));
+        let burst_op_ns = mul_div(op_ns, PPM, u128::from(st.spec.burst_ppm()));
         // Relaxed: size hints; see `Published`.
         self.published.filler_spacing_ns.store(spacing, Relaxed);
+        self.published
+            .burst_op_ns
+            .store(u64::try_from(burst_op_ns).unwrap_or(u64::MAX), Relaxed);
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
         self.published.handoff.store(handoff, Relaxed);

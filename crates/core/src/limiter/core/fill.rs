@@ -67,7 +67,29 @@ impl Core {
         } else {
             interval.saturating_mul(4)
         };
+        let wait = wait.max(Duration::from_nanos(self.until_op(TOKENS_PER_OP)));
         wait.saturating_sub(Duration::from_nanos(since))
+    }
+
+    /// At a low rate, where one op spans more than two fill intervals: the
+    /// schedule time after the last fill until the active pool can hold
+    /// `need` tokens, at the burst rate (the fastest a fill adds them). No
+    /// fill before then can serve a waiter for `need`, so waiters sleep
+    /// that long instead of waking every interval: at 1 op/s, one wake-up
+    /// per op rather than two thousand. 0 at higher rates.
+    pub(super) fn until_op(&self, need: u64) -> u64 {
+        // Relaxed: a size hint, written under the fill lock.
+        let op_ns = self.published.burst_op_ns.load(Relaxed);
+        if op_ns <= self.fill_interval_ns.saturating_mul(2) {
+            return 0;
+        }
+        let missing = need.saturating_sub(self.available());
+        let ns = mul_div(
+            u128::from(missing),
+            u128::from(op_ns),
+            u128::from(TOKENS_PER_OP),
+        );
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
     /// The fill (spec §2) on a snapshot of the active pool. Returns the
@@ -148,6 +170,7 @@ impl Core {
 mod tests {
     use std::time::Duration;
 
+    use super::super::super::units::TOKENS_PER_OP;
     use super::Core;
     use crate::clock::ManualClock;
 
@@ -181,5 +204,32 @@ mod tests {
         // 1M ops/s: the 1 ms pool again.
         let (c, _) = core("1M", 500 * US);
         assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(666_666));
+    }
+
+    /// At 1 op/s (1.1/s at the burst ratio) a waiter needs no fill before
+    /// the pool can hold its op: 909.09 ms, not two intervals.
+    #[test]
+    fn at_a_low_rate_the_filler_waits_for_the_next_op() {
+        let (c, clock) = core("1", 500 * US);
+        let op = TOKENS_PER_OP;
+        assert_eq!(c.until_op(op), 0, "the start allowance is there");
+        assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
+        assert_eq!(c.until_op(op), 909_090_909);
+        assert_eq!(
+            c.until_next_fill(500 * US),
+            Duration::from_nanos(909_090_909)
+        );
+        clock.advance(Duration::from_millis(400));
+        assert_eq!(
+            c.until_next_fill(500 * US),
+            Duration::from_nanos(509_090_909)
+        );
+        // Two ops: twice as long.
+        assert_eq!(c.until_op(2 * op), 1_818_181_818);
+        // 1K ops/s: an op is 0.909 ms, under two intervals: as before.
+        let (c, _) = core("1K", 500 * US);
+        assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
+        assert_eq!(c.until_op(op), 0);
+        assert_eq!(c.until_next_fill(500 * US), 1000 * US);
     }
 }
