@@ -100,6 +100,9 @@ impl Core {
         // Relaxed: size hints; see `Published`.
         self.published.filler_spacing_ns.store(spacing, Relaxed);
         self.published
+            .op_ns
+            .store(u64::try_from(op_ns).unwrap_or(u64::MAX), Relaxed);
+        self.published
             .burst_op_ns
             .store(u64::try_from(burst_op_ns).unwrap_or(u64::MAX), Relaxed);
         self.published.chunk.store(chunk, Relaxed);

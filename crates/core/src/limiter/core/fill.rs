@@ -73,13 +73,18 @@ impl Core {
 
     /// At a low rate, where one op spans more than two fill intervals: the
     /// schedule time after the last fill until the active pool can hold
-    /// `need` tokens, at the burst rate (the fastest a fill adds them). No
-    /// fill before then can serve a waiter for `need`, so waiters sleep
-    /// that long instead of waking every interval: at 1 op/s, one wake-up
-    /// per op rather than two thousand. 0 at higher rates.
+    /// `need` tokens (at the burst rate while there is a backlog, the
+    /// fastest a fill then adds them). No fill before then can serve a
+    /// waiter for `need`, so waiters sleep that long instead of waking
+    /// every interval: at 1 op/s, one wake-up per op rather than two
+    /// thousand. 0 at higher rates.
     pub(super) fn until_op(&self, need: u64) -> u64 {
-        // Relaxed: a size hint, written under the fill lock.
-        let op_ns = self.published.burst_op_ns.load(Relaxed);
+        // Relaxed: size hints and a gauge, written under the fill lock.
+        let op_ns = if self.published.backlog_ns.load(Relaxed) == 0 {
+            self.published.op_ns.load(Relaxed)
+        } else {
+            self.published.burst_op_ns.load(Relaxed)
+        };
         if op_ns <= self.fill_interval_ns.saturating_mul(2) {
             return 0;
         }
@@ -206,26 +211,35 @@ mod tests {
         assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(666_666));
     }
 
-    /// At 1 op/s (1.1/s at the burst ratio) a waiter needs no fill before
-    /// the pool can hold its op: 909.09 ms, not two intervals.
+    /// At 1 op/s a waiter needs no fill before the pool can hold its op:
+    /// a second, not two intervals; with a backlog, the burst ratio (1.1)
+    /// brings it sooner.
     #[test]
     fn at_a_low_rate_the_filler_waits_for_the_next_op() {
         let (c, clock) = core("1", 500 * US);
         let op = TOKENS_PER_OP;
         assert_eq!(c.until_op(op), 0, "the start allowance is there");
         assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
-        assert_eq!(c.until_op(op), 909_090_909);
+        assert_eq!(c.until_op(op), 1_000_000_000);
         assert_eq!(
             c.until_next_fill(500 * US),
-            Duration::from_nanos(909_090_909)
+            Duration::from_nanos(1_000_000_000)
         );
         clock.advance(Duration::from_millis(400));
         assert_eq!(
             c.until_next_fill(500 * US),
-            Duration::from_nanos(509_090_909)
+            Duration::from_nanos(600_000_000)
         );
         // Two ops: twice as long.
-        assert_eq!(c.until_op(2 * op), 1_818_181_818);
+        assert_eq!(c.until_op(2 * op), 2_000_000_000);
+        // Ten seconds on, the pool (2.2 ops) is full and 7.8 s are backlog:
+        // the pool is served at the burst rate, 1.1 ops/s.
+        clock.advance(Duration::from_millis(9_600));
+        c.fill_and_wake();
+        assert!(c.lateness() > Duration::ZERO);
+        assert_eq!(c.available(), 2 * op + op / 5, "A + B = 2.2 ops");
+        // 0.8 ops at 909.09 ms each.
+        assert_eq!(c.until_op(3 * op), 727_272_900);
         // 1K ops/s: an op is 0.909 ms, under two intervals: as before.
         let (c, _) = core("1K", 500 * US);
         assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
