@@ -46,6 +46,8 @@ pub(crate) struct Series {
     colour: String,
     points: Vec<(f64, f64)>,
     dashed: bool,
+    /// Stroke width, in pixels.
+    width: f64,
 }
 
 impl Series {
@@ -61,7 +63,15 @@ impl Series {
                 .filter(|(x, y)| x.is_finite() && y.is_finite())
                 .collect(),
             dashed: false,
+            width: 1.6,
         }
+    }
+
+    /// The same line, `width` pixels wide (1.6 unless set): a wide line
+    /// drawn under a narrow one stays visible where they run together.
+    pub(crate) fn width(mut self, width: f64) -> Series {
+        self.width = width;
+        self
     }
 
     /// The same line, dashed: for a reference such as a target or a
@@ -196,8 +206,9 @@ impl Chart {
             };
             let _ = writeln!(
                 out,
-                r#"<polyline fill="none" stroke="{}" stroke-width="1.6"{dash} points="{}"/>"#,
+                r#"<polyline fill="none" stroke="{}" stroke-width="{}"{dash} points="{}"/>"#,
                 escape(&s.colour),
+                s.width,
                 points.trim_end()
             );
             if s.points.len() <= MARKERS && !s.dashed {
