@@ -15,8 +15,11 @@
 //! The limits read: the process's maps against `vm.max_map_count`; the
 //! machine's tasks against `kernel.threads-max` and `kernel.pid_max` (every
 //! thread takes a pid); the cgroup's `pids.max`; `RLIMIT_NPROC` for a user
-//! other than root; and the available memory against the threads' stacks.
-//! A limit that cannot be read is not checked.
+//! other than root; the available memory against the threads' stacks; and
+//! `RLIMIT_AS` (`ulimit -v`) against the address space the threads map
+//! (measured: about 78 KiB each with a 64 KiB stack), besides what the
+//! allocator reserves (64 MiB per arena, up to eight arenas per core). A
+//! limit that cannot be read is not checked.
 
 use std::fmt;
 
@@ -31,6 +34,14 @@ const SPARE_TASKS: u64 = 64;
 /// Memory a caller thread may use beyond its stack: its signal stack, the
 /// kernel's stack and task, its histogram.
 const THREAD_OVERHEAD_BYTES: u64 = 64 << 10;
+/// Address space a caller thread maps beyond its stack: guard pages and
+/// its signal stack (about 14 KiB measured), with room to spare.
+const THREAD_MAPPED_BYTES: u64 = 32 << 10;
+/// Address space the allocator may reserve: 64 MiB per arena, up to eight
+/// arenas per core, and 64 MiB for the rest of the run.
+fn allocator_reserve(cores: u64) -> u64 {
+    (8 * cores + 1) * (64 << 20)
+}
 
 /// One limit on how many more threads may start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +122,56 @@ pub(super) fn bounds(stack: u64) -> Vec<Bound> {
     if let Some(available) = mem_available() {
         bounds.push(memory_bound(available, stack));
     }
+    if let (Some(limit), Some(in_use)) = (address_space_limit(), vm_size()) {
+        let cores = crate::cli::cores() as u64;
+        bounds.push(address_space_bound(
+            limit,
+            in_use,
+            allocator_reserve(cores),
+            stack,
+        ));
+    }
     bounds
+}
+
+/// Room under `RLIMIT_AS` (`limit` bytes) for threads with `stack` bytes of
+/// stack, `in_use` bytes being mapped and `reserve` kept for the allocator.
+pub(super) fn address_space_bound(limit: u64, in_use: u64, reserve: u64, stack: u64) -> Bound {
+    let per_thread = stack + THREAD_MAPPED_BYTES;
+    Bound {
+        room: limit.saturating_sub(in_use + reserve) / per_thread,
+        what: format!(
+            "RLIMIT_AS (ulimit -v) is {} MiB ({} MiB mapped, {} MiB kept for the \
+             allocator, {} KiB per thread)",
+            limit >> 20,
+            in_use >> 20,
+            reserve >> 20,
+            per_thread >> 10
+        ),
+    }
+}
+
+/// The soft `RLIMIT_AS` in bytes, unless unlimited.
+fn address_space_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    u64::try_from(limit.rlim_cur).ok()
+}
+
+/// This process's mapped address space (`VmSize`), in bytes.
+fn vm_size() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmSize:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
 }
 
 /// Room under `vm.max_map_count`.
@@ -236,6 +296,24 @@ mod tests {
         assert_eq!(check(16_109, bounds.clone()), Ok(()));
         assert!(check(16_110, bounds).is_err());
         assert_eq!(check(100_000, Vec::new()), Ok(()), "nothing known");
+    }
+
+    #[test]
+    fn the_address_space_keeps_room_for_the_allocator() {
+        // ulimit -v 1500000 on two cores: 1464 MiB, 150 MiB mapped, 1088
+        // MiB for the arenas, 96 KiB a thread.
+        let bound = address_space_bound(1_500_000 << 10, 150 << 20, allocator_reserve(2), 64 << 10);
+        assert_eq!(allocator_reserve(2), 1088 << 20);
+        assert_eq!(
+            bound.room,
+            ((1_500_000u64 << 10) - (1238 << 20)) / (96 << 10)
+        );
+        assert_eq!(
+            bound.what,
+            "RLIMIT_AS (ulimit -v) is 1464 MiB (150 MiB mapped, 1088 MiB kept for the \
+             allocator, 96 KiB per thread)"
+        );
+        assert_eq!(address_space_bound(1 << 30, 1 << 30, 0, 64 << 10).room, 0);
     }
 
     #[test]
