@@ -81,7 +81,9 @@ pub(crate) struct Args {
     /// milli), and the start line says so.
     #[arg(default_value = "10M,1.1", value_parser = parse_spec, verbatim_doc_comment)]
     spec: SpecArg,
-    /// Caller threads (tokio tasks with --async).
+    /// Caller threads (tokio tasks with --async), at most 100000. A thread
+    /// count the machine cannot start (each thread takes four memory maps
+    /// and a pid) is refused before the run, naming the limit.
     #[arg(short, long, default_value_t = 2, value_parser = parse_threads)]
     threads: usize,
     /// How long to run.
