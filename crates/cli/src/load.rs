@@ -52,7 +52,9 @@ pub(crate) struct Args {
     /// The resource every client asks for.
     #[arg(long, default_value = "load")]
     resource: String,
-    /// How long to run (after every client asked once).
+    /// How long to run, from when every caller has connected and every
+    /// client asked once; calls unanswered at the end are abandoned (the
+    /// report's `abandoned=`). A run in which no call succeeds exits 1.
     #[arg(long, default_value = "10s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     duration: Duration,
     /// RPCs in flight at once.
@@ -74,6 +76,10 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    // Before the run, which a bad pid would otherwise lose at its end.
+    if let Some(pid) = args.server_pid {
+        load_wire::check_server_pid(pid)?;
+    }
     let default_server = match args.mode {
         Mode::Lease => "127.0.0.1:15000",
         Mode::Allow => "127.0.0.1:15100",

@@ -8,8 +8,15 @@
 //! connection, and no tower buffer or task between a caller and its
 //! connection. A mode says what its callers send and how to read the
 //! answers ([`Workload`]).
+//!
+//! The run starts when every caller has connected and warmed up: the first
+//! caller past the barrier sets the start, and every caller stops at the
+//! same deadline, `--duration` after it. A call still unanswered then is
+//! abandoned (and counted as such), so a server that cannot keep up, or
+//! callers queued behind the connections' stream limits, cannot stretch
+//! the run.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -69,6 +76,8 @@ struct Tally {
     latency_us: Histogram<u64>,
     outcomes: Vec<u64>,
     errors: u64,
+    /// Calls in flight at the deadline, given up on.
+    abandoned: u64,
     /// The first error's description, for the report.
     first_error: Option<String>,
 }
@@ -80,6 +89,7 @@ impl Tally {
                 .expect("valid histogram bounds"),
             outcomes: vec![0; outcomes],
             errors: 0,
+            abandoned: 0,
             first_error: None,
         }
     }
@@ -90,6 +100,7 @@ impl Tally {
             *total += n;
         }
         self.errors += other.errors;
+        self.abandoned += other.abandoned;
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
@@ -107,6 +118,11 @@ struct Dial {
 
 /// Runs `work` as `p` says and prints one line: calls (named `noun`),
 /// rate, errors, outcomes, CPU time per call and latency percentiles.
+///
+/// # Errors
+///
+/// A thread that fails before the run, and a run in which no call
+/// succeeded.
 pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Result<()> {
     let threads = p.threads.min(p.concurrency).max(1);
     let connections = p.connections.max(threads);
@@ -114,6 +130,8 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
     let work = Arc::new(work);
     // Every caller, and this thread, meet after the warm-up.
     let warmed = Arc::new(tokio::sync::Barrier::new(p.concurrency + 1));
+    // The run's start: set by the first past the barrier.
+    let run_start = Arc::new(OnceLock::new());
     let started = Instant::now();
     let mut handles = Vec::with_capacity(threads);
     for t in 0..threads {
@@ -121,12 +139,17 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
         let conns = (t..connections).step_by(threads).count();
         let callers: Vec<usize> = (t..p.concurrency).step_by(threads).collect();
         let (dial, work, warmed) = (dial.clone(), Arc::clone(&work), Arc::clone(&warmed));
-        let (n, duration) = (p.concurrency, p.duration);
+        let run = Run {
+            n: p.concurrency,
+            warmed,
+            start: Arc::clone(&run_start),
+            duration: p.duration,
+        };
         handles.push(std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(thread_load(dial, work, conns, callers, n, warmed, duration))
+            rt.block_on(thread_load(dial, work, conns, callers, run))
         }));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -171,7 +194,7 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
     }
     let server_cpu_start = p.server_pid.map(process_cpu_seconds).transpose()?;
     let cpu_start = cpu_seconds();
-    let start = Instant::now();
+    let start = *run_start.get_or_init(Instant::now);
     let mut all = Tally::new(W::OUTCOMES.len());
     for h in handles {
         let tally = h
@@ -179,7 +202,9 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
             .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
         all.add(tally)?;
     }
-    let elapsed = start.elapsed().as_secs_f64();
+    // No call counts after the deadline: the run is at most --duration
+    // long, however long the callers took to wind down.
+    let elapsed = start.elapsed().min(p.duration).as_secs_f64();
     let cpu = cpu_seconds() - cpu_start;
     let n = all.latency_us.len();
     let per_call_us = |cpu: f64| cpu * 1e6 / (n.max(1) as f64);
@@ -197,8 +222,13 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
         }
         _ => String::new(),
     };
+    let abandoned = if all.abandoned > 0 {
+        format!(" abandoned={}", all.abandoned)
+    } else {
+        String::new()
+    };
     println!(
-        "{noun}={n} elapsed={elapsed:.2}s rate={:.0}/s errors={} {} \
+        "{noun}={n} elapsed={elapsed:.2}s rate={:.0}/s errors={}{abandoned} {} \
          load_cpu={cpu:.2}s ({:.1} us/call){server} latency_ms p50={:.3} p90={:.3} p99={:.3} max={:.3}",
         n as f64 / elapsed,
         all.errors,
@@ -209,10 +239,46 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
         ms(all.latency_us.value_at_quantile(0.99)),
         ms(all.latency_us.max()),
     );
-    if let Some(e) = all.first_error {
-        eprintln!("first error: {e}");
+    verdict(n, all.errors, all.abandoned, all.first_error.as_deref(), p)
+}
+
+/// The run's outcome: an error when no call succeeded (every call failed,
+/// or none was answered in time), naming the first error.
+fn verdict(
+    calls: u64,
+    errors: u64,
+    abandoned: u64,
+    first_error: Option<&str>,
+    p: &Params,
+) -> anyhow::Result<()> {
+    match (calls, first_error) {
+        (0, _) => anyhow::bail!(
+            "no call was answered within --duration {} ({abandoned} abandoned): is {} a \
+             server of this kind, and not overloaded?",
+            humantime::format_duration(p.duration),
+            p.server
+        ),
+        (n, Some(e)) if errors == n => anyhow::bail!(
+            "every call failed ({errors} errors); the first: {e} (is {} a server of this kind?)",
+            p.server
+        ),
+        (_, Some(e)) => {
+            eprintln!("first error: {e}");
+            Ok(())
+        }
+        (_, None) => Ok(()),
     }
-    Ok(())
+}
+
+/// What every caller shares about the run.
+struct Run {
+    /// Callers in all.
+    n: usize,
+    /// Where every caller, and the main thread, meet after the warm-up.
+    warmed: Arc<tokio::sync::Barrier>,
+    /// When the run started, set by the first past the barrier.
+    start: Arc<OnceLock<Instant>>,
+    duration: Duration,
 }
 
 /// Where and how `p` says to dial, for `W`'s method.
@@ -249,27 +315,39 @@ async fn thread_load<W: Workload>(
     work: Arc<W>,
     conns: usize,
     callers: Vec<usize>,
-    n: usize,
-    warmed: Arc<tokio::sync::Barrier>,
-    duration: Duration,
+    run: Run,
 ) -> anyhow::Result<Tally> {
     let mut senders = Vec::with_capacity(conns);
     for _ in 0..conns {
         senders.push(connect(&dial).await?);
     }
+    // One tally for the thread's callers, not one each: a latency histogram
+    // is about 140 KiB, and a hundred thousand callers would need 14 GB.
+    // Uncontended: the callers take turns on this thread.
+    let tally = Arc::new(Mutex::new(Tally::new(W::OUTCOMES.len())));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, k) in callers.into_iter().enumerate() {
         let send = senders[i % senders.len()].clone();
-        let state = work.caller(k, n);
-        let (uri, work, warmed) = (dial.uri.clone(), Arc::clone(&work), Arc::clone(&warmed));
-        tasks.spawn(caller(send, uri, work, state, warmed, duration));
+        let state = work.caller(k, run.n);
+        let (uri, work, tally) = (dial.uri.clone(), Arc::clone(&work), Arc::clone(&tally));
+        let (warmed, start) = (Arc::clone(&run.warmed), Arc::clone(&run.start));
+        tasks.spawn(caller(
+            send,
+            uri,
+            work,
+            state,
+            (warmed, start, run.duration),
+            tally,
+        ));
     }
-    let mut all = Tally::new(W::OUTCOMES.len());
     // The first caller to fail ends the thread (and the set, its callers).
-    while let Some(tally) = tasks.join_next().await {
-        all.add(tally??)?;
+    while let Some(done) = tasks.join_next().await {
+        done??;
     }
-    Ok(all)
+    drop(tasks);
+    let tally =
+        Arc::try_unwrap(tally).map_err(|_| anyhow::anyhow!("a caller outlived its thread"))?;
+    Ok(tally.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// An HTTP/2 connection to the server, its driver spawned on this thread.
@@ -304,15 +382,15 @@ async fn connect(dial: &Dial) -> anyhow::Result<h2::client::SendRequest<Bytes>> 
 }
 
 /// One caller: its warm-up calls, then a call at a time until the run's
-/// end.
+/// end; a call unanswered at the end is abandoned.
 async fn caller<W: Workload>(
     mut send: h2::client::SendRequest<Bytes>,
     uri: Uri,
     work: Arc<W>,
     mut state: W::Caller,
-    warmed: Arc<tokio::sync::Barrier>,
-    duration: Duration,
-) -> anyhow::Result<Tally> {
+    (warmed, start, duration): (Arc<tokio::sync::Barrier>, Arc<OnceLock<Instant>>, Duration),
+    tally: Arc<Mutex<Tally>>,
+) -> anyhow::Result<()> {
     for _ in 0..work.warm_up(&state) {
         let answered = call(&mut send, &uri, work.request(&mut state))
             .await
@@ -323,20 +401,26 @@ async fn caller<W: Workload>(
         }
     }
     warmed.wait().await;
-    let deadline = Instant::now() + duration;
-    let mut tally = Tally::new(W::OUTCOMES.len());
+    let deadline = *start.get_or_init(Instant::now) + duration;
+    let tally = || tally.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         let t = Instant::now();
         if t >= deadline {
             break;
         }
         let body = work.request(&mut state);
-        let r = call(&mut send, &uri, body).await;
+        let call = call(&mut send, &uri, body);
+        let Ok(r) = tokio::time::timeout_at(deadline.into(), call).await else {
+            tally().abandoned += 1;
+            break;
+        };
         let us = t.elapsed().as_micros().max(1);
+        let answer = r.and_then(|m| work.response(&mut state, &m));
+        let mut tally = tally();
         tally
             .latency_us
             .saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
-        match r.and_then(|m| work.response(&mut state, &m)) {
+        match answer {
             Ok(outcome) => tally.outcomes[outcome] += 1,
             Err(e) => {
                 tally.errors += 1;
@@ -344,7 +428,7 @@ async fn caller<W: Workload>(
             }
         }
     }
-    Ok(tally)
+    Ok(())
 }
 
 /// One unary call: the response message, without its 5-byte prefix.
@@ -387,11 +471,36 @@ async fn call(
     anyhow::ensure!(
         code == "0",
         "gRPC status {code}: {}",
-        status("grpc-message")
+        percent_decoded(&status("grpc-message"))
     );
     anyhow::ensure!(message.len() >= 5, "short response");
     message.drain(..5);
     Ok(message)
+}
+
+/// A `grpc-message` as written: gRPC percent-encodes it on the wire
+/// (`unknown%20method`). A malformed escape is kept as it is.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Frames `message` as a gRPC request body.
@@ -420,6 +529,17 @@ fn cpu_seconds() -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Checks, before a run, that the server's CPU time can be read.
+///
+/// # Errors
+///
+/// When `pid` names no process (or its `/proc` entry cannot be read).
+pub(crate) fn check_server_pid(pid: u32) -> anyhow::Result<()> {
+    process_cpu_seconds(pid)
+        .map(drop)
+        .with_context(|| format!("--server-pid {pid}: cannot read the process's CPU time"))
+}
+
 /// CPU time (user + system) process `pid` has used, in seconds, from
 /// `/proc/PID/stat` (Linux).
 fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
@@ -442,4 +562,50 @@ fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let hz = if hz > 0 { hz as f64 } else { 100.0 };
     Ok((ticks(14)? + ticks(15)?) / hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Params {
+        Params {
+            server: "127.0.0.1:15000".into(),
+            tls: None,
+            duration: Duration::from_secs(1),
+            concurrency: 1,
+            connections: 1,
+            threads: 1,
+            server_pid: None,
+        }
+    }
+
+    #[test]
+    fn a_run_without_one_success_is_an_error() {
+        let p = params();
+        assert!(verdict(10, 0, 0, None, &p).is_ok());
+        assert!(verdict(10, 9, 0, Some("gRPC status 12: x"), &p).is_ok());
+        assert_eq!(
+            verdict(10, 10, 0, Some("gRPC status 12: unknown method"), &p)
+                .unwrap_err()
+                .to_string(),
+            "every call failed (10 errors); the first: gRPC status 12: unknown method \
+             (is 127.0.0.1:15000 a server of this kind?)"
+        );
+        assert_eq!(
+            verdict(0, 0, 64, None, &p).unwrap_err().to_string(),
+            "no call was answered within --duration 1s (64 abandoned): is 127.0.0.1:15000 a \
+             server of this kind, and not overloaded?"
+        );
+    }
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(
+            percent_decoded("unknown%20method%20/doorman.Capacity/GetCapacity"),
+            "unknown method /doorman.Capacity/GetCapacity"
+        );
+        assert_eq!(percent_decoded("100%"), "100%");
+        assert_eq!(percent_decoded("%zz%41"), "%zzA");
+    }
 }

@@ -27,8 +27,17 @@
 //!
 //! The limiter is built unstarted and started only once every worker is
 //! running, so the run's clock and the limiter's schedule begin together.
+//!
+//! The coordinator also fills the limiter every 100 ms (and at each line
+//! and at the end). At rates the callers cannot reach (above about 1e9
+//! ops/s the active pool's millisecond is more ops than they take in a
+//! run) no caller ever waits, so nothing else fills: the backlog, the
+//! lateness `acquire` returns and the limiter's mean wait would stay at
+//! what they were at the start while the schedule ran away.
 
 mod cpu;
+mod interrupt;
+mod limits;
 mod plot;
 mod report;
 mod worker;
@@ -67,9 +76,14 @@ pub(crate) struct Args {
     /// `restart` (clear the pools and the backlog, as if new). pace builds a
     /// new limiter and starts it once every caller runs, so here the verb
     /// changes nothing.
-    #[arg(default_value = "10M,1.1", verbatim_doc_comment)]
-    spec: RateSpec,
-    /// Caller threads (tokio tasks with --async).
+    ///
+    /// Suffixes are read in either case: `10m` is 10M ops/s (mega, not
+    /// milli), and the start line says so.
+    #[arg(default_value = "10M,1.1", value_parser = parse_spec, verbatim_doc_comment)]
+    spec: SpecArg,
+    /// Caller threads (tokio tasks with --async), at most 100000. A thread
+    /// count the machine cannot start (each thread takes four memory maps
+    /// and a pid) is refused before the run, naming the limit.
     #[arg(short, long, default_value_t = 2, value_parser = parse_threads)]
     threads: usize,
     /// How long to run.
@@ -97,8 +111,9 @@ pub(crate) struct Args {
     format: Format,
     /// Also draw the run in FILE as an SVG picture: achieved rate against
     /// the target, the backlog, and lateness p50/p99/max per --interval,
-    /// over time. FILE is created before the run starts, so a path that
-    /// cannot be written is an error at once.
+    /// over time. FILE must end in `.svg`; it is created before the run
+    /// starts, so a path that cannot be written is an error at once. A run
+    /// ended by Ctrl-C (SIGINT) still prints its summary and draws what ran.
     #[arg(long, value_name = "FILE.svg", conflicts_with = "idle")]
     plot: Option<PathBuf>,
     /// How often to print a line.
@@ -136,6 +151,36 @@ fn parse_threads(text: &str) -> Result<usize, String> {
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::cli::duration(text)
+}
+
+/// The rate spec and how it was written.
+#[derive(Debug, Clone)]
+struct SpecArg {
+    spec: RateSpec,
+    text: String,
+}
+
+fn parse_spec(text: &str) -> Result<SpecArg, String> {
+    let spec = text.parse::<RateSpec>().map_err(|e| e.to_string())?;
+    Ok(SpecArg {
+        spec,
+        text: text.trim().to_owned(),
+    })
+}
+
+/// What a rate written with a lowercase `m` means, said because `m` reads
+/// as milli elsewhere: `10m = 10M ops/s`. `None` for any other spelling.
+fn mega_note(text: &str, spec: &RateSpec) -> Option<String> {
+    let rate = text.split([',', ':', ';']).next()?.trim();
+    let rate = rate
+        .strip_suffix("/s")
+        .or_else(|| rate.strip_suffix("/S"))
+        .unwrap_or(rate);
+    rate.ends_with('m').then(|| {
+        let spelled = spec.with_verb(Verb::Start).to_string();
+        let canonical = spelled.split(',').next().unwrap_or(&spelled);
+        format!("{rate} = {canonical} ops/s")
+    })
 }
 
 /// When the callers stall: once at `at`, and/or every `every`, for `length`.
@@ -185,6 +230,17 @@ struct Plan {
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     ensure!(!args.duration.is_zero(), "--duration must be positive");
+    if let Some(path) = &args.plot {
+        let svg = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        ensure!(
+            svg,
+            "--plot {} must name an .svg file: the picture is SVG (convert it afterwards \
+             for another format, e.g. `rsvg-convert -o pace.png pace.svg`)",
+            path.display()
+        );
+    }
     ensure!(
         args.interval >= Duration::from_millis(10),
         "--interval must be at least 10ms"
@@ -204,7 +260,21 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         (None, None, Some(_)) => bail!("--stall-for needs --stall-at or --stall-every"),
         (at, every, Some(length)) => {
             ensure!(!length.is_zero(), "--stall-for must be positive");
+            let run = humantime::format_duration(args.duration);
+            if let Some(at) = at {
+                ensure!(
+                    at < args.duration,
+                    "--stall-at {} is not within the run (--duration {run}): no stall would happen",
+                    humantime::format_duration(at)
+                );
+            }
             if let Some(every) = every {
+                ensure!(
+                    every < args.duration,
+                    "--stall-every {} is not shorter than the run (--duration {run}): \
+                     no stall would happen",
+                    humantime::format_duration(every)
+                );
                 ensure!(
                     every > length,
                     "--stall-every ({}) must be longer than --stall-for ({})",
@@ -218,7 +288,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         (_, _, None) => bail!("--stall-at and --stall-every need --stall-for"),
     };
     Ok(Plan {
-        spec: args.spec,
+        spec: args.spec.spec,
         threads: args.threads,
         duration: args.duration,
         interval: args.interval,
@@ -231,6 +301,9 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
 /// Runs `tollgate pace`.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let plan = plan(&args)?;
+    if !args.use_async && !args.idle {
+        limits::check(plan.threads, limits::bounds(worker::CALLER_STACK as u64))?;
+    }
     let mut builder = RateLimiter::builder(plan.spec.with_verb(Verb::Configure));
     if let Some(slices) = args.slices {
         builder = builder.slices(slices);
@@ -259,6 +332,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     printer.start(&Start {
         spec: plan.spec.to_string(),
+        note: mega_note(&args.spec.text, &plan.spec),
         mode: mode(args.use_async),
         threads: plan.threads,
         duration: plan.duration,
@@ -274,6 +348,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         None
     };
     drop(reports);
+    // From here Ctrl-C ends the run early, with its summary and picture.
+    interrupt::catch();
     let mut history = args.plot.as_ref().map(|_| History::default());
     let summary = coordinate(
         &shared,
@@ -293,6 +369,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // long time: leave them to the process exit instead of joining them.
     if let Some(runtime) = runtime {
         runtime.shutdown_background();
+    }
+    if summary.interrupted {
+        // What a shell expects of a command ended by SIGINT.
+        std::process::exit(130);
     }
     Ok(())
 }
@@ -440,18 +520,28 @@ fn coordinate(
     // Whether the callers stalled at any time since the last line.
     let mut stall_seen = control.stalled;
     let mut next_tick = plan.interval;
+    let mut next_fill = interrupt::POLL;
     let end;
     let stats;
+    let backlog;
+    let interrupted;
     loop {
         let now = run.now();
-        if now >= plan.duration {
-            end = (now, shared.ops());
-            // At the same moment as the count: the ops admitted and the ops
-            // run, side by side.
-            stats = limiter.stats();
+        let stop = interrupt::interrupted();
+        if now >= plan.duration || stop {
+            interrupted = stop && now < plan.duration;
+            // Callers run no op that returns from `acquire` after this.
             control.stop = true;
             control.epoch += 1;
             shared.set_control(control);
+            // The fill brings the limiter's account of waiting up to now
+            // (ops admitted since the last fill count at the backlog they
+            // saw): when no caller waits, nothing else fills.
+            backlog = limiter.backlog();
+            // At the same moment as the count: the ops admitted and the ops
+            // run, side by side.
+            stats = limiter.stats();
+            end = (now, shared.ops());
             break;
         }
         if now >= next_tick {
@@ -483,7 +573,12 @@ fn coordinate(
             shared.set_control(control);
         }
         stall_seen |= stalled;
-        let mut wake = next_tick.min(plan.duration);
+        if now >= next_fill {
+            limiter.backlog();
+            next_fill = now + interrupt::POLL;
+        }
+        // Looks for Ctrl-C, and fills, at least this often.
+        let mut wake = next_tick.min(plan.duration).min(next_fill);
         if let Some(change) = plan.stalls.and_then(|s| s.next_change(now)) {
             wake = wake.min(change);
         }
@@ -493,7 +588,6 @@ fn coordinate(
     let host_cores = HostCpu::now()
         .zip(host_start)
         .map(|(now, start)| now.busy_cores_since(&start));
-    let backlog = limiter.backlog();
 
     // The last (possibly partial) interval: wait briefly for every worker's
     // final histogram, but not for workers still blocked in `acquire` (at a
@@ -525,6 +619,11 @@ fn coordinate(
         }
     }
 
+    // Read again once every report is in: an op a caller counted just as
+    // the stop was set counts, as its lateness may have been reported; the
+    // callers count no op after they see the stop, so the ops reported
+    // never exceed the ops run.
+    let end = (end.0, shared.ops());
     let elapsed = end.0.as_secs_f64();
     let target = plan.spec.ops_per_sec();
     let achieved = end.1 as f64 / elapsed;
@@ -533,6 +632,7 @@ fn coordinate(
         mode: mode(use_async),
         threads: plan.threads,
         elapsed_s: elapsed,
+        interrupted,
         total_ops: end.1,
         target_ops_per_s: target,
         achieved_ops_per_s: achieved,
@@ -672,6 +772,103 @@ mod tests {
             plan_for("2h"),
             Err("--fill-interval must be between 10us and 1h (got 2h)".into())
         );
+    }
+
+    /// `plan` of `tollgate pace ARGS`, its error as text.
+    fn plan_of(args: &[&str]) -> Result<(), String> {
+        #[derive(clap::Parser)]
+        struct Pace {
+            #[command(flatten)]
+            args: Args,
+        }
+        let argv = std::iter::once("pace").chain(args.iter().copied());
+        let pace = <Pace as clap::Parser>::try_parse_from(argv).expect("valid arguments");
+        plan(&pace.args).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_stall_outside_the_run_is_refused() {
+        assert_eq!(
+            plan_of(&[
+                "1K",
+                "--duration",
+                "1s",
+                "--stall-at",
+                "5s",
+                "--stall-for",
+                "1s"
+            ]),
+            Err(
+                "--stall-at 5s is not within the run (--duration 1s): no stall would happen".into()
+            )
+        );
+        assert!(plan_of(&["--duration", "1s", "--stall-at", "1s", "--stall-for", "1s"]).is_err());
+        assert_eq!(
+            plan_of(&[
+                "--duration",
+                "1s",
+                "--stall-at",
+                "999ms",
+                "--stall-for",
+                "1s"
+            ]),
+            Ok(())
+        );
+        assert_eq!(
+            plan_of(&[
+                "--duration",
+                "2s",
+                "--stall-every",
+                "3s",
+                "--stall-for",
+                "1s"
+            ]),
+            Err(
+                "--stall-every 3s is not shorter than the run (--duration 2s): \
+                 no stall would happen"
+                    .into()
+            )
+        );
+        assert_eq!(
+            plan_of(&[
+                "--duration",
+                "4s",
+                "--stall-every",
+                "3s",
+                "--stall-for",
+                "1s"
+            ]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_plot_must_be_an_svg_file() {
+        assert_eq!(
+            plan_of(&["--plot", "x.png"]),
+            Err(
+                "--plot x.png must name an .svg file: the picture is SVG (convert it \
+                 afterwards for another format, e.g. `rsvg-convert -o pace.png pace.svg`)"
+                    .into()
+            )
+        );
+        assert!(plan_of(&["--plot", "x"]).is_err());
+        assert_eq!(plan_of(&["--plot", "x.svg"]), Ok(()));
+        assert_eq!(plan_of(&["--plot", "dir/X.SVG"]), Ok(()));
+    }
+
+    #[test]
+    fn a_lowercase_m_is_mega_and_said_so() {
+        let note = |text: &str| {
+            let arg = parse_spec(text).unwrap();
+            mega_note(&arg.text, &arg.spec)
+        };
+        assert_eq!(note("10m"), Some("10m = 10M ops/s".into()));
+        assert_eq!(note("2.5m/s,1.5"), Some("2.5m = 2.5M ops/s".into()));
+        assert_eq!(note("10m:1.1:restart"), Some("10m = 10M ops/s".into()));
+        assert_eq!(note("10M"), None);
+        assert_eq!(note("1e6"), None);
+        assert_eq!(note("500k"), None);
     }
 
     #[test]

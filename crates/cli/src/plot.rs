@@ -36,6 +36,10 @@ const TITLE: f64 = 34.0;
 const MARGIN: (f64, f64, f64, f64) = (78.0, 24.0, 52.0, 50.0);
 /// Most ticks per axis.
 const TICKS: usize = 7;
+/// Room above the highest point, as a share of the data's span.
+const HEADROOM: f64 = 0.04;
+/// Height of a line of a figure's notes, in pixels.
+const NOTE_LINE: f64 = 15.0;
 /// Series with at most this many points get a marker on each point.
 const MARKERS: usize = 40;
 
@@ -46,6 +50,8 @@ pub(crate) struct Series {
     colour: String,
     points: Vec<(f64, f64)>,
     dashed: bool,
+    /// Stroke width, in pixels.
+    width: f64,
 }
 
 impl Series {
@@ -61,7 +67,15 @@ impl Series {
                 .filter(|(x, y)| x.is_finite() && y.is_finite())
                 .collect(),
             dashed: false,
+            width: 1.6,
         }
+    }
+
+    /// The same line, `width` pixels wide (1.6 unless set): a wide line
+    /// drawn under a narrow one stays visible where they run together.
+    pub(crate) fn width(mut self, width: f64) -> Series {
+        self.width = width;
+        self
     }
 
     /// The same line, dashed: for a reference such as a target or a
@@ -72,6 +86,78 @@ impl Series {
     }
 }
 
+/// An instant marked on a chart's time axis: a dotted line with `label`
+/// (a short number) at its top and `title` as its tooltip.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Mark {
+    x: f64,
+    label: String,
+    title: String,
+}
+
+/// Events (time, what) as numbered marks: events closer than a sixtieth
+/// of `span` to the first of a group share its mark, so that no two marks'
+/// numbers overlap. Returns the marks and a key, a line per mark:
+/// `3  120 s  dc lost its master; dc held an election`. The key lists at
+/// most [`KEY_LINES`] marks and says how many more there are.
+pub(crate) fn event_marks(events: &[(f64, String)], span: f64) -> (Vec<Mark>, Vec<String>) {
+    let mut sorted: Vec<&(f64, String)> = events.iter().filter(|(t, _)| t.is_finite()).collect();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let gap = span.abs() / 60.0;
+    let mut groups: Vec<(f64, Vec<&str>)> = Vec::new();
+    for (t, what) in sorted {
+        match groups.last_mut() {
+            Some((first, whats)) if t - *first < gap => whats.push(what),
+            _ => groups.push((*t, vec![what])),
+        }
+    }
+    let marks = groups
+        .iter()
+        .enumerate()
+        .map(|(i, (t, whats))| Mark {
+            x: *t,
+            label: (i + 1).to_string(),
+            title: whats.join("\n"),
+        })
+        .collect();
+    let mut key: Vec<String> = groups
+        .iter()
+        .take(KEY_LINES)
+        .enumerate()
+        .map(|(i, (t, whats))| {
+            let mut line = format!("{}  {} s  {}", i + 1, label(*t, *t), whats[0]);
+            if whats.len() > 1 {
+                let _ = write!(
+                    line,
+                    " (and {} more: {})",
+                    whats.len() - 1,
+                    whats[1..].join("; ")
+                );
+            }
+            truncate(&line, KEY_CHARS)
+        })
+        .collect();
+    if groups.len() > KEY_LINES {
+        key.push(format!("... and {} more marks", groups.len() - KEY_LINES));
+    }
+    (marks, key)
+}
+
+/// Most marks a key lists.
+pub(crate) const KEY_LINES: usize = 60;
+/// Most characters of a key line (the figure's width at its font size).
+const KEY_CHARS: usize = 140;
+
+/// `text` cut to `max` characters, ending in `...` when cut.
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(3)).collect();
+    cut.push_str("...");
+    cut
+}
+
 /// One panel: axes, gridlines, a legend and its series.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Chart {
@@ -79,7 +165,7 @@ pub(crate) struct Chart {
     x_title: String,
     y_title: String,
     series: Vec<Series>,
-    marks: Vec<f64>,
+    marks: Vec<Mark>,
 }
 
 impl Chart {
@@ -95,10 +181,11 @@ impl Chart {
         }
     }
 
-    /// Marks instants on the x axis (events), drawn as thin dotted
-    /// vertical lines under the series; non-finite ones are skipped.
-    pub(crate) fn marks(mut self, xs: Vec<f64>) -> Chart {
-        self.marks = xs.into_iter().filter(|x| x.is_finite()).collect();
+    /// Marks instants on the x axis (events, see [`event_marks`]), drawn
+    /// as thin dotted vertical lines under the series, numbered at the
+    /// top; non-finite ones are skipped.
+    pub(crate) fn marks(mut self, marks: Vec<Mark>) -> Chart {
+        self.marks = marks.into_iter().filter(|m| m.x.is_finite()).collect();
         self
     }
 
@@ -125,7 +212,9 @@ impl Chart {
             x1 = x_hi;
             xs.retain(|&x| x <= x_hi * (1.0 + 1e-9));
         }
-        let ys = ticks(y_lo, y_hi, TICKS);
+        // Headroom: the highest point stays off the top of the frame (a
+        // capacity line at 500 would otherwise run along it).
+        let ys = ticks(y_lo, y_hi + (y_hi - y_lo) * HEADROOM, TICKS);
         let (y0, y1) = (ys[0], ys[ys.len() - 1]);
         let px = |x: f64| left + (x - x0) / (x1 - x0) * (right - left);
         let py = |y: f64| bottom - (y.clamp(y0, y1) - y0) / (y1 - y0) * (bottom - plot_top);
@@ -175,12 +264,15 @@ impl Chart {
             r#"<text x="{yx}" y="{yy:.1}" text-anchor="middle" transform="rotate(-90 {yx} {yy:.1})">{}</text>"#,
             escape(&self.y_title)
         );
-        // The marks, under the series.
-        for &x in self.marks.iter().filter(|&&x| x0 <= x && x <= x1) {
+        // The marks, under the series: numbered, their events as tooltips.
+        for m in self.marks.iter().filter(|m| x0 <= m.x && m.x <= x1) {
             let _ = writeln!(
                 out,
-                r##"<line x1="{0:.1}" y1="{plot_top}" x2="{0:.1}" y2="{bottom}" stroke="#ff7f0e" stroke-width="1" stroke-dasharray="2 3"/>"##,
-                px(x)
+                r##"<g><title>{title}</title><line x1="{0:.1}" y1="{plot_top}" x2="{0:.1}" y2="{bottom}" stroke="#ff7f0e" stroke-width="1" stroke-dasharray="2 3"/><text x="{0:.1}" y="{1:.1}" font-size="9" text-anchor="middle" fill="#c05000">{label}</text></g>"##,
+                px(m.x),
+                plot_top + 10.0,
+                title = escape(&m.title),
+                label = escape(&m.label),
             );
         }
         // The series, clipped to the plot area.
@@ -196,8 +288,9 @@ impl Chart {
             };
             let _ = writeln!(
                 out,
-                r#"<polyline fill="none" stroke="{}" stroke-width="1.6"{dash} points="{}"/>"#,
+                r#"<polyline fill="none" stroke="{}" stroke-width="{}"{dash} points="{}"/>"#,
                 escape(&s.colour),
+                s.width,
                 points.trim_end()
             );
             if s.points.len() <= MARKERS && !s.dashed {
@@ -242,6 +335,8 @@ impl Chart {
 pub(crate) struct Figure {
     title: String,
     charts: Vec<Chart>,
+    /// Lines of text under the charts (a key to their marks).
+    notes: Vec<String>,
 }
 
 impl Figure {
@@ -250,6 +345,7 @@ impl Figure {
         Figure {
             title: title.to_owned(),
             charts: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -259,9 +355,22 @@ impl Figure {
         self
     }
 
+    /// Adds lines of text under the charts, such as the key of
+    /// [`event_marks`].
+    pub(crate) fn notes(mut self, lines: Vec<String>) -> Figure {
+        self.notes = lines;
+        self
+    }
+
     /// The figure as a self-contained SVG document.
     pub(crate) fn svg(&self) -> String {
-        let height = TITLE + PANEL * self.charts.len() as f64;
+        let charts = TITLE + PANEL * self.charts.len() as f64;
+        let notes = if self.notes.is_empty() {
+            0.0
+        } else {
+            NOTE_LINE * (self.notes.len() + 1) as f64
+        };
+        let height = charts + notes;
         let mut out = format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
@@ -272,6 +381,15 @@ impl Figure {
         );
         for (i, chart) in self.charts.iter().enumerate() {
             chart.draw(&mut out, TITLE + PANEL * i as f64);
+        }
+        for (i, line) in self.notes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{:.1}" font-size="11">{}</text>"#,
+                MARGIN.0,
+                charts + NOTE_LINE * (i + 1) as f64,
+                escape(line)
+            );
         }
         out.push_str("</svg>\n");
         out
@@ -468,14 +586,75 @@ mod tests {
         }
         assert!(svg.contains(">has</text>"));
         assert!(svg.contains(">capacity</text>"));
-        // Seven gridlines across time, six up to 500, and the dashed
-        // capacity drawn last.
-        assert_eq!(svg.matches(r##"stroke="#e0e0e0""##).count(), 13);
+        // Seven gridlines across time, seven up to 600 (headroom above the
+        // capacity, which would otherwise lie on the frame), and the
+        // dashed capacity drawn last.
+        assert_eq!(svg.matches(r##"stroke="#e0e0e0""##).count(), 14);
         let has = svg.find(r#"<polyline fill="none" stroke="blue""#).unwrap();
         let capacity = svg
             .find(r#"<polyline fill="none" stroke="red" stroke-width="1.6" stroke-dasharray"#)
             .unwrap();
         assert!(capacity > has);
+    }
+
+    #[test]
+    fn the_highest_point_stays_off_the_frame() {
+        let chart = |top: f64| {
+            Figure::new("f")
+                .chart(Chart::new("c", "x", "y").series(Series::new(
+                    "s",
+                    "blue",
+                    vec![(0.0, 0.0), (1.0, top)],
+                )))
+                .svg()
+        };
+        // 500 is a round tick: the axis runs on to 600.
+        assert!(chart(500.0).contains(">600</text>"));
+        // 480 leaves room under 500.
+        let svg = chart(480.0);
+        assert!(
+            svg.contains(">500</text>") && !svg.contains(">600</text>"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn events_are_numbered_grouped_and_keyed() {
+        let events = vec![
+            (100.0, "dc lost its master".to_owned()),
+            (0.0, "etcd down for 60 s".to_owned()),
+            (102.0, "dc held an election".to_owned()),
+            (300.0, "root capacity set to <400>".to_owned()),
+        ];
+        let (marks, key) = event_marks(&events, 600.0);
+        assert_eq!(marks.len(), 3, "100 s and 102 s share a mark: {marks:?}");
+        assert_eq!(
+            key,
+            [
+                "1  0 s  etcd down for 60 s",
+                "2  100 s  dc lost its master (and 1 more: dc held an election)",
+                "3  300 s  root capacity set to <400>",
+            ]
+        );
+        let svg = Figure::new("f")
+            .chart(
+                Chart::new("c", "t", "y")
+                    .series(Series::new("s", "blue", vec![(0.0, 1.0), (600.0, 1.0)]))
+                    .marks(marks),
+            )
+            .notes(key)
+            .svg();
+        assert!(svg.contains("<title>dc lost its master\ndc held an election</title>"));
+        assert!(svg.contains(r##"fill="#c05000">2</text>"##));
+        assert!(svg.contains(">3  300 s  root capacity set to &lt;400&gt;</text>"));
+        // Many events: the key says how many marks it leaves out.
+        let many: Vec<(f64, String)> = (0..100)
+            .map(|i| (f64::from(i) * 60.0, format!("e{i}")))
+            .collect();
+        let (marks, key) = event_marks(&many, 3000.0);
+        assert_eq!(marks.len(), 100);
+        assert_eq!(key.len(), KEY_LINES + 1);
+        assert_eq!(key[KEY_LINES], "... and 40 more marks");
     }
 
     #[test]

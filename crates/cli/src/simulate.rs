@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use tollgate_doorman::simulate::{self, Fleet, Report};
 
-use crate::plot::{Chart, Figure, Series};
+use crate::plot::{self, Chart, Figure, Series};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -171,6 +171,17 @@ fn over_capacity(samples: usize, max: f64, mean_when_over: f64) -> String {
     }
 }
 
+/// The run's events as numbered marks over its length, and their key.
+fn event_marks(report: &Report) -> (Vec<plot::Mark>, Vec<String>) {
+    let events: Vec<(f64, String)> = report
+        .events
+        .iter()
+        .map(|e| (e.t as f64, e.what.clone()))
+        .collect();
+    let span = report.samples.last().map_or(1.0, |s| s.t as f64);
+    plot::event_marks(&events, span)
+}
+
 /// The run as a self-contained SVG document: the root's capacity with
 /// what the clients hold, and their total wants against the capacity
 /// (each on an axis that spans its data, so wants far above the capacity
@@ -182,7 +193,7 @@ fn chart(report: &Report) -> String {
     let points = |f: &dyn Fn(&simulate::Sample) -> f64| -> Vec<(f64, f64)> {
         report.samples.iter().map(|s| (s.t as f64, f(s))).collect()
     };
-    let marks: Vec<f64> = report.events.iter().map(|e| e.t as f64).collect();
+    let (marks, key) = event_marks(report);
     let capacity = || Series::new("root capacity", "#d62728", points(&|s| s.capacity)).dashed();
     let held = Chart::new(
         "Capacity and total has",
@@ -206,6 +217,11 @@ fn chart(report: &Report) -> String {
     ))
     .chart(held)
     .chart(wanted);
+    if !key.is_empty() {
+        let mut notes = vec!["Events (numbered at the top of each chart):".to_owned()];
+        notes.extend(key);
+        figure = figure.notes(notes);
+    }
     if report.level_names.len() > 1 {
         for (l, name) in report.level_names.iter().enumerate() {
             let level = |f: fn(&simulate::LevelSample) -> f64| -> Vec<(f64, f64)> {
@@ -238,6 +254,13 @@ fn chart(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn escape_text(text: &str) -> String {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    }
 
     #[test]
     fn over_capacity_names_what_it_counts() {
@@ -281,11 +304,21 @@ mod tests {
         }
         // has and the capacity; wants and the capacity; two per level.
         assert_eq!(svg.matches("<polyline").count(), 4 + 2 * 3);
-        // Each event marked in each of the five panels.
+        // Events close together share a numbered mark, drawn in each of the
+        // five panels, and the key under the charts names them all.
+        let (marks, key) = event_marks(&report);
+        assert!(!report.events.is_empty());
+        assert!(marks.len() <= 60, "at most 60 marks: {}", marks.len());
         assert_eq!(
             svg.matches(r##"stroke="#ff7f0e""##).count(),
-            5 * report.events.len()
+            5 * marks.len()
         );
-        assert!(!report.events.is_empty());
+        assert!(svg.contains(">Events (numbered at the top of each chart):</text>"));
+        for line in key {
+            assert!(
+                svg.contains(&format!(">{}</text>", escape_text(&line))),
+                "{line}"
+            );
+        }
     }
 }

@@ -457,7 +457,30 @@ impl RateLimiter {
     /// starting, `start` (the default) also starts an idle limiter, and
     /// `restart` clears the pools and the backlog as if new. Applying the
     /// same rate and ratio again is a no-op. A rate change keeps the backlog
-    /// as time and clamps the active pool to the new size.
+    /// as time and clamps the active pool to the new size; what the pool
+    /// held beyond it is dropped, not added to the backlog (ops in the pool
+    /// may start now, they are not late).
+    ///
+    /// # Examples
+    ///
+    /// A limiter started at its smallest rate while it waits for its real
+    /// one: the op it may pass at once is 1000 s of schedule at 0.001 ops/s,
+    /// none of it owed at the new rate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, RateLimiter, RateSpec};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = RateLimiter::builder(RateSpec::new(RateSpec::MIN_OPS_PER_SEC)?)
+    ///     .clock(clock.clone())
+    ///     .filler_thread(false)
+    ///     .build();
+    /// clock.advance(Duration::from_secs(1));
+    /// limiter.apply(RateSpec::new(500.0)?);
+    /// assert_eq!(limiter.backlog(), Duration::ZERO);
+    /// # Ok::<(), tollgate::SpecError>(())
+    /// ```
     pub fn apply(&self, spec: RateSpec) {
         self.core.apply(spec);
     }

@@ -158,12 +158,46 @@ fn a_rate_change_keeps_the_backlog_as_time_and_clamps_the_pool() {
     // A = 2 ops, B = 1 op: P = 3 ops, W = 997 ops = 997 ms.
     assert_eq!(limiter.backlog(), Duration::from_millis(997));
     limiter.apply("2000,1.5".parse().unwrap());
-    // P = 3 ms = 6 ops at 2000/s; the new A + B = 1.5 ms = 3 ops, so 1.5 ms
-    // joins the backlog.
-    assert_eq!(limiter.backlog(), Duration::from_micros(998_500));
+    // P = 3 ms = 6 ops at 2000/s; the new A + B = 1.5 ms = 3 ops: the other
+    // 1.5 ms is dropped (ops in the pool were not late), the backlog keeps
+    // its 997 ms.
+    assert_eq!(limiter.backlog(), Duration::from_millis(997));
+    assert_eq!(
+        limiter.ledger().dropped,
+        3 * u128::from(limiter.ledger().tokens_per_op)
+    );
     assert_eq!(drain(&limiter), 3);
     assert_eq!(limiter.spec().to_string(), "2K,1.5");
     assert_conserved(&limiter, 4);
+}
+
+#[test]
+fn a_limiter_started_at_the_smallest_rate_owes_nothing_at_its_real_one() {
+    // How a lease-fed limiter starts: at 0.001 ops/s, where the op it may
+    // pass at once stands for 1000 s, until its lease comes.
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::builder(RateSpec::new(RateSpec::MIN_OPS_PER_SEC).unwrap())
+        .clock(clock.clone())
+        .filler_thread(false)
+        .build();
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.backlog(), Duration::ZERO);
+    limiter.apply(RateSpec::new(500.0).unwrap());
+    assert_eq!(limiter.backlog(), Duration::ZERO, "no schedule is owed");
+    // A + B = 4 ms x 1.1 = 2.2 ops at 500/s: two whole ops now, on time.
+    assert_eq!(drain(&limiter), 2);
+    assert_eq!(limiter.lateness(), Duration::ZERO);
+    // The steady state: one op every 2 ms, each on time.
+    for _ in 0..1000 {
+        clock.advance(2 * MS);
+        assert_eq!(limiter.backlog(), Duration::ZERO);
+        assert!(limiter.try_acquire());
+        assert!(!limiter.try_acquire());
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.admitted, 1002);
+    assert_eq!(stats.total_wait, Duration::ZERO);
+    assert_conserved(&limiter, 1002);
 }
 
 #[test]

@@ -192,3 +192,9 @@ cfg_not_loom! {
     pub use token_pool::{TokenPool, TokenPoolState};
     pub use trust::Trust;
 }
+
+/// The workspace README's Rust examples, compiled (not run) as this
+/// crate's doc tests: this crate's tests can use every crate they name.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

@@ -108,23 +108,16 @@ impl History {
             "time since start (s)",
             &format!("lateness ({l_unit})"),
         )
-        // The highest drawn first, so that a lower percentile equal to it
-        // stays visible.
-        .series(Series::new(
-            "max",
-            "#7f7f7f",
-            late(&|l| l.lateness.max as f64 / l_div),
-        ))
-        .series(Series::new(
-            "p99",
-            "#ff7f0e",
-            late(&|l| l.lateness.p99 as f64 / l_div),
-        ))
+        // Percentiles are often equal (to the histogram's precision), so
+        // each stays visible over the one before: p99 wide, p50 narrow on
+        // it, and the max dashed on top.
+        .series(Series::new("p99", "#ff7f0e", late(&|l| l.lateness.p99 as f64 / l_div)).width(5.0))
         .series(Series::new(
             "p50",
             "#2ca02c",
             late(&|l| l.lateness.p50 as f64 / l_div),
-        ));
+        ))
+        .series(Series::new("max", "#404040", late(&|l| l.lateness.max as f64 / l_div)).dashed());
         let mode = callers(summary);
         Figure::new(&format!(
             "tollgate pace {}: {} {mode}, {:.1} s, achieved/target {:.4}",
@@ -158,6 +151,31 @@ mod tests {
             },
             stalled: false,
         }
+    }
+
+    #[test]
+    fn equal_percentiles_and_max_all_stay_visible() {
+        let mut h = History::default();
+        for t in 1..4 {
+            let mut l = line(t);
+            l.lateness.p99 = l.lateness.max;
+            l.lateness.p50 = l.lateness.max;
+            h.push(l, true);
+        }
+        let summary = crate::pace::report::tests::summary();
+        let svg = h.svg(&summary);
+        let at = |needle: &str| {
+            svg.find(needle)
+                .unwrap_or_else(|| panic!("{needle} in {svg}"))
+        };
+        // Drawn in this order, each over the one before: p99 wide, p50
+        // narrow, the max dashed (so the others show through its gaps).
+        let p99 = at(r##"<polyline fill="none" stroke="#ff7f0e" stroke-width="5""##);
+        let p50 = at(r##"<polyline fill="none" stroke="#2ca02c" stroke-width="1.6" points"##);
+        let max = at(
+            r##"<polyline fill="none" stroke="#404040" stroke-width="1.6" stroke-dasharray="7 5""##,
+        );
+        assert!(p99 < p50 && p50 < max, "{svg}");
     }
 
     #[test]

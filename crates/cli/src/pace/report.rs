@@ -52,6 +52,10 @@ fn seconds_f64<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Err
 #[derive(Debug, Serialize)]
 pub(super) struct Start {
     pub(super) spec: String,
+    /// What the rate as written means, where that may surprise (`10m =
+    /// 10M ops/s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) note: Option<String>,
     pub(super) mode: &'static str,
     pub(super) threads: usize,
     #[serde(rename = "duration_s", serialize_with = "seconds_f64")]
@@ -89,6 +93,8 @@ pub(super) struct Summary {
     pub(super) mode: &'static str,
     pub(super) threads: usize,
     pub(super) elapsed_s: f64,
+    /// Whether Ctrl-C (SIGINT) ended the run before its --duration.
+    pub(super) interrupted: bool,
     pub(super) total_ops: u64,
     pub(super) target_ops_per_s: f64,
     pub(super) achieved_ops_per_s: f64,
@@ -279,9 +285,15 @@ impl Printer {
     }
 
     pub(super) fn line(&mut self, line: &Line) {
-        let text = match self.format {
+        let text = self.line_text(line);
+        self.header_done = true;
+        emit(&text);
+    }
+
+    fn line_text(&self, line: &Line) -> String {
+        match self.format {
             Format::Text => format!(
-                "{:>8.2}s  target {:>9}  achieved {:>9}  x{:.4}  backlog {:>8}  lateness p50 {:>8} p99 {:>8}{}",
+                "{:>8.2}s  target {:>RATE_WIDTH$}  achieved {:>RATE_WIDTH$}  x{:.4}  backlog {:>TIME_WIDTH$}  lateness p50 {:>TIME_WIDTH$} p99 {:>TIME_WIDTH$}{}",
                 line.elapsed_s,
                 rate(line.target_ops_per_s),
                 rate(line.achieved_ops_per_s),
@@ -314,9 +326,7 @@ impl Printer {
                 text
             }
             Format::Json => json(&Record::Interval(line)),
-        };
-        self.header_done = true;
-        emit(&text);
+        }
     }
 
     /// The line printed before the run: what it runs and for how long.
@@ -327,8 +337,9 @@ impl Printer {
     fn start_text(&self, s: &Start) -> String {
         match self.format {
             Format::Text => format!(
-                "tollgate pace {}: {} {} for {}, a line every {}{}",
+                "tollgate pace {}{}: {} {} for {}, a line every {}{}",
                 s.spec,
+                s.note.as_ref().map_or(String::new(), |n| format!(" ({n})")),
                 s.threads,
                 mode_word(s.mode, s.threads),
                 humantime::format_duration(s.duration),
@@ -349,7 +360,7 @@ impl Printer {
     fn summary_text(&self, s: &Summary) -> String {
         match self.format {
             Format::Text => format!(
-                "tollgate pace {spec}: {threads} {mode}, {elapsed:.3}s\n\
+                "tollgate pace {spec}: {threads} {mode}, {elapsed:.3}s{interrupted}\n\
                  \x20 ops         {ops} (limiter admitted {admitted})\n\
                  \x20 rate        {achieved} achieved of {target} target: ratio {ratio:.5}\n\
                  \x20 lateness    p50 {p50}  p99 {p99}  max {max}  mean {mean}, over the {reported} ops the callers reported\n\
@@ -360,6 +371,11 @@ impl Printer {
                 threads = s.threads,
                 mode = callers(s),
                 elapsed = s.elapsed_s,
+                interrupted = if s.interrupted {
+                    " (interrupted by Ctrl-C)"
+                } else {
+                    ""
+                },
                 ops = s.total_ops,
                 admitted = s.admitted,
                 achieved = rate(s.achieved_ops_per_s),
@@ -466,6 +482,12 @@ fn emit(text: &str) {
     let _ = out.flush();
 }
 
+/// The width of a [`rate`] column: `1000.000G/s` at most (1e12 ops/s).
+const RATE_WIDTH: usize = 11;
+/// The width of a [`nanos`] column: `9999.999s` at most, beyond which a
+/// column is not kept.
+const TIME_WIDTH: usize = 9;
+
 /// `12.3M/s`.
 fn rate(per_s: f64) -> String {
     let (value, unit) = match per_s {
@@ -499,7 +521,7 @@ fn nanos(ns: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -514,7 +536,7 @@ mod tests {
         assert_eq!(fractional_nanos(999.96), "1.0µs");
     }
 
-    fn summary() -> Summary {
+    pub(in crate::pace) fn summary() -> Summary {
         let mut histogram = crate::pace::worker::new_histogram();
         // 1000 ops reported: 990 on time, 10 at 2 µs (a value the
         // histogram holds exactly).
@@ -525,6 +547,7 @@ mod tests {
             mode: "async",
             threads: 100_000,
             elapsed_s: 3.0,
+            interrupted: false,
             total_ops: 299_956,
             target_ops_per_s: 1e5,
             achieved_ops_per_s: 99_985.3,
@@ -587,6 +610,7 @@ mod tests {
     fn the_start_line_names_the_run_and_where_its_picture_goes() {
         let start = Start {
             spec: "100K,1.5".into(),
+            note: None,
             mode: "threads",
             threads: 2,
             duration: Duration::from_secs(3),
@@ -608,6 +632,77 @@ mod tests {
             serde_json::from_str(&Printer::new(Format::Json).start_text(&start)).unwrap();
         assert_eq!(json["type"], "start");
         assert_eq!(json["interval_s"], 0.1);
+    }
+
+    #[test]
+    fn a_run_ended_by_ctrl_c_says_so() {
+        let mut s = summary();
+        s.interrupted = true;
+        let text = Printer::new(Format::Text).summary_text(&s);
+        assert_eq!(
+            text.lines().next(),
+            Some("tollgate pace 100K,1.1: 100000 tasks, 3.000s (interrupted by Ctrl-C)")
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&Printer::new(Format::Json).summary_text(&s)).unwrap();
+        assert_eq!(json["interrupted"], true);
+    }
+
+    #[test]
+    fn the_start_line_says_what_a_lowercase_m_means() {
+        let start = Start {
+            spec: "10M,1.1".into(),
+            note: Some("10m = 10M ops/s".into()),
+            mode: "threads",
+            threads: 2,
+            duration: Duration::from_secs(1),
+            interval: Duration::from_secs(1),
+            plot: None,
+        };
+        assert_eq!(
+            Printer::new(Format::Text).start_text(&start),
+            "tollgate pace 10M,1.1 (10m = 10M ops/s): 2 threads for 1s, a line every 1s"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&Printer::new(Format::Json).start_text(&start)).unwrap();
+        assert_eq!(json["note"], "10m = 10M ops/s");
+    }
+
+    /// Where each column starts in a text line, in characters.
+    fn columns(text: &str) -> Vec<usize> {
+        ["target", "achieved", " x", "backlog", "p50", "p99"]
+            .iter()
+            .map(|word| text[..text.find(word).unwrap()].chars().count())
+            .collect()
+    }
+
+    #[test]
+    fn interval_columns_keep_their_place_at_every_rate() {
+        let line = |rate: f64, backlog_ns: u64, late_ns: u64| Line {
+            elapsed_s: 1.0,
+            target_ops_per_s: rate,
+            achieved_ops_per_s: rate * 0.999,
+            ratio: 0.999,
+            ops: rate as u64,
+            backlog_ns,
+            lateness: Lateness {
+                p50: late_ns,
+                p99: late_ns,
+                max: late_ns,
+                mean: late_ns,
+            },
+            stalled: false,
+        };
+        let text = |l: &Line| Printer::new(Format::Text).line_text(l);
+        let first = columns(&text(&line(999.0, 0, 0)));
+        for l in [
+            line(99_999.0, 999_999, 999),
+            line(100_000.0, 1_000_000, 999_999),
+            line(999_999.0, 999_999_999, 999_999_999),
+            line(1e12, 1_234_567_000_000, 1_234_567_000_000),
+        ] {
+            assert_eq!(columns(&text(&l)), first, "{}", text(&l));
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ const YIELD_EVERY: u64 = 64;
 
 /// A caller thread's stack: it runs a short loop and keeps its histogram
 /// on the heap, so a small stack lets many thousands start quickly.
-const CALLER_STACK: usize = 64 << 10;
+pub(super) const CALLER_STACK: usize = 64 << 10;
 
 /// Bit 0 of the control word: callers exit.
 const STOP: u64 = 1;
@@ -151,6 +151,19 @@ impl Shared {
     pub(super) fn ops(&self) -> u64 {
         // Relaxed: each count is a gauge written only by its caller.
         self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    /// After an acquire: whether the run has ended, in which case the op is
+    /// neither run nor counted and `recorder` sends what it holds. The
+    /// coordinator reads the count after setting the stop, so the ops the
+    /// callers report never exceed the ops counted.
+    #[inline]
+    fn stopped(&self, recorder: &mut Recorder) -> bool {
+        let control = self.control();
+        if control.stop {
+            recorder.roll(control);
+        }
+        control.stop
     }
 
     /// After an acquire: the synthetic op, then count it.
@@ -288,6 +301,9 @@ fn run_thread(shared: &Shared, caller: usize, reports: mpsc::Sender<Report>) {
             continue;
         }
         let late = shared.limiter.acquire();
+        if shared.stopped(&mut recorder) {
+            return;
+        }
         ops += 1;
         shared.finish_op(caller, ops);
         recorder.record(late);
@@ -309,6 +325,9 @@ async fn run_task(shared: Arc<Shared>, caller: usize, reports: mpsc::Sender<Repo
             continue;
         }
         let late = acquire_reporting(&shared, caller, &mut recorder).await;
+        if shared.stopped(&mut recorder) {
+            return;
+        }
         ops += 1;
         shared.finish_op(caller, ops);
         recorder.record(late);
@@ -343,18 +362,46 @@ async fn acquire_reporting(shared: &Shared, caller: usize, recorder: &mut Record
 
 /// Starts one thread per caller. They are not joined: at the end of a run
 /// the coordinator collects what they sent and the process exits.
+///
+/// # Errors
+///
+/// When a thread cannot start; the threads started before it are stopped
+/// and joined first, so none is left running.
 pub(super) fn spawn_threads(
     shared: &Arc<Shared>,
     reports: &mpsc::Sender<Report>,
 ) -> anyhow::Result<()> {
-    for caller in 0..shared.counts.len() {
-        let shared = Arc::clone(shared);
-        let reports = reports.clone();
-        std::thread::Builder::new()
-            .name(format!("pace-{caller}"))
-            .stack_size(CALLER_STACK)
-            .spawn(move || run_thread(&shared, caller, reports))
-            .with_context(|| format!("cannot start caller thread {caller}"))?;
+    let callers = shared.counts.len();
+    let mut started = Vec::with_capacity(callers);
+    for caller in 0..callers {
+        let spawned = {
+            let shared = Arc::clone(shared);
+            let reports = reports.clone();
+            std::thread::Builder::new()
+                .name(format!("pace-{caller}"))
+                .stack_size(CALLER_STACK)
+                .spawn(move || run_thread(&shared, caller, reports))
+        };
+        match spawned {
+            Ok(handle) => started.push(handle),
+            Err(e) => {
+                // Still stalled: every thread started waits at the gate,
+                // and the stop bit sends it home.
+                shared.set_control(Control {
+                    stop: true,
+                    ..Control::default()
+                });
+                for handle in started {
+                    let _ = handle.join();
+                }
+                anyhow::bail!(
+                    "cannot start caller thread {} of {callers}: {e} (the {caller} \
+                     started were stopped); use --async (tasks, not threads) or fewer \
+                     --threads",
+                    caller + 1
+                );
+            }
+        }
     }
     Ok(())
 }

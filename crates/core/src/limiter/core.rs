@@ -97,6 +97,13 @@ struct Published {
     /// How long the filler thread waits between fills while no parked
     /// thread times them (see `Core::until_next_fill`).
     filler_spacing_ns: AtomicU64,
+    /// One op of schedule, in ns. At low rates, where it spans several
+    /// fill intervals, waiters sleep until a fill can bring their op (see
+    /// `Core::until_op`) instead of filling every interval.
+    op_ns: AtomicU64,
+    /// One op of schedule at the burst rate (`rate * burst_ratio`), in ns:
+    /// the soonest a fill can bring an op while there is a backlog.
+    burst_op_ns: AtomicU64,
     /// Until this clock reading the filler thread fills on time even while
     /// a thread heads the queue: set when a fill comes late, i.e. when the
     /// machine is too busy to wake the head on time.
@@ -156,6 +163,8 @@ impl Core {
                 batch: AtomicU64::new(0),
                 handoff: AtomicU64::new(0),
                 filler_spacing_ns: AtomicU64::new(fill_interval_ns),
+                op_ns: AtomicU64::new(0),
+                burst_op_ns: AtomicU64::new(0),
                 punctual_until_ns: AtomicU64::new(0),
             }),
             in_flight: CachePadded::new(AtomicU64::new(0)),

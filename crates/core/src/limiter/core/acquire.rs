@@ -192,7 +192,7 @@ impl Core {
                 };
             }
             if node.is_head() {
-                let due = self.head_fill_due();
+                let due = self.head_fill_due(need, partial);
                 let until = if now >= due {
                     if self.fill_if_late() {
                         continue;
@@ -214,14 +214,20 @@ impl Core {
         }
     }
 
-    /// When the head waiter fills by itself: when the next fill is due.
-    /// While a thread heads the queue, the filler thread stands back (see
-    /// `until_next_fill`), so the head's wake-up is the fill, and a head
-    /// served by its own fill needs no other wake.
-    fn head_fill_due(&self) -> u64 {
+    /// When the head waiter fills by itself: when the next fill is due,
+    /// or at a low rate when the fill can first bring what it needs (see
+    /// `until_op`). While a thread heads the queue, the filler thread
+    /// stands back (see `until_next_fill`), so the head's wake-up is the
+    /// fill, and a head served by its own fill needs no other wake.
+    fn head_fill_due(&self, need: u64, partial: Partial) -> u64 {
         // Relaxed: a hint; the fill reads its time under the lock.
         let last = self.published.last_fill_ns.load(Relaxed);
-        last.saturating_add(self.fill_interval_ns)
+        let wait = match partial {
+            // It gathers tokens as they come: every fill serves it.
+            Partial::Yes => self.fill_interval_ns,
+            Partial::No => self.fill_interval_ns.max(self.until_op(need)),
+        };
+        last.saturating_add(wait)
     }
 
     /// Whether `missing` tokens could arrive within `ns`: what the active

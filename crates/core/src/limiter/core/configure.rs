@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::super::spec::{RateSpec, Verb};
-use super::super::units::{Meter, Sizing, TOKENS_PER_OP};
+use super::super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
 use super::{Core, Schedule};
 use crate::sync::{lock, Ordering::Relaxed};
 
@@ -12,6 +12,8 @@ use crate::sync::{lock, Ordering::Relaxed};
 const MAX_BATCH_OPS: u64 = 64;
 /// The most ops one hand-off gives a waiter beyond its need (wait.rs).
 const MAX_HANDOFF_OPS: u64 = 512;
+/// A burst ratio of 1.0, in the spec's parts per million.
+const PPM: u128 = 1_000_000;
 
 impl Core {
     /// Starts: time counts from `now` and the first op passes at once.
@@ -37,18 +39,24 @@ impl Core {
         self.start_locked(st, now);
     }
 
-    /// Changes rate and burst ratio: the pools keep their time, `P` is
-    /// clamped to the new `A + B` (the excess joins the backlog).
+    /// Changes rate and burst ratio: the backlog `W` keeps its time, `P`
+    /// keeps its time up to the new `A + B` and the excess is dropped.
+    ///
+    /// The excess is not backlog: `P` holds ops that may start now without
+    /// being late, never ops that are overdue. At a low rate it is large
+    /// (one op at 0.001 ops/s, the start allowance, is 1000 s), and a limiter
+    /// waiting at that rate for its real one (a lease) would otherwise
+    /// report every op after the change 1000 s late.
     fn reschedule_locked(&self, st: &mut Schedule, spec: RateSpec) {
         let meter = Meter::new(spec.nano_ops_per_sec());
         let sizing = sizing_for(&meter, spec.burst_ppm(), self.fill_interval_ns);
         // Relaxed: tokens carry no data.
         let active = u128::from(self.central.swap(0, Relaxed) + self.slices.drain());
         let rescaled_active = st.meter.rescale(active, &meter);
-        let rescaled_waiting = st.meter.rescale(st.waiting, &meter);
+        let waiting = st.meter.rescale(st.waiting, &meter);
         let kept = rescaled_active.min(u128::from(sizing.max_over()));
-        let waiting = rescaled_waiting + (rescaled_active - kept);
-        st.filled = st.filled - (active + st.waiting) + (kept + waiting);
+        st.filled = st.filled - (active + st.waiting) + (rescaled_active + waiting);
+        st.dropped += rescaled_active - kept;
         st.waiting = waiting;
         st.carry = 0;
         st.spec = spec;
@@ -87,8 +95,16 @@ impl Core {
         let spacing = (pool_ns / 3 * 2)
             .min(self.fill_interval_ns.saturating_mul(2))
             .max(self.fill_interval_ns);
+        let op_ns = u128::from(st.meter.nanos_for(u128::from(TOKENS_PER_OP)));
+        let burst_op_ns = mul_div(op_ns, PPM, u128::from(st.spec.burst_ppm()));
         // Relaxed: size hints; see `Published`.
         self.published.filler_spacing_ns.store(spacing, Relaxed);
+        self.published
+            .op_ns
+            .store(u64::try_from(op_ns).unwrap_or(u64::MAX), Relaxed);
+        self.published
+            .burst_op_ns
+            .store(u64::try_from(burst_op_ns).unwrap_or(u64::MAX), Relaxed);
         self.published.chunk.store(chunk, Relaxed);
         self.published.batch.store(batch, Relaxed);
         self.published.handoff.store(handoff, Relaxed);

@@ -67,7 +67,34 @@ impl Core {
         } else {
             interval.saturating_mul(4)
         };
+        let wait = wait.max(Duration::from_nanos(self.until_op(TOKENS_PER_OP)));
         wait.saturating_sub(Duration::from_nanos(since))
+    }
+
+    /// At a low rate, where one op spans more than two fill intervals: the
+    /// schedule time after the last fill until the active pool can hold
+    /// `need` tokens (at the burst rate while there is a backlog, the
+    /// fastest a fill then adds them). No fill before then can serve a
+    /// waiter for `need`, so waiters sleep that long instead of waking
+    /// every interval: at 1 op/s, one wake-up per op rather than two
+    /// thousand. 0 at higher rates.
+    pub(super) fn until_op(&self, need: u64) -> u64 {
+        // Relaxed: size hints and a gauge, written under the fill lock.
+        let op_ns = if self.published.backlog_ns.load(Relaxed) == 0 {
+            self.published.op_ns.load(Relaxed)
+        } else {
+            self.published.burst_op_ns.load(Relaxed)
+        };
+        if op_ns <= self.fill_interval_ns.saturating_mul(2) {
+            return 0;
+        }
+        let missing = need.saturating_sub(self.available());
+        let ns = mul_div(
+            u128::from(missing),
+            u128::from(op_ns),
+            u128::from(TOKENS_PER_OP),
+        );
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
     /// The fill (spec §2) on a snapshot of the active pool. Returns the
@@ -148,6 +175,7 @@ impl Core {
 mod tests {
     use std::time::Duration;
 
+    use super::super::super::units::TOKENS_PER_OP;
     use super::Core;
     use crate::clock::ManualClock;
 
@@ -181,5 +209,41 @@ mod tests {
         // 1M ops/s: the 1 ms pool again.
         let (c, _) = core("1M", 500 * US);
         assert_eq!(c.until_next_fill(500 * US), Duration::from_nanos(666_666));
+    }
+
+    /// At 1 op/s a waiter needs no fill before the pool can hold its op:
+    /// a second, not two intervals; with a backlog, the burst ratio (1.1)
+    /// brings it sooner.
+    #[test]
+    fn at_a_low_rate_the_filler_waits_for_the_next_op() {
+        let (c, clock) = core("1", 500 * US);
+        let op = TOKENS_PER_OP;
+        assert_eq!(c.until_op(op), 0, "the start allowance is there");
+        assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
+        assert_eq!(c.until_op(op), 1_000_000_000);
+        assert_eq!(
+            c.until_next_fill(500 * US),
+            Duration::from_nanos(1_000_000_000)
+        );
+        clock.advance(Duration::from_millis(400));
+        assert_eq!(
+            c.until_next_fill(500 * US),
+            Duration::from_nanos(600_000_000)
+        );
+        // Two ops: twice as long.
+        assert_eq!(c.until_op(2 * op), 2_000_000_000);
+        // Ten seconds on, the pool (2.2 ops) is full and 7.8 s are backlog:
+        // the pool is served at the burst rate, 1.1 ops/s.
+        clock.advance(Duration::from_millis(9_600));
+        c.fill_and_wake();
+        assert!(c.lateness() > Duration::ZERO);
+        assert_eq!(c.available(), 2 * op + op / 5, "A + B = 2.2 ops");
+        // 0.8 ops at 909.09 ms each.
+        assert_eq!(c.until_op(3 * op), 727_272_900);
+        // 1K ops/s: an op is 0.909 ms, under two intervals: as before.
+        let (c, _) = core("1K", 500 * US);
+        assert!(c.try_take_fast(op) || c.try_acquire_slow(op));
+        assert_eq!(c.until_op(op), 0);
+        assert_eq!(c.until_next_fill(500 * US), 1000 * US);
     }
 }
