@@ -348,7 +348,7 @@ impl ClientBuilder {
 
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
-    #[cfg(any(test, feature = "simulate"))]
+    #[cfg(any(test, feature = "server"))]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ClientBuilder {
         self.transport = Some(transport);
         self
@@ -356,7 +356,7 @@ impl ClientBuilder {
 
     /// Seeds the backoff's jitter (default: from the time, the process id
     /// and the client's number), so that a run can be repeated.
-    #[cfg(any(test, feature = "simulate"))]
+    #[cfg(any(test, feature = "server"))]
     pub(crate) fn seed(mut self, seed: u64) -> ClientBuilder {
         self.seed = Some(seed);
         self
