@@ -35,8 +35,8 @@
 //! what they have handed out and the calls they took. Randomness comes from
 //! a seeded SplitMix64.
 //!
-//! Scenarios (Go's `simulation/scenario_*.py`, protocol §5 and the design
-//! doc's "Convergence and shortfall"), all with capacity 500, FAIR_SHARE,
+//! Scenarios (Go's `simulation/scenario_*.py`; the figures to compare with
+//! are in `docs/design/doorman-protocol.md` §9), all with capacity 500, FAIR_SHARE,
 //! 60 s leases, refresh 8/4/2 s at root/region/datacenter and 60 s of
 //! learning mode after each election:
 //!
