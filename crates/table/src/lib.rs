@@ -36,33 +36,34 @@
 //! A run is an open-addressed table with linear probing. A key's home slot
 //! is its hash's bits 8..40 scaled to the run's length (a multiply, not a
 //! mask, so a run needs no power-of-two size); probing walks on, wrapping
-//! inside the run, until it meets the key or an [`EMPTY`] slot.
+//! inside the run, until it meets the key or an `EMPTY` slot.
 //!
 //! Each slot is one (or, for a large key and state, two) cache lines: the
 //! tag word, the time, the key and the policy state, so that a hit costs
 //! the miss on the slot's line and, for a key that lives on the heap, the
-//! deref that compares it. The tag (see [`Slot::tag`]) carries the hash's
+//! deref that compares it. The tag (`Slot::tag`) carries the hash's
 //! bits 4..64, so a probe skips other keys' slots without touching them.
 //!
 //! Hits take no shard lock: a thread finds a slot whose tag matches, sets
-//! the slot's [`LOCKED`] bit by compare-and-swap on the line it already
+//! the slot's `LOCKED` bit by compare-and-swap on the line it already
 //! missed on, compares the key exactly (a tag match is only a filter),
 //! runs the policy, and clears the bit with the new time. Everything that
 //! changes which slots are occupied (insert, removal, rebuild) needs the
-//! shard's `Mutex`, shown by a `&mut Occupancy` only that mutex hands out,
+//! shard's `Mutex`, shown by a `&mut` [`Occupancy`] only that mutex hands out
+//! (which is why those calls are `unsafe`: the caller keeps that promise),
 //! and locks a slot's bit before emptying it, so a concurrent hit either
 //! finishes first or finds the slot gone. A probe that misses while a
 //! removal or rebuild moves slots retries under the shard lock, where the
 //! layout is still, so no key is ever inserted twice.
 //!
-//! Removal leaves a [`TOMBSTONE`] (probes go on past it). When occupied
+//! Removal leaves a `TOMBSTONE` (probes go on past it). When occupied
 //! slots plus tombstones reach seven eighths of a run, the run is rebuilt
 //! under its shard lock: every entry is moved out, the run emptied and the
 //! entries put back, clearing every tombstone. The store keeps at most
 //! three quarters of a run occupied, so a rebuild clears at least an
 //! eighth of the run and costs O(1) amortised per removal.
 //!
-//! The array is allocated zeroed (all-zero bytes are an [`EMPTY`] slot), so
+//! The array is allocated zeroed (all-zero bytes are an `EMPTY` slot), so
 //! pages no key has touched cost no resident memory. Under loom, whose
 //! atomics and cells are not plain words, each slot is built instead.
 //!
