@@ -47,7 +47,9 @@
 //!
 //! # Examples
 //!
-//! ```
+// The example starts a lease server to talk to.
+#![cfg_attr(not(feature = "server"), doc = "```ignore")]
+#![cfg_attr(feature = "server", doc = "```")]
 //! use tollgate_doorman::{Client, ResourceOptions, CapacitySource};
 //! # use tollgate_doorman::{Server, ServerConfig, SingleElection};
 //!
