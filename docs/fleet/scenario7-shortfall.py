@@ -3,7 +3,7 @@
 Run from a directory holding each seed's CSV and mishap log:
 
     for s in $(seq 1 20); do
-      RUST_LOG=tollgate_doorman::simulate=info tollgate simulate --scenario 7 \
+      RUST_LOG=tollgate_simulate=info tollgate simulate --scenario 7 \
         --seed $s --out . 2>&1 >/dev/null | sed 's/\x1b\[[0-9;]*m//g' > log-$s.txt
     done
     python3 scenario7-shortfall.py

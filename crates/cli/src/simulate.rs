@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use tollgate_doorman::simulate::{self, Fleet, Report};
+use tollgate_simulate::{self as simulate, Fleet, Report};
 
 use crate::plot::{self, Chart, Figure, Series};
 
@@ -24,7 +24,7 @@ use crate::plot::{self, Chart, Figure, Series};
     6  as 5; two clients want 1000 from 150 s\n  \
     7  as 5 for an hour; every 60 s a mishap: a client's wants +100, a job losing its \
     master for up to 60 s, or an election\n\n\
-    Each scenario is a fleet file (crates/doorman/examples/fleets/scenario-N.yaml). A fleet \
+    Each scenario is a fleet file (crates/simulate/examples/fleets/scenario-N.yaml). A fleet \
     file describes the tree (levels, jobs, tasks, server configurations), the clients and a \
     timeline of events: lose_master, elect, failover, kill, restart, partition, etcd_outage, \
     join, leave, capacity, set_wants (see the simulate module's docs).\n\n\
@@ -35,7 +35,7 @@ use crate::plot::{self, Chart, Figure, Series};
     handed out, RPCs per level, overshoots and the time to converge after each event. A \
     fleet run shows its progress on stderr.\n\n\
     Mishaps the simulated clients and servers meet are logged at info: \
-    RUST_LOG=tollgate_doorman::simulate=info lists them.\n\n\
+    RUST_LOG=tollgate_simulate=info lists them.\n\n\
     Examples:\n  tollgate simulate --scenario 1 --out /tmp/sim\n  \
     tollgate simulate --scenario 4 --seed 7 --seeds 10\n  \
     tollgate simulate --fleet docs/fleet/region-failover.yaml --out /tmp/sim"

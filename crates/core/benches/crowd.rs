@@ -55,7 +55,7 @@
 //! span, which this matching does not explain. In the explained cases the
 //! time beyond the 1 ms active pool (0.5 ms beyond the 0.5 ms fill
 //! interval) goes to the backlog, and at ratio 1.0 the backlog never drains
-//! ("strict", spec §3): the loss is the strict rule on a 1 ms pool, on a
+//! ("strict", `docs/design/token-pool.md` §4): the loss is the strict rule on a 1 ms pool, on a
 //! machine that withholds the CPU for 1-30 ms at a time. The filler thread
 //! helps: without it tollgate reaches 0.47-0.73 in the same runs. Governor
 //! with the same 1 ms burst reaches 0.16-0.45 (each caller sleeps before
@@ -592,7 +592,8 @@ fn explain(t: &Traced, spec: RateSpec) {
     let lost = (target - t.out.ops as f64) / target;
     let away = all_away(&t.traces, t.window);
     let away_ns: u64 = away.iter().map(|(a, b)| b - a).sum();
-    // Tollgate's active pool at this rate: max(1 ms, 2 ops) (spec §1).
+    // Tollgate's active pool at this rate: max(1 ms, 2 ops)
+    // (docs/design/token-pool.md §2).
     let pool_ns = (2e9 / spec.ops_per_sec()).max(1e6) as u64;
     let over_ns: u64 = away
         .iter()
@@ -785,7 +786,8 @@ fn main() {
         }
     }
     if cases.contains("contention") {
-        // Tollgate's active pool at 100K/s is 1 ms: 100 ops (spec §1).
+        // Tollgate's active pool at 100K/s is 1 ms: 100 ops
+        // (docs/design/token-pool.md §2).
         let spec: RateSpec = "100K,1.0".parse().expect("a valid spec");
         let ratio = |r: f64| spec.with_burst_ratio(r).expect("a valid ratio");
         let rows = [

@@ -68,10 +68,8 @@
 
 mod clock;
 mod limiter;
-// The one switch between std's synchronisation and loom's, shared with
-// the throttler's keyed table.
-#[doc(hidden)]
-pub mod sync;
+// The one switch between std's synchronisation and loom's.
+mod sync;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use clock::CoarseClock;

@@ -1,8 +1,8 @@
 //! The one switch between real synchronisation primitives and loom's.
 //!
-//! Every atomic, lock, thread-local, process-wide counter, blocking wait
-//! and shared cell in the limiter and the throttler's keyed table comes
-//! from here. Under `--cfg tollgate_loom` (see
+//! Every atomic, lock, thread-local, process-wide counter and blocking
+//! wait in the limiter comes from here (the throttler's keyed table, in
+//! `crates/table`, has a shim of its own with the same cfg). Under `--cfg tollgate_loom` (see
 //! `loom-tests/`) the same names resolve to loom's model-checked types:
 //! loom runs every model thread on one OS thread, so a `std` thread-local
 //! or static would be shared by all model threads and hide the very
@@ -26,7 +26,7 @@ pub(crate) use std::sync::{
     Arc,
 };
 #[cfg(not(tollgate_loom))]
-pub use std::sync::{
+pub(crate) use std::sync::{
     atomic::{AtomicU64, Ordering},
     Mutex, MutexGuard,
 };
@@ -39,7 +39,7 @@ pub(crate) use loom::sync::{
     Arc,
 };
 #[cfg(tollgate_loom)]
-pub use loom::sync::{
+pub(crate) use loom::sync::{
     atomic::{AtomicU64, Ordering},
     Mutex, MutexGuard,
 };
@@ -47,47 +47,6 @@ pub use loom::sync::{
 pub(crate) use loom::thread::JoinHandle;
 #[cfg(tollgate_loom)]
 pub(crate) use loom_park::{current, park, park_timeout, Thread};
-
-/// Lets other threads run: std's, or under loom a switch to another model
-/// thread (a spin loop must yield under loom, or the model never ends).
-// Only the throttler's keyed table spins.
-#[inline]
-pub fn yield_now() {
-    #[cfg(not(tollgate_loom))]
-    std::thread::yield_now();
-    #[cfg(tollgate_loom)]
-    loom::thread::yield_now();
-}
-
-/// A cell shared between threads whose accesses the caller orders (by a
-/// lock bit, say): std's `UnsafeCell`, or under loom loom's, which checks
-/// every access against the happens-before order the caller claims.
-///
-/// Accesses go through [`with`](UnsafeCell::with) and
-/// [`with_mut`](UnsafeCell::with_mut), loom's interface: loom records a
-/// read or a write at each call. `repr(transparent)`, so an all-zero
-/// `UnsafeCell<T>` outside loom is an all-zero `T`.
-#[cfg(not(tollgate_loom))]
-#[derive(Debug, Default)]
-#[repr(transparent)]
-// Only the throttler's keyed table shares cells this way.
-pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
-
-#[cfg(not(tollgate_loom))]
-impl<T> UnsafeCell<T> {
-    /// Runs `f` with a pointer for reading the value.
-    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
-    }
-
-    /// Runs `f` with a pointer for writing the value.
-    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
-}
-
-#[cfg(tollgate_loom)]
-pub use loom::cell::UnsafeCell;
 
 /// Parks the current thread for at most `timeout`, or until unparked (or
 /// spuriously): callers re-check their condition in a loop.
@@ -245,7 +204,7 @@ pub(crate) use shim_static_counter as static_counter;
 /// Locks a mutex, ignoring poisoning: the limiter's critical sections leave
 /// their data consistent at every unwinding point (they do plain arithmetic).
 #[inline]
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),

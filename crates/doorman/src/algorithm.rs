@@ -1,5 +1,5 @@
 //! Capacity-sharing algorithms: the policy that turns one client's request
-//! into a grant (protocol §3).
+//! into a grant (`docs/design/doorman-protocol.md` §3).
 //!
 //! Each [`Kind`] of the wire protocol has one implementation of
 //! [`Algorithm`], in its own file. An algorithm is pure: it reads the
@@ -73,7 +73,8 @@ pub struct AlgorithmConfig {
     /// How long a client should wait before it refreshes its lease.
     pub refresh_interval: Duration,
     /// The configured learning mode length; `None` when absent (the server
-    /// then uses `lease_length`, protocol §2). Not used by this module.
+    /// then uses `lease_length`, `docs/design/doorman-protocol.md` §4). Not
+    /// used by this module.
     pub learning_mode_duration: Option<Duration>,
     /// Named parameters, as configured. No algorithm here reads any.
     pub parameters: Vec<(String, Option<String>)>,
@@ -158,7 +159,8 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
     /// `req.wants` and `req.subclients` (a new client is present with
     /// `has = 0`), while its `has` is still the one of its previous lease.
     /// [`Resource::decide`](super::store::Resource::decide) sets this up; so every sum the algorithm reads
-    /// counts the requester with its new wants, as protocol §3 asks.
+    /// counts the requester with its new wants, as
+    /// `docs/design/doorman-protocol.md` §3 asks.
     ///
     /// The result is never negative nor NaN.
     fn grant(&self, res: &dyn ResourceView, capacity: f64, req: &Request<'_>) -> f64;

@@ -47,7 +47,9 @@
 //!
 //! # Examples
 //!
-//! ```
+// The example starts a lease server to talk to.
+#![cfg_attr(not(feature = "server"), doc = "```ignore")]
+#![cfg_attr(feature = "server", doc = "```")]
 //! use tollgate_doorman::{Client, ResourceOptions, CapacitySource};
 //! # use tollgate_doorman::{Server, ServerConfig, SingleElection};
 //!
@@ -351,7 +353,7 @@ impl ClientBuilder {
 
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
-    #[cfg(any(test, feature = "simulate"))]
+    #[cfg(any(test, feature = "server"))]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ClientBuilder {
         self.transport = Some(transport);
         self
@@ -359,7 +361,7 @@ impl ClientBuilder {
 
     /// Seeds the backoff's jitter (default: from the time, the process id
     /// and the client's number), so that a run can be repeated.
-    #[cfg(any(test, feature = "simulate"))]
+    #[cfg(any(test, feature = "server"))]
     pub(crate) fn seed(mut self, seed: u64) -> ClientBuilder {
         self.seed = Some(seed);
         self

@@ -21,7 +21,9 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "server")]
 use super::algorithm::AlgorithmConfig;
+#[cfg(feature = "server")]
 use super::election::Mastership;
 
 /// An instant, as the time since an epoch the caller chooses (monotonic or
@@ -43,6 +45,7 @@ pub struct ClientLease {
     pub refresh_interval: Duration,
 }
 
+#[cfg(feature = "server")]
 /// Capacity a client's subtree still holds beyond the client's lease, and
 /// until when at the latest.
 ///
@@ -59,6 +62,7 @@ pub struct Hold {
     pub until: Timestamp,
 }
 
+#[cfg(feature = "server")]
 /// A lease as it travels (`doorman.Lease`): granted in a response, or
 /// reported back by its holder as the `has` of a request.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -72,6 +76,7 @@ pub struct Lease {
     pub refresh_interval: Duration,
 }
 
+#[cfg(feature = "server")]
 impl From<&ClientLease> for Lease {
     fn from(lease: &ClientLease) -> Self {
         Lease {
@@ -82,6 +87,7 @@ impl From<&ClientLease> for Lease {
     }
 }
 
+#[cfg(feature = "server")]
 impl Lease {
     /// The larger of two: the larger capacity and the later expiry, with
     /// the refresh interval of the first present.
@@ -97,6 +103,7 @@ impl Lease {
     }
 }
 
+#[cfg(feature = "server")]
 /// One client's request for capacity on one resource (GetCapacity).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct ResourceRequest {
@@ -110,6 +117,7 @@ pub(super) struct ResourceRequest {
     pub wants: f64,
 }
 
+#[cfg(feature = "server")]
 /// A client's request for capacity (GetCapacity), checked: ids non-empty
 /// and within limits, resources distinct and known, amounts finite and
 /// `>= 0`.
@@ -121,6 +129,7 @@ pub(super) struct CapacityRequest {
     pub resources: Vec<ResourceRequest>,
 }
 
+#[cfg(feature = "server")]
 /// The clients of one priority on an intermediate server, summed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Band {
@@ -132,6 +141,7 @@ pub(super) struct Band {
     pub wants: f64,
 }
 
+#[cfg(feature = "server")]
 /// An intermediate server's request for one resource (GetServerCapacity).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct ServerResourceRequest {
@@ -143,6 +153,7 @@ pub(super) struct ServerResourceRequest {
     pub bands: Vec<Band>,
 }
 
+#[cfg(feature = "server")]
 impl ServerResourceRequest {
     /// The total wants of the bands.
     pub(super) fn wants(&self) -> f64 {
@@ -164,6 +175,7 @@ impl ServerResourceRequest {
     }
 }
 
+#[cfg(feature = "server")]
 /// An intermediate server's request for capacity (GetServerCapacity),
 /// checked like a [`CapacityRequest`], and every band with at least one
 /// client.
@@ -175,6 +187,7 @@ pub(super) struct ServerCapacityRequest {
     pub resources: Vec<ServerResourceRequest>,
 }
 
+#[cfg(feature = "server")]
 /// A client giving back its leases (ReleaseCapacity). Resource ids are not
 /// checked: one that names no lease releases nothing.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,6 +198,7 @@ pub(super) struct ReleaseRequest {
     pub resource_ids: Vec<String>,
 }
 
+#[cfg(feature = "server")]
 /// The lease granted on one resource, with what to use should the server
 /// become unreachable.
 #[derive(Clone, Debug, PartialEq)]
@@ -197,6 +211,7 @@ pub(super) struct Grant {
     pub safe_capacity: Option<f64>,
 }
 
+#[cfg(feature = "server")]
 /// The lease granted to an intermediate server on one resource, with the
 /// algorithm it is to divide it by.
 #[derive(Clone, Debug, PartialEq)]
@@ -208,6 +223,7 @@ pub(super) struct ServerGrant {
     pub algorithm: Option<AlgorithmConfig>,
 }
 
+#[cfg(feature = "server")]
 /// A server's answer to a capacity RPC: done, or refused because this
 /// server is not the master (with what it knows of the master).
 #[derive(Clone, Debug, PartialEq)]

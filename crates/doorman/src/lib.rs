@@ -12,9 +12,9 @@
 //! [`ServerConfig`] (resource templates from YAML), following an
 //! [`Election`] ([`SingleElection`] for a lone server, [`EtcdElection`]
 //! among several), optionally below a [`Parent`]. [`reload`] keeps its
-//! configuration current, [`debug`] serves its HTTP debug port, and
-//! [`simulate`] runs a server tree and its lease clients on a virtual
-//! clock.
+//! configuration current and [`debug`] serves its HTTP debug port. The
+//! `tollgate-simulate` crate runs a server tree and its lease clients on a
+//! virtual clock.
 //!
 //! The client side: a [`Client`] keeps leases fresh, one per [`Resource`];
 //! [`RateResource`], [`GaugeResource`] and [`LeaseLayer`] enforce them.
@@ -24,7 +24,8 @@
 //! [`SystemClock`](tollgate::SystemClock) (the default) and
 //! [`ManualClock`](tollgate::ManualClock) (in tests) read as Unix time too.
 //!
-//! ```
+#![cfg_attr(not(feature = "server"), doc = "```ignore")]
+#![cfg_attr(feature = "server", doc = "```")]
 //! use tollgate_doorman::{
 //!     CapacitySource, Client, ResourceOptions, Server, ServerConfig, SingleElection,
 //! };
@@ -52,29 +53,44 @@
 //!
 //! | feature    | default | what it builds |
 //! |------------|---------|----------------|
-//! | `etcd`     | on      | [`EtcdElection`]: master election among several servers on etcd v3, and a configuration kept in etcd ([`reload`]) |
-//! | `simulate` | on      | [`simulate`]: a server tree and its lease clients on a virtual clock (the only user of tokio's `test-util`) |
+//! | `server`   | on      | the lease server: [`Server`], [`ServerConfig`], the algorithms and lease store, [`Election`], [`reload`], [`debug`]; without it the crate is the lease client alone |
+//! | `etcd`     | on      | [`EtcdElection`]: master election among several servers on etcd v3, and a configuration kept in etcd ([`reload`]); turns on `server` |
+//!
+//! A service that only takes leases depends on the client alone:
+//! `tollgate-doorman = { version = "0.1", default-features = false }`.
 //!
 #![cfg_attr(not(feature = "etcd"), doc = "[`EtcdElection`]: crate#features")]
-#![cfg_attr(not(feature = "simulate"), doc = "[`simulate`]: crate#features")]
+#![cfg_attr(
+    not(feature = "server"),
+    doc = "[`Server`]: crate#features\n[`ServerConfig`]: crate#features\n[`Election`]: crate#features\n[`reload`]: crate#features\n[`debug`]: crate#features\n[`SingleElection`]: crate#features\n[`Parent`]: crate#features\n[`Server::builder`]: crate#features"
+)]
 
+#[cfg(feature = "server")]
 mod algorithm;
 mod client;
 mod clock;
+#[cfg(feature = "server")]
 mod config;
+#[cfg(feature = "server")]
 pub mod debug;
+#[cfg(feature = "server")]
 mod election;
 mod error;
+#[cfg(feature = "server")]
 mod glob;
+#[cfg(feature = "server")]
+#[doc(hidden)]
+pub mod in_process;
 mod lease;
 mod metrics;
 #[doc(hidden)]
 pub mod pb;
+#[cfg(feature = "server")]
 pub mod reload;
+#[cfg(feature = "server")]
 mod server;
 mod session;
-#[cfg(feature = "simulate")]
-pub mod simulate;
+#[cfg(feature = "server")]
 mod store;
 mod transport;
 
@@ -85,22 +101,30 @@ pub use client::{
     SessionError, Smoothing,
 };
 pub use clock::WallClock;
+#[cfg(feature = "server")]
 pub use config::{ServerConfig, ServerConfigError};
 #[cfg(feature = "etcd")]
 pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig};
+#[cfg(feature = "server")]
 pub use election::single::SingleElection;
+#[cfg(feature = "server")]
 pub use election::{Election, Mastership};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
+#[cfg(feature = "server")]
 pub use server::{CapacityService, Parent, ResourceStatus, Server, ServerBuilder};
 // The service kit's types that the server and client builders take,
 // shown as re-exports: they are documented in `tollgate_service`.
 #[doc(no_inline)]
-pub use tollgate_service::{ClientTls, ServerLimits, ServerTls, TlsError};
+pub use tollgate_service::{ClientTls, TlsError};
+#[cfg(feature = "server")]
+#[doc(no_inline)]
+pub use tollgate_service::{ServerLimits, ServerTls};
 
 /// What the `doorman_decide` benchmark measures: one resource's lease
 /// store and algorithms, below the server. Not part of the API.
+#[cfg(feature = "server")]
 #[doc(hidden)]
 pub mod bench {
     pub use super::algorithm::{AlgorithmConfig, Kind, Request};

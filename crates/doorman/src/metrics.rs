@@ -12,10 +12,14 @@
 //! into the scrape's text, in the text exposition format, from one pass
 //! over the resources: the cost of a scrape is the output itself.
 
+#[cfg(feature = "server")]
 use std::fmt::Write as _;
 
-use prometheus::{CounterVec, Encoder as _, HistogramOpts, HistogramVec, Opts, Registry};
+#[cfg(feature = "server")]
+use prometheus::{CounterVec, HistogramOpts, HistogramVec, Opts};
+use prometheus::{Encoder as _, Registry};
 
+#[cfg(feature = "server")]
 /// Request counters and durations, in their own registry.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -25,6 +29,7 @@ pub struct Metrics {
     pub(crate) request_durations: HistogramVec,
 }
 
+#[cfg(feature = "server")]
 /// One resource's gauges, as written by [`ResourceGauges`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Gauges {
@@ -33,15 +38,18 @@ pub(crate) struct Gauges {
     pub(crate) subclients: u64,
 }
 
+#[cfg(feature = "server")]
 /// One gauge family: its name, its help text and how to read it from a row.
 type Family = (&'static str, &'static str, fn(&Gauges) -> f64);
 
+#[cfg(feature = "server")]
 /// The per-resource gauge families, written as text.
 #[derive(Debug, Default)]
 pub(crate) struct ResourceGauges {
     rows: Vec<(String, Gauges)>,
 }
 
+#[cfg(feature = "server")]
 impl ResourceGauges {
     pub(crate) fn with_capacity(n: usize) -> Self {
         ResourceGauges {
@@ -92,6 +100,7 @@ impl ResourceGauges {
     }
 }
 
+#[cfg(feature = "server")]
 /// Escapes a label value for the text format: `\\`, `\"` and `\n`.
 fn escape_label(value: &str, out: &mut String) {
     for c in value.chars() {
@@ -104,6 +113,7 @@ fn escape_label(value: &str, out: &mut String) {
     }
 }
 
+#[cfg(feature = "server")]
 /// A sample value as the text format writes it.
 fn write_value(v: f64, out: &mut String) {
     if v.is_nan() {
@@ -115,6 +125,7 @@ fn write_value(v: f64, out: &mut String) {
     }
 }
 
+#[cfg(feature = "server")]
 impl Metrics {
     /// Registers the metrics in a fresh registry.
     pub fn new() -> Self {
@@ -172,13 +183,14 @@ pub(crate) fn encode(registry: &Registry) -> String {
     String::from_utf8(buf).expect("the text format is UTF-8")
 }
 
+#[cfg(feature = "server")]
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

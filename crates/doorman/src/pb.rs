@@ -31,6 +31,8 @@ pub(crate) fn to_wire_secs(d: Duration) -> i64 {
 }
 
 /// Wire seconds as a duration or a Unix time; a negative value reads as 0.
+// The server's alone.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn from_wire_secs(secs: i64) -> Duration {
     Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }

@@ -229,6 +229,8 @@ impl MasterSession {
 
     /// Whether an unknown master is found with Discovery (`true`) or by
     /// calling the configured address and following its redirect.
+    // Only an intermediate server's parent poller turns Discovery off.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn discover(mut self, discover: bool) -> MasterSession {
         self.discover = discover;
         self

@@ -1,6 +1,6 @@
 //! How a lease client and an intermediate server reach a Doorman server:
 //! the four RPCs by address, over gRPC or (the simulator's, in
-//! `simulate/in_process.rs`) in-process.
+//! `in_process.rs`) in-process.
 //!
 //! # Implementation notes
 //!
@@ -46,6 +46,8 @@ pub(crate) trait Transport: Send + Sync + Debug {
     ) -> Call<pb::GetCapacityResponse>;
 
     /// GetServerCapacity at `address`.
+    // Only an intermediate server calls it.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     fn get_server_capacity(
         &self,
         address: &str,

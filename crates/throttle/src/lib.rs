@@ -144,54 +144,39 @@
 //! # Ok::<(), tollgate_throttle::LimitError>(())
 //! ```
 
-// Under `--cfg tollgate_loom` the crate builds its keyed table alone, for
-// the models in `loom-tests/`: the rest of the throttler, and its
-// dependencies, are not built there.
-#[cfg(tollgate_loom)]
-#[doc(hidden)]
-#[path = "store/loom_table.rs"]
-pub mod table;
+mod config;
+mod cost;
+mod error;
+mod fixed_window;
+mod gcra;
+mod layer;
+mod metrics;
+mod policy;
+mod queue;
+mod rules;
+mod sliding_counter;
+mod sliding_log;
+mod store;
+mod throttler;
+mod token_pool;
+mod trust;
 
-/// Items the loom build leaves out (as tokio's `cfg_not_loom!`).
-macro_rules! cfg_not_loom {
-    ($($item:item)*) => { $( #[cfg(not(tollgate_loom))] $item )* };
-}
-
-cfg_not_loom! {
-    mod config;
-    mod cost;
-    mod error;
-    mod fixed_window;
-    mod gcra;
-    mod layer;
-    mod metrics;
-    mod policy;
-    mod queue;
-    mod rules;
-    mod sliding_counter;
-    mod sliding_log;
-    mod store;
-    mod throttler;
-    mod token_pool;
-    mod trust;
-
-    pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
-    pub use error::{LimitError, RulesError, TrustError};
-    pub use fixed_window::{FixedWindow, FixedWindowState};
-    pub use gcra::{Gcra, GcraState};
-    pub use layer::{CostMeter, Throttle, ThrottleLayer};
-    pub use policy::{Policy, Standing, Verdict};
-    pub use queue::Criticality;
-    pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
-    pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
-    pub use sliding_log::{SlidingLog, SlidingLogState};
-    pub use store::{Evictions, KeyedLimiter};
-    pub use throttler::{
-        CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
-    };
-    pub use token_pool::{TokenPool, TokenPoolState};
-    pub use trust::Trust;
-}
+pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+pub use error::{LimitError, RulesError, TrustError};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use layer::{CostMeter, Throttle, ThrottleLayer};
+pub use policy::{Policy, Standing, Verdict};
+pub use queue::Criticality;
+pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
+pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use store::{Evictions, KeyedLimiter};
+pub use throttler::{
+    CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
+};
+pub use token_pool::{TokenPool, TokenPoolState};
+pub use trust::Trust;
 
 /// The workspace README's Rust examples, compiled (not run) as this
 /// crate's doc tests: this crate's tests can use every crate they name.

@@ -337,8 +337,7 @@ pub(crate) trait Keyed: Send + Sync + fmt::Debug {
     fn window_ns(&self) -> u64;
     fn settle(&self, key: &str, now_ns: u64, delta: i64);
     /// As `settle`, and with `standing`, where the key stands after it.
-    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool)
-        -> Option<Standing>;
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool) -> Option<Standing>;
     fn quota(&self) -> u64;
     fn max_cost(&self) -> u64;
     fn len(&self) -> usize;
@@ -363,13 +362,7 @@ impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
     fn settle(&self, key: &str, now_ns: u64, delta: i64) {
         KeyedLimiter::settle(self, key, now_ns, delta)
     }
-    fn settle_with(
-        &self,
-        key: &str,
-        now_ns: u64,
-        delta: i64,
-        standing: bool,
-    ) -> Option<Standing> {
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool) -> Option<Standing> {
         KeyedLimiter::settle_with(self, key, now_ns, delta, standing)
     }
     fn quota(&self) -> u64 {

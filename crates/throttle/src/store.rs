@@ -5,7 +5,7 @@
 //!
 //! Keys hash (foldhash) to one of a power-of-two number of shards; each
 //! shard owns a run of cache-line slots in one open-addressed table (see
-//! `store/table.rs`) and a `Mutex` for the rare paths. A decision for a key
+//! the `tollgate-table` crate, `crates/table`) and a `Mutex` for the rare paths. A decision for a key
 //! already held is one hash, a probe (usually one slot, one cache miss) and
 //! the slot's own lock bit, set by compare-and-swap on that same line; the
 //! policy's arithmetic runs on the state inline in the slot. No shard-wide
@@ -55,10 +55,7 @@ use crossbeam_utils::CachePadded;
 
 use super::policy::{Policy, Standing, Verdict};
 use tollgate_service::LockUnpoisoned;
-
-mod table;
-
-use table::{Guard, Occupancy, Table};
+use tollgate_table::{Guard, Occupancy, Table};
 
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 64;
@@ -290,11 +287,15 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         let mut banned = 0;
         for (index, shard) in self.shards.iter().enumerate() {
             let mut shard = shard.lock_unpoisoned();
-            self.table.for_each(&mut shard.occupancy, index, |_, g| {
-                if g.banned() && g.time() > now_ns {
-                    banned += 1;
-                }
-            });
+            // SAFETY: this thread holds shard `index`'s lock, whose
+            // occupancy this is.
+            unsafe {
+                self.table.for_each(&mut shard.occupancy, index, |_, g| {
+                    if g.banned() && g.time() > now_ns {
+                        banned += 1;
+                    }
+                });
+            }
         }
         banned
     }
@@ -342,14 +343,18 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
             return self.decide(guard, now_ns, f);
         }
         self.make_room(&mut shard, index, now_ns);
-        let guard = self.table.insert(
-            &mut shard.occupancy,
-            index,
-            hash,
-            key.to_owned().into(),
-            self.policy.new_state(now_ns),
-            now_ns,
-        );
+        // SAFETY: this thread holds shard `index`'s lock, whose occupancy
+        // this is.
+        let guard = unsafe {
+            self.table.insert(
+                &mut shard.occupancy,
+                index,
+                hash,
+                key.to_owned().into(),
+                self.policy.new_state(now_ns),
+                now_ns,
+            )
+        };
         self.decide(guard, now_ns, f)
     }
 
@@ -374,18 +379,23 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     fn sweep_idle(&self, shard: &mut Shard, index: usize, now_ns: u64) {
         let idle_ns = self.idle_ns;
         let mut evicted = 0;
-        self.table
-            .for_each(&mut shard.occupancy, index, |occupancy, mut g| {
-                // A banned slot's time is its ban's end: idle only from then.
-                let banned = g.banned() && g.time() > now_ns;
-                if !banned
-                    && now_ns.saturating_sub(g.time()) >= idle_ns
-                    && !self.policy.owes(g.state(), now_ns)
-                {
-                    g.remove(occupancy);
-                    evicted += 1;
-                }
-            });
+        // SAFETY (here and in `make_room`): the caller holds shard
+        // `index`'s lock (`shard`), whose occupancy this is; a removal
+        // takes the occupancy `for_each` hands it.
+        unsafe {
+            self.table
+                .for_each(&mut shard.occupancy, index, |occupancy, mut g| {
+                    // A banned slot's time is its ban's end: idle only from then.
+                    let banned = g.banned() && g.time() > now_ns;
+                    if !banned
+                        && now_ns.saturating_sub(g.time()) >= idle_ns
+                        && !self.policy.owes(g.state(), now_ns)
+                    {
+                        g.remove(occupancy);
+                        evicted += 1;
+                    }
+                });
+        }
         shard.evicted_idle += evicted;
         shard.last_sweep_ns = now_ns;
     }
@@ -398,22 +408,29 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         if shard.occupancy.len >= self.shard_cap {
             // Drop the least recently used eighth (at least one key).
             let mut times = Vec::with_capacity(shard.occupancy.len);
-            self.table
-                .for_each(&mut shard.occupancy, index, |_, g| times.push(g.time()));
+            // SAFETY: as in `sweep_idle`.
+            unsafe {
+                self.table
+                    .for_each(&mut shard.occupancy, index, |_, g| times.push(g.time()));
+            }
             let n = (times.len() / 8).max(1);
             let (_, &mut threshold, _) = times.select_nth_unstable(n - 1);
             let mut budget = n;
-            self.table
-                .for_each(&mut shard.occupancy, index, |occupancy, g| {
-                    if budget > 0 && g.time() <= threshold {
-                        budget -= 1;
-                        g.remove(occupancy);
-                    }
-                });
+            // SAFETY: as in `sweep_idle`.
+            unsafe {
+                self.table
+                    .for_each(&mut shard.occupancy, index, |occupancy, g| {
+                        if budget > 0 && g.time() <= threshold {
+                            budget -= 1;
+                            g.remove(occupancy);
+                        }
+                    });
+            }
             shard.evicted_full += (n - budget) as u64;
         }
         if self.table.needs_rebuild(&shard.occupancy) {
-            self.table.rebuild(&mut shard.occupancy, index);
+            // SAFETY: as in `sweep_idle`.
+            unsafe { self.table.rebuild(&mut shard.occupancy, index) };
         }
     }
 }
@@ -517,9 +534,12 @@ mod tests {
 
     #[test]
     fn a_u64_key_with_a_token_pool_takes_one_cache_line() {
-        assert_eq!(std::mem::size_of::<table::Slot<u64, TokenPoolState>>(), 64);
         assert_eq!(
-            std::mem::size_of::<table::Slot<Box<str>, TokenPoolState>>(),
+            std::mem::size_of::<tollgate_table::Slot<u64, TokenPoolState>>(),
+            64
+        );
+        assert_eq!(
+            std::mem::size_of::<tollgate_table::Slot<Box<str>, TokenPoolState>>(),
             128
         );
         // 4 shards of 256 keys, 342 slots each, and one slot of room to

@@ -36,8 +36,8 @@ use super::policy::{Standing, Verdict};
 use super::queue::{AdmissionQueue, Criticality, Offer};
 use super::rules::{Extract, LiveRule, Mode, RequestHead, Rule};
 use super::trust::Trust;
-use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 use tollgate::{Clock, RateSpec, SystemClock};
+use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// How much a request costs, in the units the rules' limits count.
 #[derive(Debug, Clone)]
@@ -915,7 +915,6 @@ impl Inner {
     pub(crate) fn rules(&self) -> Rules {
         self.rules.read_unpoisoned().clone()
     }
-
 }
 
 impl State for Inner {

@@ -5,7 +5,7 @@
 //!
 //! With `P` the active level (including burst), `W` the waiting pool, `A`
 //! the active capacity, `B` the burst headroom and `F` the tokens for the
-//! elapsed time, a fill does (spec §2):
+//! elapsed time, a fill does (`docs/design/token-pool.md` §3):
 //!
 //! 1. `to_active = min(F, max(A - P, 0))`; `P += to_active`.
 //! 2. `W += F - to_active`.

@@ -116,7 +116,7 @@ pub(crate) fn mul_div(a: u128, b: u128, c: u128) -> u128 {
     }
 }
 
-/// The pool sizes for one spec, in tokens (spec §1).
+/// The pool sizes for one spec, in tokens (`docs/design/token-pool.md` §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizing {
     /// `A`: the active pool's capacity, `max(1 ms, 2 ops)` of schedule.

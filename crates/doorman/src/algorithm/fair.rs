@@ -8,8 +8,9 @@
 //! their level get their wants, the others get `L` per subclient. That is the
 //! unique max-min fair allocation weighted by subclients, the limit of the
 //! "equal share, then divide what under-askers leave, repeatedly" rounds of
-//! protocol §3. Go runs only two such rounds, which is exact when all clients
-//! have the same subclient count; there the two agree.
+//! `docs/design/doorman-protocol.md` §3. Go runs only two such rounds, which
+//! is exact when all clients have the same subclient count; there the two
+//! agree.
 //!
 //! The store finds `L` in `O(log n)` from its index of clients ordered by
 //! wants per subclient ([`ResourceView::water_level`]). The grant is then capped

@@ -159,7 +159,6 @@ impl<'a> ServerBuilder<'a> {
     }
 
     /// Reaches the parent through `transport` instead of gRPC.
-    #[cfg(feature = "simulate")]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ServerBuilder<'a> {
         self.transport = Some(transport);
         self

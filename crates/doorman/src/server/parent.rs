@@ -21,7 +21,8 @@
 //! Leases handed out never outlive the parent's: a lease's length is capped
 //! at what is left of the parent's lease, and once that has expired the
 //! resource's capacity is 0. Until the first grant arrives it is 0 too, so a
-//! new intermediate first grants nothing (protocol §3).
+//! new intermediate first grants nothing (`docs/design/doorman-protocol.md`
+//! §5).
 //!
 //! After a new mastership term the clients come back one by one, so while
 //! a resource is in learning mode the poller sends the bands it sent before

@@ -1,5 +1,6 @@
 //! Lifecycle and configuration: starting, restarting, live rate changes
-//! (spec §4), and the pool and batch sizes that follow from a spec.
+//! (`docs/design/token-pool.md` §5), and the pool and batch sizes that
+//! follow from a spec.
 
 use std::time::Duration;
 
@@ -117,7 +118,7 @@ impl Core {
         });
     }
 
-    /// Applies a spec (spec §4): `configure` sets rate and ratio without
+    /// Applies a spec (`docs/design/token-pool.md` §5): `configure` sets rate and ratio without
     /// starting, `start` also starts an idle limiter, `restart` clears the
     /// pools and the backlog and starts afresh. An equal schedule is a no-op.
     pub(crate) fn apply(&self, spec: RateSpec) {

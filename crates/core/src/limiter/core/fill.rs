@@ -1,5 +1,5 @@
-//! Filling: adding measured time to the pools (spec §2), and the exact
-//! accounting built on it.
+//! Filling: adding measured time to the pools
+//! (`docs/design/token-pool.md` §3), and the exact accounting built on it.
 
 use std::time::Duration;
 
@@ -97,7 +97,7 @@ impl Core {
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
-    /// The fill (spec §2) on a snapshot of the active pool. Returns the
+    /// The fill (`docs/design/token-pool.md` §3) on a snapshot of the active pool. Returns the
     /// tokens added to the active pool.
     pub(super) fn fill_locked(&self, st: &mut Schedule, now: u64) -> u64 {
         if now <= st.last_fill_ns {

@@ -1,4 +1,5 @@
-//! A naive `O(n)` model of protocol §3, written from the formulas: a list
+//! A naive `O(n)` model of `docs/design/doorman-protocol.md` §3, written
+//! from the formulas: a list
 //! of leases, water filling in rounds, proportional share by a loop.
 
 use super::*;
@@ -47,7 +48,8 @@ pub(super) fn fair_shares(demand: &[(f64, u64)], capacity: f64) -> Vec<f64> {
     shares.into_iter().map(Option::unwrap).collect()
 }
 
-/// Proportional share for `demand[me]`, literally as protocol §3 says.
+/// Proportional share for `demand[me]`, literally as
+/// `docs/design/doorman-protocol.md` §3 says.
 pub(super) fn proportional_share(demand: &[(f64, u64)], capacity: f64, me: usize) -> f64 {
     let count: u64 = demand.iter().map(|d| d.1).sum();
     let sum_wants: f64 = demand.iter().map(|d| d.0).sum();

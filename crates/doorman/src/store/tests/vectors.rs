@@ -1,4 +1,5 @@
-//! The algorithms' acceptance vectors (protocol §3) and their edge cases,
+//! The algorithms' acceptance vectors (`docs/design/doorman-protocol.md` §3)
+//! and their edge cases,
 //! run through the lease store: each algorithm decides on what a
 //! [`Resource`] holds, so the vectors test the two together and live with
 //! the store (which the algorithms do not import).
@@ -11,7 +12,8 @@ use crate::store::Resource;
 /// The time of the acceptance vectors' requests.
 const NOW: Duration = Duration::from_secs(1_000);
 
-/// Runs one acceptance vector of protocol §3: `clients` as
+/// Runs one acceptance vector (`docs/design/doorman-protocol.md` §3):
+/// `clients` as
 /// `(wants, subclients)`, each asking once in order at [`NOW`]; returns
 /// the grants.
 ///
@@ -195,7 +197,8 @@ mod fair {
         run_vector(Kind::FairShare, capacity, clients, true)
     }
 
-    // The acceptance vectors of protocol §3, all preloaded.
+    // The acceptance vectors (docs/design/doorman-protocol.md §3), all
+    // preloaded.
 
     #[test]
     fn vector_1000_60_10() {
@@ -287,7 +290,7 @@ mod proportional {
         run_vector(Kind::ProportionalShare, capacity, clients, preloaded)
     }
 
-    // The acceptance vectors of protocol §3.
+    // The acceptance vectors (docs/design/doorman-protocol.md §3).
 
     #[test]
     fn vector_60_60_10_preloaded() {

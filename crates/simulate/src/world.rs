@@ -10,13 +10,12 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::fleet::{Fleet, Wants, MAX_WANTS};
-use super::in_process::{InProcess, Link};
 use super::report::{LevelSample, Overshoot, Sample};
 use super::T0;
-use crate::election::{Election, Mastership};
-use crate::lease::Timestamp;
-use crate::{Client, ExpiryMode, Resource, ResourceOptions};
-use crate::{Parent, Server, ServerConfig, WallClock};
+use tollgate_doorman::in_process::{self, InProcess, Link};
+use tollgate_doorman::{Client, ExpiryMode, Resource, ResourceOptions};
+use tollgate_doorman::{Election, Mastership};
+use tollgate_doorman::{Parent, Server, ServerConfig, WallClock};
 
 /// SplitMix64: small, seedable and good enough for drift and mishaps.
 #[derive(Debug)]
@@ -62,7 +61,7 @@ pub(super) struct VirtualClock {
 }
 
 impl WallClock for VirtualClock {
-    fn now(&self) -> Timestamp {
+    fn now(&self) -> Duration {
         Duration::from_secs(T0) + self.origin.elapsed()
     }
 }
@@ -280,13 +279,14 @@ impl World {
         let builder = Server::builder(self.configs[j.level].clone());
         let builder = match j.parent {
             None => builder,
-            Some(p) => builder
-                .parent(Parent {
+            Some(p) => in_process::server_through(
+                builder.parent(Parent {
                     address: Job::address(&self.jobs[p].name),
                     server_id: j.name.clone(),
                     decay_factor: 0.5,
-                })
-                .transport(self.links[job].clone()),
+                }),
+                self.links[job].clone(),
+            ),
         };
         let task = &self.jobs[job].tasks[i];
         let server = builder
@@ -314,14 +314,14 @@ impl World {
         // Clients start discovery at different tasks, as if balanced.
         let mut servers = self.jobs[job].addresses();
         servers.rotate_left(n % tasks);
-        let client = Client::builder()
+        let builder = Client::builder()
             .servers(servers)
             .id(format!("client{n}"))
-            .clock(self.clock.clone())
-            .transport(self.clients_link.clone())
-            .seed(self.rng.next())
-            .build()
-            .expect("a client inside the runtime");
+            .clock(self.clock.clone());
+        let client =
+            in_process::client_through(builder, self.clients_link.clone(), self.rng.next())
+                .build()
+                .expect("a client inside the runtime");
         let mut options = ResourceOptions::new(wants).mode(ExpiryMode::Pessimistic);
         if self.fleet.clients.priority != 0 {
             options = options.priority(self.fleet.clients.priority);

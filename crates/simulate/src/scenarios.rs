@@ -6,13 +6,13 @@ use super::UnknownScenario;
 
 /// The fleet files, scenario 1 first.
 const FILES: [&str; 7] = [
-    include_str!("../../examples/fleets/scenario-1.yaml"),
-    include_str!("../../examples/fleets/scenario-2.yaml"),
-    include_str!("../../examples/fleets/scenario-3.yaml"),
-    include_str!("../../examples/fleets/scenario-4.yaml"),
-    include_str!("../../examples/fleets/scenario-5.yaml"),
-    include_str!("../../examples/fleets/scenario-6.yaml"),
-    include_str!("../../examples/fleets/scenario-7.yaml"),
+    include_str!("../examples/fleets/scenario-1.yaml"),
+    include_str!("../examples/fleets/scenario-2.yaml"),
+    include_str!("../examples/fleets/scenario-3.yaml"),
+    include_str!("../examples/fleets/scenario-4.yaml"),
+    include_str!("../examples/fleets/scenario-5.yaml"),
+    include_str!("../examples/fleets/scenario-6.yaml"),
+    include_str!("../examples/fleets/scenario-7.yaml"),
 ];
 
 /// Scenario `n`'s fleet.

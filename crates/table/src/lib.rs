@@ -1,45 +1,77 @@
-//! The slots of a [`KeyedLimiter`](super::KeyedLimiter): one flat array of
-//! cache-line slots, cut into equal runs, one per shard, found without a
+//! The keyed table of `tollgate-throttle`'s `KeyedLimiter`: one flat array
+//! of cache-line slots, cut into equal runs, one per shard, found without a
 //! lock and each guarded by a lock bit in its own tag word.
+//!
+//! A hit ([`Table::find`]) takes no lock but its slot's bit. Everything that
+//! changes which slots are occupied ([`Table::insert`], [`Guard::remove`],
+//! [`Table::rebuild`], and [`Table::for_each`], which hands out removable
+//! slots) is `unsafe`: its caller owns the run's layout, shown by the run's
+//! [`Occupancy`], which it keeps behind one lock per shard.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Mutex;
+//! use tollgate_table::{Occupancy, Table};
+//!
+//! // One shard of 8 slots; the shard's lock guards its occupancy.
+//! let table: Table<u64, u32> = Table::new(1, 8);
+//! let shard = Mutex::new(Occupancy::default());
+//! let hash = 0x1234_5678_9abc_def0;
+//! assert!(table.find(0, hash, &7).is_none());
+//! {
+//!     let mut occupancy = shard.lock().unwrap();
+//!     // SAFETY: this thread holds shard 0's lock, whose occupancy this is.
+//!     let mut guard = unsafe { table.insert(&mut occupancy, 0, hash, 7, 0, 0) };
+//!     *guard.state() += 1;
+//! }
+//! let mut guard = table.find(0, hash, &7).expect("inserted");
+//! assert_eq!(*guard.state(), 1);
+//! drop(guard);
+//! assert_eq!(shard.lock().unwrap().len, 1);
+//! ```
 //!
 //! # Implementation notes
 //!
 //! A run is an open-addressed table with linear probing. A key's home slot
 //! is its hash's bits 8..40 scaled to the run's length (a multiply, not a
 //! mask, so a run needs no power-of-two size); probing walks on, wrapping
-//! inside the run, until it meets the key or an [`EMPTY`] slot.
+//! inside the run, until it meets the key or an `EMPTY` slot.
 //!
 //! Each slot is one (or, for a large key and state, two) cache lines: the
 //! tag word, the time, the key and the policy state, so that a hit costs
 //! the miss on the slot's line and, for a key that lives on the heap, the
-//! deref that compares it. The tag (see [`Slot::tag`]) carries the hash's
+//! deref that compares it. The tag (`Slot::tag`) carries the hash's
 //! bits 4..64, so a probe skips other keys' slots without touching them.
 //!
 //! Hits take no shard lock: a thread finds a slot whose tag matches, sets
-//! the slot's [`LOCKED`] bit by compare-and-swap on the line it already
+//! the slot's `LOCKED` bit by compare-and-swap on the line it already
 //! missed on, compares the key exactly (a tag match is only a filter),
 //! runs the policy, and clears the bit with the new time. Everything that
 //! changes which slots are occupied (insert, removal, rebuild) needs the
-//! shard's `Mutex`, shown by a `&mut Occupancy` only that mutex hands out,
+//! shard's `Mutex`, shown by a `&mut` [`Occupancy`] only that mutex hands out
+//! (which is why those calls are `unsafe`: the caller keeps that promise),
 //! and locks a slot's bit before emptying it, so a concurrent hit either
 //! finishes first or finds the slot gone. A probe that misses while a
 //! removal or rebuild moves slots retries under the shard lock, where the
 //! layout is still, so no key is ever inserted twice.
 //!
-//! Removal leaves a [`TOMBSTONE`] (probes go on past it). When occupied
+//! Removal leaves a `TOMBSTONE` (probes go on past it). When occupied
 //! slots plus tombstones reach seven eighths of a run, the run is rebuilt
 //! under its shard lock: every entry is moved out, the run emptied and the
 //! entries put back, clearing every tombstone. The store keeps at most
 //! three quarters of a run occupied, so a rebuild clears at least an
 //! eighth of the run and costs O(1) amortised per removal.
 //!
-//! The array is allocated zeroed (all-zero bytes are an [`EMPTY`] slot), so
+//! The array is allocated zeroed (all-zero bytes are an `EMPTY` slot), so
 //! pages no key has touched cost no resident memory. Under loom, whose
 //! atomics and cells are not plain words, each slot is built instead.
 //!
-//! The atomics, cells and spinning come from the crate's sync shim, so the
-//! loom models in `loom-tests/tests/table.rs` check the probe, the lock bit
-//! and the rebuild against every interleaving.
+//! The atomics, cells and spinning come from the crate's sync shim
+//! (`sync.rs`), so the loom models in `loom-tests/tests/table.rs` check the
+//! probe, the lock bit and the rebuild against every interleaving.
+
+mod sync;
 
 #[cfg(not(tollgate_loom))]
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
@@ -47,7 +79,7 @@ use std::borrow::Borrow;
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
-use tollgate::sync::{yield_now, AtomicU64, Ordering, UnsafeCell};
+use sync::{yield_now, AtomicU64, Ordering, UnsafeCell};
 
 /// Tag of a slot that never held a key since the run was (re)built: ends
 /// every probe.
@@ -79,7 +111,7 @@ fn tag_of(hash: u64) -> u64 {
 /// One key's slot, a cache line (two when the key and state exceed 48
 /// bytes).
 #[repr(C, align(64))]
-pub(super) struct Slot<K, S> {
+pub struct Slot<K, S> {
     /// [`EMPTY`], [`TOMBSTONE`], or an occupied tag: hash bits 4..64,
     /// [`OCCUPIED`], and the [`BANNED`] and [`LOCKED`] bits. Only a thread
     /// that set [`LOCKED`] touches the other fields, and only under the
@@ -91,6 +123,15 @@ pub(super) struct Slot<K, S> {
     key: UnsafeCell<MaybeUninit<K>>,
     /// Initialised exactly while the tag is occupied.
     state: UnsafeCell<MaybeUninit<S>>,
+}
+
+impl<K, S> std::fmt::Debug for Slot<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Only the tag may be read without the slot's lock.
+        f.debug_struct("Slot")
+            .field("tag", &self.tag.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K, S> Slot<K, S> {
@@ -156,31 +197,38 @@ fn backoff(spins: &mut u32) {
 /// Occupied slots and tombstones of one run; the shard's mutex holds it,
 /// and a `&mut` to it is the proof that a caller holds that mutex.
 #[derive(Debug, Default)]
-pub(super) struct Occupancy {
+pub struct Occupancy {
     /// Occupied slots.
-    pub(super) len: usize,
+    pub len: usize,
     /// Tombstones.
     tombstones: usize,
 }
 
 impl Occupancy {
     /// Tombstones left in the run.
-    #[cfg(tollgate_loom)]
-    pub(super) fn tombstones(&self) -> usize {
+    pub fn tombstones(&self) -> usize {
         self.tombstones
     }
 }
 
 /// A locked, occupied slot; dropping it unlocks the slot.
-pub(super) struct Guard<'a, K, S> {
+pub struct Guard<'a, K, S> {
     slot: &'a Slot<K, S>,
     /// The tag to store on unlock (occupied, not locked).
     tag: u64,
 }
 
+impl<K, S> std::fmt::Debug for Guard<'_, K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K, S> Guard<'_, K, S> {
     /// The slot's key.
-    pub(super) fn key(&self) -> &K {
+    pub fn key(&self) -> &K {
         // SAFETY: the slot is occupied (the tag we locked had OCCUPIED), so
         // the key is initialised; it was written before the tag was
         // published (Release) and our lock's Acquire, and only a holder of
@@ -191,7 +239,7 @@ impl<K, S> Guard<'_, K, S> {
     }
 
     /// The key's policy state.
-    pub(super) fn state(&mut self) -> &mut S {
+    pub fn state(&mut self) -> &mut S {
         // SAFETY: as in `key`, the state is initialised; we hold the lock,
         // so no other thread reads or writes it until we unlock, after the
         // guard's borrow ends.
@@ -201,24 +249,18 @@ impl<K, S> Guard<'_, K, S> {
     }
 
     /// The last use, or the end of the ban when [`banned`](Self::banned).
-    // The loom models keep no times.
-    #[cfg_attr(tollgate_loom, allow(dead_code))]
-    pub(super) fn time(&self) -> u64 {
+    pub fn time(&self) -> u64 {
         // SAFETY: the lock makes this thread the time's only user.
         self.slot.time.with(|time| unsafe { *time })
     }
 
     /// Whether the key is banned until [`time`](Self::time).
-    // The loom models keep no times.
-    #[cfg_attr(tollgate_loom, allow(dead_code))]
-    pub(super) fn banned(&self) -> bool {
+    pub fn banned(&self) -> bool {
         self.tag & BANNED != 0
     }
 
     /// Records the last use, or (banned) the end of the ban.
-    // The loom models keep no times.
-    #[cfg_attr(tollgate_loom, allow(dead_code))]
-    pub(super) fn set_time(&mut self, time: u64, banned: bool) {
+    pub fn set_time(&mut self, time: u64, banned: bool) {
         // SAFETY: the lock makes this thread the time's only user.
         self.slot.time.with_mut(|t| unsafe { *t = time });
         self.tag = if banned {
@@ -229,7 +271,14 @@ impl<K, S> Guard<'_, K, S> {
     }
 
     /// Empties the slot (leaving a tombstone), dropping its key and state.
-    pub(super) fn remove(self, occupancy: &mut Occupancy) {
+    ///
+    /// # Safety
+    ///
+    /// `occupancy` is the one of the run that holds this slot, and the
+    /// caller holds it exclusively (the shard's lock) for the call: no
+    /// other thread inserts into, removes from or rebuilds that run
+    /// meanwhile.
+    pub unsafe fn remove(self, occupancy: &mut Occupancy) {
         let slot = self.slot;
         mem::forget(self);
         // SAFETY: we hold the lock on an occupied slot, so both cells are
@@ -261,7 +310,7 @@ impl<K, S> Drop for Guard<'_, K, S> {
 }
 
 /// All shards' runs of slots.
-pub(super) struct Table<K, S> {
+pub struct Table<K, S> {
     /// The allocation, from `alloc_zeroed(layout)`.
     #[cfg(not(tollgate_loom))]
     raw: NonNull<u8>,
@@ -285,15 +334,24 @@ unsafe impl<K: Send, S: Send> Send for Table<K, S> {}
 // `&K`, by lock holders and by dropping, so they need `Send + Sync`.
 unsafe impl<K: Send + Sync, S: Send> Sync for Table<K, S> {}
 
+impl<K, S> std::fmt::Debug for Table<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("len", &self.len)
+            .field("run", &self.run)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K, S> Table<K, S> {
     /// `shards` runs of `run` slots each, all empty.
     ///
     /// # Panics
     ///
-    /// If `shards * run` slots overflow the address space (the store caps
-    /// its size far below).
+    /// If `run` is under 2 or over `u32::MAX`, or `shards * run` slots
+    /// overflow the address space (the store caps its size far below).
     #[cfg(not(tollgate_loom))]
-    pub(super) fn new(shards: usize, run: usize) -> Table<K, S> {
+    pub fn new(shards: usize, run: usize) -> Table<K, S> {
         assert!(run >= 2 && u32::try_from(run).is_ok(), "run of {run} slots");
         let len = shards * run;
         let size = len
@@ -328,7 +386,7 @@ impl<K, S> Table<K, S> {
     /// `shards` runs of `run` slots each, all empty, each slot built (loom's
     /// atomics and cells are not plain words) and owned by a leaked box.
     #[cfg(tollgate_loom)]
-    pub(super) fn new(shards: usize, run: usize) -> Table<K, S> {
+    pub fn new(shards: usize, run: usize) -> Table<K, S> {
         assert!(run >= 2 && u32::try_from(run).is_ok(), "run of {run} slots");
         let len = shards * run;
         let slots: Box<[Slot<K, S>]> = (0..len).map(|_| Slot::empty()).collect();
@@ -349,7 +407,7 @@ impl<K, S> Table<K, S> {
 
     /// Bytes allocated for the slots.
     #[cfg(not(tollgate_loom))]
-    pub(super) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.layout.size()
     }
 
@@ -375,7 +433,7 @@ impl<K, S> Table<K, S> {
     /// Finds `key` in `shard`'s run and locks its slot; `None` if a probe
     /// meets an empty slot first. Takes no shard lock; without it, `None`
     /// may also mean the key's slot was being moved (retry under the lock).
-    pub(super) fn find<Q>(&self, shard: usize, hash: u64, key: &Q) -> Option<Guard<'_, K, S>>
+    pub fn find<Q>(&self, shard: usize, hash: u64, key: &Q) -> Option<Guard<'_, K, S>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -404,11 +462,18 @@ impl<K, S> Table<K, S> {
     /// Inserts `key` (absent from the run) with `state`, returning its slot
     /// locked, with its time set to `time`.
     ///
+    /// # Safety
+    ///
+    /// `occupancy` is `shard`'s, and the caller holds it exclusively (the
+    /// shard's lock) for the call: no other thread inserts into, removes
+    /// from or rebuilds that run meanwhile. The free slot the insert
+    /// writes is then this thread's alone.
+    ///
     /// # Panics
     ///
     /// If the run has no free slot: the store keeps an eighth of every run
     /// empty (see [`needs_rebuild`](Self::needs_rebuild)).
-    pub(super) fn insert(
+    pub unsafe fn insert(
         &self,
         occupancy: &mut Occupancy,
         shard: usize,
@@ -461,13 +526,24 @@ impl<K, S> Table<K, S> {
     }
 
     /// Whether the run's tombstones must be cleared before an insert.
-    pub(super) fn needs_rebuild(&self, occupancy: &Occupancy) -> bool {
+    pub fn needs_rebuild(&self, occupancy: &Occupancy) -> bool {
         occupancy.len + occupancy.tombstones + 1 > self.run - (self.run / 8).max(1)
     }
 
     /// Locks each occupied slot of `shard`'s run in turn and hands it to
     /// `each`, which unlocks it (drop) or removes it.
-    pub(super) fn for_each(
+    ///
+    /// # Safety
+    ///
+    /// As for [`insert`](Self::insert): `occupancy` is `shard`'s, held
+    /// exclusively for the call. `each` may then call [`Guard::remove`]
+    /// with the occupancy it is handed.
+    ///
+    /// # Panics
+    ///
+    /// If an occupied slot is emptied meanwhile, which only a caller that
+    /// broke the contract above can do.
+    pub unsafe fn for_each(
         &self,
         occupancy: &mut Occupancy,
         shard: usize,
@@ -490,7 +566,16 @@ impl<K, S> Table<K, S> {
 
     /// Moves every entry of `shard`'s run out and back in, clearing its
     /// tombstones. Hits meanwhile may miss and retry under the shard lock.
-    pub(super) fn rebuild(&self, occupancy: &mut Occupancy, shard: usize) {
+    ///
+    /// # Safety
+    ///
+    /// As for [`insert`](Self::insert): `occupancy` is `shard`'s, held
+    /// exclusively for the call.
+    ///
+    /// # Panics
+    ///
+    /// As [`for_each`](Self::for_each).
+    pub unsafe fn rebuild(&self, occupancy: &mut Occupancy, shard: usize) {
         let mut live = Vec::with_capacity(occupancy.len);
         for i in 0..self.run {
             let slot = self.slot(shard, i);

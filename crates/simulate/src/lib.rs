@@ -1,7 +1,7 @@
-//! A deterministic convergence simulation: the real
-//! [`Server`](crate::Server)s (templates, learning mode,
+//! A deterministic convergence simulation of Doorman server trees: the real
+//! [`Server`](tollgate_doorman::Server)s (templates, learning mode,
 //! algorithms, the intermediate servers' parent poller) and the real lease
-//! [`Client`](crate::Client)s, in one process on one
+//! [`Client`](tollgate_doorman::Client)s, in one process on one
 //! virtual clock: a [`Fleet`] file's tree, clients and timeline of
 //! failures ([`run_fleet`]), or the design doc's scenarios 1 to 7
 //! ([`run`]), which are fleet files too.
@@ -17,6 +17,10 @@
 //! polling the parent) is the code that runs in production; only the
 //! sockets are missing.
 //!
+//! The simulator is a crate of its own because it runs on tokio's paused
+//! clock (`test-util`): the lease library does not turn that on for its
+//! users.
+//!
 //! Each node of the tree is a job of server tasks (three unless the fleet
 //! says otherwise), at most one of them master (as in Go's simulation);
 //! clients know their job's addresses and find the master with Discovery.
@@ -31,8 +35,8 @@
 //! what they have handed out and the calls they took. Randomness comes from
 //! a seeded SplitMix64.
 //!
-//! Scenarios (Go's `simulation/scenario_*.py`, protocol §5 and the design
-//! doc's "Convergence and shortfall"), all with capacity 500, FAIR_SHARE,
+//! Scenarios (Go's `simulation/scenario_*.py`; the figures to compare with
+//! are in `docs/design/doorman-protocol.md` §9), all with capacity 500, FAIR_SHARE,
 //! 60 s leases, refresh 8/4/2 s at root/region/datacenter and 60 s of
 //! learning mode after each election:
 //!
@@ -51,7 +55,6 @@
 //! first learning mode (60 s).
 
 mod fleet;
-mod in_process;
 mod report;
 mod scenarios;
 mod timeline;
@@ -107,7 +110,7 @@ pub fn run(scenario: u32, seed: u64) -> Result<Report, UnknownScenario> {
 /// # Examples
 ///
 /// ```
-/// use tollgate_doorman::simulate;
+/// use tollgate_simulate as simulate;
 ///
 /// let fleet = simulate::scenario(5).unwrap();
 /// assert_eq!(fleet.levels.len(), 3);
@@ -126,7 +129,7 @@ pub fn scenario(scenario: u32) -> Result<Fleet, UnknownScenario> {
 /// # Examples
 ///
 /// ```
-/// use tollgate_doorman::simulate::{self, Fleet};
+/// use tollgate_simulate::{self as simulate, Fleet};
 ///
 /// let fleet = Fleet::from_yaml(r#"
 /// duration: 120

@@ -6,7 +6,7 @@
 //! has; see `doorman/server/hold.rs`). The bound is 103 %; these
 //! seeds now stay at the capacity.
 
-use tollgate_doorman::simulate;
+use tollgate_simulate as simulate;
 
 #[test]
 fn scenario_seven_hands_out_no_more_than_the_capacity() {

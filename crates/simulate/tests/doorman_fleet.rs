@@ -3,7 +3,7 @@
 //! on each wanting 10 of the root's 300 (so every client can have all it
 //! wants, and convergence means everyone has it again).
 
-use tollgate_doorman::simulate::{self, Fleet, Report};
+use tollgate_simulate::{self as simulate, Fleet, Report};
 
 fn fleet(duration: u64, timeline: &str) -> Fleet {
     Fleet::from_yaml(&format!(

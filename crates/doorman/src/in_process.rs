@@ -1,4 +1,7 @@
-//! The simulator's transport: servers in this process, called directly.
+//! The simulator's transport (`tollgate-simulate`): servers in this
+//! process, called directly. Hidden from the docs and not part of the
+//! stable API: it is the one way in that the simulator, a crate of its
+//! own, needs below the public builders.
 //!
 //! # Implementation notes
 //!
@@ -24,8 +27,19 @@ use tonic::Status;
 
 use crate::pb;
 use crate::transport::{Call, Transport};
-use crate::Server;
+use crate::{ClientBuilder, Server, ServerBuilder};
 use tollgate_service::RwLockUnpoisoned;
+
+/// `builder`'s server reaching its parent through `link` instead of gRPC.
+pub fn server_through(builder: ServerBuilder<'_>, link: Arc<Link>) -> ServerBuilder<'_> {
+    builder.transport(link)
+}
+
+/// `builder`'s client calling its servers through `link` instead of gRPC,
+/// its backoff's jitter seeded with `seed`, so that a run can be repeated.
+pub fn client_through(builder: ClientBuilder, link: Arc<Link>, seed: u64) -> ClientBuilder {
+    builder.transport(link).seed(seed)
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -36,7 +50,7 @@ struct Entry {
 /// Servers in this process, by address; an unknown address is
 /// `unavailable`, as a dead server would be.
 #[derive(Debug)]
-pub(crate) struct InProcess {
+pub struct InProcess {
     servers: RwLock<HashMap<String, Entry>>,
     /// A job's own address, and its tasks' addresses in order.
     jobs: RwLock<HashMap<String, Vec<String>>>,
@@ -50,14 +64,14 @@ pub(crate) struct InProcess {
 
 /// One caller's way into [`InProcess`].
 #[derive(Debug)]
-pub(crate) struct Link {
+pub struct Link {
     net: Arc<InProcess>,
     cut: Option<Arc<AtomicBool>>,
 }
 
 impl InProcess {
     /// A transport for a tree of `levels` levels.
-    pub(crate) fn new(levels: usize) -> InProcess {
+    pub fn new(levels: usize) -> InProcess {
         InProcess {
             servers: RwLock::default(),
             jobs: RwLock::default(),
@@ -68,12 +82,7 @@ impl InProcess {
 
     /// Registers job number `job` (in order from 0) with its own address
     /// and its tasks' addresses; returns the link its servers call through.
-    pub(crate) fn add_job(
-        self: &Arc<Self>,
-        job: usize,
-        address: String,
-        tasks: Vec<String>,
-    ) -> Arc<Link> {
+    pub fn add_job(self: &Arc<Self>, job: usize, address: String, tasks: Vec<String>) -> Arc<Link> {
         self.jobs.write_unpoisoned().insert(address, tasks);
         let mut cut = self.cut.write_unpoisoned();
         debug_assert_eq!(cut.len(), job);
@@ -86,7 +95,7 @@ impl InProcess {
     }
 
     /// The link clients call through.
-    pub(crate) fn client_link(self: &Arc<Self>) -> Arc<Link> {
+    pub fn client_link(self: &Arc<Self>) -> Arc<Link> {
         Arc::new(Link {
             net: self.clone(),
             cut: None,
@@ -94,24 +103,24 @@ impl InProcess {
     }
 
     /// Makes `server`, of level `level`, reachable at `address`.
-    pub(crate) fn add(&self, address: impl Into<String>, server: Server, level: usize) {
+    pub fn add(&self, address: impl Into<String>, server: Server, level: usize) {
         self.servers
             .write_unpoisoned()
             .insert(address.into(), Entry { server, level });
     }
 
     /// Makes `address` unreachable, as a dead server.
-    pub(crate) fn remove(&self, address: &str) {
+    pub fn remove(&self, address: &str) {
         self.servers.write_unpoisoned().remove(address);
     }
 
     /// Cuts job `job` from its parent, or heals the cut.
-    pub(crate) fn set_cut(&self, job: usize, cut: bool) {
+    pub fn set_cut(&self, job: usize, cut: bool) {
         self.cut.read_unpoisoned()[job].store(cut, Ordering::Relaxed);
     }
 
     /// Calls so far to the servers of each level.
-    pub(crate) fn rpcs(&self) -> Vec<u64> {
+    pub fn rpcs(&self) -> Vec<u64> {
         self.rpcs
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
@@ -120,7 +129,7 @@ impl InProcess {
 
     /// Makes every server unreachable (and breaks the reference cycle
     /// between the servers and a transport they use themselves).
-    pub(crate) fn clear(&self) {
+    pub fn clear(&self) {
         self.servers.write_unpoisoned().clear();
     }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::ServerConfig;
+use tollgate_doorman::ServerConfig;
 
 /// A fleet to simulate, as a fleet file describes it in YAML.
 ///
@@ -17,7 +17,7 @@ use crate::ServerConfig;
 /// # Examples
 ///
 /// ```
-/// use tollgate_doorman::simulate::Fleet;
+/// use tollgate_simulate::Fleet;
 ///
 /// let fleet = Fleet::from_yaml(r#"
 /// name: two regions
@@ -331,7 +331,7 @@ impl Fleet {
     /// # Examples
     ///
     /// ```
-    /// use tollgate_doorman::simulate::Fleet;
+    /// use tollgate_simulate::Fleet;
     ///
     /// let err = Fleet::from_yaml("duration: 10\nlevels: []\nclients: {per_leaf: 1, wants: 1}")
     ///     .unwrap_err();
