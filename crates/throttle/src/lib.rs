@@ -161,35 +161,29 @@ cfg_not_loom! {
     mod config;
     mod cost;
     mod error;
-    mod fixed_window;
-    mod gcra;
     mod layer;
     mod metrics;
     mod policy;
     mod queue;
     mod rules;
-    mod sliding_counter;
-    mod sliding_log;
     mod store;
     mod throttler;
-    mod token_pool;
     mod trust;
 
     pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
     pub use error::{LimitError, RulesError, TrustError};
-    pub use fixed_window::{FixedWindow, FixedWindowState};
-    pub use gcra::{Gcra, GcraState};
     pub use layer::{CostMeter, Throttle, ThrottleLayer};
-    pub use policy::{Policy, Standing, Verdict};
+    pub use policy::{
+        FixedWindow, FixedWindowState, Gcra, GcraState, Policy, SlidingLog, SlidingLogState,
+        SlidingWindowCounter, SlidingWindowCounterState, Standing, TokenPool, TokenPoolState,
+        Verdict,
+    };
     pub use queue::Criticality;
     pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
-    pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
-    pub use sliding_log::{SlidingLog, SlidingLogState};
     pub use store::{Evictions, KeyedLimiter};
     pub use throttler::{
         CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
     };
-    pub use token_pool::{TokenPool, TokenPoolState};
     pub use trust::Trust;
 }
 

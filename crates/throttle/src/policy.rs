@@ -9,6 +9,10 @@
 //! no clock, no allocation beyond the state's own (the sliding log's ring).
 //! Tests drive it with explicit nanosecond times and assert exact numbers.
 //!
+//! The five policies live in `policy/`, one file each: the core's token
+//! pool, GCRA, the fixed window, the sliding log and the sliding window
+//! counter.
+//!
 //! Contracts every policy keeps (the property tests check them):
 //!
 //! - A rejected check leaves the state as a check never made, except where
@@ -21,6 +25,18 @@
 //!   decision.
 
 use std::fmt;
+
+mod fixed_window;
+mod gcra;
+mod sliding_counter;
+mod sliding_log;
+mod token_pool;
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use token_pool::{TokenPool, TokenPoolState};
 
 /// What a policy decided for one request of some cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,9 +25,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::error::LimitError;
+use crate::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{Policy, Standing, Verdict};
+use super::{Policy, Standing, Verdict};
 
 /// At most `limit` units of cost in any window of length `W` ending now.
 ///

@@ -26,8 +26,8 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use crate::error::LimitError;
+use super::{sat_u64, Policy, Standing, Verdict};
 use tollgate::pool::Pool;
 use tollgate::pool::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
@@ -179,7 +179,7 @@ impl TokenPool {
     /// clock that times the decisions (a clock's
     /// [`resolution_ns`](tollgate::Clock::resolution_ns)), so a key used
     /// steadily takes in each step whole and keeps its rate. A
-    /// [`Throttler`](super::Throttler) does this with its own clock's step.
+    /// [`Throttler`](crate::Throttler) does this with its own clock's step.
     ///
     /// # Examples
     ///

@@ -23,8 +23,8 @@
 //! Delays round up to whole nanoseconds, so a delayed request never leaves
 //! before its slot.
 
-use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use crate::error::LimitError;
+use super::{sat_u64, Policy, Standing, Verdict};
 use tollgate::pool::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
 

@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
-use super::policy::{Policy, Standing, Verdict};
+use crate::error::LimitError;
+use super::{Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per aligned window.
 ///

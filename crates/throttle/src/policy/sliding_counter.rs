@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
+use crate::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.
