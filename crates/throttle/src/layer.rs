@@ -63,7 +63,9 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use tower::{Layer, Service};
 
 use super::rules::RequestHead;
-use super::throttler::{LimitStatus, Permit, Rejection, Throttler};
+use super::decision::Permit;
+use super::outcome::{LimitStatus, Rejection};
+use super::throttler::Throttler;
 
 /// How [`ThrottleLayer`] measures what a request cost, for post-accounting
 /// of predicted costs ([`CostModel::Predicted`](super::CostModel::Predicted)).

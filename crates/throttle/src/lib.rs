@@ -158,11 +158,14 @@ macro_rules! cfg_not_loom {
 }
 
 cfg_not_loom! {
+    mod builder;
     mod config;
     mod cost;
+    mod decision;
     mod error;
     mod layer;
     mod metrics;
+    mod outcome;
     mod policy;
     mod queue;
     mod rules;
@@ -181,9 +184,11 @@ cfg_not_loom! {
     pub use queue::Criticality;
     pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
     pub use store::{Evictions, KeyedLimiter};
-    pub use throttler::{
-        CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
-    };
+    pub use builder::ThrottlerBuilder;
+    pub use cost::CostModel;
+    pub use decision::Permit;
+    pub use outcome::{LimitStatus, Rejection, RejectionKind, Warning};
+    pub use throttler::Throttler;
     pub use trust::Trust;
 }
 
