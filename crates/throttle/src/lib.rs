@@ -164,10 +164,12 @@ cfg_not_loom! {
     mod decision;
     mod error;
     mod layer;
+    mod meter;
     mod metrics;
     mod outcome;
     mod policy;
     mod queue;
+    mod render;
     mod rules;
     mod store;
     mod throttler;
@@ -175,7 +177,8 @@ cfg_not_loom! {
 
     pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
     pub use error::{LimitError, RulesError, TrustError};
-    pub use layer::{CostMeter, Throttle, ThrottleLayer};
+    pub use layer::{Throttle, ThrottleLayer};
+    pub use meter::CostMeter;
     pub use policy::{
         FixedWindow, FixedWindowState, Gcra, GcraState, Policy, SlidingLog, SlidingLogState,
         SlidingWindowCounter, SlidingWindowCounterState, Standing, TokenPool, TokenPoolState,
