@@ -152,6 +152,37 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// What tells one limit from another on reload: its policy and every
+/// parameter of it. Two limits with equal keys decide alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum LimitKey {
+    TokenPool {
+        nano_ops_per_sec: u128,
+        burst_ppm: u64,
+        active: u64,
+        burst: u64,
+        backlog_cap: u128,
+    },
+    Gcra {
+        nano_ops_per_sec: u128,
+        burst: u64,
+        queue: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    SlidingLog {
+        limit: u64,
+        window_ns: u64,
+        log_rejected: bool,
+    },
+    SlidingWindowCounter {
+        limit: u64,
+        window_ns: u64,
+    },
+}
+
 /// Rounds `ns` (a `u128`) into a `u64`, saturating.
 pub(crate) fn sat_u64(ns: u128) -> u64 {
     u64::try_from(ns).unwrap_or(u64::MAX)

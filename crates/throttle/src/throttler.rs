@@ -10,6 +10,7 @@
 //! when its driver releases the request at the queue's cost rate. An
 //! evicted or refused request is refunded, so it costs nothing.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tollgate_service::RwLockUnpoisoned;
 use super::decision::{Inner, Permit, Rules};
 use super::outcome::{Rejection, RejectionKind};
 use super::queue::Criticality;
-use super::rules::{LiveRule, RequestHead, Rule};
+use super::rules::{LiveRule, RequestHead, Rule, RuleKey};
 
 /// A server-side throttler: rules per key, an optional admission queue
 /// with criticality, soft and hard limits, bans and shadow mode.
@@ -159,14 +160,16 @@ impl Throttler {
     pub fn reload(&self, rules: Vec<Rule>) {
         let old = self.inner.rules();
         let step = Duration::from_nanos(self.inner.clock.resolution_ns());
+        // The first rule in force with an identity, as rules are applied.
+        let mut live: HashMap<&RuleKey, &Arc<LiveRule>> = HashMap::new();
+        for rule in old.iter() {
+            live.entry(&rule.id).or_insert(rule);
+        }
         let new: Rules = rules
             .into_iter()
-            .map(|rule| {
-                let fingerprint = format!("{rule:?}");
-                old.iter()
-                    .find(|live| live.fingerprint == fingerprint)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(LiveRule::new(rule, step)))
+            .map(|rule| match live.get(&rule.key()) {
+                Some(kept) => Arc::clone(kept),
+                None => Arc::new(LiveRule::new(rule, step)),
             })
             .collect();
         *self.inner.rules.write_unpoisoned() = new;

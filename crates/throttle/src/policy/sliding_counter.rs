@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::error::LimitError;
 use super::fixed_window::window_ns;
-use super::{sat_u64, Policy, Standing, Verdict};
+use super::{LimitKey, sat_u64, Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.
@@ -78,6 +78,14 @@ impl SlidingWindowCounter {
             limit,
             window_ns: window_ns(window)?,
         })
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::SlidingWindowCounter {
+            limit: self.limit,
+            window_ns: self.window_ns,
+        }
     }
 
     /// Moves the state to `now`'s window; returns the position in it.

@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use crate::error::LimitError;
-use super::{sat_u64, Policy, Standing, Verdict};
+use super::{LimitKey, sat_u64, Policy, Standing, Verdict};
 use tollgate::pool::Pool;
 use tollgate::pool::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
@@ -97,6 +97,8 @@ use tollgate::RateSpec;
 #[derive(Debug, Clone)]
 pub struct TokenPool {
     meter: Meter,
+    /// The meter's rate, in nano-ops per second.
+    nano_ops_per_sec: u128,
     burst_ppm: u64,
     sizing: Sizing,
     /// The backlog cap, in tokens.
@@ -137,6 +139,7 @@ impl TokenPool {
         let sizing = Sizing::new(&meter, spec.burst_ppm());
         let mut pool = TokenPool {
             meter,
+            nano_ops_per_sec: spec.nano_ops_per_sec(),
             burst_ppm: spec.burst_ppm(),
             sizing,
             backlog_cap: 0,
@@ -166,6 +169,17 @@ impl TokenPool {
         };
         self.backlog_cap = 0;
         Ok(self)
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::TokenPool {
+            nano_ops_per_sec: self.nano_ops_per_sec,
+            burst_ppm: self.burst_ppm,
+            active: self.sizing.active,
+            burst: self.sizing.burst,
+            backlog_cap: self.backlog_cap,
+        }
     }
 
     /// Caps the backlog (the schedule time a key may catch up on at the
