@@ -151,9 +151,8 @@ impl Inner {
         head: &RequestHead<'_>,
         queue_capacity: Option<u64>,
     ) -> Result<Permit, Rejection> {
-        let inner = self;
-        let rules = inner.rules();
-        let (cost, class) = inner.cost.cost_of(inner.predictor.as_ref(), head, || {
+        let rules = self.rules();
+        let (cost, class) = self.cost.cost_of(self.predictor.as_ref(), head, || {
             rules
                 .iter()
                 .filter(|r| r.mode == Mode::Enforce)
@@ -163,10 +162,10 @@ impl Inner {
                 .unwrap_or(u64::MAX)
         });
         if let Some(capacity) = queue_capacity.filter(|c| cost > *c) {
-            inner.metrics.queue("too_costly");
+            self.metrics.queue("too_costly");
             return Err(Rejection::too_costly(None, cost, capacity));
         }
-        let now = inner.clock.now_ns();
+        let now = self.clock.now_ns();
         let mut permit = Permit {
             throttler: Arc::clone(self),
             cost,
@@ -179,88 +178,102 @@ impl Inner {
             queued: false,
         };
         for (i, rule) in rules.iter().enumerate() {
-            let key = match rule.key_of(head) {
-                Ok(Some(key)) => key,
-                Ok(None) => continue,
-                Err(()) => {
-                    inner.metrics.decision(&rule.name, "no_key");
-                    if rule.mode == Mode::Shadow {
-                        continue;
-                    }
-                    self.refund(&mut permit, now);
-                    let name = Some(rule.name.clone());
-                    return Err(Rejection::new(RejectionKind::NoKey, name, None));
-                }
-            };
-            let shadow = rule.mode == Mode::Shadow;
-            let want = rule.headers || inner.headers;
-            let c = rule.hard.check(&key, now, cost, rule.ban_ns, want);
-            let status = c.standing.map(|st| {
-                permit.limits.push(self.status(rule, st));
-                permit.limits.len() - 1
-            });
-            let outcome = match c.verdict {
-                Verdict::Reject { retry_after_ns } => {
-                    let most = rule.hard.max_cost();
-                    let kind = if c.banned {
-                        RejectionKind::Banned
-                    } else if cost > most {
-                        RejectionKind::CostTooHigh
-                    } else {
-                        RejectionKind::Limited
-                    };
-                    inner.metrics.decision(&rule.name, kind_label(kind, shadow));
-                    if c.ban_started {
-                        inner.metrics.decision(&rule.name, "ban_started");
-                    }
-                    if shadow {
-                        continue;
-                    }
-                    self.refund(&mut permit, now);
-                    let name = Some(rule.name.clone());
-                    let rejection = if kind == RejectionKind::CostTooHigh {
-                        Rejection::too_costly(name, cost, most)
-                    } else {
-                        let wait = retry_after_ns.saturating_add(inner.retry_slack_ns);
-                        Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
-                    };
-                    return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
-                }
-                Verdict::Delay { delay_ns } => {
-                    permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
-                    "delayed"
-                }
-                Verdict::Admit { .. } => "admitted",
-            };
-            inner.metrics.decision(&rule.name, outcome);
-            let mut soft_charged = false;
-            if let Some(soft) = &rule.soft {
-                if soft
-                    .check(&key, now, cost, None, false)
-                    .verdict
-                    .is_admitted()
-                {
-                    soft_charged = true;
-                } else {
-                    inner.metrics.decision(&rule.name, "soft_exceeded");
-                    permit.warnings.push(Warning {
-                        rule: rule.name.clone(),
-                        limit: rule.hard.quota(),
-                        remaining: match c.verdict {
-                            Verdict::Admit { remaining } => remaining,
-                            _ => 0,
-                        },
-                    });
-                }
-            }
-            permit.charged.push(Charge {
-                rule: i,
-                key,
-                soft: soft_charged,
-                status,
-            });
+            self.apply(i, rule, head, now, &mut permit)?;
         }
         Ok(permit)
+    }
+
+    /// Applies `rule`, the `i`th in force, to a request at `now`: charges
+    /// it to the permit, or refunds the permit and rejects it.
+    fn apply(
+        &self,
+        i: usize,
+        rule: &LiveRule,
+        head: &RequestHead<'_>,
+        now: u64,
+        permit: &mut Permit,
+    ) -> Result<(), Rejection> {
+        let key = match rule.key_of(head) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Ok(()),
+            Err(()) => {
+                self.metrics.decision(&rule.name, "no_key");
+                if rule.mode == Mode::Shadow {
+                    return Ok(());
+                }
+                self.refund(permit, now);
+                let name = Some(rule.name.clone());
+                return Err(Rejection::new(RejectionKind::NoKey, name, None));
+            }
+        };
+        let shadow = rule.mode == Mode::Shadow;
+        let want = rule.headers || self.headers;
+        let c = rule.hard.check(&key, now, permit.cost, rule.ban_ns, want);
+        let status = c.standing.map(|st| {
+            permit.limits.push(self.status(rule, st));
+            permit.limits.len() - 1
+        });
+        let outcome = match c.verdict {
+            Verdict::Reject { retry_after_ns } => {
+                let most = rule.hard.max_cost();
+                let kind = if c.banned {
+                    RejectionKind::Banned
+                } else if permit.cost > most {
+                    RejectionKind::CostTooHigh
+                } else {
+                    RejectionKind::Limited
+                };
+                self.metrics.decision(&rule.name, kind_label(kind, shadow));
+                if c.ban_started {
+                    self.metrics.decision(&rule.name, "ban_started");
+                }
+                if shadow {
+                    return Ok(());
+                }
+                self.refund(permit, now);
+                let name = Some(rule.name.clone());
+                let rejection = if kind == RejectionKind::CostTooHigh {
+                    Rejection::too_costly(name, permit.cost, most)
+                } else {
+                    let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
+                    Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
+                };
+                return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
+            }
+            Verdict::Delay { delay_ns } => {
+                permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
+                "delayed"
+            }
+            Verdict::Admit { .. } => "admitted",
+        };
+        self.metrics.decision(&rule.name, outcome);
+        let mut soft_charged = false;
+        if let Some(soft) = &rule.soft {
+            if soft
+                .check(&key, now, permit.cost, None, false)
+                .verdict
+                .is_admitted()
+            {
+                soft_charged = true;
+            } else {
+                self.metrics.decision(&rule.name, "soft_exceeded");
+                permit.warnings.push(Warning {
+                    rule: rule.name.clone(),
+                    limit: rule.hard.quota(),
+                    remaining: match c.verdict {
+                        Verdict::Admit { remaining } => remaining,
+                        _ => 0,
+                    },
+                });
+            }
+        }
+        permit.charged.push(Charge {
+            rule: i,
+            key,
+            soft: soft_charged,
+            status,
+        });
+        Ok(())
     }
 
     /// What a client is told of `rule` for a key standing at `st`.

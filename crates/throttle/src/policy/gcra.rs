@@ -24,7 +24,7 @@
 //! before its slot.
 
 use crate::error::LimitError;
-use super::{LimitKey, sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
 use tollgate::pool::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::error::LimitError;
 use super::fixed_window::window_ns;
-use super::{LimitKey, sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.

@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use crate::error::LimitError;
-use super::{LimitKey, sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
 use tollgate::pool::Pool;
 use tollgate::pool::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
