@@ -8,9 +8,10 @@ use serde::Deserialize;
 use tollgate_service::{hangup, reload_file, watch_file, Reload};
 
 use super::error::{LimitError, RulesError};
+use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
 use super::throttler::Throttler;
-use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool, Trust};
+use super::trust::Trust;
 use tollgate::RateSpec;
 
 #[derive(Debug, Deserialize)]

@@ -1,5 +1,6 @@
-//! Cost prediction: the expected cost of a request from the measured cost
-//! of recent requests of the same class.
+//! What a request costs: the [`CostModel`], and cost prediction, the
+//! expected cost of a request from the measured cost of recent requests
+//! of the same class.
 //!
 //! # Implementation notes
 //!
@@ -15,6 +16,62 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tollgate_service::LockUnpoisoned;
+
+use super::rules::{Extract, RequestHead};
+
+/// How much a request costs, in the units the rules' limits count.
+#[derive(Debug, Clone)]
+pub enum CostModel {
+    /// Every request costs the same.
+    Fixed(u64),
+    /// The cost is a header's integer value (or `default`).
+    Header {
+        /// The header (or gRPC metadata) name.
+        name: String,
+        /// The cost when the header is absent or not an integer.
+        default: u64,
+    },
+    /// Predicted from recent requests of the same class, measured when
+    /// they finish ([`Permit::finish`](crate::Permit::finish)); the difference is charged after.
+    Predicted {
+        /// The class of a request (e.g. [`Extract::method_and_path`]).
+        class: Extract,
+        /// The cost of a class not seen yet.
+        default: u64,
+    },
+}
+
+impl CostModel {
+    /// A request's cost and, when predicted, its class. A prediction is
+    /// at most what every enforced rule and the queue can admit (`most`):
+    /// a class whose measured costs grew beyond that is admitted at that
+    /// cost and post-accounted the rest, rather than refused for ever.
+    pub(crate) fn cost_of(
+        &self,
+        predictor: Option<&CostPredictor>,
+        head: &RequestHead<'_>,
+        most: impl Fn() -> u64,
+    ) -> (u64, Option<String>) {
+        match self {
+            CostModel::Fixed(c) => (*c, None),
+            CostModel::Header { name, default } => (
+                head.headers
+                    .get(name.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(*default),
+                None,
+            ),
+            CostModel::Predicted { class, default } => match class.key(head) {
+                Some(c) => {
+                    let predicted = predictor.map_or(*default, |p| p.predict(&c));
+                    (predicted.min(most()), Some(c))
+                }
+                None => (*default, None),
+            },
+        }
+    }
+}
 
 /// Fixed-point scale of the averages.
 const SCALE: u64 = 256;

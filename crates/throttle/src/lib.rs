@@ -144,38 +144,39 @@
 //! # Ok::<(), tollgate_throttle::LimitError>(())
 //! ```
 
+mod builder;
 mod config;
 mod cost;
+mod decision;
 mod error;
-mod fixed_window;
-mod gcra;
 mod layer;
+mod meter;
 mod metrics;
+mod outcome;
 mod policy;
 mod queue;
+mod render;
 mod rules;
-mod sliding_counter;
-mod sliding_log;
 mod store;
 mod throttler;
-mod token_pool;
 mod trust;
 
+pub use builder::ThrottlerBuilder;
 pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+pub use cost::CostModel;
+pub use decision::Permit;
 pub use error::{LimitError, RulesError, TrustError};
-pub use fixed_window::{FixedWindow, FixedWindowState};
-pub use gcra::{Gcra, GcraState};
-pub use layer::{CostMeter, Throttle, ThrottleLayer};
-pub use policy::{Policy, Standing, Verdict};
+pub use layer::{Throttle, ThrottleLayer};
+pub use meter::CostMeter;
+pub use outcome::{LimitStatus, Rejection, RejectionKind, Warning};
+pub use policy::{
+    FixedWindow, FixedWindowState, Gcra, GcraState, Policy, SlidingLog, SlidingLogState,
+    SlidingWindowCounter, SlidingWindowCounterState, Standing, TokenPool, TokenPoolState, Verdict,
+};
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
-pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
-pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use store::{Evictions, KeyedLimiter};
-pub use throttler::{
-    CostModel, LimitStatus, Permit, Rejection, RejectionKind, Throttler, ThrottlerBuilder, Warning,
-};
-pub use token_pool::{TokenPool, TokenPoolState};
+pub use throttler::Throttler;
 pub use trust::Trust;
 
 /// The workspace README's Rust examples, compiled (not run) as this

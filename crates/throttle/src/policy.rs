@@ -9,6 +9,10 @@
 //! no clock, no allocation beyond the state's own (the sliding log's ring).
 //! Tests drive it with explicit nanosecond times and assert exact numbers.
 //!
+//! The five policies live in `policy/`, one file each: the core's token
+//! pool, GCRA, the fixed window, the sliding log and the sliding window
+//! counter.
+//!
 //! Contracts every policy keeps (the property tests check them):
 //!
 //! - A rejected check leaves the state as a check never made, except where
@@ -21,6 +25,18 @@
 //!   decision.
 
 use std::fmt;
+
+mod fixed_window;
+mod gcra;
+mod sliding_counter;
+mod sliding_log;
+mod token_pool;
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use token_pool::{TokenPool, TokenPoolState};
 
 /// What a policy decided for one request of some cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +150,37 @@ pub trait Policy: Send + Sync + fmt::Debug + 'static {
         let _ = (state, now_ns);
         false
     }
+}
+
+/// What tells one limit from another on reload: its policy and every
+/// parameter of it. Two limits with equal keys decide alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum LimitKey {
+    TokenPool {
+        nano_ops_per_sec: u128,
+        burst_ppm: u64,
+        active: u64,
+        burst: u64,
+        backlog_cap: u128,
+    },
+    Gcra {
+        nano_ops_per_sec: u128,
+        burst: u64,
+        queue: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window_ns: u64,
+    },
+    SlidingLog {
+        limit: u64,
+        window_ns: u64,
+        log_rejected: bool,
+    },
+    SlidingWindowCounter {
+        limit: u64,
+        window_ns: u64,
+    },
 }
 
 /// Rounds `ns` (a `u128`) into a `u64`, saturating.

@@ -28,14 +28,26 @@
 //! a full queue would make them), earlier when it cost less, but never
 //! before the present, so a refund cannot release a burst.
 //!
-//! The queue is pure: the caller passes the time and wakes the released
-//! requests (the throttler does, from a driver task that sleeps until
-//! [`AdmissionQueue::next_release_ns`]). A driver that wakes late releases
-//! every overdue request at once.
+//! [`AdmissionQueue`] is pure: the caller passes the time and wakes the
+//! released requests. [`Admission`] is that caller, as the throttler uses
+//! it: the queue behind a lock, each request waiting on a channel, and a
+//! driver task, spawned when the first request queues, that sleeps until
+//! [`AdmissionQueue::next_release_ns`], wakes what is due and ends when
+//! the queue is empty. A driver that wakes late releases every overdue
+//! request at once. A waiting request whose future is dropped leaves the
+//! queue at once, without using its rate.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tollgate::pool::{Meter, TOKENS_PER_OP};
+use tollgate::{Clock, RateSpec};
+use tollgate_service::LockUnpoisoned;
+
+use super::metrics::ThrottleMetrics;
+use super::outcome::RejectionKind;
 
 /// How important a request is to serve when the server is overloaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -250,6 +262,159 @@ impl<T> AdmissionQueue<T> {
     /// The number of requests waiting.
     pub(crate) fn len(&self) -> usize {
         self.items.len()
+    }
+}
+
+/// A queued request's channel: told `Ok` when released, or why it was
+/// refused after queueing.
+type Waiter = oneshot::Sender<Result<(), RejectionKind>>;
+
+/// The throttler's admission queue: an [`AdmissionQueue`] of waiting
+/// requests, with the driver that releases them on time.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    state: Mutex<QueueState>,
+    /// The queue's capacity, read without its lock.
+    capacity: u64,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug)]
+struct QueueState {
+    core: AdmissionQueue<Waiter>,
+    /// A driver task is running.
+    driving: bool,
+}
+
+impl Admission {
+    /// A queue holding up to `capacity` units of cost, released at `rate`
+    /// units per second (its burst ratio is unused), timed by `clock`.
+    pub(crate) fn new(capacity: u64, rate: RateSpec, clock: Arc<dyn Clock>) -> Admission {
+        Admission {
+            state: Mutex::new(QueueState {
+                core: AdmissionQueue::new(capacity, rate.nano_ops_per_sec()),
+                driving: false,
+            }),
+            capacity,
+            clock,
+        }
+    }
+
+    /// The most cost the queue ever admits.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Passes a request of `cost` through the queue: at once when it is
+    /// idle, otherwise when the driver releases it. Needs a tokio runtime
+    /// (the driver is a task).
+    ///
+    /// # Errors
+    ///
+    /// Why it was refused: [`RejectionKind::QueueFull`],
+    /// [`RejectionKind::Evicted`], or [`RejectionKind::CostTooHigh`] for a
+    /// cost above the capacity.
+    ///
+    /// # Cancel safety
+    ///
+    /// A request whose future is dropped while it waits leaves the queue
+    /// at once, without using its rate.
+    pub(crate) async fn pass(
+        self: &Arc<Self>,
+        cost: u64,
+        criticality: Criticality,
+        metrics: &ThrottleMetrics,
+    ) -> Result<(), RejectionKind> {
+        let (tx, rx) = oneshot::channel();
+        let offer = {
+            let mut q = self.state.lock_unpoisoned();
+            let offer = q.core.offer(tx, cost, criticality, self.clock.now_ns());
+            if matches!(offer, Offer::Queued { .. }) && !q.driving {
+                q.driving = true;
+                tokio::spawn(drive(self.clone()));
+            }
+            offer
+        };
+        match offer {
+            Offer::Now(_) => {
+                metrics.queue("immediate");
+                Ok(())
+            }
+            Offer::Full(_) => {
+                metrics.queue("full");
+                Err(RejectionKind::QueueFull)
+            }
+            Offer::TooCostly(_) => {
+                metrics.queue("too_costly");
+                Err(RejectionKind::CostTooHigh)
+            }
+            Offer::Queued { ticket, evicted } => {
+                metrics.queue("queued");
+                for waiter in evicted {
+                    metrics.queue("evicted");
+                    let _ = waiter.send(Err(RejectionKind::Evicted));
+                }
+                // Leaves the queue if this future is dropped while waiting.
+                let place = Place {
+                    queue: &self.state,
+                    ticket,
+                };
+                let result = rx.await.unwrap_or(Err(RejectionKind::QueueFull));
+                std::mem::forget(place);
+                result
+            }
+        }
+    }
+
+    /// Post-accounting for a request that passed: see
+    /// [`AdmissionQueue::settle`].
+    pub(crate) fn settle(&self, now_ns: u64, delta: i64) {
+        self.state.lock_unpoisoned().core.settle(now_ns, delta);
+    }
+
+    /// When the next request may leave: see [`AdmissionQueue::free_at_ns`].
+    pub(crate) fn free_at_ns(&self) -> u64 {
+        self.state.lock_unpoisoned().core.free_at_ns()
+    }
+
+    /// The cost waiting and the number of requests waiting.
+    pub(crate) fn waiting(&self) -> (u64, usize) {
+        let q = self.state.lock_unpoisoned();
+        (q.core.queued_cost(), q.core.len())
+    }
+}
+
+/// A place in the admission queue, given up when dropped: a waiting
+/// request whose future is dropped leaves the queue at once.
+struct Place<'a> {
+    queue: &'a Mutex<QueueState>,
+    ticket: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.queue.lock_unpoisoned().core.leave(self.ticket);
+    }
+}
+
+/// Releases queued requests at the queue's rate until it is empty.
+async fn drive(queue: Arc<Admission>) {
+    loop {
+        let wait = {
+            let mut q = queue.state.lock_unpoisoned();
+            let now = queue.clock.now_ns();
+            for waiter in q.core.release(now, |w| !w.is_closed()) {
+                let _ = waiter.send(Ok(()));
+            }
+            match q.core.next_release_ns() {
+                None => {
+                    q.driving = false;
+                    return;
+                }
+                Some(at) => at.saturating_sub(now),
+            }
+        };
+        tokio::time::sleep(Duration::from_nanos(wait.max(1))).await;
     }
 }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use axum::http::{Extensions, HeaderMap, Method, Uri};
 
-use super::policy::{Policy, Standing};
+use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
+use super::policy::{LimitKey, Policy, Standing};
 use super::store::{BanCheck, KeyedLimiter};
 use super::trust::{client_key, Trust};
-use super::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 
 /// The parts of a request the rules read: method, URI, headers (gRPC
 /// metadata travels as HTTP/2 headers) and extensions (the peer address,
@@ -247,7 +247,7 @@ impl fmt::Debug for Extract {
 
 /// What a rule does with a request it finds no usable key for (see
 /// [`Extract`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum MissingKey {
     /// Such requests share one bucket under the rule's limits, apart from
     /// every key (the default): together they get what one key gets.
@@ -306,6 +306,17 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// What tells this limit apart from another on reload.
+    fn key(&self) -> LimitKey {
+        match self {
+            Limit::TokenPool(p) => p.key(),
+            Limit::Gcra(p) => p.key(),
+            Limit::FixedWindow(p) => p.key(),
+            Limit::SlidingLog(p) => p.key(),
+            Limit::SlidingWindowCounter(p) => p.key(),
+        }
+    }
+
     /// The limit over keys, timed by a clock moving in steps of
     /// `clock_step` (token pools widen to cover them).
     pub(crate) fn keyed(self, max_keys: usize, clock_step: Duration) -> Box<dyn Keyed> {
@@ -383,7 +394,7 @@ impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
 }
 
 /// Whether a rule enforces its limits or only counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Mode {
     /// Rejections reject.
     #[default]
@@ -491,13 +502,44 @@ impl Rule {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// What tells this rule apart from another on reload.
+    pub(crate) fn key(&self) -> RuleKey {
+        RuleKey {
+            name: self.name.clone(),
+            extract: self.key.name.clone(),
+            hard: self.hard.key(),
+            soft: self.soft.as_ref().map(Limit::key),
+            ban: self.ban,
+            mode: self.mode,
+            max_keys: self.max_keys,
+            missing_key: self.missing_key,
+            headers: self.headers,
+        }
+    }
+}
+
+/// A rule's identity across reloads: every setting of it, with the key
+/// extractor by its name. A reloaded rule with the same identity as a
+/// rule in force keeps that rule's keys and their state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RuleKey {
+    name: Arc<str>,
+    extract: Arc<str>,
+    hard: LimitKey,
+    soft: Option<LimitKey>,
+    ban: Option<Duration>,
+    mode: Mode,
+    max_keys: usize,
+    missing_key: MissingKey,
+    headers: bool,
 }
 
 /// A rule with its keyed state.
 #[derive(Debug)]
 pub(crate) struct LiveRule {
-    /// The rule's configuration as text, to recognise it on reload.
-    pub(crate) fingerprint: String,
+    /// The rule's identity, to recognise it on reload.
+    pub(crate) id: RuleKey,
     pub(crate) name: Arc<str>,
     pub(crate) key: Extract,
     pub(crate) hard: Box<dyn Keyed>,
@@ -513,7 +555,7 @@ pub(crate) struct LiveRule {
 impl LiveRule {
     pub(crate) fn new(rule: Rule, clock_step: Duration) -> LiveRule {
         LiveRule {
-            fingerprint: format!("{rule:?}"),
+            id: rule.key(),
             name: rule.name,
             key: rule.key,
             hard: rule.hard.keyed(rule.max_keys, clock_step),
@@ -556,5 +598,91 @@ impl LiveRule {
             MissingKey::Skip => Ok(None),
             MissingKey::Reject => Err(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(limit: u64) -> Limit {
+        Limit::FixedWindow(FixedWindow::new(limit, Duration::from_secs(60)).expect("a window"))
+    }
+
+    fn pool(rate: &str) -> Limit {
+        Limit::TokenPool(TokenPool::new(rate.parse().expect("a rate")))
+    }
+
+    fn gcra(rate: &str, queue: u64) -> Limit {
+        Limit::Gcra(Gcra::new(rate.parse().expect("a rate"), 2, queue).expect("a gcra"))
+    }
+
+    #[test]
+    fn a_rule_is_known_on_reload_by_every_setting() {
+        let rule = |limit| Rule::new("r", Extract::header("x-api-key"), window(limit));
+        assert_eq!(rule(5).key(), rule(5).key());
+        assert_ne!(rule(5).key(), rule(6).key());
+        assert_ne!(
+            rule(5).key(),
+            Rule::new("other", Extract::header("x-api-key"), window(5)).key()
+        );
+        assert_ne!(
+            rule(5).key(),
+            Rule::new("r", Extract::header("x-user"), window(5)).key()
+        );
+        assert_ne!(rule(5).key(), rule(5).soft(window(4)).key());
+        assert_ne!(rule(5).key(), rule(5).ban(Duration::from_secs(1)).key());
+        assert_ne!(rule(5).key(), rule(5).mode(Mode::Shadow).key());
+        assert_ne!(rule(5).key(), rule(5).max_keys(10).key());
+        assert_ne!(rule(5).key(), rule(5).missing_key(MissingKey::Skip).key());
+        assert_ne!(rule(5).key(), rule(5).ratelimit_headers(true).key());
+    }
+
+    #[test]
+    fn limits_are_told_apart_by_their_policy_and_parameters() {
+        let key = |limit: Limit| Rule::new("r", Extract::global(), limit).key();
+        assert_eq!(key(pool("5,2")), key(pool("5,2")));
+        assert_ne!(key(pool("5,2")), key(pool("6,2")));
+        assert_ne!(key(pool("5,2")), key(pool("5,3")));
+        let bucket = |burst| TokenPool::new("5".parse().expect("a rate")).with_burst(burst);
+        assert_ne!(
+            key(Limit::TokenPool(bucket(3).expect("a bucket"))),
+            key(Limit::TokenPool(bucket(4).expect("a bucket")))
+        );
+        assert_ne!(
+            key(pool("5")),
+            key(Limit::TokenPool(
+                TokenPool::new("5".parse().expect("a rate"))
+                    .with_backlog_cap(Duration::from_secs(2))
+            ))
+        );
+        assert_eq!(key(gcra("5", 1)), key(gcra("5", 1)));
+        assert_ne!(key(gcra("5", 1)), key(gcra("5", 2)));
+        assert_ne!(key(gcra("5", 1)), key(gcra("7", 1)));
+        let log = |yes| {
+            Limit::SlidingLog(
+                SlidingLog::new(5, Duration::from_secs(60))
+                    .expect("a log")
+                    .log_rejected(yes),
+            )
+        };
+        assert_ne!(key(log(false)), key(log(true)));
+        let counter = Limit::SlidingWindowCounter(
+            SlidingWindowCounter::new(5, Duration::from_secs(60)).expect("a counter"),
+        );
+        assert_ne!(key(window(5)), key(counter));
+    }
+
+    #[test]
+    fn custom_extractors_are_known_by_their_name() {
+        let rule = |name: &'static str| {
+            Rule::new(
+                "r",
+                Extract::custom(name, |_: &RequestHead<'_>| None),
+                window(5),
+            )
+        };
+        assert_eq!(rule("mine").key(), rule("mine").key());
+        assert_ne!(rule("mine").key(), rule("yours").key());
     }
 }

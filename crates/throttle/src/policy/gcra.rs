@@ -23,8 +23,8 @@
 //! Delays round up to whole nanoseconds, so a delayed request never leaves
 //! before its slot.
 
-use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
+use crate::error::LimitError;
 use tollgate::pool::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
 
@@ -48,6 +48,8 @@ use tollgate::RateSpec;
 #[derive(Debug, Clone)]
 pub struct Gcra {
     meter: Meter,
+    /// The meter's rate, in nano-units per second.
+    nano_ops_per_sec: u128,
     burst: u64,
     queue: u64,
 }
@@ -76,9 +78,19 @@ impl Gcra {
         }
         Ok(Gcra {
             meter: Meter::new(rate.nano_ops_per_sec()),
+            nano_ops_per_sec: rate.nano_ops_per_sec(),
             burst,
             queue,
         })
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::Gcra {
+            nano_ops_per_sec: self.nano_ops_per_sec,
+            burst: self.burst,
+            queue: self.queue,
+        }
     }
 
     fn ceil_ns(&self, tokens: u128) -> u64 {

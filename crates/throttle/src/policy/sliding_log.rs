@@ -25,9 +25,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{Policy, Standing, Verdict};
+use super::{LimitKey, Policy, Standing, Verdict};
+use crate::error::LimitError;
 
 /// At most `limit` units of cost in any window of length `W` ending now.
 ///
@@ -91,6 +91,15 @@ impl SlidingLog {
     pub fn log_rejected(mut self, yes: bool) -> SlidingLog {
         self.log_rejected = yes;
         self
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::SlidingLog {
+            limit: self.limit,
+            window_ns: self.window_ns,
+            log_rejected: self.log_rejected,
+        }
     }
 
     fn expire(&self, s: &mut SlidingLogState, now_ns: u64) -> u64 {

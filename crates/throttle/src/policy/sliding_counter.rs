@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
 use super::fixed_window::window_ns;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
+use crate::error::LimitError;
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.
@@ -78,6 +78,14 @@ impl SlidingWindowCounter {
             limit,
             window_ns: window_ns(window)?,
         })
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::SlidingWindowCounter {
+            limit: self.limit,
+            window_ns: self.window_ns,
+        }
     }
 
     /// Moves the state to `now`'s window; returns the position in it.

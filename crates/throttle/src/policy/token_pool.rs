@@ -26,8 +26,8 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
-use super::policy::{sat_u64, Policy, Standing, Verdict};
+use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
+use crate::error::LimitError;
 use tollgate::pool::Pool;
 use tollgate::pool::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
@@ -97,6 +97,8 @@ use tollgate::RateSpec;
 #[derive(Debug, Clone)]
 pub struct TokenPool {
     meter: Meter,
+    /// The meter's rate, in nano-ops per second.
+    nano_ops_per_sec: u128,
     burst_ppm: u64,
     sizing: Sizing,
     /// The backlog cap, in tokens.
@@ -137,6 +139,7 @@ impl TokenPool {
         let sizing = Sizing::new(&meter, spec.burst_ppm());
         let mut pool = TokenPool {
             meter,
+            nano_ops_per_sec: spec.nano_ops_per_sec(),
             burst_ppm: spec.burst_ppm(),
             sizing,
             backlog_cap: 0,
@@ -168,6 +171,17 @@ impl TokenPool {
         Ok(self)
     }
 
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::TokenPool {
+            nano_ops_per_sec: self.nano_ops_per_sec,
+            burst_ppm: self.burst_ppm,
+            active: self.sizing.active,
+            burst: self.sizing.burst,
+            backlog_cap: self.backlog_cap,
+        }
+    }
+
     /// Caps the backlog (the schedule time a key may catch up on at the
     /// burst rate) at `cap`; zero means no catching up.
     pub fn with_backlog_cap(mut self, cap: Duration) -> TokenPool {
@@ -179,7 +193,7 @@ impl TokenPool {
     /// clock that times the decisions (a clock's
     /// [`resolution_ns`](tollgate::Clock::resolution_ns)), so a key used
     /// steadily takes in each step whole and keeps its rate. A
-    /// [`Throttler`](super::Throttler) does this with its own clock's step.
+    /// [`Throttler`](crate::Throttler) does this with its own clock's step.
     ///
     /// # Examples
     ///

@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use super::error::LimitError;
-use super::policy::{Policy, Standing, Verdict};
+use super::{LimitKey, Policy, Standing, Verdict};
+use crate::error::LimitError;
 
 /// At most `limit` units of cost per aligned window.
 ///
@@ -67,6 +67,14 @@ impl FixedWindow {
             limit,
             window_ns: window_ns(window)?,
         })
+    }
+
+    /// What tells this limit apart from another on reload.
+    pub(crate) fn key(&self) -> LimitKey {
+        LimitKey::FixedWindow {
+            limit: self.limit,
+            window_ns: self.window_ns,
+        }
     }
 
     fn roll(&self, s: &mut FixedWindowState, now_ns: u64) -> u64 {

@@ -1,0 +1,350 @@
+//! The decision: the rules applied to one request, in order, giving a
+//! [`Permit`] or a [`Rejection`], and the permit's post-accounting.
+//!
+//! # Implementation notes
+//!
+//! A decision reads the cost (fixed, from a header, or predicted for the
+//! request's class) and walks the rules in order. For each rule that
+//! yields a key, the hard limit decides first (through the key's ban, if
+//! the rule bans); if it admits, the soft limit is checked and a warning
+//! recorded when it would reject. The first enforced rejection refunds
+//! what the earlier rules charged, so a rejected request costs nothing.
+//! Shadow rules decide and count but never reject.
+//!
+//! The permit's `finish` does post-accounting: with predicted costs it
+//! records the measured cost for the class and charges (or refunds) the
+//! difference to every key the request was charged to, and, when the
+//! request passed the admission queue, to the queue's schedule as well
+//! (see the queue's notes).
+
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tollgate::Clock;
+use tollgate_service::RwLockUnpoisoned;
+
+use super::cost::{CostModel, CostPredictor};
+use super::metrics::{State, ThrottleMetrics};
+use super::outcome::{LimitStatus, Rejection, RejectionKind, Warning};
+use super::policy::{Standing, Verdict};
+use super::queue::{Admission, Criticality};
+use super::rules::{LiveRule, Mode, RequestHead};
+use super::trust::Trust;
+
+/// An admitted request. Call [`finish`](Permit::finish) with the measured
+/// cost when it completes to post-account a predicted cost; dropping it
+/// keeps the charge as predicted.
+#[derive(Debug)]
+pub struct Permit {
+    throttler: Arc<Inner>,
+    cost: u64,
+    class: Option<String>,
+    delay: Duration,
+    warnings: Vec<Warning>,
+    pub(crate) limits: Vec<LimitStatus>,
+    /// The rules in force when it was admitted.
+    rules: Rules,
+    /// What it was charged to, in rule order.
+    charged: Vec<Charge>,
+    /// It passed the admission queue, which charged its cost to its rate.
+    pub(crate) queued: bool,
+}
+
+impl Permit {
+    /// The cost charged.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// How long the rules delayed the request (already waited by
+    /// [`Throttler::admit`](crate::Throttler::admit); to be waited by callers of [`Throttler::check`](crate::Throttler::check)).
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Soft limits exceeded.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// The quotas and standings of the rules that admitted it, for those
+    /// with headers on ([`Rule::ratelimit_headers`](crate::Rule::ratelimit_headers)).
+    pub fn limits(&self) -> &[LimitStatus] {
+        &self.limits
+    }
+
+    /// Post-accounting: records the request's measured cost for its class
+    /// (with [`CostModel::Predicted`](crate::CostModel::Predicted)) and charges the difference from the
+    /// predicted cost to every key it was charged to (a refund if lower),
+    /// and to the admission queue's rate if it passed the queue (those
+    /// queued behind it then leave that much later, or earlier).
+    /// With other cost models it does nothing.
+    pub fn finish(self, measured: u64) {
+        let inner = &self.throttler;
+        let (Some(predictor), Some(class)) = (&inner.predictor, &self.class) else {
+            return;
+        };
+        predictor.record(class, measured);
+        let delta = i64::try_from(measured)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(self.cost).unwrap_or(i64::MAX));
+        if delta == 0 {
+            return;
+        }
+        let now = inner.clock.now_ns();
+        for charge in &self.charged {
+            let rule = &self.rules[charge.rule];
+            rule.hard.settle(&charge.key, now, delta);
+            if let (true, Some(s)) = (charge.soft, &rule.soft) {
+                s.settle(&charge.key, now, delta);
+            }
+        }
+        if let (true, Some(queue)) = (self.queued, &inner.queue) {
+            queue.settle(now, delta);
+        }
+    }
+}
+
+/// One rule's charge of a request.
+#[derive(Debug)]
+struct Charge {
+    /// The rule's index in the permit's rules.
+    rule: usize,
+    key: String,
+    /// The rule's soft limit was charged too.
+    soft: bool,
+    /// The rule's entry in the permit's limits, if it reports one.
+    status: Option<usize>,
+}
+
+/// A set of live rules, swapped whole on reload.
+pub(crate) type Rules = Arc<[Arc<LiveRule>]>;
+
+/// A throttler's state, shared by its clones, its permits and its
+/// metrics.
+pub(crate) struct Inner {
+    pub(crate) rules: RwLock<Rules>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Added to a retry time: the clock's step, if it moves in steps.
+    pub(crate) retry_slack_ns: u64,
+    pub(crate) cost: CostModel,
+    pub(crate) predictor: Option<CostPredictor>,
+    /// The criticality header and the peers it is believed from.
+    pub(crate) criticality_header: Option<(String, Trust)>,
+    pub(crate) default_criticality: Criticality,
+    /// Every rule reports its standing (as if each had headers on).
+    pub(crate) headers: bool,
+    pub(crate) queue: Option<Arc<Admission>>,
+    pub(crate) metrics: ThrottleMetrics,
+}
+
+impl Inner {
+    /// The rules in force.
+    pub(crate) fn rules(&self) -> Rules {
+        self.rules.read_unpoisoned().clone()
+    }
+
+    /// The rules' decision, refusing first a cost above `queue_capacity`.
+    pub(crate) fn decide(
+        self: &Arc<Self>,
+        head: &RequestHead<'_>,
+        queue_capacity: Option<u64>,
+    ) -> Result<Permit, Rejection> {
+        let rules = self.rules();
+        let (cost, class) = self.cost.cost_of(self.predictor.as_ref(), head, || {
+            rules
+                .iter()
+                .filter(|r| r.mode == Mode::Enforce)
+                .map(|r| r.hard.max_cost())
+                .chain(queue_capacity)
+                .min()
+                .unwrap_or(u64::MAX)
+        });
+        if let Some(capacity) = queue_capacity.filter(|c| cost > *c) {
+            self.metrics.queue("too_costly");
+            return Err(Rejection::too_costly(None, cost, capacity));
+        }
+        let now = self.clock.now_ns();
+        let mut permit = Permit {
+            throttler: Arc::clone(self),
+            cost,
+            class,
+            delay: Duration::ZERO,
+            warnings: Vec::new(),
+            limits: Vec::new(),
+            rules: rules.clone(),
+            charged: Vec::new(),
+            queued: false,
+        };
+        for (i, rule) in rules.iter().enumerate() {
+            self.apply(i, rule, head, now, &mut permit)?;
+        }
+        Ok(permit)
+    }
+
+    /// Applies `rule`, the `i`th in force, to a request at `now`: charges
+    /// it to the permit, or refunds the permit and rejects it.
+    fn apply(
+        &self,
+        i: usize,
+        rule: &LiveRule,
+        head: &RequestHead<'_>,
+        now: u64,
+        permit: &mut Permit,
+    ) -> Result<(), Rejection> {
+        let key = match rule.key_of(head) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Ok(()),
+            Err(()) => {
+                self.metrics.decision(&rule.name, "no_key");
+                if rule.mode == Mode::Shadow {
+                    return Ok(());
+                }
+                self.refund(permit, now);
+                let name = Some(rule.name.clone());
+                return Err(Rejection::new(RejectionKind::NoKey, name, None));
+            }
+        };
+        let shadow = rule.mode == Mode::Shadow;
+        let want = rule.headers || self.headers;
+        let c = rule.hard.check(&key, now, permit.cost, rule.ban_ns, want);
+        let status = c.standing.map(|st| {
+            permit.limits.push(self.status(rule, st));
+            permit.limits.len() - 1
+        });
+        let outcome = match c.verdict {
+            Verdict::Reject { retry_after_ns } => {
+                let most = rule.hard.max_cost();
+                let kind = if c.banned {
+                    RejectionKind::Banned
+                } else if permit.cost > most {
+                    RejectionKind::CostTooHigh
+                } else {
+                    RejectionKind::Limited
+                };
+                self.metrics.decision(&rule.name, kind_label(kind, shadow));
+                if c.ban_started {
+                    self.metrics.decision(&rule.name, "ban_started");
+                }
+                if shadow {
+                    return Ok(());
+                }
+                self.refund(permit, now);
+                let name = Some(rule.name.clone());
+                let rejection = if kind == RejectionKind::CostTooHigh {
+                    Rejection::too_costly(name, permit.cost, most)
+                } else {
+                    let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
+                    Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
+                };
+                return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
+            }
+            Verdict::Delay { delay_ns } => {
+                permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
+                "delayed"
+            }
+            Verdict::Admit { .. } => "admitted",
+        };
+        self.metrics.decision(&rule.name, outcome);
+        let mut soft_charged = false;
+        if let Some(soft) = &rule.soft {
+            if soft
+                .check(&key, now, permit.cost, None, false)
+                .verdict
+                .is_admitted()
+            {
+                soft_charged = true;
+            } else {
+                self.metrics.decision(&rule.name, "soft_exceeded");
+                permit.warnings.push(Warning {
+                    rule: rule.name.clone(),
+                    limit: rule.hard.quota(),
+                    remaining: match c.verdict {
+                        Verdict::Admit { remaining } => remaining,
+                        _ => 0,
+                    },
+                });
+            }
+        }
+        permit.charged.push(Charge {
+            rule: i,
+            key,
+            soft: soft_charged,
+            status,
+        });
+        Ok(())
+    }
+
+    /// What a client is told of `rule` for a key standing at `st`.
+    pub(crate) fn status(&self, rule: &LiveRule, st: Standing) -> LimitStatus {
+        LimitStatus {
+            rule: rule.name.clone(),
+            quota: rule.hard.quota(),
+            window: Duration::from_nanos(rule.hard.window_ns()),
+            remaining: st.remaining,
+            reset: Duration::from_nanos(if st.reset_ns == 0 {
+                0
+            } else {
+                st.reset_ns.saturating_add(self.retry_slack_ns)
+            }),
+        }
+    }
+
+    /// Gives back what a refused request was charged, and reports each
+    /// refunded rule's standing as it is after the refund: the standing
+    /// taken when the rule was charged counts a charge that no longer is.
+    pub(crate) fn refund(&self, permit: &mut Permit, now: u64) {
+        let delta = -i64::try_from(permit.cost).unwrap_or(i64::MAX);
+        for charge in std::mem::take(&mut permit.charged) {
+            let rule = &permit.rules[charge.rule];
+            let st = rule
+                .hard
+                .settle_with(&charge.key, now, delta, charge.status.is_some());
+            if let (Some(at), Some(st)) = (charge.status, st) {
+                permit.limits[at] = self.status(rule, st);
+            }
+            if let (true, Some(s)) = (charge.soft, &rule.soft) {
+                s.settle(&charge.key, now, delta);
+            }
+        }
+    }
+}
+
+fn kind_label(kind: RejectionKind, shadow: bool) -> &'static str {
+    match (kind, shadow) {
+        (RejectionKind::Banned, false) => "banned",
+        (RejectionKind::Banned, true) => "shadow_banned",
+        (RejectionKind::CostTooHigh, false) => "too_costly",
+        (RejectionKind::CostTooHigh, true) => "shadow_too_costly",
+        (_, false) => "rejected",
+        (_, true) => "shadow_rejected",
+    }
+}
+
+impl State for Inner {
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn each_rule(&self, now_ns: u64, each: &mut dyn FnMut(&str, usize, usize)) {
+        for rule in self.rules().iter() {
+            each(&rule.name, rule.hard.len(), rule.hard.banned(now_ns));
+        }
+    }
+
+    fn queue_state(&self) -> Option<(u64, usize)> {
+        self.queue.as_ref().map(|q| q.waiting())
+    }
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttler")
+            .field("rules", &self.rules)
+            .field("cost", &self.cost)
+            .field("criticality_header", &self.criticality_header)
+            .field("queue", &self.queue.is_some())
+            .finish_non_exhaustive()
+    }
+}
