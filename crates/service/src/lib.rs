@@ -97,7 +97,7 @@ pub use readiness::{NotReady, Readiness};
 pub use reload::{reload_file, Reload};
 pub use shutdown::ShutdownSignals;
 pub use tls::{ClientTls, ServerTls, TlsError};
-pub use tls_failure::tls_failure;
+pub use tls_failure::{tls_failure, tls_failure_is_permanent};
 pub use watch::{hangup, watch_file, Hangup};
 
 /// The TLS library the servers use, for a configuration of one's own

@@ -185,6 +185,46 @@ pub fn tls_failure(error: &(dyn Error + 'static)) -> Option<String> {
     Some(format!("TLS failed: {why} ({tls})"))
 }
 
+/// Whether `error` (a failed call or connection, with its causes) holds a
+/// TLS failure that trying again cannot mend: a certificate refused by
+/// either side (untrusted, expired, for another name, X.509 v1), no
+/// client certificate where one is required, a peer that does not speak
+/// TLS or HTTP/2. A connection closed mid-handshake with no reason is not
+/// one: the network does that too.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::rustls::{self, CertificateError};
+///
+/// let expired = std::io::Error::other(rustls::Error::InvalidCertificate(
+///     CertificateError::Expired,
+/// ));
+/// assert!(tollgate_service::tls_failure_is_permanent(&expired));
+/// assert!(!tollgate_service::tls_failure_is_permanent(&std::io::Error::other("reset")));
+/// ```
+pub fn tls_failure_is_permanent(error: &(dyn Error + 'static)) -> bool {
+    use rustls::Error as E;
+    matches!(
+        rustls_error(error),
+        Some(
+            E::InvalidCertificate(_)
+                | E::NoCertificatesPresented
+                | E::InvalidMessage(_)
+                | E::NoApplicationProtocol
+                | E::AlertReceived(
+                    AlertDescription::CertificateRequired
+                        | AlertDescription::BadCertificate
+                        | AlertDescription::UnsupportedCertificate
+                        | AlertDescription::UnknownCA
+                        | AlertDescription::CertificateUnknown
+                        | AlertDescription::CertificateExpired
+                        | AlertDescription::DecryptError
+                )
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
