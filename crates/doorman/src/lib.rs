@@ -32,7 +32,16 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = ServerConfig::from_yaml(
-//!     "resources:\n- identifier_glob: '*'\n  capacity: 100\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}\n",
+//!     r#"
+//! resources:
+//!   - identifier_glob: "*"
+//!     capacity: 100
+//!     algorithm:
+//!       kind: FAIR_SHARE
+//!       lease_length: 60
+//!       refresh_interval: 5
+//!       learning_mode_duration: 0
+//! "#,
 //! )?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let address = listener.local_addr()?.to_string();
