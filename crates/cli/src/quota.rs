@@ -160,6 +160,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let tls = args.tls.tls();
     if let Some(tls) = &tls {
         tls.rustls_config()?;
+        if let Some(problem) = tls.date_problem(std::time::SystemTime::now()) {
+            warn!("{problem}");
+        }
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);

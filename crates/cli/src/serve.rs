@@ -334,6 +334,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // names a bad one before anything listens.
     if let Some(tls) = args.tls.tls() {
         tls.rustls_config()?;
+        if let Some(problem) = tls.date_problem(std::time::SystemTime::now()) {
+            warn!("{problem}");
+        }
     }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);

@@ -81,6 +81,7 @@ mod readiness;
 mod reload;
 mod shutdown;
 mod tls;
+mod tls_dates;
 mod tls_failure;
 mod watch;
 

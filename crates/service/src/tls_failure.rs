@@ -108,6 +108,18 @@ pub(crate) fn refused_client_fix(error: &io::Error) -> Option<&'static str> {
             "the client's certificate was refused: it must be an X.509 v3 certificate signed by \
              the client CA this server trusts"
         }
+        E::AlertReceived(AlertDescription::CertificateExpired) => {
+            "the client refused this server's certificate as expired or not valid yet: renew \
+             it (or a clock is wrong; the server logs its dates at start)"
+        }
+        E::AlertReceived(AlertDescription::UnknownCA) => {
+            "the client does not trust the CA that signed this server's certificate: the client \
+             must trust that CA"
+        }
+        E::AlertReceived(AlertDescription::BadCertificate) => {
+            "the client refused this server's certificate: it must name the host the client \
+             dials (or the client must check it against a name it carries)"
+        }
         E::AlertReceived(_) => {
             "the client refused this server's certificate: the client must trust the CA that \
              signed it, and it must name the host the client dials"
@@ -243,8 +255,20 @@ mod tests {
         .contains("not signed by the client CA"));
         assert!(
             fix(rustls::Error::AlertReceived(AlertDescription::UnknownCA))
-                .contains("refused this server's certificate")
+                .contains("does not trust the CA that signed this server's certificate")
         );
+        let expired = fix(rustls::Error::AlertReceived(
+            AlertDescription::CertificateExpired,
+        ));
+        assert!(
+            expired.contains("as expired or not valid yet: renew it"),
+            "{expired}"
+        );
+        assert!(!expired.contains("trust"), "{expired}");
+        assert!(fix(rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+        ))
+        .contains("must name the host the client dials"));
         assert_eq!(fix(rustls::Error::HandshakeNotComplete), "");
         assert_eq!(refused_client_fix(&io::Error::other("reset")), None);
     }
