@@ -294,3 +294,35 @@ fn a_message_limit_too_small_for_any_request_is_refused() {
         "{stderr}"
     );
 }
+
+/// etcd that cannot be reached is one readable line: the address and the
+/// refusal, with no dump of tonic's error.
+#[test]
+fn an_unreachable_etcd_is_one_readable_line() {
+    let o = cli::tollgate()
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+        ])
+        .args([
+            "--config",
+            "etcd:/tollgate/config",
+            "--etcd-endpoints",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        "error: etcd range of \"/tollgate/config\" at 127.0.0.1:1 failed: Unavailable: tcp \
+         connect error: Connection refused (os error 111)"
+    );
+    assert!(!stderr.contains("tonic::transport"), "{stderr}");
+}

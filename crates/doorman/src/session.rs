@@ -196,31 +196,7 @@ impl Eq for SessionError {}
 /// error 111)`), without tonic's Debug dump of metadata and sources; a
 /// TLS failure in words, with its likely fix.
 pub(crate) fn describe(status: &tonic::Status) -> String {
-    let mut line = format!("{:?}", status.code());
-    // A TLS failure says why, and what likely fixes it.
-    if let Some(tls) = tollgate_service::tls_failure(status) {
-        line.push_str(": ");
-        line.push_str(&tls);
-        return line;
-    }
-    if !status.message().is_empty() {
-        line.push_str(": ");
-        line.push_str(status.message());
-    }
-    let mut cause = std::error::Error::source(status);
-    let mut innermost = None;
-    while let Some(c) = cause {
-        innermost = Some(c);
-        cause = c.source();
-    }
-    if let Some(c) = innermost {
-        let c = c.to_string();
-        if !line.ends_with(c.as_str()) {
-            line.push_str(": ");
-            line.push_str(&c);
-        }
-    }
-    line
+    tollgate_service::status_line(status)
 }
 
 /// A response that may redirect to the master.

@@ -87,7 +87,7 @@ mod watch;
 
 pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits};
 pub use drain::Drain;
-pub use error_chain::ErrorChain;
+pub use error_chain::{status_line, ErrorChain};
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
 pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
