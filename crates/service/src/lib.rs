@@ -85,7 +85,7 @@ mod tls_dates;
 mod tls_failure;
 mod watch;
 
-pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits};
+pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits, RefusedConnections};
 pub use drain::Drain;
 pub use error_chain::{status_line, ErrorChain};
 pub use etcd::watch::watch_key;

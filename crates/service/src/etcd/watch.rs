@@ -163,7 +163,7 @@ impl<R: Reload> Watch<R> {
             Ok(text) => {
                 apply_config(&self.target, &self.origin, R::parse(&text));
             }
-            Err(e) => rejected::<R>(&self.origin, &e),
+            Err(e) => rejected(&self.target, &self.origin, &e),
         }
     }
 
