@@ -121,9 +121,11 @@ impl SessionError {
         match status.code() {
             Code::Unimplemented => Some("the server does not serve Doorman's Capacity API"),
             Code::InvalidArgument => Some("the server refuses the request as it stands"),
-            Code::OutOfRange | Code::ResourceExhausted => {
-                Some("the server accepts no request this large")
-            }
+            Code::OutOfRange | Code::ResourceExhausted => Some(
+                "the server accepts no request this large (a lease client splits its \
+                     requests at ClientBuilder::max_request_bytes, 64 KiB by default; the \
+                     server's limit is its --max-message-bytes)",
+            ),
             Code::PermissionDenied | Code::Unauthenticated => {
                 Some("the server refuses this client")
             }
