@@ -283,15 +283,26 @@ fn a_server_given_itself_as_parent_is_refused() {
 /// `--max-message-bytes 0` would refuse every request: refused at start.
 #[test]
 fn a_message_limit_too_small_for_any_request_is_refused() {
-    let o = cli::tollgate()
-        .args(["serve", "--max-message-bytes", "0"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    let mut server = cli::start(cli::tollgate().args([
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--max-message-bytes",
+        "0",
+    ]));
+    // Fails (rather than hangs) when the server starts after all.
+    assert_eq!(server.exit_status().code(), Some(2));
+    let line = server.wait_line("--max-message-bytes");
     assert!(
-        stderr.contains("invalid value '0' for '--max-message-bytes <MAX_MESSAGE_BYTES>': must be at least 4096 bytes"),
-        "{stderr}"
+        line.contains(
+            "invalid value '0' for '--max-message-bytes <MAX_MESSAGE_BYTES>': must be at least \
+             4096 bytes"
+        ),
+        "{line}"
     );
 }
 
