@@ -77,6 +77,31 @@ where
     }
 }
 
+/// A `--host` flag: an IP address, or a name resolved to one (`localhost`
+/// is 127.0.0.1); a name with IPv4 and IPv6 addresses listens on the
+/// first IPv4 one, as clients dialling the name most often try it first.
+pub(crate) fn host(text: &str) -> Result<std::net::IpAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    let text = text.trim();
+    if let Ok(ip) = text.trim_start_matches('[').trim_end_matches(']').parse() {
+        return Ok(ip);
+    }
+    if text.is_empty() {
+        return Err("give an IP address or a host name".to_owned());
+    }
+    let addrs: Vec<std::net::IpAddr> = (text, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not an IP address, and resolving it failed: {e}"))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|ip| ip.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
 /// This machine's cores (1 if unknown): the default thread count.
 pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -117,6 +142,27 @@ mod tests {
         assert!(duration("5").unwrap_err().contains("5s, 250ms"));
         assert!(positive_duration("0ms").is_err());
         assert_eq!(positive_duration("2s"), Ok(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_host_is_an_address_or_a_name_that_resolves() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        assert_eq!(
+            super::host("0.0.0.0"),
+            Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        );
+        assert_eq!(super::host("::1"), Ok(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+        assert_eq!(super::host("[::1]"), Ok(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+        assert_eq!(
+            super::host("localhost"),
+            Ok(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+        assert!(super::host("").is_err());
+        let e = super::host("no-such-host.invalid").unwrap_err();
+        assert!(
+            e.starts_with("\"no-such-host.invalid\" is not an IP address"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -22,7 +22,11 @@ use crate::cli;
     -ca_file (--tls-ca).\n\n\
     A server in learning mode (after it becomes master, for its learning_mode_duration, by \
     default one lease length) grants a client only what it already holds, so a new client \
-    is granted 0 until learning mode ends: lease says so on stderr.")]
+    is granted 0 until learning mode ends: lease says so on stderr.\n\n\
+    A failure no retry can mend (not a Doorman server, an id or a request the server refuses, \
+    a certificate refused) ends the command at once with its cause; other failures are retried \
+    until --timeout, and the last one is named. Any number of resources may be asked for: \
+    the client splits its requests into ones the server accepts (1000 resources, 64 KiB).")]
 pub(crate) struct Args {
     /// Resource ids to ask for.
     #[arg(required = true)]
@@ -62,6 +66,14 @@ pub(crate) struct Args {
     format: Format,
     #[command(flatten)]
     tls: cli::ClientTlsArgs,
+}
+
+/// What a resource's watcher tells the command.
+enum Update {
+    /// A line to print.
+    Line(String),
+    /// The client stopped on a failure no retry can mend.
+    Stopped,
 }
 
 /// How `lease` prints updates.
@@ -193,10 +205,15 @@ async fn lease(args: Args) -> anyhow::Result<()> {
         let id = r.id().to_owned();
         let mut w: watch::Receiver<Capacity> = r.watch();
         let tx = tx.clone();
+        let client = client.clone();
         tokio::spawn(async move {
             // Said once while the grants stay 0, again after one that was not.
             let mut told = false;
             while w.changed().await.is_ok() {
+                if client.error().is_some() {
+                    let _ = tx.send(Update::Stopped);
+                    break;
+                }
                 let c = w.borrow_and_update().clone();
                 match granted_nothing(&id, wants, &c) {
                     Some(note) if !told => {
@@ -206,7 +223,7 @@ async fn lease(args: Args) -> anyhow::Result<()> {
                     Some(_) => {}
                     None => told &= c.source != CapacitySource::Lease,
                 }
-                if tx.send(line(format, &id, &c)).is_err() {
+                if tx.send(Update::Line(line(format, &id, &c))).is_err() {
                     break;
                 }
             }
@@ -226,7 +243,8 @@ async fn lease(args: Args) -> anyhow::Result<()> {
                 break;
             }
             l = rx.recv() => match l {
-                Some(l) => {
+                Some(Update::Stopped) => break,
+                Some(Update::Line(l)) => {
                     println!("{l}");
                     printed += 1;
                     if args.count.is_some_and(|n| printed >= n) {
@@ -239,14 +257,38 @@ async fn lease(args: Args) -> anyhow::Result<()> {
             _ = terminate.recv() => break,
         }
     }
-    anyhow::ensure!(
-        !gave_up,
-        "no answer from {servers} within {}: is the server running and reachable? \
-         (the warnings above give each failed try)",
-        humantime::format_duration(timeout)
-    );
-    // Release everything at once, for at most one RPC deadline (and a
-    // second to spare); a second signal exits without waiting.
+    let stopped = client.error();
+    if gave_up {
+        let last = client
+            .last_error()
+            .map_or(String::new(), |e| format!(" (the last try: {e})"));
+        anyhow::bail!(
+            "no answer from {servers} within {}{last}: is the server running and reachable?",
+            humantime::format_duration(timeout)
+        );
+    }
+    // A stopped client releases only what some request of its was
+    // granted before another failed.
+    let held = resources.iter().any(|r| r.current().lease.is_some());
+    if stopped.is_some() && !held {
+        drop(resources);
+    } else {
+        release(resources, timeout, &mut interrupt, &mut terminate).await;
+    }
+    match stopped {
+        Some(e) => Err(anyhow::anyhow!("{e}")),
+        None => Ok(()),
+    }
+}
+
+/// Releases every resource at once, for at most one RPC deadline (and a
+/// second to spare); a second signal exits without waiting.
+async fn release(
+    resources: Vec<tollgate_doorman::Resource>,
+    timeout: Duration,
+    interrupt: &mut tokio::signal::unix::Signal,
+    terminate: &mut tokio::signal::unix::Signal,
+) {
     let mut releases = tokio::task::JoinSet::new();
     for r in resources {
         releases.spawn(r.release());
@@ -267,7 +309,6 @@ async fn lease(args: Args) -> anyhow::Result<()> {
         _ = interrupt.recv() => eprintln!("interrupted again: exiting without releasing"),
         _ = terminate.recv() => eprintln!("terminated again: exiting without releasing"),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -43,13 +43,13 @@ pub(crate) struct Args {
     /// /api/buckets, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15150)]
     debug_port: u16,
-    /// Address the gRPC port listens on.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address (or host name) the gRPC port listens on.
+    #[arg(long, default_value = "0.0.0.0", value_parser = cli::host)]
     host: IpAddr,
     /// Address the debug HTTP port listens on: loopback unless opened on
     /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
     /// authentication.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value = "127.0.0.1", value_parser = cli::host)]
     debug_host: IpAddr,
     /// Most dynamic buckets alive at once, all namespaces together: bounds
     /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
@@ -164,6 +164,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let tls = args.tls.tls();
     if let Some(tls) = &tls {
         tls.rustls_config()?;
+        if let Some(problem) = tls.date_problem(std::time::SystemTime::now()) {
+            warn!("{problem}");
+        }
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);

@@ -45,13 +45,13 @@ pub(crate) struct Args {
     /// HTTP debug port (/debug/status, /metrics, /healthz); 0 disables it.
     #[arg(long, default_value_t = 15050)]
     debug_port: u16,
-    /// Address the gRPC port listens on.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address (or host name) the gRPC port listens on.
+    #[arg(long, default_value = "0.0.0.0", value_parser = cli::host)]
     host: IpAddr,
     /// Address the debug HTTP port listens on: loopback unless opened on
     /// purpose (e.g. `--debug-host 0.0.0.0`), since it has no
     /// authentication.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value = "127.0.0.1", value_parser = cli::host)]
     debug_host: IpAddr,
     /// Address clients should use to reach this server, reported by
     /// Discovery (default: the listening address; set it when listening on
@@ -118,8 +118,11 @@ pub(crate) struct Args {
     /// many workers.
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
-    /// Largest gRPC request message, in bytes.
-    #[arg(long, default_value_t = ServerLimits::default().max_message_bytes)]
+    /// Largest gRPC request message, in bytes (at least 4096: one request
+    /// with the longest ids a server accepts, 1 KiB each, takes about
+    /// 2.1 KB). Lease clients split their requests at 64 KiB: below that,
+    /// a client with many resources must be told the smaller size.
+    #[arg(long, default_value_t = ServerLimits::default().max_message_bytes, value_parser = message_bytes)]
     max_message_bytes: usize,
     /// Most concurrent HTTP/2 streams (RPCs) per connection.
     #[arg(long, default_value_t = ServerLimits::default().max_concurrent_streams)]
@@ -163,6 +166,54 @@ impl Args {
             ..ServerLimits::default()
         }
     }
+}
+
+/// The smallest `--max-message-bytes`: room for a request with the longest
+/// client and resource ids a server accepts (1 KiB each) and more.
+const MIN_MESSAGE_BYTES: usize = 4096;
+
+/// A `--max-message-bytes` flag: a byte count of at least
+/// [`MIN_MESSAGE_BYTES`].
+fn message_bytes(text: &str) -> Result<usize, String> {
+    let n: usize = text.trim().parse().map_err(|e| format!("{e}"))?;
+    if n < MIN_MESSAGE_BYTES {
+        return Err(format!(
+            "must be at least {MIN_MESSAGE_BYTES} bytes: a request with one resource and the \
+             longest ids (1 KiB each) takes about 2.1 KB, and a smaller limit refuses requests \
+             clients cannot shrink"
+        ));
+    }
+    Ok(n)
+}
+
+/// Whether `parent` (`host:port`, with or without a scheme) names this
+/// server, which listens on `local` and is advertised as `advertised`:
+/// the same address, or the same port on an address of this machine when
+/// this server listens on every interface (`0.0.0.0`, `::`). A parent
+/// whose name does not resolve is not this server.
+async fn is_self(parent: &str, local: SocketAddr, advertised: &str) -> bool {
+    let bare = parent
+        .split_once("://")
+        .map_or(parent, |(_, rest)| rest)
+        .trim_end_matches('/');
+    if bare == advertised {
+        return true;
+    }
+    let Ok(addrs) = tokio::net::lookup_host(bare).await else {
+        return false;
+    };
+    addrs.into_iter().any(|a| {
+        a.port() == local.port()
+            && (a.ip() == local.ip()
+                || a.ip().is_unspecified()
+                || (local.ip().is_unspecified()
+                    && (a.ip().is_loopback() || of_this_machine(a.ip()))))
+    })
+}
+
+/// Whether `ip` is an address of this machine: one a socket can bind.
+fn of_this_machine(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// The signals `serve` handles, registered before anything else so that
@@ -283,6 +334,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // names a bad one before anything listens.
     if let Some(tls) = args.tls.tls() {
         tls.rustls_config()?;
+        if let Some(problem) = tls.date_problem(std::time::SystemTime::now()) {
+            warn!("{problem}");
+        }
     }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
@@ -360,6 +414,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             args.decay_factor > 0.0 && args.decay_factor <= 1.0,
             "--decay-factor must be in (0, 1]"
         );
+        anyhow::ensure!(
+            !is_self(parent, local, &advertised).await,
+            "--parent {parent} is this server itself (listening on {local}): an intermediate \
+             server asks another server, its parent, for capacity"
+        );
         info!(parent, "intermediate server");
         builder = builder.parent(Parent {
             address: parent.clone(),
@@ -432,4 +491,38 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         info!("stopped");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_limit_below_the_minimum_is_refused() {
+        assert_eq!(message_bytes("65536"), Ok(65536));
+        assert_eq!(message_bytes("4096"), Ok(4096));
+        let e = message_bytes("0").unwrap_err();
+        assert!(e.starts_with("must be at least 4096 bytes"), "{e}");
+        assert!(message_bytes("4095").is_err());
+        assert!(message_bytes("-1").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_parent_naming_this_server_is_found_by_address_or_name() {
+        let local: SocketAddr = "127.0.0.1:15000".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:15000".parse().unwrap();
+        for parent in [
+            "127.0.0.1:15000",
+            "localhost:15000",
+            "http://127.0.0.1:15000",
+            "0.0.0.0:15000",
+        ] {
+            assert!(is_self(parent, local, "127.0.0.1:15000").await, "{parent}");
+            assert!(is_self(parent, any, "0.0.0.0:15000").await, "{parent}");
+        }
+        assert!(is_self("doorman-1.test:15000", any, "doorman-1.test:15000").await);
+        assert!(!is_self("127.0.0.1:15001", local, "127.0.0.1:15000").await);
+        assert!(!is_self("192.0.2.1:15000", any, "0.0.0.0:15000").await);
+        assert!(!is_self("no-such-host.invalid:15000", any, "0.0.0.0:15000").await);
+    }
 }

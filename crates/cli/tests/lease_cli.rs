@@ -133,3 +133,92 @@ async fn a_grant_of_nothing_names_learning_mode() {
         "{stderr}"
     );
 }
+
+/// Runs `tollgate lease` with `args` to its end: exit code and stderr.
+async fn lease_output(args: Vec<String>) -> (Option<i32>, String) {
+    let output = tokio::task::spawn_blocking(move || {
+        cli::tollgate().arg("lease").args(args).output().unwrap()
+    })
+    .await
+    .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// An id the server refuses ends the command at once with the server's
+/// reason, rather than retrying until --timeout and blaming the network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_the_server_refuses_ends_the_command_with_the_reason() {
+    let (_server, addr) = lease_server::serve(CONFIG).await;
+    let long = "c".repeat(2_000);
+    let args = ["a", "--server", &addr, "--id", &long, "--timeout", "120s"];
+    let (code, stderr) = lease_output(args.map(str::to_owned).to_vec()).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "error: {addr}: InvalidArgument: client_id is 2000 bytes long, more than the limit \
+             of 1024: the server refuses the request as it stands"
+        )
+    );
+    assert!(!stderr.contains("no answer from"), "{stderr}");
+    let args = ["a", "--server", &addr, "--id", ""];
+    let (code, stderr) = lease_output(args.map(str::to_owned).to_vec()).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.trim_end(), "error: the client id is empty");
+}
+
+/// A quota server does not serve Doorman's API: said at once.
+#[test]
+fn a_quota_server_is_named_as_not_a_doorman_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &config,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    let mut quota = cli::start(cli::on_free_ports("quota").arg("--config").arg(&config));
+    let addr = quota.logged_addr("quota gRPC listening");
+    let output = cli::tollgate()
+        .args(["lease", "a", "--server", &addr, "--timeout", "120s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        format!(
+            "error: {addr}: Unimplemented: unknown method /doorman.Capacity/GetCapacity: the \
+             server does not serve Doorman's Capacity API"
+        )
+    );
+}
+
+/// 3,000 resources on one command: more than a server takes in one
+/// request, by count and by size, all leased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_resources_are_leased_in_requests_the_server_accepts() {
+    let (server, addr) = lease_server::serve(CONFIG).await;
+    let mut args: Vec<String> = (0..3_000).map(|i| format!("resource-{i:031}")).collect();
+    args.extend(["--server", &addr, "--count", "3000", "--timeout", "60s"].map(str::to_owned));
+    let output = tokio::task::spawn_blocking(move || {
+        cli::tollgate().arg("lease").args(args).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.lines().count(), 3_000);
+    assert!(
+        stdout.lines().all(|l| l.contains(" source=lease ")),
+        "{stdout}"
+    );
+    assert_eq!(server.status().len(), 3_000);
+    // Released on exit.
+    assert!(server.status().iter().all(|r| r.sum_has == 0.0));
+}

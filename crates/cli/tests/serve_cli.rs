@@ -205,3 +205,135 @@ async fn load_reports_leases_granted_and_cpu_per_call() {
     assert!(count("rpcs=") > 0, "{stdout}");
     assert_eq!(count("rpcs="), count(" granted="), "{stdout}");
 }
+
+/// `--host` and `--debug-host` take a name (`localhost`) as well as an
+/// address, for `serve` and `quota`.
+#[test]
+fn a_host_name_is_resolved_for_serve_and_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let quotas = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &quotas,
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 2, fill_rate: 2}\n",
+    )
+    .unwrap();
+    for (command, config, logged) in [
+        ("serve", None, "gRPC listening"),
+        ("quota", Some(&quotas), "quota gRPC listening"),
+    ] {
+        let mut c = cli::tollgate();
+        c.args([
+            command,
+            "--host",
+            "localhost",
+            "--port",
+            "0",
+            "--debug-host",
+            "localhost",
+        ])
+        .args(["--debug-port", "0"]);
+        if let Some(config) = config {
+            c.arg("--config").arg(config);
+        }
+        let mut server = cli::start(&mut c);
+        let addr = server.logged_addr(logged);
+        assert!(addr.starts_with("127.0.0.1:"), "{command}: {addr}");
+    }
+}
+
+/// A server named as its own parent, by its address, by `localhost`, or
+/// by 127.0.0.1 while it listens on 0.0.0.0, is refused at start.
+#[test]
+fn a_server_given_itself_as_parent_is_refused() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for (host, parent) in [
+        ("127.0.0.1", format!("127.0.0.1:{port}")),
+        ("127.0.0.1", format!("localhost:{port}")),
+        ("0.0.0.0", format!("127.0.0.1:{port}")),
+    ] {
+        let port = port.to_string();
+        let mut server = cli::start(
+            cli::tollgate()
+                .args([
+                    "serve",
+                    "--host",
+                    host,
+                    "--port",
+                    &port,
+                    "--debug-port",
+                    "0",
+                ])
+                .args(["--parent", &parent]),
+        );
+        // Fails (rather than hangs) when the server starts after all.
+        let status = server.exit_status();
+        assert_eq!(status.code(), Some(1), "{:?}", server.lines());
+        let last = server.wait_line("error: ");
+        assert!(
+            last.starts_with(&format!("error: --parent {parent} is this server itself")),
+            "{last}"
+        );
+    }
+}
+
+/// `--max-message-bytes 0` would refuse every request: refused at start.
+#[test]
+fn a_message_limit_too_small_for_any_request_is_refused() {
+    let mut server = cli::start(cli::tollgate().args([
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--debug-port",
+        "0",
+        "--max-message-bytes",
+        "0",
+    ]));
+    // Fails (rather than hangs) when the server starts after all.
+    assert_eq!(server.exit_status().code(), Some(2));
+    let line = server.wait_line("--max-message-bytes");
+    assert!(
+        line.contains(
+            "invalid value '0' for '--max-message-bytes <MAX_MESSAGE_BYTES>': must be at least \
+             4096 bytes"
+        ),
+        "{line}"
+    );
+}
+
+/// etcd that cannot be reached is one readable line: the address and the
+/// refusal, with no dump of tonic's error.
+#[test]
+fn an_unreachable_etcd_is_one_readable_line() {
+    let o = cli::tollgate()
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--debug-port",
+            "0",
+        ])
+        .args([
+            "--config",
+            "etcd:/tollgate/config",
+            "--etcd-endpoints",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        "error: etcd range of \"/tollgate/config\" at 127.0.0.1:1 failed: Unavailable: tcp \
+         connect error: Connection refused (os error 111)"
+    );
+    assert!(!stderr.contains("tonic::transport"), "{stderr}");
+}

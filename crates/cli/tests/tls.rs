@@ -679,3 +679,62 @@ async fn a_refused_client_certificate_is_explained_on_both_sides() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("the server may be serving TLS"), "{stderr}");
 }
+
+/// A server whose certificate has expired says so when it starts; a
+/// client stops at once, told the certificate is outside its dates, and
+/// the server's log says the client refused it as expired (not that the
+/// client must trust the CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_server_certificate_is_warned_at_start_and_named_on_both_sides() {
+    let tmp = dir("expired");
+    let d = tmp.path();
+    let server_ca = ca(d, "server-ca");
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.signed_by(&key, &server_ca.issuer).unwrap();
+    let (cert_file, key_file) = (d.join("expired.pem"), d.join("expired.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+
+    let mut server = cli::start(
+        cli::on_free_ports("serve")
+            .arg("--tls-cert")
+            .arg(&cert_file)
+            .arg("--tls-key")
+            .arg(&key_file),
+    );
+    let warned = tokio::task::block_in_place(|| server.wait_line("expired on"));
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(
+        warned.contains(&format!(
+            "the certificate in {} expired on 2021-01-01 00:00:00 UTC",
+            cert_file.display()
+        )),
+        "{warned}"
+    );
+    let addr = tokio::task::block_in_place(|| server.logged_addr("gRPC listening over TLS"));
+    let (code, stderr) = exit_and_stderr(cli::tollgate().args([
+        "lease",
+        "r",
+        "--server",
+        &addr,
+        "--timeout",
+        "60s",
+        "--tls-ca",
+        server_ca.cert_file.to_str().unwrap(),
+        "--tls-server-name",
+        "localhost",
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.contains("TLS failed: the server's certificate is outside its validity dates"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no answer from"), "{stderr}");
+    let refused = tokio::task::block_in_place(|| server.wait_line("TLS handshake refused"));
+    assert!(refused.contains("as expired or not valid yet"), "{refused}");
+    assert!(!refused.contains("must trust"), "{refused}");
+}

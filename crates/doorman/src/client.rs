@@ -40,6 +40,19 @@
 //!   included) and durations by server address and method, under the Go
 //!   client's metric names; it is off unless given to
 //!   [`ClientBuilder::metrics`].
+//! - A failure that no retry can mend ([`SessionError::is_permanent`]: not
+//!   a Doorman server, a request refused as invalid or too large, a
+//!   certificate refused) stops the client at once, once every configured
+//!   server has answered so, rather than retrying it forever:
+//!   [`Client::error`] then names the cause, every [`Resource::watch`]
+//!   receiver is woken, and the expiry modes govern from then on. Other
+//!   failures are retried with backoff; [`Client::last_error`] names the
+//!   latest.
+//! - A round carries as many resources as the server accepts in one
+//!   request: more than [`ClientBuilder::max_resources_per_request`]
+//!   (default 1000), or more than [`ClientBuilder::max_request_bytes`]
+//!   encoded (default 64 KiB), are split into several GetCapacity (and
+//!   ReleaseCapacity) requests, made one after the other.
 //! - Bad answers (NaN, infinite or negative capacity, no lease, expiry in
 //!   the past, a refresh interval below the floor, unusable safe capacity,
 //!   answers for unknown resources) are logged with `tracing` and refused or
@@ -149,6 +162,10 @@ pub(crate) struct State {
     /// A resource was added: refresh now.
     pub(crate) urgent: bool,
     pub(crate) closing: bool,
+    /// The failure of the last round, if it failed.
+    pub(crate) last_error: Option<SessionError>,
+    /// The permanent failure that stopped the client's refreshes.
+    pub(crate) stopped: Option<SessionError>,
 }
 
 /// A queued ReleaseCapacity.
@@ -167,6 +184,8 @@ pub(crate) struct Config {
     pub(crate) idle_refresh: Duration,
     pub(crate) backoff: Backoff,
     pub(crate) max_redirects: u32,
+    pub(crate) max_resources_per_request: usize,
+    pub(crate) max_request_bytes: usize,
     pub(crate) clock: Arc<dyn WallClock>,
     pub(crate) seed: u64,
     pub(crate) transport: Arc<dyn Transport>,
@@ -261,6 +280,8 @@ pub struct ClientBuilder {
     idle_refresh: Duration,
     backoff: Backoff,
     max_redirects: u32,
+    max_resources_per_request: usize,
+    max_request_bytes: usize,
     clock: Arc<dyn WallClock>,
     transport: Option<Arc<dyn Transport>>,
     tls: Option<tonic::transport::ClientTlsConfig>,
@@ -321,6 +342,24 @@ impl ClientBuilder {
         self
     }
 
+    /// The most resources one request carries (default 1000, a server's
+    /// default limit; at least 1). A round for more is split into several
+    /// requests.
+    pub fn max_resources_per_request(mut self, count: usize) -> ClientBuilder {
+        self.max_resources_per_request = count.max(1);
+        self
+    }
+
+    /// The largest request message, encoded, in bytes (default 64 KiB, a
+    /// server's default `--max-message-bytes`). A round whose request
+    /// would be larger is split into several; a single resource whose
+    /// entry alone is larger is sent alone (and refused by a server with
+    /// that limit).
+    pub fn max_request_bytes(mut self, bytes: usize) -> ClientBuilder {
+        self.max_request_bytes = bytes;
+        self
+    }
+
     /// The Unix-time clock that lease expiry times are read against
     /// (default: the system clock).
     pub fn clock(mut self, clock: Arc<dyn WallClock>) -> ClientBuilder {
@@ -372,7 +411,8 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`ClientBuildError`] when no server is given, an address is not a valid
-    /// URI, or there is no tokio runtime to run the task on.
+    /// URI, the id is empty, or there is no tokio runtime to run the task
+    /// on.
     pub fn build(self) -> Result<Client, ClientBuildError> {
         if self.servers.is_empty() {
             return Err(ClientBuildError::NoServers);
@@ -384,6 +424,9 @@ impl ClientBuilder {
                 return Err(ClientBuildError::BadAddress(s));
             }
             servers.push(s);
+        }
+        if self.id.as_deref() == Some("") {
+            return Err(ClientBuildError::EmptyId);
         }
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| ClientBuildError::NoRuntime)?;
@@ -412,6 +455,8 @@ impl ClientBuilder {
                 idle_refresh: self.idle_refresh.max(Duration::from_millis(1)),
                 backoff: self.backoff,
                 max_redirects: self.max_redirects,
+                max_resources_per_request: self.max_resources_per_request,
+                max_request_bytes: self.max_request_bytes,
                 clock: self.clock,
                 seed,
                 transport,
@@ -448,6 +493,8 @@ impl Client {
             idle_refresh: Duration::from_secs(5),
             backoff: Backoff::default(),
             max_redirects: 3,
+            max_resources_per_request: 1000,
+            max_request_bytes: 64 * 1024,
             clock: Arc::new(SystemWallClock),
             transport: None,
             tls: None,
@@ -461,14 +508,55 @@ impl Client {
         &self.inner.shared.id
     }
 
+    /// The failure that stopped this client, if one did: a failure no
+    /// retry can mend ([`SessionError::is_permanent`]), answered by every
+    /// configured server in turn. A stopped client makes no more refresh
+    /// rounds; its resources follow their [`ExpiryMode`], and every
+    /// [`Resource::watch`] receiver was woken when it stopped. Build a new
+    /// client once the cause is mended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_doorman::{Client, ResourceOptions};
+    /// # use tollgate_doorman::{Server, ServerConfig, SingleElection};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let address = listener.local_addr()?.to_string();
+    /// # let election = SingleElection::new(Some(address.clone()));
+    /// # let server = Server::builder(ServerConfig::builtin()).election(&election).build();
+    /// # tokio::spawn(server.serve(listener, std::future::pending()));
+    /// // The server accepts ids of up to 1024 bytes.
+    /// let client = Client::builder().server(address).id("c".repeat(2000)).build()?;
+    /// let resource = client.resource("api", ResourceOptions::new(10.0))?;
+    /// resource.watch().changed().await?;
+    /// let error = client.error().expect("stopped");
+    /// assert!(error.is_permanent());
+    /// assert!(error.to_string().contains("client_id is 2000 bytes long"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn error(&self) -> Option<SessionError> {
+        self.inner.shared.state.lock_unpoisoned().stopped.clone()
+    }
+
+    /// The failure of the latest refresh round, if it failed (`None` once
+    /// a round succeeds): a refused connection, a deadline, or the
+    /// permanent failure of [`Client::error`].
+    pub fn last_error(&self) -> Option<SessionError> {
+        self.inner.shared.state.lock_unpoisoned().last_error.clone()
+    }
+
     /// Starts asking for capacity for resource `id`, with fixed wants. The
     /// first request goes out at once, with a refresh of every other
     /// resource of this client.
     ///
     /// # Errors
     ///
-    /// [`ResourceError`] if this client already has a resource `id`, or the
-    /// wants are not a finite number `>= 0`.
+    /// [`ResourceError`] if this client already has a resource `id`, `id`
+    /// is empty, or the wants are not a finite number `>= 0`.
     pub fn resource(
         &self,
         id: impl Into<String>,
@@ -485,6 +573,9 @@ impl Client {
         hook: Option<Hook>,
     ) -> Result<Resource, ResourceError> {
         check_wants(options.wants)?;
+        if id.is_empty() {
+            return Err(ResourceError::EmptyId);
+        }
         let initial = Capacity::pending(options.mode, options.wants);
         if let Some(hook) = &hook {
             hook(initial.capacity);
@@ -569,6 +660,13 @@ impl Resource {
         self.rx.borrow().capacity
     }
 
+    /// The failure that stopped this resource's client ([`Client::error`]).
+    /// A receiver from [`Resource::watch`] is woken when the client stops,
+    /// its capacity unchanged: look here after each wake-up.
+    pub fn error(&self) -> Option<SessionError> {
+        self.client.error()
+    }
+
     /// The full state: capacity, its source, the last lease.
     pub fn current(&self) -> Capacity {
         self.rx.borrow().clone()
@@ -629,6 +727,8 @@ pub enum ClientBuildError {
     BadAddress(String),
     /// Not called from within a tokio runtime.
     NoRuntime,
+    /// The client id is empty, which a server refuses.
+    EmptyId,
 }
 
 impl fmt::Display for ClientBuildError {
@@ -639,6 +739,7 @@ impl fmt::Display for ClientBuildError {
             ClientBuildError::NoRuntime => {
                 f.write_str("a lease client must be built inside a tokio runtime")
             }
+            ClientBuildError::EmptyId => f.write_str("the client id is empty"),
         }
     }
 }
@@ -653,6 +754,8 @@ pub enum ResourceError {
     Duplicate(String),
     /// Wants must be finite and `>= 0`.
     BadWants(f64),
+    /// The resource id is empty, which a server refuses.
+    EmptyId,
 }
 
 impl fmt::Display for ResourceError {
@@ -660,6 +763,7 @@ impl fmt::Display for ResourceError {
         match self {
             ResourceError::Duplicate(id) => write!(f, "this client already holds resource {id:?}"),
             ResourceError::BadWants(w) => write!(f, "wants {w} is not a finite number >= 0"),
+            ResourceError::EmptyId => f.write_str("the resource id is empty"),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The HTTP debug port: `/debug/status` (HTML overview), `/debug/resources`
-//! (one resource's leases), `/metrics` (Prometheus) and `/healthz`.
+//! The HTTP debug port: `/` (an index of the pages below), `/debug/status`
+//! (HTML overview), `/debug/resources` (one resource's leases), `/metrics`
+//! (Prometheus) and `/healthz`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -32,6 +33,7 @@ pub async fn serve(
 /// The debug endpoints as an axum router.
 pub fn router(server: Server) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/debug/status", get(status))
         .route("/debug/resources", get(resources))
         .route("/metrics", get(metrics))
@@ -73,6 +75,37 @@ fn query_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// The pages the debug port serves, with what each shows.
+const PAGES: [(&str, &str); 4] = [
+    (
+        "/debug/status",
+        "mastership and every resource: capacity, leases held and wanted, learning mode",
+    ),
+    (
+        "/debug/resources?resource=ID",
+        "one resource's leases, client by client (linked from the status page)",
+    ),
+    ("/metrics", "Prometheus metrics"),
+    ("/healthz", "ok, or 503 while etcd is unreachable"),
+];
+
+/// `/`: links to the other pages.
+async fn index() -> Html<String> {
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html><head><title>tollgate</title></head><body>\n<h1>tollgate: Doorman server</h1>\n<ul>\n",
+    );
+    for (path, what) in PAGES {
+        // The resources page needs an id: it is named, not linked.
+        if path.contains('?') {
+            let _ = writeln!(page, "<li><code>{}</code>: {what}</li>", esc(path));
+        } else {
+            let _ = writeln!(page, "<li><a href=\"{path}\">{path}</a>: {what}</li>");
+        }
+    }
+    page.push_str("</ul>\n</body></html>\n");
+    Html(page)
 }
 
 async fn status(State(server): State<Server>) -> Html<String> {
@@ -234,6 +267,28 @@ mod tests {
         );
         drop(outage);
         assert_eq!(healthz(&server).await, (StatusCode::OK, "ok\n".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn the_root_is_an_index_linking_every_page() {
+        let server = Server::builder(ServerConfig::builtin()).build();
+        let request = Request::get("/").body(Body::empty()).unwrap();
+        let response = router(server.clone()).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        for path in ["/debug/status", "/metrics", "/healthz"] {
+            assert!(body.contains(&format!("<a href=\"{path}\">")), "{body}");
+            let request = Request::get(path).body(Body::empty()).unwrap();
+            let response = router(server.clone()).oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+        }
+        assert!(
+            body.contains("<code>/debug/resources?resource=ID</code>"),
+            "{body}"
+        );
     }
 
     async fn page(advertised: &str) -> String {

@@ -33,7 +33,16 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = ServerConfig::from_yaml(
-//!     "resources:\n- identifier_glob: '*'\n  capacity: 100\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}\n",
+//!     r#"
+//! resources:
+//!   - identifier_glob: "*"
+//!     capacity: 100
+//!     algorithm:
+//!       kind: FAIR_SHARE
+//!       lease_length: 60
+//!       refresh_interval: 5
+//!       learning_mode_duration: 0
+//! "#,
 //! )?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let address = listener.local_addr()?.to_string();
@@ -48,6 +57,32 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Metrics
+//!
+//! A server's `/metrics` ([`debug`], [`Server::metrics_text`]) keeps the Go
+//! server's metric names, so that existing dashboards keep working; the
+//! ones Go did not have are named as Prometheus advises (base units,
+//! `_total` on counters). `tollgate serve` serves them on its debug port
+//! (`127.0.0.1:15050/metrics` by default).
+//!
+//! | metric | type | labels | what it counts |
+//! |--------|------|--------|----------------|
+//! | `doorman_server_requests` | counter | `method` | RPCs received (Go's name) |
+//! | `doorman_server_request_errors` | counter | `method` | RPCs answered with an error (Go's name) |
+//! | `doorman_server_request_durations` | histogram | `method` | seconds to answer an RPC (Go's name) |
+//! | `doorman_server_has` | gauge | `resource` | capacity held by unexpired leases (Go's name) |
+//! | `doorman_server_wants` | gauge | `resource` | capacity the clients ask for (Go's name) |
+//! | `doorman_server_subclients` | gauge | `resource` | clients asking, their subclients counted (Go's name) |
+//! | `doorman_server_capacity` | gauge | `resource` | capacity to share: the template's, or on an intermediate server what its parent granted |
+//! | `doorman_server_learning_mode` | gauge | `resource` | 1 while the resource is in learning mode, else 0 |
+//! | `doorman_server_is_master` | gauge | | 1 while this server is the master, else 0 |
+//! | `doorman_server_config_reloads_total` | counter | | new configurations put in force |
+//! | `doorman_server_config_reload_failures_total` | counter | | new configurations refused (the old one stays) |
+//! | `doorman_server_refused_connections_total` | counter | `reason` | connections refused: `max_connections` (over the cap, closed at once) or `tls_handshake` (a certificate refused, plaintext to TLS) |
+//!
+//! The refused connections are counted by [`Server::serve`],
+//! not by a tonic router of one's own ([`Server::into_tonic`]).
 //!
 //! # Features
 //!

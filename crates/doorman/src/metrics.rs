@@ -1,11 +1,15 @@
-//! The server's Prometheus metrics, under the names the Go server used so
-//! existing dashboards keep working.
+//! The server's Prometheus metrics: the Go server's, under its names so
+//! that existing dashboards keep working, and tollgate's own, named as
+//! Prometheus advises (base units, `_total` on counters).
+//!
+//! The crate's front page lists them all, in one table (its `# Metrics`).
 //!
 //! # Implementation notes
 //!
 //! The request metrics (a few series per method) live in a prometheus
 //! registry. The per-resource gauges (`doorman_server_has`, `_wants`,
-//! `_subclients`, one series per resource) do not: at 100K resources,
+//! `_subclients`, `_capacity`, `_learning_mode`, one series per resource)
+//! do not: at 100K resources,
 //! filling gauge vectors and gathering them built hundreds of thousands of
 //! small allocations per scrape, and glibc kept the memory after the
 //! resources were gone. Instead `ResourceGauges` writes them straight
@@ -16,17 +20,23 @@
 use std::fmt::Write as _;
 
 #[cfg(feature = "server")]
-use prometheus::{CounterVec, HistogramOpts, HistogramVec, Opts};
+use prometheus::{Counter, CounterVec, HistogramOpts, HistogramVec, Opts};
 use prometheus::{Encoder as _, Registry};
+#[cfg(feature = "server")]
+use tollgate_service::RefusedConnections;
 
 #[cfg(feature = "server")]
-/// Request counters and durations, in their own registry.
+/// Request counters and durations and reload counters, in their own
+/// registry, and the connections refused.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
     pub(crate) requests: CounterVec,
     pub(crate) request_errors: CounterVec,
     pub(crate) request_durations: HistogramVec,
+    pub(crate) reloads: Counter,
+    pub(crate) reload_failures: Counter,
+    pub(crate) refused: RefusedConnections,
 }
 
 #[cfg(feature = "server")]
@@ -36,6 +46,8 @@ pub(crate) struct Gauges {
     pub(crate) has: f64,
     pub(crate) wants: f64,
     pub(crate) subclients: u64,
+    pub(crate) capacity: f64,
+    pub(crate) learning: bool,
 }
 
 #[cfg(feature = "server")]
@@ -61,16 +73,26 @@ impl ResourceGauges {
         self.rows.push((resource, gauges));
     }
 
-    /// Appends the three families to `out`.
+    /// Appends the five families to `out`.
     pub(crate) fn write(&self, out: &mut String) {
         let ids: usize = self.rows.iter().map(|(id, _)| id.len()).sum();
         // Per row: the name, `{resource="`, the id, `"} `, a number.
-        out.reserve(3 * ids + self.rows.len() * 3 * 64 + 512);
-        let families: [Family; 3] = [
+        out.reserve(5 * ids + self.rows.len() * 5 * 64 + 1024);
+        let families: [Family; 5] = [
+            (
+                "doorman_server_capacity",
+                "Capacity to share for a resource: its template's, or what the parent granted.",
+                |g| g.capacity,
+            ),
             (
                 "doorman_server_has",
                 "All capacity assigned to clients for a resource.",
                 |g| g.has,
+            ),
+            (
+                "doorman_server_learning_mode",
+                "1 while a resource is in learning mode, else 0.",
+                |g| f64::from(u8::from(g.learning)),
             ),
             (
                 "doorman_server_subclients",
@@ -160,17 +182,58 @@ impl Metrics {
         registry
             .register(Box::new(request_durations.clone()))
             .expect("unique metric");
+        let plain = |name: &str, help: &str| {
+            let c = Counter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let reloads = plain(
+            "doorman_server_config_reloads_total",
+            "New configurations put in force.",
+        );
+        let reload_failures = plain(
+            "doorman_server_config_reload_failures_total",
+            "New configurations refused; the previous one stays in force.",
+        );
         Metrics {
             registry,
             requests,
             request_errors,
             request_durations,
+            reloads,
+            reload_failures,
+            refused: RefusedConnections::default(),
         }
     }
 
     /// The registry in Prometheus' text exposition format.
     pub fn encode(&self) -> String {
         encode(&self.registry)
+    }
+
+    /// Appends the refused connections and whether this server
+    /// `is_master`.
+    pub(crate) fn write_state(&self, out: &mut String, is_master: bool) {
+        let name = "doorman_server_refused_connections_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Connections refused: over max_connections, or at the TLS handshake.\n\
+             # TYPE {name} counter\n\
+             {name}{{reason=\"max_connections\"}} {}\n\
+             {name}{{reason=\"tls_handshake\"}} {}",
+            self.refused.over_cap(),
+            self.refused.tls_handshakes()
+        );
+        let name = "doorman_server_is_master";
+        let _ = writeln!(
+            out,
+            "# HELP {name} 1 while this server is the master, else 0.\n\
+             # TYPE {name} gauge\n\
+             {name} {}",
+            u8::from(is_master)
+        );
     }
 }
 
@@ -197,21 +260,31 @@ mod tests {
     #[test]
     fn resource_gauges_are_written_in_the_text_format() {
         let mut g = ResourceGauges::with_capacity(2);
-        let gauges = |has, wants, subclients| Gauges {
+        let gauges = |has, wants, subclients, learning| Gauges {
             has,
             wants,
             subclients,
+            capacity: 10.0,
+            learning,
         };
-        g.push("a".into(), gauges(1.5, 2.0, 3));
-        g.push("q\"x\\y\nz".into(), gauges(0.0, 1e21, 0));
+        g.push("a".into(), gauges(1.5, 2.0, 3, true));
+        g.push("q\"x\\y\nz".into(), gauges(0.0, 1e21, 0, false));
         let mut out = String::new();
         g.write(&mut out);
         assert_eq!(
             out,
-            "# HELP doorman_server_has All capacity assigned to clients for a resource.\n\
+            "# HELP doorman_server_capacity Capacity to share for a resource: its template's, or what the parent granted.\n\
+             # TYPE doorman_server_capacity gauge\n\
+             doorman_server_capacity{resource=\"a\"} 10\n\
+             doorman_server_capacity{resource=\"q\\\"x\\\\y\\nz\"} 10\n\
+             # HELP doorman_server_has All capacity assigned to clients for a resource.\n\
              # TYPE doorman_server_has gauge\n\
              doorman_server_has{resource=\"a\"} 1.5\n\
              doorman_server_has{resource=\"q\\\"x\\\\y\\nz\"} 0\n\
+             # HELP doorman_server_learning_mode 1 while a resource is in learning mode, else 0.\n\
+             # TYPE doorman_server_learning_mode gauge\n\
+             doorman_server_learning_mode{resource=\"a\"} 1\n\
+             doorman_server_learning_mode{resource=\"q\\\"x\\\\y\\nz\"} 0\n\
              # HELP doorman_server_subclients Number of clients requesting this resource.\n\
              # TYPE doorman_server_subclients gauge\n\
              doorman_server_subclients{resource=\"a\"} 3\n\

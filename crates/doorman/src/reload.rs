@@ -35,6 +35,10 @@ impl Reload for Server {
     fn apply(&self, config: ServerConfig) {
         self.reload(config);
     }
+
+    fn refused(&self) {
+        self.count_refused_reload();
+    }
 }
 
 /// Reloads `path` into `server`, logging the outcome. Returns whether the new

@@ -179,7 +179,10 @@ impl Server {
             tls,
             threads,
         } = self.inner.serving.clone();
-        let mut server = GrpcServer::new(Arc::new(grpc::Lean::new(self))).limits(limits);
+        let refused = self.inner.metrics.refused.clone();
+        let mut server = GrpcServer::new(Arc::new(grpc::Lean::new(self)))
+            .limits(limits)
+            .count_refused(&refused);
         if let Some(tls) = tls {
             server = server.tls_config(tls);
         }

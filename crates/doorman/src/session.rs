@@ -76,11 +76,75 @@ impl SessionError {
     }
 }
 
+impl SessionError {
+    /// Whether trying again cannot succeed: the server understood the
+    /// call and refused it for what it is, or the connection's TLS was
+    /// refused for a reason that stays. These are `Unimplemented` (not a
+    /// Doorman server: a quota server, say), `InvalidArgument` (an empty
+    /// or over-long id, too many resources), `OutOfRange` and
+    /// `ResourceExhausted` (a request larger than the server accepts),
+    /// `PermissionDenied` and `Unauthenticated`, and a certificate
+    /// refused by either side, expired or untrusted
+    /// ([`tls_failure_is_permanent`](tollgate_service::tls_failure_is_permanent)).
+    /// Everything else (a refused connection, a deadline, a server that
+    /// does not know the master, `Unavailable`, `NotFound` for a
+    /// resource the server's configuration may yet name) may pass.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_doorman::SessionError;
+    ///
+    /// let wrong_server = SessionError::Rpc {
+    ///     address: "127.0.0.1:6000".into(),
+    ///     status: tonic::Status::unimplemented("unknown method /doorman.Capacity/GetCapacity"),
+    /// };
+    /// assert!(wrong_server.is_permanent());
+    /// assert!(wrong_server.to_string().ends_with("the server does not serve Doorman's Capacity API"));
+    /// let down = SessionError::Rpc {
+    ///     address: "127.0.0.1:6000".into(),
+    ///     status: tonic::Status::unavailable("tcp connect error"),
+    /// };
+    /// assert!(!down.is_permanent());
+    /// ```
+    pub fn is_permanent(&self) -> bool {
+        self.permanent().is_some()
+    }
+
+    /// What a permanent failure means, for its message; `None` for one
+    /// that may pass.
+    fn permanent(&self) -> Option<&'static str> {
+        let SessionError::Rpc { status, .. } = self else {
+            return None;
+        };
+        use tonic::Code;
+        match status.code() {
+            Code::Unimplemented => Some("the server does not serve Doorman's Capacity API"),
+            Code::InvalidArgument => Some("the server refuses the request as it stands"),
+            Code::OutOfRange | Code::ResourceExhausted => Some(
+                "the server accepts no request this large (a lease client splits its \
+                     requests at ClientBuilder::max_request_bytes, 64 KiB by default; the \
+                     server's limit is its --max-message-bytes)",
+            ),
+            Code::PermissionDenied | Code::Unauthenticated => {
+                Some("the server refuses this client")
+            }
+            // Described in words by `describe`.
+            _ if tollgate_service::tls_failure_is_permanent(status) => Some(""),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SessionError::Rpc { address, status } => {
-                write!(f, "{address}: {}", describe(status))
+                write!(f, "{address}: {}", describe(status))?;
+                match self.permanent() {
+                    Some(meaning) if !meaning.is_empty() => write!(f, ": {meaning}"),
+                    _ => Ok(()),
+                }
             }
             SessionError::Deadline { address, .. } => write!(f, "{address}: deadline exceeded"),
             SessionError::NoMaster { address } => write!(f, "{address} does not know the master"),
@@ -134,31 +198,7 @@ impl Eq for SessionError {}
 /// error 111)`), without tonic's Debug dump of metadata and sources; a
 /// TLS failure in words, with its likely fix.
 pub(crate) fn describe(status: &tonic::Status) -> String {
-    let mut line = format!("{:?}", status.code());
-    // A TLS failure says why, and what likely fixes it.
-    if let Some(tls) = tollgate_service::tls_failure(status) {
-        line.push_str(": ");
-        line.push_str(&tls);
-        return line;
-    }
-    if !status.message().is_empty() {
-        line.push_str(": ");
-        line.push_str(status.message());
-    }
-    let mut cause = std::error::Error::source(status);
-    let mut innermost = None;
-    while let Some(c) = cause {
-        innermost = Some(c);
-        cause = c.source();
-    }
-    if let Some(c) = innermost {
-        let c = c.to_string();
-        if !line.ends_with(c.as_str()) {
-            line.push_str(": ");
-            line.push_str(&c);
-        }
-    }
-    line
+    tollgate_service::status_line(status)
 }
 
 /// A response that may redirect to the master.

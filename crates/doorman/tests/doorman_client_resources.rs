@@ -289,3 +289,58 @@ async fn a_tonic_server_answers_resource_exhausted_when_the_lease_is_spent() {
             .is_master
     );
 }
+
+/// 3,000 resources with 40-byte ids: one request would name more than the
+/// server's 1,000 and pass its 64 KiB, so the client splits each round
+/// (and its release) into requests the server accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_resources_on_one_client_are_all_leased_and_released() {
+    let (server, addr) = lease_server::serve(CONFIG).await;
+    let client = Client::builder().server(addr).build().unwrap();
+    let resources: Vec<_> = (0..3_000)
+        .map(|i| {
+            let id = format!("resource-with-a-forty-byte-id-{i:010}");
+            assert_eq!(id.len(), 40);
+            client.resource(id, ResourceOptions::new(0.01)).unwrap()
+        })
+        .collect();
+    for r in &resources {
+        leased(&mut r.watch()).await;
+        assert_eq!(r.capacity(), 0.01);
+    }
+    assert_eq!(client.last_error(), None);
+    let status = server.status();
+    assert_eq!(status.len(), 3_000);
+    assert!(status.iter().all(|r| r.sum_has == 0.01));
+    for r in resources {
+        r.release().await.unwrap();
+    }
+    assert!(server.status().iter().all(|r| r.sum_has == 0.0));
+}
+
+/// A request the server refuses for what it is stops the client at once,
+/// with the server's reason, instead of retrying it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_long_client_id_stops_the_client_with_the_servers_reason() {
+    let (_server, addr) = lease_server::serve(CONFIG).await;
+    let client = Client::builder()
+        .server(addr.clone())
+        .id("c".repeat(2_000))
+        .build()
+        .unwrap();
+    let r = client.resource("a", ResourceOptions::new(1.0)).unwrap();
+    tokio::time::timeout(HANG, r.watch().changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let error = r.error().expect("the client stopped");
+    assert!(error.is_permanent());
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{addr}: InvalidArgument: client_id is 2000 bytes long, more than the limit of 1024: \
+             the server refuses the request as it stands"
+        )
+    );
+    assert_eq!(r.current().source, CapacitySource::Pending);
+}

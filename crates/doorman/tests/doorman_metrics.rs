@@ -158,3 +158,96 @@ async fn measure_metrics_at_100k_resources() {
          after 5 gauge-vector scrapes {after_old:.0}, after the sweep {swept:.0}"
     );
 }
+
+/// The value of the sample `line` starts (name and labels), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().unwrap())
+}
+
+/// Beyond Go's names: capacity and learning mode per resource,
+/// mastership, reloads put in force and refused, and connections refused
+/// over the cap.
+#[tokio::test]
+async fn capacity_learning_mastership_reloads_and_refused_connections_are_exported() {
+    let learning = "resources:\n  - {identifier_glob: '*', capacity: 100, algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 30}}\n";
+    let election = SingleElection::new(Some("me:1".into()));
+    let server = Server::builder(ServerConfig::from_yaml(learning).unwrap())
+        .election(&election)
+        .limits(tollgate_doorman::ServerLimits {
+            max_connections: 1,
+            ..Default::default()
+        })
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    let mut client = CapacityClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    client
+        .get_capacity(tollgate_doorman::pb::GetCapacityRequest {
+            client_id: "c".into(),
+            resource: vec![pb::ResourceRequest {
+                resource_id: "r".into(),
+                priority: 0,
+                has: None,
+                wants: 10.0,
+            }],
+        })
+        .await
+        .unwrap();
+    let text = server.metrics_text();
+    assert_eq!(
+        sample(&text, "doorman_server_capacity{resource=\"r\"}"),
+        Some(100.0)
+    );
+    assert_eq!(
+        sample(&text, "doorman_server_learning_mode{resource=\"r\"}"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&text, "doorman_server_is_master"), Some(1.0));
+    assert_eq!(
+        sample(&text, "doorman_server_config_reloads_total"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "doorman_server_config_reload_failures_total"),
+        Some(0.0)
+    );
+    let refused = "doorman_server_refused_connections_total{reason=\"max_connections\"}";
+    assert_eq!(sample(&text, refused), Some(0.0));
+
+    // A second connection while the first is open is over the cap of 1.
+    let second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let start = Instant::now();
+    while sample(&server.metrics_text(), refused) != Some(1.0) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(second);
+
+    let dir = std::env::temp_dir().join(format!("tollgate-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, "resources: [").unwrap();
+    assert!(!tollgate_doorman::reload::reload(&server, &file));
+    std::fs::write(&file, CONFIG).unwrap();
+    assert!(tollgate_doorman::reload::reload(&server, &file));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let text = server.metrics_text();
+    assert_eq!(
+        sample(&text, "doorman_server_config_reloads_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "doorman_server_config_reload_failures_total"),
+        Some(1.0)
+    );
+    // The new template has no learning mode.
+    assert_eq!(
+        sample(&text, "doorman_server_learning_mode{resource=\"r\"}"),
+        Some(0.0)
+    );
+}

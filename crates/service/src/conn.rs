@@ -45,11 +45,44 @@ use super::limits::ServerLimits;
 /// The HTTP/2 client connection preface is this long.
 const PREFACE_BYTES: u64 = 24;
 
+/// How many connections a server refused, readable while it serves (for
+/// a metric): those over [`ServerLimits::max_connections`], closed as soon
+/// as accepted, and those whose TLS handshake failed for a TLS reason (a
+/// certificate refused, a client speaking plaintext). Clones count
+/// together.
+#[derive(Debug, Clone, Default)]
+pub struct RefusedConnections {
+    /// Relaxed: each is a statistic, read alone.
+    over_cap: Arc<AtomicU64>,
+    tls: Arc<AtomicU64>,
+}
+
+impl RefusedConnections {
+    /// Connections closed at once because the cap was reached.
+    pub fn over_cap(&self) -> u64 {
+        self.over_cap.load(Ordering::Relaxed)
+    }
+
+    /// Connections whose TLS handshake was refused.
+    pub fn tls_handshakes(&self) -> u64 {
+        self.tls.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_over_cap(&self) {
+        self.over_cap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_tls(&self) {
+        self.tls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The open connections' permits: at most the cap are out at once.
 #[derive(Debug, Clone)]
 pub struct Permits {
     semaphore: Arc<Semaphore>,
     total: u32,
+    refused: RefusedConnections,
 }
 
 impl Permits {
@@ -60,7 +93,14 @@ impl Permits {
         Permits {
             semaphore: Arc::new(Semaphore::new(total as usize)),
             total,
+            refused: RefusedConnections::default(),
         }
+    }
+
+    /// Counts the connections refused over the cap in `refused`.
+    pub fn counting(mut self, refused: &RefusedConnections) -> Permits {
+        self.refused = refused.clone();
+        self
     }
 
     fn try_take(&self) -> Option<OwnedSemaphorePermit> {
@@ -100,6 +140,7 @@ pub async fn accept_loop(
                 backoff = Duration::ZERO;
                 let Some(permit) = permits.try_take() else {
                     refused += 1;
+                    permits.refused.count_over_cap();
                     // Log the first refusal and then one in 1000.
                     if refused % 1000 == 1 {
                         warn!(

@@ -40,6 +40,12 @@ impl Drain {
         }
     }
 
+    /// Counts the connections refused over the cap in `refused`.
+    pub fn counting(mut self, refused: &super::conn::RefusedConnections) -> Drain {
+        self.permits = self.permits.counting(refused);
+        self
+    }
+
     /// The connections' permits, for the accept loop.
     pub fn permits(&self) -> &Permits {
         &self.permits

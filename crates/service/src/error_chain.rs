@@ -21,6 +21,52 @@ impl fmt::Display for ErrorChain<'_> {
     }
 }
 
+/// A failed gRPC call in one line: the code, the message and the
+/// innermost cause (e.g. `Unavailable: tcp connect error: Connection
+/// refused (os error 111)`), without tonic's dump of metadata and
+/// sources; a TLS failure in words, with its likely fix
+/// ([`tls_failure`](crate::tls_failure)).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let mut status = tonic::Status::unavailable("tcp connect error");
+/// status.set_source(Arc::new(refused));
+/// assert_eq!(
+///     tollgate_service::status_line(&status),
+///     "Unavailable: tcp connect error: connection refused"
+/// );
+/// ```
+pub fn status_line(status: &tonic::Status) -> String {
+    let mut line = format!("{:?}", status.code());
+    if let Some(tls) = crate::tls_failure(status) {
+        line.push_str(": ");
+        line.push_str(&tls);
+        return line;
+    }
+    if !status.message().is_empty() {
+        line.push_str(": ");
+        line.push_str(status.message());
+    }
+    let mut cause = Error::source(status);
+    let mut innermost = None;
+    while let Some(c) = cause {
+        innermost = Some(c);
+        cause = c.source();
+    }
+    if let Some(c) = innermost {
+        let c = c.to_string();
+        if !line.ends_with(c.as_str()) {
+            line.push_str(": ");
+            line.push_str(&c);
+        }
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,6 +60,8 @@ pub enum EtcdError {
         op: &'static str,
         /// The key.
         key: String,
+        /// The endpoints called, comma-separated.
+        endpoints: String,
         /// etcd's (or the transport's) status.
         source: tonic::Status,
     },
@@ -94,9 +96,16 @@ impl fmt::Display for EtcdError {
             EtcdError::TtlTooShort(ttl) => {
                 write!(f, "etcd lease ttl {ttl:?} is under one second")
             }
-            EtcdError::Call { op, key, source } => {
-                write!(f, "etcd {op} of {key:?} failed: {}", source.message())
-            }
+            EtcdError::Call {
+                op,
+                key,
+                endpoints,
+                source,
+            } => write!(
+                f,
+                "etcd {op} of {key:?} at {endpoints} failed: {}",
+                crate::status_line(source)
+            ),
             EtcdError::Missing { key } => write!(f, "etcd key {key:?} does not exist"),
             EtcdError::NotUtf8 { key } => {
                 write!(f, "the value of etcd key {key:?} is not UTF-8")
@@ -111,7 +120,9 @@ impl Error for EtcdError {
         match self {
             EtcdError::InvalidEndpoint { source, .. } => Some(source),
             EtcdError::Tls(source) => Some(source),
-            EtcdError::Call { source, .. } => Some(source),
+            // Its cause is already in this error's line: tonic's own
+            // Display of a status is a dump of its fields.
+            EtcdError::Call { .. } => None,
             // Its message is already in this error's: go on from its causes.
             EtcdError::Invalid { source, .. } => source.source(),
             _ => None,
@@ -167,6 +178,8 @@ pub fn channel(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Channel,
 pub struct EtcdKey {
     channel: Channel,
     key: String,
+    /// The endpoints, comma-separated, for error messages.
+    endpoints: String,
 }
 
 impl EtcdKey {
@@ -186,7 +199,11 @@ impl EtcdKey {
         if key.is_empty() {
             return Err(EtcdError::EmptyKey);
         }
-        Ok(EtcdKey { channel, key })
+        Ok(EtcdKey {
+            channel,
+            key,
+            endpoints: endpoints.join(","),
+        })
     }
 
     /// The key.
@@ -276,6 +293,7 @@ impl EtcdKey {
         let failed = |source| EtcdError::Call {
             op,
             key: self.key.clone(),
+            endpoints: self.endpoints.clone(),
             source,
         };
         let call = wire::unary(&self.channel, path, request);
@@ -452,5 +470,13 @@ mod tests {
         let key = EtcdKey::new(&["127.0.0.1:1".to_owned()], "/k", None).unwrap();
         let e = key.read().await.unwrap_err();
         assert!(matches!(e, EtcdError::Call { op: "range", .. }), "{e}");
+        // One line, the address and the cause in words: no dump of the
+        // status's fields, however the chain is printed.
+        let line = super::super::ErrorChain(&e).to_string();
+        assert_eq!(
+            line,
+            "etcd range of \"/k\" at 127.0.0.1:1 failed: Unavailable: tcp connect error: \
+             Connection refused (os error 111)"
+        );
     }
 }

@@ -125,6 +125,7 @@ pub struct GrpcServer<S> {
     limits: ServerLimits,
     threads: Option<usize>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    refused: crate::RefusedConnections,
 }
 
 impl<S> fmt::Debug for GrpcServer<S> {
@@ -145,7 +146,15 @@ impl<S: UnaryService> GrpcServer<S> {
             limits: ServerLimits::default(),
             threads: None,
             tls: None,
+            refused: crate::RefusedConnections::default(),
         }
+    }
+
+    /// Counts the connections it refuses (over the cap, or at the TLS
+    /// handshake) in `refused`, which the caller reads while it serves.
+    pub fn count_refused(mut self, refused: &crate::RefusedConnections) -> GrpcServer<S> {
+        self.refused = refused.clone();
+        self
     }
 
     /// Serves under `limits` (default [`ServerLimits::default`]): every
@@ -215,8 +224,9 @@ impl<S: UnaryService> GrpcServer<S> {
             limits,
             threads,
             tls,
+            refused,
         } = self;
-        let shared = Arc::new(Shared::new(service, limits, tls));
+        let shared = Arc::new(Shared::new(service, limits, tls, refused));
         match threads {
             None => serve_tasks(shared, listener, shutdown).await,
             Some(n) => serve_threads(shared, listener, n, shutdown).await,
@@ -230,7 +240,7 @@ async fn serve_tasks<S: UnaryService>(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let drain = Drain::new(&shared.limits);
+    let drain = Drain::new(&shared.limits).counting(&shared.counts);
     let (stopping, killed) = (drain.stopping(), drain.killed());
     accept_loop(&listener, drain.permits(), shutdown, |io, peer, permit| {
         let guarded = Guarded::new(io, peer, &shared.limits, permit, killed.clone());
@@ -255,7 +265,7 @@ async fn serve_threads<S: UnaryService>(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     type Handed = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit);
-    let drain = Drain::new(&shared.limits);
+    let drain = Drain::new(&shared.limits).counting(&shared.counts);
     let mut workers = Vec::with_capacity(threads.max(1));
     let mut done = Vec::with_capacity(threads.max(1));
     for i in 0..threads.max(1) {

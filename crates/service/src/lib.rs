@@ -81,12 +81,13 @@ mod readiness;
 mod reload;
 mod shutdown;
 mod tls;
+mod tls_dates;
 mod tls_failure;
 mod watch;
 
-pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits};
+pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits, RefusedConnections};
 pub use drain::Drain;
-pub use error_chain::ErrorChain;
+pub use error_chain::{status_line, ErrorChain};
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
 pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
@@ -97,7 +98,7 @@ pub use readiness::{NotReady, Readiness};
 pub use reload::{reload_file, Reload};
 pub use shutdown::ShutdownSignals;
 pub use tls::{ClientTls, ServerTls, TlsError};
-pub use tls_failure::tls_failure;
+pub use tls_failure::{tls_failure, tls_failure_is_permanent};
 pub use watch::{hangup, watch_file, Hangup};
 
 /// The TLS library the servers use, for a configuration of one's own

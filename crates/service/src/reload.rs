@@ -34,6 +34,10 @@ pub trait Reload: Send + Sync + 'static {
 
     /// Puts a new configuration in force.
     fn apply(&self, config: Self::Config);
+
+    /// Told that a new configuration was refused (it is logged already),
+    /// for a metric; does nothing by default.
+    fn refused(&self) {}
 }
 
 impl<R: Reload> Reload for Arc<R> {
@@ -51,6 +55,10 @@ impl<R: Reload> Reload for Arc<R> {
 
     fn apply(&self, config: R::Config) {
         R::apply(self, config);
+    }
+
+    fn refused(&self) {
+        R::refused(self);
     }
 }
 
@@ -75,14 +83,16 @@ pub(crate) fn apply_config<R: Reload>(
             true
         }
         Err(e) => {
-            rejected::<R>(origin, &e);
+            rejected(target, origin, &e);
             false
         }
     }
 }
 
-/// Logs that a new configuration from `origin` was refused, and why.
-pub(crate) fn rejected<R: Reload>(origin: &dyn Display, why: &(dyn Error + 'static)) {
+/// Logs that a new configuration from `origin` was refused, and why, and
+/// tells `target`.
+pub(crate) fn rejected<R: Reload>(target: &R, origin: &dyn Display, why: &(dyn Error + 'static)) {
+    target.refused();
     error!(
         path = %origin,
         error = %ErrorChain(why),

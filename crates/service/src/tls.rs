@@ -125,15 +125,67 @@ impl ServerTls {
         };
         let mut config = builder
             .with_single_cert(certs, key)
-            .map_err(|e| own_certificate(&self.cert_file, e))?;
+            .map_err(|e| own_certificate(&self.cert_file, &self.key_file, e))?;
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
     }
+
+    /// What is wrong with the dates of the certificate (the first in the
+    /// chain) at `now`, if anything: expired, or not valid yet. Clients
+    /// refuse such a certificate; a server says so when it starts rather
+    /// than leave each client to find out.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use tollgate_service::ServerTls;
+    ///
+    /// let tls = ServerTls::new("server.pem", "server.key");
+    /// if let Some(problem) = tls.date_problem(std::time::SystemTime::now()) {
+    ///     eprintln!("warning: {problem}");
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None: a file that cannot be read, or a certificate whose dates
+    /// cannot be read, gives `None` ([`ServerTls::load`] names those).
+    pub fn date_problem(&self, now: std::time::SystemTime) -> Option<String> {
+        let cert = certificates(&self.cert_file).ok()?.into_iter().next()?;
+        let dates = crate::tls_dates::validity(&cert)?;
+        let now = match now.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+        };
+        let path = self.cert_file.display();
+        if now > dates.not_after.unix {
+            Some(format!(
+                "the certificate in {path} expired on {}: clients refuse it until it is renewed \
+                 (or this machine's clock is wrong)",
+                dates.not_after
+            ))
+        } else if now < dates.not_before.unix {
+            Some(format!(
+                "the certificate in {path} is not valid until {}: clients refuse it until then \
+                 (or this machine's clock is wrong)",
+                dates.not_before
+            ))
+        } else {
+            None
+        }
+    }
 }
 
-/// rustls refusing the certificate in `path` or its key: the file named
-/// with the fix when it is the certificate.
-fn own_certificate(path: &Path, error: rustls::Error) -> TlsError {
+/// rustls refusing the certificate in `path` or its key in `key_file`:
+/// the file named with the fix when it is the certificate, both when they
+/// do not belong together.
+fn own_certificate(path: &Path, key_file: &Path, error: rustls::Error) -> TlsError {
+    if let rustls::Error::InconsistentKeys(_) = error {
+        return TlsError::KeyMismatch {
+            cert: path.to_owned(),
+            key: key_file.to_owned(),
+        };
+    }
     match crate::tls_failure::own_certificate(&error) {
         Some(reason) => TlsError::Malformed {
             path: path.to_owned(),
@@ -240,7 +292,7 @@ impl ClientTls {
                 let key = private_key(key_file)?;
                 builder
                     .with_client_auth_cert(certificates(cert_file)?, key)
-                    .map_err(|e| own_certificate(cert_file, e))?
+                    .map_err(|e| own_certificate(cert_file, key_file, e))?
             }
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
@@ -257,6 +309,16 @@ impl ClientTls {
 /// The private key in the PEM file at `path`.
 fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let pem = read_pem(path, Pem::PrivateKey)?;
+    // PKCS#8's `ENCRYPTED PRIVATE KEY`, or OpenSSL's older headers on an
+    // `RSA PRIVATE KEY` or `EC PRIVATE KEY`.
+    let text = String::from_utf8_lossy(&pem);
+    if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || text.contains("Proc-Type: 4,ENCRYPTED")
+    {
+        return Err(TlsError::Encrypted {
+            path: path.to_owned(),
+        });
+    }
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Malformed {
         path: path.to_owned(),
         reason: e.to_string(),
@@ -294,8 +356,21 @@ pub enum TlsError {
         /// Why, as rustls reports it.
         reason: String,
     },
-    /// rustls refused the setup: a key that does not match the
-    /// certificate, an unsupported key or a CA it cannot use.
+    /// The private key is encrypted with a passphrase, which a server
+    /// cannot ask for.
+    Encrypted {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The private key is not the certificate's.
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
+    /// rustls refused the setup: an unsupported key or a CA it cannot
+    /// use.
     Setup {
         /// Why, as rustls reports it.
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -323,6 +398,19 @@ impl fmt::Display for TlsError {
             TlsError::Malformed { path, reason } => {
                 write!(f, "TLS file {} is not usable: {reason}", path.display())
             }
+            TlsError::Encrypted { path } => write!(
+                f,
+                "TLS key {} is encrypted: give it decrypted (e.g. `openssl pkey -in {0} -out \
+                 key.pem`, which asks for its passphrase), and keep that file private",
+                path.display()
+            ),
+            TlsError::KeyMismatch { cert, key } => write!(
+                f,
+                "the private key in {} does not match the certificate in {}: give the key the \
+                 certificate was issued for",
+                key.display(),
+                cert.display()
+            ),
         }
     }
 }
@@ -331,7 +419,10 @@ impl std::error::Error for TlsError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             TlsError::Read { source, .. } => Some(source),
-            TlsError::NotPem { .. } | TlsError::Malformed { .. } => None,
+            TlsError::NotPem { .. }
+            | TlsError::Malformed { .. }
+            | TlsError::Encrypted { .. }
+            | TlsError::KeyMismatch { .. } => None,
             TlsError::Rejected { source } => Some(source),
             TlsError::Setup { source } => Some(source.as_ref()),
         }
@@ -435,5 +526,93 @@ mod tests {
             err.to_string(),
             format!("TLS file {} holds no PEM private key", cert.display())
         );
+    }
+
+    /// A self-signed certificate for `localhost` valid from `from` to
+    /// `to` (year, month, day), and its key, as PEM files in `dir`.
+    fn certificate(dir: &Path, from: (i32, u8, u8), to: (i32, u8, u8)) -> (PathBuf, PathBuf) {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file)
+    }
+
+    fn unix(secs: u64) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn a_certificate_outside_its_dates_is_named_with_the_date() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = certificate(dir.path(), (2020, 1, 1), (2021, 1, 1));
+        let tls = ServerTls::new(&cert, &key);
+        // 2021-01-01 00:00:00 UTC is 1_609_459_200.
+        assert_eq!(tls.date_problem(unix(1_609_459_200)), None);
+        assert_eq!(
+            tls.date_problem(unix(1_609_459_201)),
+            Some(format!(
+                "the certificate in {} expired on 2021-01-01 00:00:00 UTC: clients refuse it \
+                 until it is renewed (or this machine's clock is wrong)",
+                cert.display()
+            ))
+        );
+        // 2020-01-01 00:00:00 UTC is 1_577_836_800.
+        assert_eq!(tls.date_problem(unix(1_577_836_800)), None);
+        let early = tls.date_problem(unix(1_577_836_799)).unwrap();
+        assert!(
+            early.ends_with(
+                "is not valid until 2020-01-01 00:00:00 UTC: clients refuse it until \
+                 then (or this machine's clock is wrong)"
+            ),
+            "{early}"
+        );
+        // Loading does not refuse it: clients do.
+        tls.rustls_config().unwrap();
+    }
+
+    #[test]
+    fn an_encrypted_key_is_named_as_encrypted() {
+        for pem in [
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n",
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let (cert, _) = certificate(dir.path(), (2020, 1, 1), (2999, 1, 1));
+            let key = dir.path().join("encrypted.pem");
+            std::fs::write(&key, pem).unwrap();
+            let err = ServerTls::new(&cert, &key).load().unwrap_err();
+            assert!(matches!(err, TlsError::Encrypted { .. }), "{err:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("TLS key {} is encrypted: give it decrypted", key.display())),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_names_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, _) = certificate(dir.path(), (2020, 1, 1), (2999, 1, 1));
+        let other = tempfile::tempdir().unwrap();
+        let (_, key) = certificate(other.path(), (2020, 1, 1), (2999, 1, 1));
+        let expected = format!(
+            "the private key in {} does not match the certificate in {}: give the key the \
+             certificate was issued for",
+            key.display(),
+            cert.display()
+        );
+        let err = ServerTls::new(&cert, &key).load().unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        let err = ClientTls::new(&cert)
+            .identity(&cert, &key)
+            .load()
+            .unwrap_err();
+        assert_eq!(err.to_string(), expected);
     }
 }

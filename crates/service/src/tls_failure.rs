@@ -108,6 +108,18 @@ pub(crate) fn refused_client_fix(error: &io::Error) -> Option<&'static str> {
             "the client's certificate was refused: it must be an X.509 v3 certificate signed by \
              the client CA this server trusts"
         }
+        E::AlertReceived(AlertDescription::CertificateExpired) => {
+            "the client refused this server's certificate as expired or not valid yet: renew \
+             it (or a clock is wrong; the server logs its dates at start)"
+        }
+        E::AlertReceived(AlertDescription::UnknownCA) => {
+            "the client does not trust the CA that signed this server's certificate: the client \
+             must trust that CA"
+        }
+        E::AlertReceived(AlertDescription::BadCertificate) => {
+            "the client refused this server's certificate: it must name the host the client \
+             dials (or the client must check it against a name it carries)"
+        }
         E::AlertReceived(_) => {
             "the client refused this server's certificate: the client must trust the CA that \
              signed it, and it must name the host the client dials"
@@ -185,6 +197,46 @@ pub fn tls_failure(error: &(dyn Error + 'static)) -> Option<String> {
     Some(format!("TLS failed: {why} ({tls})"))
 }
 
+/// Whether `error` (a failed call or connection, with its causes) holds a
+/// TLS failure that trying again cannot mend: a certificate refused by
+/// either side (untrusted, expired, for another name, X.509 v1), no
+/// client certificate where one is required, a peer that does not speak
+/// TLS or HTTP/2. A connection closed mid-handshake with no reason is not
+/// one: the network does that too.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::rustls::{self, CertificateError};
+///
+/// let expired = std::io::Error::other(rustls::Error::InvalidCertificate(
+///     CertificateError::Expired,
+/// ));
+/// assert!(tollgate_service::tls_failure_is_permanent(&expired));
+/// assert!(!tollgate_service::tls_failure_is_permanent(&std::io::Error::other("reset")));
+/// ```
+pub fn tls_failure_is_permanent(error: &(dyn Error + 'static)) -> bool {
+    use rustls::Error as E;
+    matches!(
+        rustls_error(error),
+        Some(
+            E::InvalidCertificate(_)
+                | E::NoCertificatesPresented
+                | E::InvalidMessage(_)
+                | E::NoApplicationProtocol
+                | E::AlertReceived(
+                    AlertDescription::CertificateRequired
+                        | AlertDescription::BadCertificate
+                        | AlertDescription::UnsupportedCertificate
+                        | AlertDescription::UnknownCA
+                        | AlertDescription::CertificateUnknown
+                        | AlertDescription::CertificateExpired
+                        | AlertDescription::DecryptError
+                )
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,8 +255,20 @@ mod tests {
         .contains("not signed by the client CA"));
         assert!(
             fix(rustls::Error::AlertReceived(AlertDescription::UnknownCA))
-                .contains("refused this server's certificate")
+                .contains("does not trust the CA that signed this server's certificate")
         );
+        let expired = fix(rustls::Error::AlertReceived(
+            AlertDescription::CertificateExpired,
+        ));
+        assert!(
+            expired.contains("as expired or not valid yet: renew it"),
+            "{expired}"
+        );
+        assert!(!expired.contains("trust"), "{expired}");
+        assert!(fix(rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+        ))
+        .contains("must name the host the client dials"));
         assert_eq!(fix(rustls::Error::HandshakeNotComplete), "");
         assert_eq!(refused_client_fix(&io::Error::other("reset")), None);
     }

@@ -17,6 +17,19 @@
 //! After a failed round the next waits for the backoff; after a success, for
 //! the smallest refresh interval among the leases.
 //!
+//! A round asks for every resource, in as many GetCapacity requests as the
+//! client's limits need ([`split`]): at most `max_resources_per_request`
+//! resources and `max_request_bytes` encoded bytes each, sent one after
+//! the other, each answer applied as it comes. A failed request ends the
+//! round (the resources already answered keep their new leases).
+//!
+//! A permanent failure ([`SessionError::is_permanent`]) is tried at once
+//! at the next configured address rather than after a backoff; once as
+//! many permanent failures in a row as there are configured addresses
+//! have come, the client stops: it records the failure for
+//! [`Client::error`](super::Client::error), wakes every resource's
+//! watchers, and makes no more rounds (releases and expiry go on).
+//!
 //! Lease expiry times are Unix seconds from the server, compared with the
 //! client's [`WallClock`](crate::WallClock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
@@ -40,6 +53,7 @@
 //! handles keep showing a stale lease.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +121,8 @@ struct Task {
     session: MasterSession,
     retry: Retry,
     origin: Instant,
+    /// Permanent failures in a row.
+    permanent: usize,
 }
 
 /// How long a panicked loop waits before it starts again.
@@ -172,6 +188,7 @@ async fn run_once(shared: Arc<Shared>) {
         .max_redirects(config.max_redirects),
         retry: Retry::new(config.backoff, config.seed),
         origin: Instant::now(),
+        permanent: 0,
         shared: shared.clone(),
     };
     task.run().await;
@@ -181,7 +198,7 @@ impl Task {
     async fn run(&mut self) {
         let mut next_refresh = Instant::now();
         loop {
-            let (slots, releases, urgent, closing) = {
+            let (slots, releases, urgent, closing, stopped) = {
                 let mut state = self.shared.state.lock_unpoisoned();
                 let urgent = std::mem::take(&mut state.urgent);
                 (
@@ -189,6 +206,7 @@ impl Task {
                     std::mem::take(&mut state.releases),
                     urgent,
                     state.closing,
+                    state.stopped.is_some(),
                 )
             };
             if !releases.is_empty() {
@@ -202,7 +220,10 @@ impl Task {
             if urgent && self.retry.failures() == 0 {
                 next_refresh = Instant::now();
             }
-            if !slots.is_empty() && Instant::now() >= next_refresh {
+            if stopped {
+                next_refresh = after(FAR_FUTURE);
+            }
+            if !stopped && !slots.is_empty() && Instant::now() >= next_refresh {
                 let shared = self.shared.clone();
                 let outcome = {
                     let round = self.round(&slots);
@@ -221,9 +242,29 @@ impl Task {
                 next_refresh = match outcome {
                     Ok(interval) => {
                         self.retry.reset();
+                        self.permanent = 0;
+                        self.shared.state.lock_unpoisoned().last_error = None;
                         after(interval)
                     }
+                    Err(e) if e.is_permanent() => {
+                        self.permanent += 1;
+                        let servers = self.shared.config.servers.len();
+                        self.shared.state.lock_unpoisoned().last_error = Some(e.clone());
+                        if self.permanent >= servers {
+                            self.stop(e, &slots);
+                            after(FAR_FUTURE)
+                        } else {
+                            warn!(
+                                client = self.shared.id.as_str(),
+                                error = %e,
+                                "capacity refresh failed for good at this server; trying the next"
+                            );
+                            Instant::now()
+                        }
+                    }
                     Err(e) => {
+                        self.permanent = 0;
+                        self.shared.state.lock_unpoisoned().last_error = Some(e.clone());
                         let delay = self.retry.next_delay();
                         warn!(
                             client = self.shared.id.as_str(),
@@ -249,7 +290,22 @@ impl Task {
         }
     }
 
-    /// One refresh round; returns the interval until the next.
+    /// Records `error` as what stopped the client and wakes every
+    /// resource's watchers (their capacity unchanged).
+    fn stop(&self, error: SessionError, slots: &[Arc<Slot>]) {
+        error!(
+            client = self.shared.id.as_str(),
+            error = %error,
+            "capacity refresh failed for good: the client stops asking"
+        );
+        self.shared.state.lock_unpoisoned().stopped = Some(error);
+        for slot in slots {
+            slot.tx.send_modify(|_| {});
+        }
+    }
+
+    /// One refresh round, in as many requests as the limits need;
+    /// returns the interval until the next.
     async fn round(&mut self, slots: &[Arc<Slot>]) -> Result<Duration, SessionError> {
         let now = self.shared.config.clock.now();
         let since = self.origin.elapsed();
@@ -265,15 +321,32 @@ impl Task {
                 wants,
             });
         }
-        let message = pb::GetCapacityRequest {
+        let config = &self.shared.config;
+        let base = pb::GetCapacityRequest {
             client_id: self.shared.id.clone(),
-            resource: resources,
+            resource: Vec::new(),
         };
-        let response = self
-            .session
-            .call(|t, address| t.get_capacity(address, message.clone()))
-            .await?;
-        Ok(self.apply(slots, &response.response))
+        let sizes = resources.iter().map(prost::Message::encoded_len);
+        let parts = split(
+            prost::Message::encoded_len(&base),
+            sizes,
+            config.max_resources_per_request,
+            config.max_request_bytes,
+        );
+        let mut interval: Option<Duration> = None;
+        for part in parts {
+            let message = pb::GetCapacityRequest {
+                resource: resources[part.clone()].to_vec(),
+                ..base.clone()
+            };
+            let response = self
+                .session
+                .call(|t, address| t.get_capacity(address, message.clone()))
+                .await?;
+            let due = self.apply(&slots[part], &response.response);
+            interval = Some(interval.map_or(due, |i| i.min(due)));
+        }
+        Ok(interval.unwrap_or(config.idle_refresh))
     }
 
     /// Applies a master's answers; returns the next refresh interval.
@@ -352,18 +425,67 @@ impl Task {
         }
     }
 
+    /// Releases `ids`, in as many requests as the limits need; the first
+    /// failure ends it.
     async fn release_ids(&mut self, ids: Vec<String>) -> Result<(), ReleaseError> {
-        let request = pb::ReleaseCapacityRequest {
+        let config = &self.shared.config;
+        let base = pb::ReleaseCapacityRequest {
             client_id: self.shared.id.clone(),
-            resource_id: ids,
+            resource_id: Vec::new(),
         };
-        // A redirect needs no retry: the new master holds no lease of ours.
-        self.session
-            .send(|t, address| t.release_capacity(address, request.clone()))
-            .await
-            .map(drop)
-            .map_err(ReleaseError::Unreachable)
+        // Each id is a length-delimited string, as a message's size counts.
+        let sizes = ids.iter().map(String::len);
+        let parts = split(
+            prost::Message::encoded_len(&base),
+            sizes,
+            config.max_resources_per_request,
+            config.max_request_bytes,
+        );
+        for part in parts {
+            let request = pb::ReleaseCapacityRequest {
+                resource_id: ids[part].to_vec(),
+                ..base.clone()
+            };
+            // A redirect needs no retry: the new master holds no lease of
+            // ours.
+            self.session
+                .send(|t, address| t.release_capacity(address, request.clone()))
+                .await
+                .map_err(ReleaseError::Unreachable)?;
+        }
+        Ok(())
     }
+}
+
+/// The ranges of consecutive entries that make requests of at most
+/// `max_count` entries and `max_bytes` bytes, for a message of `base`
+/// bytes without entries and entries whose own encoded lengths are
+/// `sizes`. Each entry is a length-delimited field numbered below 16, so
+/// it adds one byte of key, its length's varint and itself. An entry too
+/// large to share a request goes alone; no range is empty.
+pub(crate) fn split(
+    base: usize,
+    sizes: impl Iterator<Item = usize>,
+    max_count: usize,
+    max_bytes: usize,
+) -> Vec<Range<usize>> {
+    let mut parts = Vec::new();
+    let (mut start, mut bytes) = (0, base);
+    let mut end = 0;
+    for size in sizes {
+        let field = 1 + prost::length_delimiter_len(size) + size;
+        let count = end - start;
+        if count > 0 && (count >= max_count || bytes + field > max_bytes) {
+            parts.push(start..end);
+            (start, bytes) = (end, base);
+        }
+        bytes += field;
+        end += 1;
+    }
+    if end > start {
+        parts.push(start..end);
+    }
+    parts
 }
 
 /// Publishes the capacity of every slot whose lease has expired and

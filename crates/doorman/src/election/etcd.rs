@@ -175,7 +175,10 @@ impl Etcd {
             );
             match timeout(Duration::from_secs(2), call).await {
                 Ok(Ok(_)) => info!(lease = id, "resigned: lease revoked"),
-                Ok(Err(e)) => warn!(lease = id, error = %e, "resign: revoke failed"),
+                Ok(Err(e)) => {
+                    let error = tollgate_service::status_line(&e);
+                    warn!(lease = id, error, "resign: revoke failed");
+                }
                 Err(_) => warn!(lease = id, "resign: revoke timed out"),
             }
         }

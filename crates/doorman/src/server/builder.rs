@@ -33,7 +33,15 @@ use tollgate_service::{rustls, ClientTls, RwLockUnpoisoned, ServerLimits, Server
 /// use tollgate_doorman::{Parent, Server, ServerConfig, ServerLimits, SingleElection};
 ///
 /// let config = ServerConfig::from_yaml(
-///     "resources:\n- identifier_glob: '*'\n  capacity: 0\n  algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5}\n",
+///     r#"
+/// resources:
+///   - identifier_glob: "*"
+///     capacity: 0 # what the parent grants
+///     algorithm:
+///       kind: FAIR_SHARE
+///       lease_length: 60
+///       refresh_interval: 5
+/// "#,
 /// )?;
 /// let election = SingleElection::new(Some("10.0.0.7:15000".into()));
 /// let server = Server::builder(config)

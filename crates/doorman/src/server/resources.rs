@@ -74,6 +74,7 @@ impl Server {
         *slot = snapshot.clone();
         drop(slot);
         info!(generation, "configuration reloaded");
+        self.inner.metrics.reloads.inc();
         // Rebind now rather than on the next request, so that a shorter
         // lease length cuts the leases from the moment of the reload.
         let now = self.inner.clock.now();
@@ -201,6 +202,12 @@ impl Server {
         removed
     }
 
+    /// Counts a new configuration that was refused, for
+    /// `doorman_server_config_reload_failures_total`.
+    pub(crate) fn count_refused_reload(&self) {
+        self.inner.metrics.reload_failures.inc();
+    }
+
     /// A snapshot of every resource, sorted by id.
     pub fn status(&self) -> Vec<ResourceStatus> {
         let now = self.inner.clock.now();
@@ -231,24 +238,36 @@ impl Server {
         out
     }
 
-    /// Every metric in Prometheus' text format, as `/metrics` serves it:
-    /// the request metrics, then one gauge per resource for its sum of
-    /// `has`, its subclients and its sum of `wants`. Costs one lock per
-    /// resource and memory of the order of the output.
+    /// Every metric in Prometheus' text format, as `/metrics` serves it
+    /// (the crate's `metrics` module lists them): the request and reload
+    /// metrics, the refused connections, mastership, then one gauge per
+    /// resource for its capacity, its sum of `has`, learning mode, its
+    /// subclients and its sum of `wants`. Costs one lock per resource and
+    /// memory of the order of the output.
     pub fn metrics_text(&self) -> String {
+        let now = self.inner.clock.now();
+        let since = self.inner.view.read_unpoisoned().since;
         let entries = self.entries();
         let mut gauges = ResourceGauges::with_capacity(entries.len());
         for (id, entry) in entries {
             let state = entry.state.lock_unpoisoned();
+            let capacity = match &self.inner.upstream {
+                Some(u) => u.effective(&id, &state.template, now).1,
+                None => state.template.capacity,
+            };
             let row = Gauges {
                 has: state.store.sum_has(),
                 wants: state.store.sum_wants(),
                 subclients: state.store.count(),
+                capacity,
+                learning: since.is_some_and(|s| state.learning(now, s)),
             };
             drop(state);
             gauges.push(id, row);
         }
-        let mut out = self.inner.metrics.encode();
+        let metrics = &self.inner.metrics;
+        let mut out = metrics.encode();
+        metrics.write_state(&mut out, self.current_mastership().is_master);
         gauges.write(&mut out);
         out
     }

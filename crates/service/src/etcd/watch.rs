@@ -101,13 +101,13 @@ impl<R: Reload> Watch<R> {
             .await;
         let mut stream = match opened {
             Ok(r) => r.into_inner(),
-            Err(e) => return e.message().to_owned(),
+            Err(e) => return crate::status_line(&e),
         };
         loop {
             let response = match stream.message().await {
                 Ok(Some(r)) => r,
                 Ok(None) => return "the watch stream ended".to_owned(),
-                Err(e) => return e.message().to_owned(),
+                Err(e) => return crate::status_line(&e),
             };
             if response.created {
                 debug!(
@@ -163,7 +163,7 @@ impl<R: Reload> Watch<R> {
             Ok(text) => {
                 apply_config(&self.target, &self.origin, R::parse(&text));
             }
-            Err(e) => rejected::<R>(&self.origin, &e),
+            Err(e) => rejected(&self.target, &self.origin, &e),
         }
     }
 

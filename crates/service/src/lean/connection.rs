@@ -25,6 +25,8 @@ pub(super) struct Shared<S> {
     pub(super) limits: ServerLimits,
     tls: Option<TlsAcceptor>,
     refused: RefusedHandshakes,
+    /// What the server counts its refused connections in.
+    pub(super) counts: crate::RefusedConnections,
 }
 
 impl<S> Shared<S> {
@@ -32,12 +34,14 @@ impl<S> Shared<S> {
         service: Arc<S>,
         limits: ServerLimits,
         tls: Option<Arc<rustls::ServerConfig>>,
+        counts: crate::RefusedConnections,
     ) -> Shared<S> {
         Shared {
             service,
             limits,
             tls: tls.map(TlsAcceptor::from),
             refused: RefusedHandshakes::new(),
+            counts,
         }
     }
 }
@@ -67,7 +71,12 @@ async fn spoken<S: UnaryService>(shared: &Shared<S>, io: Guarded, stop: watch::R
     let handshake = acceptor.accept(io);
     match tokio::time::timeout(shared.limits.handshake_timeout, handshake).await {
         Ok(Ok(tls)) => http2(shared, tls, info, stop).await,
-        Ok(Err(error)) => shared.refused.record(info.remote, &error),
+        Ok(Err(error)) => {
+            if crate::tls_failure::refused_client_fix(&error).is_some() {
+                shared.counts.count_tls();
+            }
+            shared.refused.record(info.remote, &error)
+        }
         Err(_) => debug!(remote = %info.remote, "TLS handshake timed out: closed"),
     }
 }

@@ -41,6 +41,8 @@ enum Step {
     Silent,
     /// Panics while the call is being made.
     Panic,
+    /// Answers with this error status.
+    Fail(tonic::Code),
 }
 
 /// Plays `steps` in order, then the last one forever.
@@ -48,6 +50,10 @@ enum Step {
 struct Scripted {
     steps: Vec<Step>,
     calls: AtomicUsize,
+    /// Each GetCapacity's resource count and encoded size, in order.
+    sizes: std::sync::Mutex<Vec<(usize, usize)>>,
+    /// Each ReleaseCapacity's id count and encoded size, in order.
+    releases: std::sync::Mutex<Vec<(usize, usize)>>,
 }
 
 impl Scripted {
@@ -55,6 +61,8 @@ impl Scripted {
         Arc::new(Scripted {
             steps,
             calls: AtomicUsize::new(0),
+            sizes: std::sync::Mutex::new(Vec::new()),
+            releases: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -79,6 +87,10 @@ impl Transport for Scripted {
         request: pb::GetCapacityRequest,
     ) -> Call<pb::GetCapacityResponse> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        self.sizes.lock().unwrap().push((
+            request.resource.len(),
+            prost::Message::encoded_len(&request),
+        ));
         let step = self.steps[n.min(self.steps.len() - 1)];
         match step {
             Step::Grant {
@@ -108,6 +120,9 @@ impl Transport for Scripted {
             }
             Step::Silent => Box::pin(std::future::pending()),
             Step::Panic => panic!("scripted transport panics"),
+            Step::Fail(code) => {
+                Box::pin(async move { Err(tonic::Status::new(code, "scripted failure")) })
+            }
         }
     }
 
@@ -122,8 +137,12 @@ impl Transport for Scripted {
     fn release_capacity(
         &self,
         _: &str,
-        _: pb::ReleaseCapacityRequest,
+        request: pb::ReleaseCapacityRequest,
     ) -> Call<pb::ReleaseCapacityResponse> {
+        self.releases.lock().unwrap().push((
+            request.resource_id.len(),
+            prost::Message::encoded_len(&request),
+        ));
         Box::pin(async { Ok(pb::ReleaseCapacityResponse::default()) })
     }
 
@@ -134,6 +153,10 @@ impl Transport for Scripted {
 const HANG: Duration = Duration::from_secs(3_600);
 
 fn client(transport: Arc<Scripted>, rpc_timeout: Duration) -> Client {
+    builder(transport, rpc_timeout).build().unwrap()
+}
+
+fn builder(transport: Arc<Scripted>, rpc_timeout: Duration) -> crate::ClientBuilder {
     Client::builder()
         .server("a:1")
         .rpc_timeout(rpc_timeout)
@@ -142,8 +165,6 @@ fn client(transport: Arc<Scripted>, rpc_timeout: Duration) -> Client {
         }))
         .transport(transport)
         .seed(1)
-        .build()
-        .unwrap()
 }
 
 async fn wait_source(r: &crate::Resource, source: CapacitySource) {
@@ -236,5 +257,154 @@ fn a_failed_rpc_is_described_in_one_line() {
     assert_eq!(
         crate::session::describe(&tonic::Status::internal("")),
         "Internal"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_stops_the_client_at_once_and_wakes_its_watchers() {
+    let transport = Scripted::new(vec![Step::Fail(tonic::Code::Unimplemented)]);
+    let client = client(transport.clone(), Duration::from_secs(5));
+    let r = client
+        .resource("a", ResourceOptions::new(7.0).mode(ExpiryMode::Optimistic))
+        .unwrap();
+    let mut watch = r.watch();
+    tokio::time::timeout(HANG, watch.changed())
+        .await
+        .expect("hung waiting for the stop")
+        .unwrap();
+    let error = r.error().expect("stopped");
+    assert!(error.is_permanent());
+    assert_eq!(
+        error.to_string(),
+        "a:1: Unimplemented: scripted failure: the server does not serve Doorman's Capacity API"
+    );
+    assert_eq!(client.last_error(), Some(error));
+    // The capacity is the mode's, and no retry follows, even an hour on
+    // or for a new resource.
+    assert_eq!(r.current().source, CapacitySource::Pending);
+    assert_eq!(r.capacity(), 7.0);
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    let _b = client.resource("b", ResourceOptions::new(1.0)).unwrap();
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    assert_eq!(transport.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_is_tried_at_every_configured_server_before_stopping() {
+    let transport = Scripted::new(vec![Step::Fail(tonic::Code::InvalidArgument)]);
+    let start = Instant::now();
+    let client = builder(transport.clone(), Duration::from_secs(5))
+        .server("b:1")
+        .server("c:1")
+        .build()
+        .unwrap();
+    let r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+    tokio::time::timeout(HANG, r.watch().changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(client.error().is_some());
+    // One call per server, with no backoff between them.
+    assert_eq!(transport.calls(), 3);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_passing_failure_is_retried_and_forgotten_after_a_success() {
+    let transport = Scripted::new(vec![
+        Step::Fail(tonic::Code::Unavailable),
+        Step::Grant {
+            capacity: 7.0,
+            expiry_time: (T0 + 60) as i64,
+            refresh: 30,
+        },
+    ]);
+    let client = client(transport.clone(), Duration::from_secs(5));
+    let r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+    let mut watch = r.watch();
+    tokio::time::timeout(HANG, watch.wait_for(|c| c.source == CapacitySource::Lease))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(client.error(), None);
+    assert_eq!(client.last_error(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_for_many_resources_is_split_by_size() {
+    let grant = Step::Grant {
+        capacity: 1.0,
+        expiry_time: (T0 + 60) as i64,
+        refresh: 30,
+    };
+    let transport = Scripted::new(vec![grant]);
+    let client = builder(transport.clone(), Duration::from_secs(5))
+        .id("c")
+        .max_resources_per_request(1000)
+        .max_request_bytes(20_000)
+        .build()
+        .unwrap();
+    // 2,500 resources of 20-byte ids: each entry is 2 + 20 (id) + 9
+    // (wants) + 2 (priority) = 33 bytes encoded, 35 as a field.
+    let resources: Vec<_> = (0..2_500)
+        .map(|i| {
+            client
+                .resource(format!("resource-{i:011}"), ResourceOptions::new(1.0))
+                .unwrap()
+        })
+        .collect();
+    for r in &resources {
+        wait_source(r, CapacitySource::Lease).await;
+    }
+    let sizes = transport.sizes.lock().unwrap().clone();
+    // The base message is 3 bytes (client id "c"); 571 entries make
+    // 3 + 571 * 35 = 19,988 bytes, one more would pass 20,000.
+    let counts: Vec<usize> = sizes.iter().map(|s| s.0).collect();
+    assert_eq!(counts.iter().sum::<usize>(), 2_500, "{sizes:?}");
+    assert!(
+        sizes.iter().all(|&(n, bytes)| n <= 571 && bytes <= 20_000),
+        "{sizes:?}"
+    );
+    assert_eq!(sizes[..4], [(571, 19_988); 4]);
+    drop(resources);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let releases = transport.releases.lock().unwrap().clone();
+    assert_eq!(releases.iter().map(|r| r.0).sum::<usize>(), 2_500);
+    assert!(
+        releases
+            .iter()
+            .all(|&(n, bytes)| n <= 1000 && bytes <= 20_000),
+        "{releases:?}"
+    );
+}
+
+#[test]
+fn split_keeps_each_request_within_both_limits() {
+    use super::split;
+    // Entries of 10 bytes add 12 each to a base of 3.
+    assert_eq!(split(3, [10; 5].into_iter(), 2, 1000), [0..2, 2..4, 4..5]);
+    assert_eq!(
+        split(3, [10; 5].into_iter(), 100, 3 + 24),
+        [0..2, 2..4, 4..5]
+    );
+    assert_eq!(
+        split(3, [10; 5].into_iter(), 100, 3 + 23),
+        [0..1, 1..2, 2..3, 3..4, 4..5]
+    );
+    // An entry larger than the limit goes alone.
+    assert_eq!(
+        split(3, [10, 500, 10].into_iter(), 100, 50),
+        [0..1, 1..2, 2..3]
+    );
+    assert_eq!(
+        split(3, std::iter::empty(), 100, 50),
+        Vec::<std::ops::Range<usize>>::new()
+    );
+    // A size's varint grows past 127 bytes.
+    assert_eq!(split(0, [127, 128].into_iter(), 100, 129 + 131), [0..2]);
+    assert_eq!(
+        split(0, [127, 128].into_iter(), 100, 129 + 130),
+        [0..1, 1..2]
     );
 }

@@ -101,7 +101,9 @@ impl Campaigner {
                     continue;
                 }
                 Ok(Err(e)) => {
-                    self.unreachable(&format_args!("lease grant: {e}"), RETRY);
+                    let line = tollgate_service::status_line(&e);
+                    let at = self.config.endpoints.join(",");
+                    self.unreachable(&format_args!("lease grant at {at}: {line}"), RETRY);
                     sleep(RETRY).await;
                     continue;
                 }
@@ -210,7 +212,9 @@ impl Campaigner {
             match call.await {
                 Ok(_) => break,
                 Err(e) => {
-                    self.unreachable(&format_args!("campaign: {e}"), RETRY);
+                    let line = tollgate_service::status_line(&e);
+                    let at = self.config.endpoints.join(",");
+                    self.unreachable(&format_args!("campaign at {at}: {line}"), RETRY);
                     sleep(RETRY).await;
                 }
             }
