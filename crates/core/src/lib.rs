@@ -90,10 +90,3 @@ pub mod pool {
     pub use crate::limiter::pool::Pool;
     pub use crate::limiter::units::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 }
-
-/// What tests and model checks read to account for every token: not part
-/// of the API.
-#[doc(hidden)]
-pub mod accounting {
-    pub use crate::limiter::Ledger;
-}

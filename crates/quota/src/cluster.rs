@@ -190,7 +190,7 @@ fn update(
     shared: &mut HashMap<(String, String), Shared>,
     dt: f64,
 ) {
-    let config = Arc::clone(&*quota.registry().config());
+    let config = quota.registry().config();
     let wanted = shared_buckets(&config, quota);
     let wanted_set: HashSet<&(String, String)> = wanted.iter().collect();
     // Forget buckets gone from the configuration, and reaped ones.

@@ -127,7 +127,7 @@ struct Row {
 /// not, and the live dynamic ones, sorted by namespace and name; at most
 /// [`LIST_LIMIT`] live ones.
 fn rows(quota: &Quota) -> Vec<Row> {
-    let config = Arc::clone(&*quota.registry().config());
+    let config = quota.registry().config();
     let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
     let mut configured = |namespace: &str, bucket: &str, kind: BucketKind, b: &BucketConfig| {
         rows.insert(

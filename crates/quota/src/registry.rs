@@ -430,9 +430,15 @@ impl Registry {
         out
     }
 
+    /// The configuration in force, as a snapshot: a reload after this call
+    /// does not change what it returns.
+    pub fn config(&self) -> Arc<QuotaConfig> {
+        Arc::clone(&self.config.read_unpoisoned())
+    }
+
     /// The configuration, read-locked: hold the guard while using a bucket
-    /// found under it.
-    pub fn config(&self) -> RwLockReadGuard<'_, Arc<QuotaConfig>> {
+    /// found under it, so that no reload changes the bucket meanwhile.
+    pub(crate) fn config_locked(&self) -> RwLockReadGuard<'_, Arc<QuotaConfig>> {
         self.config.read_unpoisoned()
     }
 
@@ -645,7 +651,7 @@ impl Registry {
     /// mode), or restores the configured one with `None`. Applies to the
     /// live bucket, keeping its state, and to the bucket made on next use.
     pub fn set_share(&self, namespace: &str, name: &str, rate: Option<f64>) {
-        let config = self.config();
+        let config = self.config_locked();
         let k = key(namespace, name);
         match rate {
             Some(r) => self.shares.write_unpoisoned().insert(k.clone(), r),
@@ -762,11 +768,29 @@ mod tests {
         assert!(a != b);
     }
 
+    /// The configuration handed out is a snapshot: a reload while a caller
+    /// holds it goes through (no lock is held) and leaves it as it was.
+    #[test]
+    fn config_is_a_snapshot_a_reload_does_not_wait_for() {
+        let registry = registry();
+        let before = registry.config();
+        let new = QuotaConfig::from_yaml(
+            "namespaces:\n  other:\n    dynamic_bucket_template: {size: 7, fill_rate: 2}\n",
+        )
+        .unwrap();
+        registry.reload(new);
+        assert!(before.namespaces.contains_key("ns"));
+        assert!(!before.namespaces.contains_key("other"));
+        let after = registry.config();
+        assert!(after.namespaces.contains_key("other"));
+        assert!(!after.namespaces.contains_key("ns"));
+    }
+
     /// A bucket made once is found again by its names, and only by them.
     #[test]
     fn buckets_are_found_by_their_names() {
         let registry = registry();
-        let config = Arc::clone(&registry.config());
+        let config = registry.config();
         let template = config.namespaces["ns"]
             .dynamic_bucket_template
             .as_ref()

@@ -199,7 +199,7 @@ impl Quota {
             return Decision::rejected(Status::RejectedInvalidRequest);
         }
         let tokens = req.tokens.max(1);
-        let config = self.registry.config();
+        let config = self.registry.config_locked();
         let Some((kind, ns, name, bucket)) = resolve(&config, req.namespace, req.bucket) else {
             let label = if config.namespaces.contains_key(req.namespace) {
                 req.namespace

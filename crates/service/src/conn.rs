@@ -1,8 +1,7 @@
 //! Accepted TCP connections under [`ServerLimits`]: a cap on how many are
 //! open, a deadline for the HTTP/2 preface, an idle deadline and a kill
-//! switch at the end of the drain. The lean gRPC server (`lean.rs`) and a
-//! tonic router (`grpc.rs`) both accept through here, whatever
-//! HTTP/2 stack serves the connection.
+//! switch at the end of the drain. The lean gRPC server (`lean.rs`)
+//! accepts through here.
 //!
 //! # Implementation notes
 //!
@@ -79,7 +78,7 @@ impl RefusedConnections {
 
 /// The open connections' permits: at most the cap are out at once.
 #[derive(Debug, Clone)]
-pub struct Permits {
+pub(crate) struct Permits {
     semaphore: Arc<Semaphore>,
     total: u32,
     refused: RefusedConnections,
@@ -88,7 +87,7 @@ pub struct Permits {
 impl Permits {
     /// `max` permits (at least one). A cap beyond `u32::MAX` is no cap a
     /// machine reaches, so it is held there.
-    pub fn new(max: usize) -> Permits {
+    pub(crate) fn new(max: usize) -> Permits {
         let total = u32::try_from(max.clamp(1, Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
         Permits {
             semaphore: Arc::new(Semaphore::new(total as usize)),
@@ -98,7 +97,7 @@ impl Permits {
     }
 
     /// Counts the connections refused over the cap in `refused`.
-    pub fn counting(mut self, refused: &RefusedConnections) -> Permits {
+    pub(crate) fn counting(mut self, refused: &RefusedConnections) -> Permits {
         self.refused = refused.clone();
         self
     }
@@ -113,7 +112,7 @@ impl Permits {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it takes no permit.
-    pub async fn all_returned(&self) {
+    pub(crate) async fn all_returned(&self) {
         // The semaphore is never closed, so this only waits.
         let _ = self.semaphore.acquire_many(self.total).await;
     }
@@ -121,7 +120,7 @@ impl Permits {
 
 /// Accepts connections on `listener` until `stop` completes, handing each
 /// to `each` with its permit; a connection over the cap is closed at once.
-pub async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: &TcpListener,
     permits: &Permits,
     stop: impl Future<Output = ()>,
@@ -215,7 +214,7 @@ impl Activity {
 
 /// Counts one RPC in flight on its connection until dropped.
 #[derive(Debug)]
-pub struct InFlightGuard(Arc<Activity>);
+pub(crate) struct InFlightGuard(Arc<Activity>);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
@@ -231,16 +230,16 @@ impl Drop for InFlightGuard {
 /// What a server knows of one connection; tonic puts it in every request's
 /// extensions.
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     /// The peer's address.
-    pub remote: SocketAddr,
+    pub(crate) remote: SocketAddr,
     activity: Arc<Activity>,
 }
 
 impl ConnInfo {
     /// Counts an RPC in flight on this connection until the guard is
     /// dropped: the idle deadline does not run meanwhile.
-    pub fn begin(&self) -> InFlightGuard {
+    pub(crate) fn begin(&self) -> InFlightGuard {
         // Relaxed: the counter is only compared with 0 by the same
         // connection's guard; no other memory depends on it.
         self.activity.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -251,7 +250,7 @@ impl ConnInfo {
 /// A connection with its deadlines and its permit: reading or writing
 /// fails once a deadline has passed or the server's kill switch is thrown,
 /// which ends the HTTP/2 connection on top of it.
-pub struct Guarded {
+pub(crate) struct Guarded {
     stream: TcpStream,
     info: ConnInfo,
     handshake_timeout: Duration,
@@ -277,7 +276,7 @@ impl Guarded {
     /// Guards `stream`, accepted from `remote` under `permit`, from now on;
     /// must be called inside the runtime that will drive it (its timer
     /// belongs to that runtime).
-    pub fn new(
+    pub(crate) fn new(
         stream: TcpStream,
         remote: SocketAddr,
         limits: &ServerLimits,
@@ -311,7 +310,7 @@ impl Guarded {
     }
 
     /// The connection's info.
-    pub fn info(&self) -> &ConnInfo {
+    pub(crate) fn info(&self) -> &ConnInfo {
         &self.info
     }
 
@@ -322,7 +321,7 @@ impl Guarded {
     /// # Cancel safety
     ///
     /// Cancel safe: it only peeks.
-    pub async fn first_bytes(&mut self) -> bool {
+    pub(crate) async fn first_bytes(&mut self) -> bool {
         let at = deadline(self.info.activity.origin, self.handshake_timeout);
         let mut first = [0u8; 1];
         let why = tokio::select! {

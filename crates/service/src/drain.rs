@@ -22,7 +22,7 @@ use super::limits::ServerLimits;
 
 /// What a server needs to close its connections gracefully.
 #[derive(Debug)]
-pub struct Drain {
+pub(crate) struct Drain {
     permits: Permits,
     stop: watch::Sender<bool>,
     kill: KillSwitch,
@@ -31,7 +31,7 @@ pub struct Drain {
 
 impl Drain {
     /// For connections under `limits`: its cap and its drain deadline.
-    pub fn new(limits: &ServerLimits) -> Drain {
+    pub(crate) fn new(limits: &ServerLimits) -> Drain {
         Drain {
             permits: Permits::new(limits.max_connections),
             stop: watch::channel(false).0,
@@ -41,24 +41,24 @@ impl Drain {
     }
 
     /// Counts the connections refused over the cap in `refused`.
-    pub fn counting(mut self, refused: &super::conn::RefusedConnections) -> Drain {
+    pub(crate) fn counting(mut self, refused: &crate::conn::RefusedConnections) -> Drain {
         self.permits = self.permits.counting(refused);
         self
     }
 
     /// The connections' permits, for the accept loop.
-    pub fn permits(&self) -> &Permits {
+    pub(crate) fn permits(&self) -> &Permits {
         &self.permits
     }
 
     /// Turns true when connections are to finish their calls and close.
-    pub fn stopping(&self) -> watch::Receiver<bool> {
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
     }
 
     /// Turns true when connections are to close at once, for
     /// [`Guarded`](super::conn::Guarded).
-    pub fn killed(&self) -> watch::Receiver<bool> {
+    pub(crate) fn killed(&self) -> watch::Receiver<bool> {
         self.kill.subscribe()
     }
 
@@ -70,7 +70,7 @@ impl Drain {
     ///
     /// Cancel safe: the connections have been asked to close either way,
     /// and dropping the `Drain` closes them at once.
-    pub async fn run(&self) {
+    pub(crate) async fn run(&self) {
         self.stop.send_replace(true);
         if tokio::time::timeout(self.timeout, self.permits.all_returned())
             .await

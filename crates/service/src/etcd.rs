@@ -449,7 +449,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            super::super::ErrorChain(&e).to_string(),
+            crate::ErrorChain(&e).to_string(),
             "cannot reach etcd over TLS: cannot read TLS file /nonexistent/ca.pem: No such file or directory (os error 2)"
         );
     }

@@ -2,13 +2,11 @@
 //! server, the quota server and the throttler use alike, in one home.
 //!
 //! * [`ServerLimits`], the one set of limits on a server's connections
-//!   and HTTP/2 transport; connections accepted, capped and guarded under
-//!   them ([`accept_loop`], [`Guarded`]);
+//!   and HTTP/2 transport, under which connections are accepted, capped
+//!   and guarded;
 //! * one lean gRPC server for unary services, plaintext or TLS, under
 //!   those limits with a graceful drain ([`GrpcServer`],
-//!   [`UnaryService`]); a tonic router served the same way, for services
-//!   mounted in a router of one's own ([`LimitedServer`],
-//!   [`LimitedRouter`]); SIGTERM and SIGINT, one as the other, to start
+//!   [`UnaryService`]); SIGTERM and SIGINT, one as the other, to start
 //!   the drain ([`ShutdownSignals`]);
 //! * hot reload in one shape ([`Reload`], [`reload_file`]): a
 //!   configuration file watched for changes and SIGHUP ([`watch_file`],
@@ -24,8 +22,8 @@
 //!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
 //! * an error with its causes for log lines ([`ErrorChain`]).
 //!
-//! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic, tower
-//! and tracing alone, and the Doorman, quota and throttle crates build on
+//! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic and
+//! tracing alone, and the Doorman, quota and throttle crates build on
 //! it.
 //!
 //! A service that reloads its configuration says how to read, parse and
@@ -73,7 +71,6 @@ mod conn;
 mod drain;
 mod error_chain;
 mod etcd;
-mod grpc;
 mod lean;
 mod limits;
 mod locks;
@@ -85,12 +82,10 @@ mod tls_dates;
 mod tls_failure;
 mod watch;
 
-pub use conn::{accept_loop, ConnInfo, Guarded, InFlightGuard, Permits, RefusedConnections};
-pub use drain::Drain;
+pub use conn::RefusedConnections;
 pub use error_chain::{status_line, ErrorChain};
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
-pub use grpc::{InFlight, InFlightLayer, LimitedRouter, LimitedServer};
 pub use lean::{GrpcServer, UnaryService};
 pub use limits::ServerLimits;
 pub use locks::{LockUnpoisoned, RwLockUnpoisoned};
@@ -99,7 +94,7 @@ pub use reload::{reload_file, Reload};
 pub use shutdown::ShutdownSignals;
 pub use tls::{ClientTls, ServerTls, TlsError};
 pub use tls_failure::{tls_failure, tls_failure_is_permanent};
-pub use watch::{hangup, watch_file, Hangup};
+pub use watch::{hangup, watch_file};
 
 /// The TLS library the servers use, for a configuration of one's own
 /// ([`GrpcServer::tls_config`]).

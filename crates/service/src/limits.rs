@@ -37,9 +37,7 @@ use std::time::Duration;
 /// ones.
 ///
 /// The lean gRPC server ([`GrpcServer`](crate::GrpcServer)), which serves
-/// the lease and quota servers, and a tonic router served through
-/// [`ServerLimits::builder`] and [`ServerLimits::serve`] apply every
-/// field.
+/// the lease and quota servers, applies every field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServerLimits {
     /// Largest request message, in bytes (default 64 KiB: a Doorman

@@ -18,10 +18,10 @@ use super::reload::{reload_file, Reload};
 
 /// A SIGHUP listener; on other platforms there is none to have.
 #[cfg(unix)]
-pub type Hangup = tokio::signal::unix::Signal;
+pub(crate) type Hangup = tokio::signal::unix::Signal;
 /// A SIGHUP listener; on other platforms there is none to have.
 #[cfg(not(unix))]
-pub type Hangup = std::convert::Infallible;
+pub(crate) type Hangup = std::convert::Infallible;
 
 /// Listens for SIGHUP; `None` (logged) where that fails.
 ///

@@ -1,6 +1,7 @@
 //! One unary call on the lean gRPC server: find its method, read its one
 //! message, let the service answer, and send the answer or the status.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
@@ -8,35 +9,36 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::codegen::Bytes;
 use tonic::{Code, Status};
 
-use super::connection::Shared;
 use super::UnaryService;
 use crate::conn::ConnInfo;
+use crate::limits::ServerLimits;
 
-/// Starts answering one call: at once if its message has arrived, else
-/// from a task of its own that waits for it (for at most the request
-/// timeout), counted in flight on its connection (`conn`) until it has
-/// answered.
+/// Starts answering one call for `service` under `limits`: at once if its
+/// message has arrived, else from a task of its own that waits for it (for
+/// at most the request timeout), counted in flight on its connection
+/// (`conn`) until it has answered.
 pub(super) fn start<S: UnaryService>(
-    shared: &Shared<S>,
+    service: &Arc<S>,
+    limits: &ServerLimits,
     req: http::Request<h2::RecvStream>,
     respond: h2::server::SendResponse<Bytes>,
     conn: &ConnInfo,
     cx: &mut Context<'_>,
 ) {
     let (head, mut body) = req.into_parts();
-    let Some(method) = shared.service.method(head.uri.path()) else {
+    let Some(method) = service.method(head.uri.path()) else {
         let status = Status::unimplemented(format!("unknown method {}", head.uri.path()));
         return fail(respond, &status);
     };
-    let max = shared.limits.max_message_bytes;
+    let max = limits.max_message_bytes;
     let mut partial = Vec::new();
     // Polled once with the connection task's context: a Pending only
     // leaves it a spurious wake-up; the task below polls it again.
     match read_message(&mut body, &mut partial, max, cx) {
-        Poll::Ready(message) => answer(&*shared.service, method, respond, message),
+        Poll::Ready(message) => answer(&**service, method, respond, message),
         Poll::Pending => {
-            let service = std::sync::Arc::clone(&shared.service);
-            let timeout = shared.limits.request_timeout;
+            let service = Arc::clone(service);
+            let timeout = limits.request_timeout;
             let in_flight = conn.begin();
             tokio::spawn(async move {
                 let read =

@@ -141,7 +141,7 @@ where
         let answering = info.begin();
         std::future::poll_fn(|cx| {
             for (req, respond) in batch.drain(..) {
-                call::start(shared, req, respond, &info, cx);
+                call::start(&shared.service, &shared.limits, req, respond, &info, cx);
             }
             Poll::Ready(())
         })

@@ -13,9 +13,9 @@
 
 use std::time::Duration;
 
-use super::super::units::mul_div;
-use super::super::wait::{Cancel, Waiter};
 use super::Core;
+use crate::limiter::units::mul_div;
+use crate::limiter::wait::{Cancel, Waiter};
 use crate::sync::{current, lock, park, park_timeout, Ordering::Relaxed};
 
 /// A head waiter whose fill is due within this many nanoseconds spins
@@ -308,9 +308,9 @@ mod tests {
     use std::task::Waker;
     use std::time::Duration;
 
-    use super::super::super::units::TOKENS_PER_OP;
     use super::Core;
     use crate::clock::ManualClock;
+    use crate::limiter::units::TOKENS_PER_OP;
 
     const INTERVAL: Duration = Duration::from_micros(500);
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::super::spec::{RateSpec, Verb};
-use super::super::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
 use super::{Core, Schedule};
+use crate::limiter::spec::{RateSpec, Verb};
+use crate::limiter::units::{mul_div, Meter, Sizing, TOKENS_PER_OP};
 use crate::sync::{lock, Ordering::Relaxed};
 
 /// The most ops a thread-local budget holds.
@@ -183,9 +183,9 @@ pub(super) fn sizing_for(meter: &Meter, burst_ppm: u64, fill_interval_ns: u64) -
 mod tests {
     use std::time::Duration;
 
-    use super::super::super::units::TOKENS_PER_OP;
     use super::Core;
     use crate::clock::ManualClock;
+    use crate::limiter::units::TOKENS_PER_OP;
 
     fn handoff_ops(spec: &str) -> u64 {
         let spec = spec.parse().expect("a valid spec");

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::super::pool::Pool;
-use super::super::stats::{Ledger, Stats};
-use super::super::units::{mul_div, TOKENS_PER_OP};
 use super::{Core, Schedule};
+use crate::limiter::pool::Pool;
+use crate::limiter::stats::{Ledger, Stats};
+use crate::limiter::units::{mul_div, TOKENS_PER_OP};
 use crate::sync::{lock, try_lock, Ordering::Relaxed};
 
 /// How long the filler thread stays punctual after a late fill.
@@ -175,9 +175,9 @@ impl Core {
 mod tests {
     use std::time::Duration;
 
-    use super::super::super::units::TOKENS_PER_OP;
     use super::Core;
     use crate::clock::ManualClock;
+    use crate::limiter::units::TOKENS_PER_OP;
 
     const US: Duration = Duration::from_micros(1);
 
