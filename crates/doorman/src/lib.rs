@@ -89,7 +89,7 @@ pub use config::{ServerConfig, ServerConfigError};
 #[cfg(feature = "etcd")]
 pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig};
 pub use election::single::SingleElection;
-pub use election::{Election, Mastership};
+pub use election::{Election, Mastership, Promise};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
