@@ -4,9 +4,12 @@
 //! others redirect clients to it. An [`Election`] publishes the current
 //! [`Mastership`] on a `tokio::sync::watch` channel; the server reads it on
 //! every request and resets its lease store (entering learning mode) when it
-//! wins mastership. [`SingleElection`](single::SingleElection) is the
-//! always-master policy for a lone server; [`EtcdElection`] elects one
-//! master among many on etcd v3.
+//! wins mastership, for as long as the election says earlier masters'
+//! leases may run. [`SingleElection`](single::SingleElection) is the
+//! always-master policy for a lone server, which cannot know what it granted
+//! before a restart: learning mode in full. [`EtcdElection`] elects one
+//! master among many on etcd v3 and bounds learning mode with a watermark
+//! the masters keep beside the election (`watermark.rs`).
 //!
 #![cfg_attr(feature = "etcd", doc = "[`EtcdElection`]: etcd::Etcd")]
 #![cfg_attr(not(feature = "etcd"), doc = "[`EtcdElection`]: crate#features")]
