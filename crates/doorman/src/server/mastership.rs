@@ -99,8 +99,10 @@ impl Server {
                     self.restore(kept);
                 }
                 view.since = Some(last);
+                let longest = self.snapshot().config.longest_learning_mode();
+                let left = last.learning_ends(longest).saturating_sub(now);
                 info!(
-                    learning_for = ?last.learning_ends(self.snapshot().config.longest_learning_mode()).saturating_sub(now),
+                    learning_for = ?left,
                     "won mastership again, no other master since: leases kept"
                 );
             } else {
@@ -114,17 +116,20 @@ impl Server {
                 view.since = Some(since);
                 let longest = self.snapshot().config.longest_learning_mode();
                 let lasts = since.learning_ends(longest).saturating_sub(now);
-                if lasts.is_zero() {
-                    info!(
-                        bounded_by_election = m.learning_until.is_some(),
-                        "won mastership; no learning mode"
-                    );
-                } else {
-                    info!(
+                match (m.learning_until, lasts.is_zero()) {
+                    (None, true) => {
+                        info!("won mastership; learning mode is off (learning_mode_duration: 0)");
+                    }
+                    (None, false) => {
+                        info!(for_up_to = ?lasts, "won mastership: learning mode starts")
+                    }
+                    (Some(_), true) => {
+                        info!("won mastership; no learning mode: no earlier master's lease can still run");
+                    }
+                    (Some(_), false) => info!(
                         for_up_to = ?lasts,
-                        bounded_by_election = m.learning_until.is_some(),
-                        "won mastership: learning mode starts"
-                    );
+                        "won mastership: learning mode starts, until earlier masters' leases have ended"
+                    ),
                 }
             }
         } else {
