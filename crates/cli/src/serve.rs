@@ -385,11 +385,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None
     } else {
         info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
+        // The watermark covers the longest lease and an election TTL more;
+        // servers' clocks may differ by up to a second.
         let config = EtcdElectionConfig {
             endpoints: args.etcd_endpoints.clone(),
             key: args.election_key.clone(),
             ttl: args.election_ttl,
             advertise: advertised.clone(),
+            promise: config.longest_lease_length() + args.election_ttl,
+            clock_skew: Duration::from_secs(1),
         };
         Some(match &etcd_tls {
             None => EtcdElection::start(config)?,

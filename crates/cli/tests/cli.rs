@@ -368,7 +368,7 @@ fn simulate_runs_a_fleet_file_and_writes_its_report() {
         "level dc: 3 RPCs/s on average, 16 in the busiest second",
         "8 overshoots; first at 60 s: root handed out 80.000 of 40.000 \
          (after 60 s: root capacity set to 40)",
-        "    60 s  root capacity set to 40: converged after 2 s",
+        "    60 s  root capacity set to 40: converged after 2 s; below 99% for 0 s",
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }

@@ -78,6 +78,10 @@ impl Node {
             key: key.to_owned(),
             ttl: TTL,
             advertise: addr.clone(),
+            // The 60 s leases and the TTL: the killed master's leases may
+            // run 65 s, so the new master learns for all of its 4 s.
+            promise: Duration::from_secs(65),
+            clock_skew: Duration::from_secs(1),
         })
         .unwrap();
         let server = Server::builder(ServerConfig::from_yaml(CONFIG).unwrap())

@@ -267,6 +267,15 @@ impl ServerConfig {
             .unwrap_or_default()
     }
 
+    /// The longest lease of any template: zero without templates.
+    pub fn longest_lease_length(&self) -> Duration {
+        self.templates
+            .iter()
+            .map(|t| t.algorithm.lease_length)
+            .max()
+            .unwrap_or_default()
+    }
+
     /// The template for resource `id`: one whose glob is exactly `id` first,
     /// else the first glob that matches, in order, else the catch-all.
     ///

@@ -30,6 +30,12 @@ use crate::transport::{Call, Transport};
 use crate::{ClientBuilder, Server, ServerBuilder};
 use tollgate_service::RwLockUnpoisoned;
 
+/// The election's watermark rules (`election/watermark.rs`), for the
+/// simulator's model of an election on a shared store.
+pub mod watermark {
+    pub use crate::election::watermark::{next, won, Found, Record};
+}
+
 /// `builder`'s server reaching its parent through `link` instead of gRPC.
 pub fn server_through(builder: ServerBuilder<'_>, link: Arc<Link>) -> ServerBuilder<'_> {
     builder.transport(link)

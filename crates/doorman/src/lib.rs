@@ -143,7 +143,7 @@ pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig}
 #[cfg(feature = "server")]
 pub use election::single::SingleElection;
 #[cfg(feature = "server")]
-pub use election::{Election, Mastership};
+pub use election::{Election, Mastership, Promise};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;

@@ -67,6 +67,10 @@ pub struct EventReport {
     /// event (or the end); `None` if the last sample before the next event
     /// is not within.
     pub converged_after: Option<u64>,
+    /// Seconds from the event until the next one (or the end) in which
+    /// what the clients held was below 99 % of `min(wants, configured
+    /// capacity)`: what the event cost.
+    pub below_for: u64,
 }
 
 /// A finished run and its figures.
@@ -254,9 +258,10 @@ impl Report {
         }
         for e in self.events.iter().take(20) {
             let _ = match e.converged_after {
-                Some(s) => writeln!(out, "{:>6} s  {}: converged after {s} s", e.t, e.what),
-                None => writeln!(out, "{:>6} s  {}: not converged", e.t, e.what),
+                Some(s) => write!(out, "{:>6} s  {}: converged after {s} s", e.t, e.what),
+                None => write!(out, "{:>6} s  {}: not converged", e.t, e.what),
             };
+            let _ = writeln!(out, "; below 99% for {} s", e.below_for);
         }
         if self.events.len() > 20 {
             let _ = writeln!(out, "... and {} more events", self.events.len() - 20);
@@ -267,7 +272,9 @@ impl Report {
 
 /// Each logged event with the seconds until the clients held within 1 %
 /// of `min(wants, capacity)` for good: from then until the next event
-/// (or the end of the run), every sample is within.
+/// (or the end of the run), every sample is within; and the seconds until
+/// the next event in which they held less than 99 % of `min(wants,
+/// configured capacity)`.
 fn convergence(samples: &[Sample], log: &[(u64, String)]) -> Vec<EventReport> {
     let end = samples.last().map_or(0, |s| s.t + 1);
     let within = |s: &Sample| {
@@ -283,10 +290,15 @@ fn convergence(samples: &[Sample], log: &[(u64, String)]) -> Vec<EventReport> {
                 Some(last) if last + 1 < window.len() => Some(window[last + 1].t - t),
                 Some(_) => None,
             };
+            let below_for = window
+                .iter()
+                .filter(|s| s.has < 0.99 * s.wants.min(s.configured))
+                .count() as u64;
             EventReport {
                 t: *t,
                 what: what.clone(),
                 converged_after,
+                below_for,
             }
         })
         .collect()
@@ -319,5 +331,8 @@ mod tests {
         assert_eq!(events[0].converged_after, Some(2));
         // 90 at 9 s, and the run ends.
         assert_eq!(events[1].converged_after, None);
+        // Below 99 from 1 s to 8 s: 50 and 80; 99.0 is not below.
+        assert_eq!(events[0].below_for, 2);
+        assert_eq!(events[1].below_for, 1);
     }
 }

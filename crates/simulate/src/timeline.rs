@@ -7,8 +7,9 @@
 //! outage's masters lose mastership when their lease lapses, and when etcd
 //! is back every job without a master elects one, in job order; the
 //! timeline's events at `t` happen in file order; a mishap when one is due;
-//! then the elections due (held while etcd is down); then drift. The order
-//! is fixed, so a seed fixes every draw.
+//! then the elections due (held while etcd is down); then the masters renew
+//! their watermarks (not while etcd is down); then drift. The order is
+//! fixed, so a seed fixes every draw.
 
 use tokio::task::JoinSet;
 use tracing::info;
@@ -43,6 +44,9 @@ impl World {
             }
             if back <= t {
                 self.etcd = None;
+                for job in &mut self.jobs {
+                    job.reachable = true;
+                }
                 for j in 0..self.jobs.len() {
                     if self.jobs[j].master.is_none() {
                         self.jobs[j].elect(&mut self.rng);
@@ -76,6 +80,10 @@ impl World {
             for job in due {
                 self.jobs[job].elect(&mut self.rng);
             }
+        }
+        // The masters renew their watermarks while etcd answers.
+        for job in &mut self.jobs {
+            job.renew();
         }
         if let Some(d) = self.fleet.clients.drift {
             if t > 0 && t.is_multiple_of(d.every) {
@@ -153,13 +161,14 @@ impl World {
                 }
                 let j = &mut self.jobs[job];
                 match j.master {
-                    // The new tasks follow the master there is.
-                    Some(m) => {
+                    // The new tasks follow the master there is (they learn
+                    // of it from etcd, so not while it is down).
+                    Some(m) if j.reachable => {
                         j.master = None;
                         j.make_master(m);
                     }
                     None if self.etcd.is_none() => j.elect(&mut self.rng),
-                    None => {}
+                    Some(_) | None => {}
                 }
                 self.note(t, format!("{} restarted {tasks:?}", target.job));
             }
@@ -174,6 +183,9 @@ impl World {
             }
             Action::EtcdOutage(o) => {
                 self.etcd = Some((t.saturating_add(o.ttl), t.saturating_add(o.duration)));
+                for job in &mut self.jobs {
+                    job.reachable = false;
+                }
                 self.note(t, format!("etcd down for {} s", o.duration));
             }
             Action::Join(h) => {

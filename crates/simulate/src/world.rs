@@ -12,9 +12,10 @@ use tracing::info;
 use super::fleet::{Fleet, Wants, MAX_WANTS};
 use super::report::{LevelSample, Overshoot, Sample};
 use super::T0;
+use tollgate_doorman::in_process::watermark::{self, Found, Record};
 use tollgate_doorman::in_process::{self, InProcess, Link};
 use tollgate_doorman::{Client, ExpiryMode, Resource, ResourceOptions};
-use tollgate_doorman::{Election, Mastership};
+use tollgate_doorman::{Election, Mastership, Promise};
 use tollgate_doorman::{Parent, Server, ServerConfig, WallClock};
 
 /// SplitMix64: small, seedable and good enough for drift and mishaps.
@@ -71,6 +72,10 @@ impl WallClock for VirtualClock {
 pub(super) struct Task {
     address: String,
     switch: Switch,
+    /// Its identity in the watermark, new at every start, and the revision
+    /// of its last write there.
+    id: u64,
+    last_write: Option<i64>,
     /// `None` while the task is dead.
     server: Option<Server>,
 }
@@ -83,6 +88,12 @@ impl Task {
 }
 
 /// A node of the tree: a job of server tasks.
+///
+/// Its election follows the etcd election's rules (`election/watermark.rs`):
+/// a master stores its watermark (the latest expiry it may grant) before it
+/// grants and every second while etcd answers; a new master learns until
+/// the stored watermark plus [`SKEW`], not at all on an empty election, and
+/// keeps its leases when it wrote the watermark last.
 #[derive(Debug)]
 pub(super) struct Job {
     pub(super) name: String,
@@ -90,7 +101,21 @@ pub(super) struct Job {
     pub(super) parent: Option<usize>,
     pub(super) tasks: Vec<Task>,
     pub(super) master: Option<usize>,
+    /// The master's promise.
+    promise: Option<Promise>,
+    /// The stored watermark and the revision of its last write.
+    record: Option<(Record, i64)>,
+    revision: i64,
+    /// How far ahead of now a watermark promises: the level's longest
+    /// lease and an election lease more.
+    ahead: Duration,
+    /// Whether etcd answers: no election is won while it does not.
+    pub(super) reachable: bool,
+    clock: Arc<VirtualClock>,
 }
+
+/// The clock skew between servers the simulated election allows for.
+const SKEW: Duration = Duration::from_secs(1);
 
 impl Job {
     fn addresses(&self) -> Vec<String> {
@@ -114,16 +139,47 @@ impl Job {
         self.make_master(m);
     }
 
-    /// Makes task `m` master, if it is not already.
+    fn found(&self) -> Found {
+        match self.record {
+            None => Found::Empty,
+            Some((r, revision)) => Found::Record(r, revision),
+        }
+    }
+
+    /// The master stores its watermark, if etcd answers.
+    pub(super) fn renew(&mut self) {
+        let (Some(m), Some(promise), true) = (self.master, &self.promise, self.reachable) else {
+            return;
+        };
+        let until = watermark::next(self.found(), self.clock.now(), self.ahead);
+        self.revision += 1;
+        let writer = self.tasks[m].id;
+        self.record = Some((Record { until, writer }, self.revision));
+        self.tasks[m].last_write = Some(self.revision);
+        promise.set(until);
+    }
+
+    /// Makes task `m` master, if it is not already and etcd answers.
     pub(super) fn make_master(&mut self, m: usize) {
-        if self.master == Some(m) {
+        if self.master == Some(m) || !self.reachable {
             return;
         }
         self.master = Some(m);
         let address = self.tasks[m].address.clone();
+        let task = &self.tasks[m];
+        let won = watermark::won(
+            Some(address.clone()),
+            self.found(),
+            task.id,
+            task.last_write,
+            SKEW,
+        );
+        let promise = Promise::new(Duration::ZERO);
+        self.promise = Some(promise.clone());
+        self.renew();
         for (i, task) in self.tasks.iter().enumerate() {
             let value = if i == m {
-                Mastership::master(Some(address.clone()))
+                won.clone().promising(promise.clone())
             } else {
                 Mastership::follower(Some(address.clone()))
             };
@@ -132,6 +188,7 @@ impl Job {
         info!(
             job = self.name.as_str(),
             master = address.as_str(),
+            keeps_leases = won.keeps_leases,
             "elected"
         );
     }
@@ -139,6 +196,7 @@ impl Job {
     /// Leaves the job without a master.
     pub(super) fn lose_master(&mut self) {
         self.master = None;
+        self.promise = None;
         for task in &self.tasks {
             task.switch.tx.send_replace(Mastership::follower(None));
         }
@@ -175,6 +233,8 @@ pub(super) struct World {
     pub(super) clients: Vec<SimClient>,
     /// Clients made so far, for their ids.
     made: usize,
+    /// Server tasks started so far, for their identities.
+    made_tasks: u64,
     /// The leaves, in order, and the next one a joining client goes to.
     pub(super) leaves: Vec<usize>,
     pub(super) next_leaf: usize,
@@ -213,6 +273,7 @@ impl World {
             capacity,
             clients: Vec::new(),
             made: 0,
+            made_tasks: 0,
             leaves: Vec::new(),
             next_leaf: 0,
             elections: Vec::new(),
@@ -261,10 +322,18 @@ impl World {
                     switch: Switch {
                         tx: watch::Sender::new(Mastership::follower(None)),
                     },
+                    id: 0,
+                    last_write: None,
                     server: None,
                 })
                 .collect(),
             master: None,
+            promise: None,
+            record: None,
+            revision: 0,
+            ahead: self.configs[level].longest_lease_length() + Duration::from_secs(10),
+            reachable: true,
+            clock: self.clock.clone(),
         });
         for i in 0..tasks {
             self.start(job, i);
@@ -296,7 +365,11 @@ impl World {
         server.spawn_background(Duration::from_secs(1));
         self.net
             .add(task.address.clone(), server.clone(), self.jobs[job].level);
-        self.jobs[job].tasks[i].server = Some(server);
+        self.made_tasks += 1;
+        let task = &mut self.jobs[job].tasks[i];
+        task.server = Some(server);
+        task.id = self.made_tasks;
+        task.last_write = None;
     }
 
     /// Stops task `i` of `job`: it answers nothing and forgets everything.

@@ -86,9 +86,13 @@ fn a_killed_job_loses_its_leases_until_it_restarts() {
         converged(&r),
         [
             (100, "dc0 killed [0, 1, 2]", None),
-            (200, "dc0 restarted [0, 1, 2]", Some(37)),
+            (200, "dc0 restarted [0, 1, 2]", Some(40)),
         ]
     );
+    // (37 s when every job started in learning mode, which put the root's
+    // and the clients' refreshes in another phase: the restarted dc0 has
+    // none, its predecessor's leases having ended, and waits for its
+    // clients' backoff and its poll of the root.)
 }
 
 #[test]
@@ -103,13 +107,13 @@ fn a_partitioned_subtree_keeps_nothing_past_its_parents_lease() {
         converged(&r),
         [
             (100, "dc0 cut from its parent for 60 s", None),
-            (160, "partition of dc0 healed", Some(4)),
+            (160, "partition of dc0 healed", Some(1)),
         ]
     );
     // dc0 has its grant back at the heal; its clients take it at their
-    // next refresh, within their 4 s interval. (Before the clients were
-    // asked back at the end of learning mode they refreshed 1 s after
-    // dc0's poll here, in step with one another all the same.)
+    // next refresh, within their 4 s interval. (Without learning mode at
+    // the start they refresh 1 s after dc0's poll here, in step with one
+    // another all the same; when learning mode's end set their phase, 4 s.)
     assert_eq!(r.overshoot_count, 0);
     assert_eq!(r.samples_over_capacity, 0);
 }
@@ -138,6 +142,7 @@ fn an_etcd_outage_leaves_every_job_without_a_master_until_etcd_is_back() {
     // bound what it echoed, the clients held 132 at 150 s and took 29 s to
     // hold all they had again.)
     assert!(r.samples[130..].iter().all(|s| s.has == 200.0));
+    assert!(r.events.iter().all(|e| e.below_for == 0), "{:?}", r.events);
     assert_eq!(r.overshoot_count, 0);
 }
 
@@ -157,7 +162,7 @@ fn a_herd_joins_and_leaves() {
         converged(&r),
         [
             (100, "1000 clients join over 1 s", Some(25)),
-            (200, "1000 clients leave", Some(14)),
+            (200, "1000 clients leave", Some(12)),
         ]
     );
     // The root moved capacity between the datacenters while the one it
@@ -183,17 +188,20 @@ fn a_capacity_change_reaches_the_clients() {
     // follow at their next refresh. (When it granted nothing while over
     // its capacity, the clients held 0 at 108 s and 50 at 116 s, and
     // converged after 24 s; before the clients were asked back at the end
-    // of learning mode, they refreshed 8 s after the cut, not 2 s.)
+    // of learning mode, they refreshed 8 s after the cut, not 2 s; and
+    // again now that the first masters of the fleet, on an empty election,
+    // have no learning mode whose end puts the clients in step.)
     assert_eq!(
-        at(&r, &[101, 102, 116, 124, 150]),
+        at(&r, &[101, 104, 108, 116, 124, 150]),
         [
             (101, 200.0, 0),
-            (102, 100.0, 0),
+            (104, 200.0, 0),
+            (108, 100.0, 0),
             (116, 100.0, 0),
             (124, 100.0, 0),
             (150, 100.0, 0)
         ]
     );
     assert_eq!(r.overshoots[0].job, "root");
-    assert_eq!(converged(&r), [(100, "root capacity set to 100", Some(2))]);
+    assert_eq!(converged(&r), [(100, "root capacity set to 100", Some(8))]);
 }

@@ -24,6 +24,23 @@
 //! leader's value, the address followers redirect to. A stale observation of
 //! this server's own address is never published as the master's address.
 //!
+//! With a [`promise`](EtcdConfig::promise), the masters keep a watermark
+//! beside the election, under `<key>-watermark` (outside the candidates'
+//! prefix `<key>/`): on winning, before publishing "master", a candidate
+//! reads it, decides how long its learning mode must last
+//! (`watermark.rs`: none on an empty election, none with its leases kept
+//! when it wrote the record last itself, else until the stored instant
+//! plus [`clock_skew`](EtcdConfig::clock_skew)), and stores `now +
+//! promise` (never less than it found) in a transaction conditional on
+//! its own candidate key still being there, so that no write of a
+//! deposed master lands after a successor read the record. It renews the
+//! record every `ttl / 3`; the [`Promise`](super::Promise) it publishes
+//! holds the last instant etcd acknowledged, and the server grants no
+//! lease past it. A failed renewal leaves the promise as it is (leases
+//! shorten as it nears); a refused one (the candidacy is gone) ends the
+//! session. The local deadline above still ends mastership whatever the
+//! watermark says.
+//!
 //! Only changes are published on the watch channel: the server starts a new
 //! term (learning mode) on every `is_master` value it sees, so a repeated
 //! "master" would wrongly restart learning mode.
@@ -68,6 +85,14 @@ pub struct EtcdConfig {
     pub ttl: Duration,
     /// This server's gRPC address as clients should dial it (`host:port`).
     pub advertise: String,
+    /// How far ahead of now the master's watermark promises: no lease it
+    /// grants ends later than the last watermark etcd stored, so it should
+    /// cover the longest lease and a renewal (`ttl / 3`) more. Zero turns
+    /// the watermark off: every new master runs learning mode in full.
+    pub promise: Duration,
+    /// The clock skew allowed between servers: a new master learns until
+    /// its predecessor's watermark plus this.
+    pub clock_skew: Duration,
 }
 
 impl EtcdConfig {
@@ -134,7 +159,10 @@ impl Etcd {
         let channel = tollgate_service::etcd_channel(&config.endpoints, tls)?;
         let readiness = Readiness::default();
         let tx = Arc::new(watch::Sender::new(Mastership::follower(None)));
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            me: identity(),
+            ..Shared::default()
+        }));
         let config = Arc::new(config);
         let campaigner = Campaigner {
             config: config.clone(),
@@ -194,6 +222,20 @@ impl Etcd {
     }
 }
 
+/// A random identity for this election in the watermark.
+fn identity() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
@@ -221,6 +263,8 @@ mod tests {
             key: "k".into(),
             ttl: Duration::from_secs(3),
             advertise: "a:1".into(),
+            promise: Duration::ZERO,
+            clock_skew: Duration::ZERO,
         };
         assert_eq!(c.refresh_interval(), Duration::from_secs(1));
     }
@@ -232,6 +276,8 @@ mod tests {
             key: "k".into(),
             ttl: Duration::from_secs(3),
             advertise: "a:1".into(),
+            promise: Duration::ZERO,
+            clock_skew: Duration::ZERO,
         };
         assert!(matches!(
             Etcd::start(c.clone()),
@@ -252,6 +298,8 @@ mod tests {
             key: "k".into(),
             ttl: Duration::from_secs(2),
             advertise: "a:1".into(),
+            promise: Duration::ZERO,
+            clock_skew: Duration::ZERO,
         })
         .unwrap();
         let readiness = e.readiness();

@@ -202,6 +202,7 @@ impl<'a> ServerBuilder<'a> {
                     rx: election.subscribe(),
                     current: Mastership::default(),
                     since: None,
+                    kept: None,
                 }),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemWallClock)),
                 limits: self.request_limits,

@@ -23,21 +23,29 @@
 //! interval from its parent's, so for one round after its parent's learning
 //! mode ends they are asked back sooner too.
 //!
+//! No lease ends after the term's promise (`Mastership::promise`, the
+//! watermark the election stored for the next master): when the promise
+//! is nearer than the lease length, as while etcd cannot be reached, the
+//! lease and its refresh interval are cut to it. The next master trusts
+//! that no earlier lease outlives the watermark and learns only until
+//! then.
+//!
 //! A GetServerCapacity request's `has` says what the asking server's
 //! subtree holds; whatever of it exceeds the new grant stays counted for
 //! that server as a hold until its subtree has followed the cut, so the
 //! capacity is not handed out twice (`hold.rs`).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use super::super::algorithm::{Kind, Request};
+use super::super::algorithm::{AlgorithmConfig, Kind, Request};
 use super::super::error::RequestError;
 use super::super::lease::{
     CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest, ServerGrant,
     Timestamp,
 };
 use super::mastership::Term;
-use super::state::{EntryState, Server};
+use super::state::{Began, EntryState, Server};
 use super::{hold, parent};
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
@@ -204,14 +212,15 @@ impl EntryState {
         request: &Request<'_>,
         priority: i64,
         now: Timestamp,
-        master_since: Timestamp,
+        master_since: Began,
         upstream: Option<(&parent::Upstream, &str)>,
         subtree: Option<Subtree>,
     ) -> (ClientLease, f64) {
         self.store.sweep(now);
         let mut learning = self.learning(now, master_since);
         // When this request's learning mode ends, if it is decided in one.
-        let mut learning_ends = learning.then(|| master_since + self.template.learning_mode());
+        let mut learning_ends =
+            learning.then(|| master_since.learning_ends(self.template.learning_mode()));
         let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
             if let Some((held, until)) = self.relearn(&request, now) {
@@ -228,7 +237,9 @@ impl EntryState {
         } else {
             None
         };
-        let (mut lease, capacity) = self.grant(request, priority, now, learning, upstream, old);
+        let until = master_since.grant_until;
+        let (mut lease, capacity) =
+            self.grant(request, priority, (now, until), learning, upstream, old);
         if let Some(ends) = learning_ends {
             lease.refresh_interval = back_when_learning_ends(&lease, request.wants, now, ends);
         }
@@ -239,13 +250,14 @@ impl EntryState {
         (lease, capacity)
     }
 
-    /// Decides `request` with the algorithm or learning mode; `old` is the
+    /// Decides `request` with the algorithm or learning mode at `now`, with
+    /// no lease ending after `until` (the term's promise); `old` is the
     /// requester's previous lease's expiry and what it occupied.
     fn grant(
         &mut self,
         request: &Request<'_>,
         priority: i64,
-        now: Timestamp,
+        (now, until): (Timestamp, Option<Timestamp>),
         learning: bool,
         upstream: Option<(&parent::Upstream, &str)>,
         old: Option<(Timestamp, f64)>,
@@ -267,14 +279,10 @@ impl EntryState {
                     has: request.has.min(cap),
                     ..*request
                 };
+                let algorithm = within(&template.algorithm, now, until);
                 (
-                    self.store.decide(
-                        &template.algorithm,
-                        template.capacity,
-                        &capped,
-                        now,
-                        learning,
-                    ),
+                    self.store
+                        .decide(&algorithm, template.capacity, &capped, now, learning),
                     template.capacity,
                 )
             }
@@ -299,6 +307,7 @@ impl EntryState {
                     has: request.has.min(available),
                     ..*request
                 };
+                let algorithm = within(&algorithm, now, until);
                 let lease = self
                     .store
                     .decide(&algorithm, capacity, &capped, now, learning);
@@ -306,6 +315,27 @@ impl EntryState {
             }
         }
     }
+}
+
+/// `algorithm`, its leases (and refresh interval) cut so that one granted
+/// at `now` ends by `until` at the latest: the promise a master's election
+/// stored for its successor. Borrowed when no cut is needed, as whenever
+/// the election can reach its store.
+fn within(
+    algorithm: &AlgorithmConfig,
+    now: Timestamp,
+    until: Option<Timestamp>,
+) -> Cow<'_, AlgorithmConfig> {
+    let Some(left) = until.map(|u| u.saturating_sub(now)) else {
+        return Cow::Borrowed(algorithm);
+    };
+    if algorithm.lease_length <= left {
+        return Cow::Borrowed(algorithm);
+    }
+    let mut cut = algorithm.clone();
+    cut.lease_length = left;
+    cut.refresh_interval = cut.refresh_interval.min(left);
+    Cow::Owned(cut)
 }
 
 /// The refresh interval to hand out with `lease`, decided in learning mode

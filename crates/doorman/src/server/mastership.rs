@@ -7,28 +7,33 @@
 //! watch channel, checked on every request (a shared lock and the channel's
 //! version counter on the fast path). Whenever the server sees it has won
 //! mastership it forgets every lease (they belong to an earlier term) and
-//! starts learning mode from that instant; when it loses mastership it
-//! forgets them too and answers with redirects. A background task also
-//! follows the channel, so learning mode starts when mastership is won even
-//! if no request arrives.
+//! starts learning mode from that instant, for the template's
+//! `learning_mode_duration` or until the election's
+//! [`Mastership::learning_until`], whichever comes first. When it loses
+//! mastership it puts its leases aside and answers with redirects; a win
+//! that [keeps them](Mastership::keeps_leases) (no one else was master
+//! since) puts them back, without learning mode, and any other win drops
+//! them. A master grants no lease that ends after its election's
+//! [`Mastership::promise`]. A background task also follows the channel,
+//! so learning mode starts when mastership is won even if no request
+//! arrives.
 
 use std::sync::Arc;
 
 use tracing::info;
 
 use super::super::election::Mastership;
-use super::super::lease::Timestamp;
-use super::state::{Server, Snapshot, View};
+use super::state::{Began, Server, Snapshot, View};
 use super::wire::{RequestLimits, Rules};
 use tollgate_service::RwLockUnpoisoned;
 
 /// What a master decides a request in: since when it has been the master
-/// (learning mode runs from then), and the configuration the request is
-/// checked against and decided under.
+/// (learning mode runs from then) and the bounds of its term, and the
+/// configuration the request is checked against and decided under.
 #[derive(Debug)]
 pub(super) struct Term {
-    /// When mastership was won.
-    pub(super) since: Timestamp,
+    /// When mastership was won, and the term's bounds.
+    pub(super) since: Began,
     /// The configuration in force when the request came.
     pub(super) snapshot: Arc<Snapshot>,
 }
@@ -56,14 +61,14 @@ impl Server {
     }
 
     /// The current mastership, after bringing the server's state in line
-    /// with it: `Ok(when mastership was won)` on the master, else
-    /// `Err(mastership)` to send back.
+    /// with it: `Ok(the term)` on the master, else `Err(mastership)` to
+    /// send back.
     ///
     /// Every new value the election publishes counts: one with `is_master`
-    /// starts a new term (leases forgotten, learning mode from now), even if
-    /// the server was master before, since it may have lost and regained
-    /// mastership in between.
-    pub(super) fn mastership(&self) -> Result<Timestamp, Mastership> {
+    /// starts a new term (leases forgotten unless kept, learning mode from
+    /// now), even if the server was master before, since it may have lost
+    /// and regained mastership in between.
+    pub(super) fn mastership(&self) -> Result<Began, Mastership> {
         {
             let view = self.inner.view.read_unpoisoned();
             if !view.rx.has_changed().unwrap_or(false) {
@@ -80,20 +85,56 @@ impl Server {
 
     /// Moves to mastership `m`. Called with the view locked for writing.
     pub(super) fn apply(&self, view: &mut View, m: Mastership) {
-        let was_master = view.since.is_some();
         if m.is_master {
-            view.since = Some(self.inner.clock.now());
-            self.forget_all();
-            let longest = self.snapshot().config.longest_learning_mode();
-            if longest.is_zero() {
-                info!("won mastership; learning mode is off (learning_mode_duration: 0)");
+            let now = self.inner.clock.now();
+            // Only a server that still has its last term's leases can keep
+            // them; any other is a new master that knows nothing. (A master
+            // told again keeps its current term.)
+            let last = view.since.or(view.kept.as_ref().map(|k| k.1));
+            if let (true, Some(last)) = (m.keeps_leases, last) {
+                // The last term's learning mode goes on as it would have:
+                // its leases are all there is, but it may not have learned
+                // them all yet.
+                if let Some((kept, _)) = view.kept.take() {
+                    self.restore(kept);
+                }
+                view.since = Some(last);
+                let longest = self.snapshot().config.longest_learning_mode();
+                let left = last.learning_ends(longest).saturating_sub(now);
+                info!(
+                    learning_for = ?left,
+                    "won mastership again, no other master since: leases kept"
+                );
             } else {
-                info!(for_up_to = ?longest, "won mastership: learning mode starts");
+                view.kept = None;
+                self.forget_all();
+                let since = Began {
+                    at: now,
+                    learning_until: m.learning_until,
+                    grant_until: None,
+                };
+                view.since = Some(since);
+                let longest = self.snapshot().config.longest_learning_mode();
+                let lasts = since.learning_ends(longest).saturating_sub(now);
+                match (m.learning_until, lasts.is_zero()) {
+                    (None, true) => {
+                        info!("won mastership; learning mode is off (learning_mode_duration: 0)");
+                    }
+                    (None, false) => {
+                        info!(for_up_to = ?lasts, "won mastership: learning mode starts")
+                    }
+                    (Some(_), true) => {
+                        info!("won mastership; no learning mode: no earlier master's lease can still run");
+                    }
+                    (Some(_), false) => info!(
+                        for_up_to = ?lasts,
+                        "won mastership: learning mode starts, until earlier masters' leases have ended"
+                    ),
+                }
             }
         } else {
-            view.since = None;
-            if was_master {
-                self.forget_all();
+            if let Some(since) = view.since.take() {
+                view.kept = Some((self.put_aside(), since));
                 info!(master = ?m.master_address, "lost mastership");
             }
         }
@@ -106,3 +147,6 @@ impl Server {
         self.inner.view.read_unpoisoned().current.clone()
     }
 }
+
+#[cfg(test)]
+mod tests;

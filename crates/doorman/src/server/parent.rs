@@ -69,6 +69,7 @@ use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Times
 use super::super::pb;
 use super::super::session::{MasterSession, SessionError};
 use super::super::transport::Transport;
+use super::state::Began;
 use super::wire;
 use tollgate_service::LockUnpoisoned;
 
@@ -275,9 +276,9 @@ impl Upstream {
     pub(super) fn requests(
         &self,
         now: Timestamp,
-        since: Option<Timestamp>,
+        since: Option<Began>,
         demands: Vec<Demand>,
-        learning: impl Fn(&str, Timestamp) -> bool,
+        learning: impl Fn(&str, Began) -> bool,
     ) -> Vec<ServerResourceRequest> {
         let mut sent = self.sent.lock_unpoisoned();
         let mut out = Vec::new();

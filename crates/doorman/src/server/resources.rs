@@ -34,7 +34,7 @@ use super::super::error::RequestError;
 use super::super::lease::{ClientLease, Timestamp};
 use super::super::metrics::{Gauges, ResourceGauges};
 use super::super::store::Resource;
-use super::state::{Entry, EntryState, Server, Snapshot};
+use super::state::{Began, Entry, EntryState, ResourceMap, Server, Snapshot};
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// One resource as shown on the status page.
@@ -98,6 +98,17 @@ impl Server {
             entry.state.lock_unpoisoned().removed = true;
         }
         map.clear();
+    }
+
+    /// Takes every resource out, to put aside while not master.
+    pub(super) fn put_aside(&self) -> ResourceMap {
+        std::mem::take(&mut *self.inner.resources.write_unpoisoned())
+    }
+
+    /// Puts back what [`Server::put_aside`] took, over whatever is there.
+    pub(super) fn restore(&self, kept: ResourceMap) {
+        self.forget_all();
+        *self.inner.resources.write_unpoisoned() = kept;
     }
 
     /// The entry for `id`, created (bound to its template) if needed, locked
@@ -342,7 +353,8 @@ impl EntryState {
         }
     }
 
-    pub(super) fn learning(&self, now: Timestamp, master_since: Timestamp) -> bool {
-        now < master_since + self.template.learning_mode()
+    /// Whether this resource is in learning mode at `now` in `term`.
+    pub(super) fn learning(&self, now: Timestamp, term: Began) -> bool {
+        now < term.learning_ends(self.template.learning_mode())
     }
 }

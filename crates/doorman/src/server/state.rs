@@ -53,7 +53,7 @@ pub struct Server {
 pub(super) struct Inner {
     pub(super) config: RwLock<Arc<Snapshot>>,
     /// Hashed with foldhash (seeded per map), as the store's client ids.
-    pub(super) resources: RwLock<HashMap<String, Arc<Entry>, foldhash::fast::RandomState>>,
+    pub(super) resources: RwLock<ResourceMap>,
     pub(super) view: RwLock<View>,
     pub(super) clock: Arc<dyn WallClock>,
     pub(super) limits: RequestLimits,
@@ -81,15 +81,51 @@ pub(super) struct View {
     pub(super) rx: watch::Receiver<Mastership>,
     /// The last mastership seen on `rx`.
     pub(super) current: Mastership,
-    /// When this server last won mastership; `None` while not master.
-    pub(super) since: Option<Timestamp>,
+    /// When this server last won mastership, and until when its learning
+    /// mode lasts at most; `None` while not master.
+    pub(super) since: Option<Began>,
+    /// The resources of this server's last term, put aside when it lost
+    /// mastership, with that term, for a re-election that keeps them
+    /// ([`Mastership::keeps_leases`]).
+    pub(super) kept: Option<(ResourceMap, Began)>,
 }
+
+/// The resources by id.
+pub(super) type ResourceMap = HashMap<String, Arc<Entry>, foldhash::fast::RandomState>;
 
 impl View {
     /// When the current term began, or, while not master, the mastership
     /// to answer with.
-    pub(super) fn answer(&self) -> Result<Timestamp, Mastership> {
-        self.since.ok_or_else(|| self.current.clone())
+    pub(super) fn answer(&self) -> Result<Began, Mastership> {
+        match self.since {
+            Some(since) => Ok(Began {
+                grant_until: self.current.promise.as_ref().map(|p| p.until()),
+                ..since
+            }),
+            None => Err(self.current.clone()),
+        }
+    }
+}
+
+/// A term: when it began, until when its learning mode lasts at most, and
+/// (per request) until when its leases may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Began {
+    /// When mastership was won.
+    pub(super) at: Timestamp,
+    /// Learning mode ends by then whatever the template says: every lease
+    /// of an earlier master has ended ([`Mastership::learning_until`]).
+    pub(super) learning_until: Option<Timestamp>,
+    /// No lease may end later ([`Mastership::promise`]), as read when a
+    /// request came; `None` in the view itself.
+    pub(super) grant_until: Option<Timestamp>,
+}
+
+impl Began {
+    /// When learning mode of `length` ends in this term.
+    pub(super) fn learning_ends(&self, length: std::time::Duration) -> Timestamp {
+        let full = self.at + length;
+        self.learning_until.map_or(full, |u| u.min(full))
     }
 }
 

@@ -8,7 +8,7 @@ use tracing::warn;
 
 use super::super::lease::{Band, ServerResourceRequest, Timestamp};
 use super::parent::{self, Demand, Upstream};
-use super::state::{EntryState, Server, WeakServer};
+use super::state::{Began, EntryState, Server, WeakServer};
 use super::wire;
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
@@ -21,7 +21,7 @@ impl Server {
     /// Each resource's demand at `now`, its expired leases dropped, with
     /// when this server's current term began (`None` while not master).
     /// Forgets the priorities of clients whose leases are gone.
-    pub(super) fn demands(&self, now: Timestamp) -> (Option<Timestamp>, Vec<Demand>) {
+    pub(super) fn demands(&self, now: Timestamp) -> (Option<Began>, Vec<Demand>) {
         let since = self.inner.view.read_unpoisoned().since;
         let entries = self.entries();
         let mut out = Vec::with_capacity(entries.len());
@@ -57,11 +57,11 @@ impl Server {
     /// Whether a resource `id` would be in learning mode at `now` in a term
     /// that began at `since`, by the template it matches (false when none
     /// does).
-    pub(super) fn learning_by_template(&self, id: &str, now: Timestamp, since: Timestamp) -> bool {
+    pub(super) fn learning_by_template(&self, id: &str, now: Timestamp, since: Began) -> bool {
         self.snapshot()
             .config
             .find(id)
-            .is_some_and(|t| now < since + t.learning_mode())
+            .is_some_and(|t| now < since.learning_ends(t.learning_mode()))
     }
 
     /// What to ask the parent for at `now` (see [`Upstream::requests`]).

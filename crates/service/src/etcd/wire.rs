@@ -175,6 +175,56 @@ pub struct RangeResponse {
     pub kvs: Vec<RevisionedKeyValue>,
 }
 
+/// A `Compare` of a transaction, its `target_union` written as the
+/// `create_revision` member (tag 5): `result` EQUAL is 0, `target` CREATE
+/// is 1.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Compare {
+    #[prost(int32, tag = "1")]
+    pub result: i32,
+    #[prost(int32, tag = "2")]
+    pub target: i32,
+    #[prost(bytes = "vec", tag = "3")]
+    pub key: Vec<u8>,
+    #[prost(int64, optional, tag = "5")]
+    pub create_revision: Option<i64>,
+}
+
+impl Compare {
+    /// True while `key` exists with create revision `revision`.
+    pub fn created_at(key: Vec<u8>, revision: i64) -> Compare {
+        Compare {
+            result: 0,
+            target: 1,
+            key,
+            create_revision: Some(revision),
+        }
+    }
+}
+
+/// A `RequestOp` with its `request_put` member (the `oneof`'s tag 2).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RequestOp {
+    #[prost(message, optional, tag = "2")]
+    pub request_put: Option<PutRequest>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TxnRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub compare: Vec<Compare>,
+    #[prost(message, repeated, tag = "2")]
+    pub success: Vec<RequestOp>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TxnResponse {
+    #[prost(message, optional, tag = "1")]
+    pub header: Option<ResponseHeader>,
+    #[prost(bool, tag = "2")]
+    pub succeeded: bool,
+}
+
 /// `WatchRequest` with its `create_request` member (the `oneof`'s tag 1).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WatchRequest {

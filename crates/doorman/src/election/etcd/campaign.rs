@@ -13,7 +13,9 @@ use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 use super::EtcdConfig;
-use crate::election::Mastership;
+use crate::election::watermark::{self, Found, Record};
+use crate::election::{Mastership, Promise};
+use crate::lease::Timestamp;
 use tollgate_service::etcd_wire::{self as wire, unary};
 use tollgate_service::LockUnpoisoned;
 use tollgate_service::Outage;
@@ -27,6 +29,12 @@ pub(super) struct Shared {
     pub(super) lease: Option<i64>,
     /// The leader's address as last observed.
     pub(super) observed: Option<String>,
+    /// What the current session publishes while master.
+    pub(super) won: Option<Mastership>,
+    /// This election's identity in the watermark.
+    pub(super) me: u64,
+    /// The revision of this election's last write of the watermark.
+    pub(super) last_write: Option<i64>,
 }
 
 /// Replaces `slot` with `m` unless equal; whether it changed.
@@ -59,7 +67,9 @@ impl Campaigner {
         let m = {
             let s = self.shared.lock_unpoisoned();
             if s.master {
-                Mastership::master(Some(self.config.advertise.clone()))
+                s.won
+                    .clone()
+                    .unwrap_or_else(|| Mastership::master(Some(self.config.advertise.clone())))
             } else {
                 Mastership::follower(s.observed.clone().filter(|a| *a != self.config.advertise))
             }
@@ -124,6 +134,7 @@ impl Campaigner {
                 let mut s = self.shared.lock_unpoisoned();
                 s.master = false;
                 s.lease = None;
+                s.won = None;
             }
             self.publish();
             info!(lease = lease.id, "etcd session ended");
@@ -197,9 +208,10 @@ impl Campaigner {
     }
 
     /// Campaigns with lease `id` until elected, then stays master until the
-    /// session ends (this future never completes).
+    /// session ends (this future completes only when the watermark shows
+    /// the candidacy is gone).
     async fn campaign(&self, id: i64) {
-        loop {
+        let leader = loop {
             let call = unary::<wire::CampaignRequest, wire::CampaignResponse>(
                 &self.channel,
                 "/v3electionpb.Election/Campaign",
@@ -210,7 +222,7 @@ impl Campaigner {
                 },
             );
             match call.await {
-                Ok(_) => break,
+                Ok(r) => break r.leader,
                 Err(e) => {
                     let line = tollgate_service::status_line(&e);
                     let at = self.config.endpoints.join(",");
@@ -218,10 +230,134 @@ impl Campaigner {
                     sleep(RETRY).await;
                 }
             }
+        };
+        let address = Some(self.config.advertise.clone());
+        let watermark = match leader {
+            Some(leader) if !self.config.promise.is_zero() => Some(leader),
+            _ => None,
+        };
+        let Some(leader) = watermark else {
+            // No watermark: learning mode in full, as before.
+            {
+                let mut s = self.shared.lock_unpoisoned();
+                s.master = true;
+                s.won = Some(Mastership::master(address));
+            }
+            self.publish();
+            return std::future::pending::<()>().await;
+        };
+        // Read the watermark and store ours before the first grant.
+        let (won, mut record, promise) = loop {
+            match self.won(&leader, address.clone()).await {
+                Ok(Some(won)) => break won,
+                Ok(None) => return,
+                Err(e) => {
+                    self.unreachable(&format_args!("watermark: {e}"), RETRY);
+                    sleep(RETRY).await;
+                }
+            }
+        };
+        {
+            let mut s = self.shared.lock_unpoisoned();
+            s.master = true;
+            s.won = Some(won);
         }
-        self.shared.lock_unpoisoned().master = true;
         self.publish();
-        std::future::pending::<()>().await;
+        loop {
+            sleep(self.config.refresh_interval()).await;
+            let found = Found::Record(record, 0);
+            let until = truncate(watermark::next(found, wall_now(), self.config.promise));
+            match self.store(&leader, until).await {
+                Ok(Some(r)) => {
+                    record = r;
+                    promise.set(until);
+                }
+                // The candidacy is gone: the session ends.
+                Ok(None) => return,
+                // The promise stands; leases shorten until etcd answers or
+                // the session ends.
+                Err(e) => debug!(error = %e, "etcd watermark renewal failed"),
+            }
+        }
+    }
+
+    /// The mastership to publish on winning as `leader`, from the
+    /// watermark read now, with the stored record and the promise; `None`
+    /// if the candidacy is gone.
+    async fn won(
+        &self,
+        leader: &wire::LeaderKey,
+        address: Option<String>,
+    ) -> Result<Option<(Mastership, Record, Promise)>, tonic::Status> {
+        let read = unary::<wire::RangeRequest, wire::RangeResponse>(
+            &self.channel,
+            "/etcdserverpb.KV/Range",
+            wire::RangeRequest {
+                key: self.watermark_key(),
+            },
+        )
+        .await?;
+        let found = match read.kvs.first() {
+            None => Found::Empty,
+            Some(kv) => match Record::decode(&kv.value) {
+                Some(r) => Found::Record(r, kv.mod_revision),
+                None => Found::Unreadable,
+            },
+        };
+        let (me, last_write) = {
+            let s = self.shared.lock_unpoisoned();
+            (s.me, s.last_write)
+        };
+        let won = watermark::won(address, found, me, last_write, self.config.clock_skew);
+        let until = truncate(watermark::next(found, wall_now(), self.config.promise));
+        let Some(record) = self.store(leader, until).await? else {
+            return Ok(None);
+        };
+        info!(
+            ?found,
+            learning_until = ?won.learning_until,
+            keeps_leases = won.keeps_leases,
+            "etcd election won; watermark stored"
+        );
+        let promise = Promise::new(until);
+        Ok(Some((won.promising(promise.clone()), record, promise)))
+    }
+
+    /// Stores the watermark `until` while `leader` still holds the
+    /// election; `None` if it no longer does.
+    async fn store(
+        &self,
+        leader: &wire::LeaderKey,
+        until: Timestamp,
+    ) -> Result<Option<Record>, tonic::Status> {
+        let me = self.shared.lock_unpoisoned().me;
+        let record = Record { until, writer: me };
+        let r = unary::<wire::TxnRequest, wire::TxnResponse>(
+            &self.channel,
+            "/etcdserverpb.KV/Txn",
+            wire::TxnRequest {
+                compare: vec![wire::Compare::created_at(leader.key.clone(), leader.rev)],
+                success: vec![wire::RequestOp {
+                    request_put: Some(wire::PutRequest {
+                        key: self.watermark_key(),
+                        value: record.encode(),
+                    }),
+                }],
+            },
+        )
+        .await?;
+        if !r.succeeded {
+            warn!("etcd election: candidacy gone; watermark not stored");
+            return Ok(None);
+        }
+        let revision = r.header.map(|h| h.revision);
+        self.shared.lock_unpoisoned().last_write = revision;
+        Ok(Some(record))
+    }
+
+    /// Where the watermark lives: beside the election's key prefix.
+    fn watermark_key(&self) -> Vec<u8> {
+        format!("{}-watermark", self.config.key).into_bytes()
     }
 
     /// Follows the election key's leader forever.
@@ -258,4 +394,16 @@ impl Campaigner {
             sleep(RETRY).await;
         }
     }
+}
+
+/// Unix time now.
+fn wall_now() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// `t` in whole milliseconds, as the watermark stores it.
+fn truncate(t: Timestamp) -> Timestamp {
+    Duration::from_millis(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
 }
