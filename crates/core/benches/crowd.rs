@@ -72,10 +72,12 @@
 //! With only tasks waiting, the filler thread times the fills: it spaces
 //! them by two thirds of the active pool (667 µs at 100K ops/s, 66.7 ops),
 //! and each fill hands all of its ops to the task at the front of the
-//! queue, which spends them from its worker's budget without waiting
-//! again. A fill therefore costs the filler's own wake-up and the wake of
-//! the task, which under tokio's multi-thread runtime wakes two workers
-//! (the one that runs the task, and a searching one that finds nothing):
+//! queue, which spends them from its worker thread's slice of the pool
+//! without waiting again (the task queued behind it is polled once, finds
+//! nothing left, and waits on). A fill therefore costs the filler's own
+//! wake-up and the wake of the task, which under tokio's multi-thread
+//! runtime wakes two workers (the one that runs the task, and a searching
+//! one that finds nothing):
 //! about three sleeps per fill, 38-42 per thousand ops measured on a 2-core
 //! VM (`sleeps/kop`), against 40-58 when a fill woke two tasks. On such a
 //! VM a sleep and its wake-up cost 10-20 µs of CPU, so these wake-ups, not
@@ -92,10 +94,14 @@
 //! The `oneshot` case queues 100,000 tasks that each take one op and end
 //! (tollgate only, at `100K,1.1`), starts the limiter, and times the span
 //! until the last op: the rate held is the ops after the start allowance
-//! over that span, and CPU per op covers the span. No task must finish
-//! before a task queued ahead of it (`finished out of queue order`), and
-//! none must be left waiting: capacity handed to a task that ends must
-//! reach the tasks still queued.
+//! over that span, and CPU per op covers the span. None must be left
+//! waiting: capacity handed to a task that ends must reach the tasks still
+//! queued. The limiter grants in queue order; a task finishes when its
+//! worker polls it after the grant, so the finishing order may differ
+//! from the queue order by what the runtime and the machine delay: the
+//! line below the row counts the tasks that finished before the task
+//! queued just ahead of them, and the farthest any task finished from its
+//! place in the queue.
 //!
 //! The machine is shared and noisy: compare the two limiters within one
 //! case, and repeat a case before trusting a surprise.
