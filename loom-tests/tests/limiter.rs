@@ -3,6 +3,9 @@
 //! its tokens already handed to it; a waiter that times out or is dropped
 //! while a grant races it gives back what it was handed.
 //!
+//! A served task that takes one op and ends leaves the rest of its
+//! hand-off to the task queued behind it, which is woken to take it.
+//!
 //! The filler thread's idle hand-off loses no kick, and stopping it ends
 //! it wherever it is. Thread budgets conserve tokens, a thread that exits
 //! gives its budget back, and a timed-out waiter keeps a racing hand-off
@@ -316,6 +319,41 @@ fn block_on<F: Future>(
         }
         unparker.park();
     }
+}
+
+/// Two tasks queue, one on this thread and one on another, and a fill
+/// brings two ops: the first in the queue is handed both, takes one and
+/// ends, and leaves the other in the pool, where the second, woken without
+/// a grant, serves itself. A lost wake leaves a task parked for ever (loom
+/// reports the deadlock); a token lost or made on the way breaks the
+/// ledger.
+#[test]
+fn a_one_shot_task_leaves_its_hand_off_to_the_task_behind() {
+    loom::model(|| {
+        let (limiter, clock) = limiter(1);
+        assert!(limiter.try_acquire()); // empty the start allowance
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let unparker = Unparker::new();
+                block_on(std::pin::pin!(limiter.acquire_async()), &unparker);
+            })
+        };
+        let unparker = Unparker::new();
+        let waker = Waker::from(std::sync::Arc::clone(&unparker));
+        let mut own = std::pin::pin!(limiter.acquire_async());
+        // Queues, ahead of or behind the other task.
+        assert!(own
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // Two ops of time, handed to whichever task is first.
+        clock.advance(Duration::from_millis(2));
+        limiter.backlog();
+        block_on(own, &unparker);
+        other.join().unwrap();
+        assert_conserved(&limiter, 3);
+    });
 }
 
 /// 1000 ops/s with the filler thread, on a manual clock.

@@ -72,10 +72,12 @@
 //! With only tasks waiting, the filler thread times the fills: it spaces
 //! them by two thirds of the active pool (667 µs at 100K ops/s, 66.7 ops),
 //! and each fill hands all of its ops to the task at the front of the
-//! queue, which spends them from its worker's budget without waiting
-//! again. A fill therefore costs the filler's own wake-up and the wake of
-//! the task, which under tokio's multi-thread runtime wakes two workers
-//! (the one that runs the task, and a searching one that finds nothing):
+//! queue, which spends them from its worker thread's slice of the pool
+//! without waiting again (the task queued behind it is polled once, finds
+//! nothing left, and waits on). A fill therefore costs the filler's own
+//! wake-up and the wake of the task, which under tokio's multi-thread
+//! runtime wakes two workers (the one that runs the task, and a searching
+//! one that finds nothing):
 //! about three sleeps per fill, 38-42 per thousand ops measured on a 2-core
 //! VM (`sleeps/kop`), against 40-58 when a fill woke two tasks. On such a
 //! VM a sleep and its wake-up cost 10-20 µs of CPU, so these wake-ups, not
@@ -87,12 +89,26 @@
 //! wakes one task for 200 ops; an op then starts up to 2 ms after its slot
 //! rather than 0.67 ms.
 //!
+//! # One-shot tasks
+//!
+//! The `oneshot` case queues 100,000 tasks that each take one op and end
+//! (tollgate only, at `100K,1.1`), starts the limiter, and times the span
+//! until the last op: the rate held is the ops after the start allowance
+//! over that span, and CPU per op covers the span. None must be left
+//! waiting: capacity handed to a task that ends must reach the tasks still
+//! queued. The limiter grants in queue order; a task finishes when its
+//! worker polls it after the grant, so the finishing order may differ
+//! from the queue order by what the runtime and the machine delay: the
+//! line below the row counts the tasks that finished before the task
+//! queued just ahead of them, and the farthest any task finished from its
+//! place in the queue.
+//!
 //! The machine is shared and noisy: compare the two limiters within one
 //! case, and repeat a case before trusting a surprise.
 //!
 //! `cargo bench --bench crowd` (a few minutes);
 //! `CROWD_SECS=1 CROWD_CASES=threads cargo bench --bench crowd` runs a subset
-//! (`threads`, `async`, `contention`); `CROWD_LIMITERS=tollgate` (or
+//! (`threads`, `async`, `oneshot`, `contention`); `CROWD_LIMITERS=tollgate` (or
 //! `governor`) runs one limiter's rows only. `sleeps/kop` is the
 //! process's voluntary context switches (`getrusage`) per thousand admitted
 //! ops: each is a thread going to sleep and waking again, and on a VM these
@@ -100,9 +116,11 @@
 
 #![allow(missing_docs)]
 
+use std::future::Future as _;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -696,6 +714,102 @@ fn run_tasks(limiter: &Limiter, spec: RateSpec, tasks: usize, span: Duration) ->
     }
 }
 
+/// What a one-shot run saw: its outcome (ops, the span from the start to
+/// the last op, CPU), how many tasks finished before the task queued just
+/// ahead of them, and how far any task's finishing place was from its
+/// place in the queue.
+struct OneShot {
+    out: Outcome,
+    out_of_order: u64,
+    max_displacement: u64,
+}
+
+/// `tasks` tokio tasks that each take one op with `acquire_async` and end,
+/// all queued before the limiter starts, on a runtime with a worker per
+/// core. Queue order is recorded exactly: each task's first poll (which
+/// queues it, the limiter not being started) and the ticket it draws
+/// happen under one lock. The span runs from the start to the last op, so
+/// `(tasks - 1) / span` is the rate held (the start allowance is one op).
+fn run_one_shot(limiter: &Arc<RateLimiter>, spec: RateSpec, tasks: usize) -> OneShot {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let origin = Instant::now();
+    let tickets = Arc::new(Mutex::new(0usize));
+    let finished = Arc::new(AtomicU64::new(0));
+    // Per ticket: the rank in which the task finished, and when (ns since
+    // `origin`).
+    let rank = counters(tasks);
+    let at = counters(tasks);
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (limiter, tickets, finished, rank, at) = (
+                Arc::clone(limiter),
+                Arc::clone(&tickets),
+                Arc::clone(&finished),
+                Arc::clone(&rank),
+                Arc::clone(&at),
+            );
+            runtime.spawn(async move {
+                let mut acquire = std::pin::pin!(limiter.acquire_async());
+                let ticket = std::future::poll_fn(|cx| {
+                    let mut next = tickets.lock().unwrap_or_else(|e| e.into_inner());
+                    assert!(
+                        acquire.as_mut().poll(cx).is_pending(),
+                        "the limiter is not started: every task queues"
+                    );
+                    *next += 1;
+                    Poll::Ready(*next - 1)
+                })
+                .await;
+                acquire.await;
+                let now = since(origin);
+                rank[ticket].store(finished.fetch_add(1, Relaxed), Relaxed);
+                at[ticket].store(now, Relaxed);
+            })
+        })
+        .collect();
+    while *tickets.lock().unwrap_or_else(|e| e.into_inner()) < tasks {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let ((c0, s0), start) = (usage_now(), since(origin));
+    limiter.apply(spec.with_verb(Verb::Start));
+    while finished.load(Relaxed) < tasks as u64 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (c1, s1) = usage_now();
+    runtime.block_on(async {
+        for h in handles {
+            h.await.expect("a task panicked");
+        }
+    });
+    let last = at.iter().map(|t| t.load(Relaxed)).max().unwrap_or(start);
+    let out_of_order = rank
+        .windows(2)
+        .filter(|pair| pair[0].load(Relaxed) > pair[1].load(Relaxed))
+        .count() as u64;
+    let max_displacement = rank
+        .iter()
+        .enumerate()
+        .map(|(ticket, rank)| rank.load(Relaxed).abs_diff(ticket as u64))
+        .max()
+        .unwrap_or(0);
+    OneShot {
+        out: Outcome {
+            // The span holds the ops after the start allowance.
+            ops: tasks as u64 - 1,
+            elapsed: Duration::from_nanos(last.saturating_sub(start)),
+            cpu: c1 - c0,
+            switches: s1 - s0,
+        },
+        out_of_order,
+        max_displacement,
+    }
+}
+
 fn report(case: &str, limiter: &Limiter, spec: RateSpec, out: &Outcome, with_cpu: bool) {
     let ratio = out.ops as f64 / out.elapsed.as_secs_f64() / spec.ops_per_sec();
     if with_cpu {
@@ -755,7 +869,8 @@ impl Drop for BusyLoops {
 fn main() {
     // `cargo bench` passes `--bench`; any other argument is ignored.
     let span = secs();
-    let cases = std::env::var("CROWD_CASES").unwrap_or_else(|_| "threads,async,contention".into());
+    let cases =
+        std::env::var("CROWD_CASES").unwrap_or_else(|_| "threads,async,oneshot,contention".into());
     println!(
         "{:<28} {:<14} {:>10} {:>9} {:>10} {:>6} {:>10}",
         "case", "limiter", "ops", "ach/tgt", "cpu ns/op", "cores", "sleeps/kop"
@@ -783,6 +898,27 @@ fn main() {
                 let out = run_tasks(limiter, spec, tasks, span);
                 report(&format!("{tasks} tasks, 100K/s"), limiter, spec, &out, true);
             }
+        }
+    }
+    if cases.contains("oneshot") {
+        let tasks = 100_000;
+        let spec: RateSpec = "100K,1.1".parse().expect("a valid spec");
+        let limiter = Arc::new(RateLimiter::new(spec.with_verb(Verb::Configure)));
+        if Limiter::Tollgate(Arc::clone(&limiter), "tollgate").wanted() {
+            let run = run_one_shot(&limiter, spec, tasks);
+            let row = Limiter::Tollgate(limiter, "tollgate");
+            report(
+                &format!("{tasks} one-shot, 100K/s"),
+                &row,
+                spec,
+                &run.out,
+                true,
+            );
+            println!(
+                "  finished before the task queued just ahead: {} of {tasks}; \
+                 farthest from its queue place: {}",
+                run.out_of_order, run.max_displacement
+            );
         }
     }
     if cases.contains("contention") {

@@ -657,3 +657,122 @@ fn queued_one_shot_async_acquires_get_every_op_a_fill_brings() {
     assert_eq!(served, 200, "{ready:?}");
     assert!(ready[..200].iter().all(|r| *r), "served in queue order");
 }
+
+/// A waker that counts its wakes, for executors written out in a test.
+struct CountWakes(AtomicU64);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn counting_waker() -> (Arc<CountWakes>, Waker) {
+    let count = Arc::new(CountWakes(AtomicU64::new(0)));
+    (Arc::clone(&count), Waker::from(count))
+}
+
+/// A queued task served by a fill, acquiring in a loop: its next acquires
+/// (in the same poll, from the same thread) take the rest of the fill at
+/// once, without queueing again; the task queued behind it is woken once
+/// to take what is left, finds nothing, and is served by the next fill.
+#[test]
+fn a_served_async_acquire_in_a_loop_spends_the_rest_of_the_fill_without_waiting() {
+    let (limiter, clock) = manual("100K,1.0");
+    let start = drain(&limiter);
+    let (first_wakes, first_waker) = counting_waker();
+    let (second_wakes, second_waker) = counting_waker();
+    let mut first_cx = Context::from_waker(&first_waker);
+    let mut second_cx = Context::from_waker(&second_waker);
+    let mut first = Box::pin(limiter.acquire_async());
+    let mut second = Box::pin(limiter.acquire_async());
+    assert!(first.as_mut().poll(&mut first_cx).is_pending());
+    assert!(second.as_mut().poll(&mut second_cx).is_pending());
+    // 1 ms: 100 ops, all handed to the first task.
+    clock.advance(MS);
+    limiter.backlog();
+    assert_eq!(first_wakes.0.load(Ordering::SeqCst), 1);
+    assert_eq!(second_wakes.0.load(Ordering::SeqCst), 0);
+    assert!(first.as_mut().poll(&mut first_cx).is_ready());
+    assert_eq!(
+        second_wakes.0.load(Ordering::SeqCst),
+        1,
+        "the task behind is woken to take what the first leaves"
+    );
+    for op in 1..100 {
+        let mut next = Box::pin(limiter.acquire_async());
+        assert!(
+            next.as_mut().poll(&mut first_cx).is_ready(),
+            "op {op} of the fill waits"
+        );
+    }
+    assert_eq!(
+        first_wakes.0.load(Ordering::SeqCst),
+        1,
+        "one wake-up, 100 ops"
+    );
+    assert!(second.as_mut().poll(&mut second_cx).is_pending());
+    assert_eq!(limiter.stats().admitted, start + 100);
+    clock.advance(MS);
+    limiter.backlog();
+    assert_eq!(second_wakes.0.load(Ordering::SeqCst), 2);
+    assert!(second.as_mut().poll(&mut second_cx).is_ready());
+    assert_conserved(&limiter, start + 101);
+}
+
+/// Queued tasks that each take one op and end, on an executor that polls
+/// a task only when it is woken: every op a fill brings reaches a queued
+/// task, in queue order, each woken once.
+#[test]
+fn queued_one_shot_tasks_polled_only_when_woken_get_every_op_a_fill_brings() {
+    let (limiter, clock) = manual("100K,1.0");
+    let start = drain(&limiter);
+    let mut tasks: Vec<_> = (0..300)
+        .map(|_| {
+            let (wakes, waker) = counting_waker();
+            (Box::pin(limiter.acquire_async()), wakes, waker, 0u64, false)
+        })
+        .collect();
+    for (future, _, waker, _, _) in &mut tasks {
+        assert!(future
+            .as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_pending());
+    }
+    let mut finished = Vec::new();
+    for _ in 0..2 {
+        clock.advance(MS);
+        limiter.backlog();
+        // Poll the woken tasks, in queue order, until none is woken.
+        loop {
+            let mut polled = false;
+            for (i, (future, wakes, waker, seen, done)) in tasks.iter_mut().enumerate() {
+                let now = wakes.0.load(Ordering::SeqCst);
+                if *done || now == *seen {
+                    continue;
+                }
+                *seen = now;
+                polled = true;
+                if future
+                    .as_mut()
+                    .poll(&mut Context::from_waker(waker))
+                    .is_ready()
+                {
+                    *done = true;
+                    finished.push(i);
+                }
+            }
+            if !polled {
+                break;
+            }
+        }
+    }
+    assert_eq!(finished, (0..200).collect::<Vec<_>>(), "in queue order");
+    assert!(tasks
+        .iter()
+        .all(|(_, wakes, ..)| wakes.0.load(Ordering::SeqCst) <= 1));
+    assert_conserved(&limiter, start + 200);
+}

@@ -15,10 +15,14 @@ keeping them fresh.
     cargo build --release -p tollgate-cli
     python crates/python/bench/bench_peers.py
 
-tollgate runs twice: with the default fill interval (CPython's switch
-interval, 5 ms) and with `fill_interval=0.0005` (the Rust limiter's
-default), which wakes the waiting threads ten times as often (each for a
-tenth of the ops) and lets ops start in bursts of up to 0.5 ms.
+tollgate runs three times: with the default fill interval (CPython's
+switch interval, 5 ms), with `fill_interval=0.001`, and with
+`fill_interval=0.0005` (the Rust limiter's default), which wakes the
+waiting threads ten times as often as 5 ms (each for a tenth of the ops)
+and lets ops start in bursts of up to 0.5 ms. The fill interval is the
+burst granularity: compare it with a peer's bucket or window of the same
+length (`tollgate-1ms` with `token-bucket`, `tollgate` with
+`token-bucket-5ms`), as the last lines print.
 The last row is the loop alone, calling a builtin instead of a limiter,
 unpaced: the Python overhead every row pays per op.
 
@@ -26,9 +30,10 @@ Peers, each in its cheapest in-memory form, blocking the way its docs
 suggest: `limits` (fixed window of one second, sleeping until the window
 resets), `pyrate-limiter` (`Limiter(Rate(rate, Duration.SECOND))`,
 blocking try_acquire), `token-bucket` (capacity of 1 ms of ops, sleeping
-0.5 ms when empty), `aiolimiter` (`AsyncLimiter(rate, 1.0)`). (With a
-1 ms window, pyrate-limiter reached 2K ops/s and aiolimiter 79K at the
-same CPU per op.)
+0.5 ms when empty; `token-bucket-5ms`: 5 ms of ops, sleeping 2.5 ms),
+`aiolimiter` (`AsyncLimiter(rate, 1.0)`). (With a 1 ms window,
+pyrate-limiter reached 2K ops/s and aiolimiter 79K at the same CPU per
+op; limits counts whole seconds.)
 """
 
 import argparse
@@ -61,14 +66,23 @@ def measure(counts, warmup, duration, stop):
             "cpu_ns_per_op": cpu / ops * 1e9 if ops else None}
 
 
+# tollgate's rows: the fill interval each passes (None: the default, 5 ms).
+TOLLGATE_INTERVALS = {"tollgate": None, "tollgate-1ms": 0.001, "tollgate-0.5ms": 0.0005}
+# token-bucket's rows: the bucket's length in milliseconds of ops.
+TOKEN_BUCKET_MS = {"token-bucket": 1, "token-bucket-5ms": 5}
+# Equal burst granularity: tollgate's fill interval beside token-bucket's
+# bucket of the same length.
+SAME_GRANULARITY = (("1 ms", "tollgate-1ms", "token-bucket"), ("5 ms", "tollgate", "token-bucket-5ms"))
+
+
 def thread_op(name, rate):
     """A blocking "one op" callable for each thread, sharing one limiter."""
-    if name in ("tollgate", "tollgate-0.5ms"):
+    if name in TOLLGATE_INTERVALS:
         import tollgate
 
-        # The default fill interval (CPython's switch interval, 5 ms), and
-        # 0.5 ms: ten times the wake-ups, ops starting in 0.5 ms bursts.
-        interval = 0.0005 if name == "tollgate-0.5ms" else None
+        # The default fill interval (CPython's switch interval, 5 ms), 1 ms
+        # and 0.5 ms: more wake-ups, ops starting in shorter bursts.
+        interval = TOLLGATE_INTERVALS[name]
         limiter = tollgate.RateLimiter(str(rate), fill_interval=interval)
         return lambda: limiter.acquire
     if name == "harness":
@@ -91,14 +105,17 @@ def thread_op(name, rate):
 
         limiter = Limiter(Rate(rate, Duration.SECOND))
         return lambda: (lambda: limiter.try_acquire("bench"))
-    if name == "token-bucket":
+    if name in TOKEN_BUCKET_MS:
         import token_bucket
 
-        limiter = token_bucket.Limiter(rate, max(1, rate // 1000), token_bucket.MemoryStorage())
+        # A bucket of `ms` of ops; an empty one is tried again after half
+        # of that.
+        ms = TOKEN_BUCKET_MS[name]
+        limiter = token_bucket.Limiter(rate, max(1, rate * ms // 1000), token_bucket.MemoryStorage())
 
         def op():
             while not limiter.consume(b"bench"):
-                time.sleep(0.0005)
+                time.sleep(ms / 2000)
 
         return lambda: op
     raise SystemExit(f"unknown contender {name}")
@@ -293,8 +310,9 @@ def main():
 
     report = {"rate": args.rate, "threads": args.threads, "tasks": args.tasks,
               "duration": args.duration, "pace": {}, "python": sys.version.split()[0]}
-    contenders = args.only or ["tollgate", "tollgate-0.5ms", "limits", "pyrate-limiter",
-                               "token-bucket", "aiolimiter", "tollgate-async", "harness"]
+    contenders = args.only or ["tollgate", "tollgate-1ms", "tollgate-0.5ms", "limits", "pyrate-limiter",
+                               "token-bucket", "token-bucket-5ms", "aiolimiter", "tollgate-async",
+                               "harness"]
     print(f"pacing {args.rate:,} ops/s for {args.duration:g} s after {args.warmup:g} s of warm-up "
           f"({args.threads} threads; asyncio: {args.tasks} tasks), Python {report['python']}")
     print(f"{'contender':<28} {'achieved ops/s':>15} {'x target':>9} {'CPU ns/op':>10}")
@@ -308,13 +326,17 @@ def main():
             continue
         ns = f"{r['cpu_ns_per_op']:.0f}" if r["cpu_ns_per_op"] else "-"
         print(f"{label:<28} {r['rate']:>15,.0f} {r['rate'] / args.rate:>9.4f} {ns:>10}")
-    peers = [report["pace"][n].get("cpu_ns_per_op") for n in ("limits", "pyrate-limiter", "token-bucket", "aiolimiter")
-             if n in report["pace"] and report["pace"][n].get("cpu_ns_per_op")]
-    for name in ("tollgate", "tollgate-0.5ms"):
-        ours = report["pace"].get(name, {}).get("cpu_ns_per_op")
-        if ours and peers:
-            report[f"best_peer_over_{name}"] = min(peers) / ours
-            print(f"the best peer's CPU per op / {name}'s: {min(peers) / ours:.1f}x")
+    cpu = {n: r.get("cpu_ns_per_op") for n, r in report["pace"].items() if r.get("cpu_ns_per_op")}
+    # The best peer at its usual setting (token-bucket's 1 ms bucket), whatever tollgate's interval.
+    peers = [cpu[n] for n in ("limits", "pyrate-limiter", "token-bucket", "aiolimiter") if n in cpu]
+    for name in TOLLGATE_INTERVALS:
+        if name in cpu and peers:
+            report[f"best_peer_over_{name}"] = min(peers) / cpu[name]
+            print(f"the best peer's CPU per op / {name}'s: {min(peers) / cpu[name]:.1f}x")
+    for span, ours, theirs in SAME_GRANULARITY:
+        if ours in cpu and theirs in cpu:
+            report[f"{theirs}_over_{ours}"] = cpu[theirs] / cpu[ours]
+            print(f"at {span} granularity, {theirs}'s CPU per op / {ours}'s: {cpu[theirs] / cpu[ours]:.1f}x")
 
     if not args.only or "try_acquire" in args.only:
         r = child(args, "--child-try", "--calls", str(args.calls))

@@ -17,8 +17,8 @@
 //! A thread that waited and was served by hand-off (wait.rs) keeps the
 //! ops it was handed beyond its need here too (`keep_extra`: whole ops only,
 //! at most 512, at most the active pool), so one wake-up admits many ops.
-//! A task leaves them in the budget of the runtime worker thread that
-//! polled it, where the tasks that worker runs next spend them.
+//! A task does not: it leaves them in its thread's slice of the pool, where
+//! queued waiters can reach them (`Core::leave_handoff`).
 //!
 //! Tokens in a budget have left the pool: the ledger counts them as
 //! admitted. Bounds: a thread holds at most one batch or one hand-off, for

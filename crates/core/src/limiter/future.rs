@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::budget::{keep_extra, take_fast};
+use super::budget::take_fast;
 use super::core::Core;
 use super::wait::Waiter;
 use crate::sync::Arc;
@@ -13,9 +13,14 @@ use crate::sync::Arc;
 /// Waits for tokens without blocking a thread; resolves to how late the op
 /// starts versus its schedule slot.
 ///
-/// A pending future is one node in the limiter's wait queue, woken only
-/// when its tokens have been handed to it; polling it again does not touch
-/// any lock other waiters share.
+/// A pending future is one node in the limiter's wait queue, woken when
+/// its tokens have been handed to it; polling it then does not touch any
+/// lock other waiters share. At the front of the queue it may also be woken
+/// once without them, to take what a task served before it left: a task
+/// served with more ops than it needs keeps the rest for its own next
+/// acquires, which take them first without waiting (one wake-up admits
+/// many ops to a task acquiring in a loop), and the task behind takes the
+/// rest when that task ends or leaves some.
 ///
 /// # Cancel safety
 ///
@@ -64,13 +69,9 @@ impl Future for AcquireFuture<'_> {
                 this.done = true;
                 // A task is not a thread: the next acquire on this thread
                 // may never come, while queued tasks wait for these tokens.
-                // Hand them on when anyone waits; keep them for this
-                // thread's next acquire only when no one does.
-                if this.core.has_waiters() {
-                    this.core.return_extra(extra);
-                } else {
-                    keep_extra(this.core, extra);
-                }
+                // They stay in the pool, where this thread takes them first
+                // and the queue takes what it leaves.
+                this.core.leave_handoff(extra);
                 Poll::Ready(this.core.lateness())
             }
             None => Poll::Pending,

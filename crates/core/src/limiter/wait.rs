@@ -20,11 +20,22 @@
 //! serving the queue, since fills serve the queue first).
 //!
 //! Batching: a served node may also be handed up to `batch` tokens beyond
-//! its need, which the woken caller keeps in its thread's budget
-//! (budget.rs) and spends without waiting again. One wake-up then admits
-//! many ops, which is what makes waiting cheap at high rates; the cost is
-//! that the ops of one fill start in bursts (all within that fill, which
-//! the pool's semantics allow), so later nodes wait up to one more fill.
+//! its need, so that one wake-up admits many ops, which is what makes
+//! waiting cheap at high rates; the cost is that the ops of one fill start
+//! in bursts (all within that fill, which the pool's semantics allow), so
+//! later nodes wait up to one more fill. A woken thread keeps them in its
+//! budget (budget.rs), which its next acquire spends and which goes back
+//! when the thread exits. A woken task cannot: the next acquire on its
+//! worker thread may be another task's, or never come. It leaves them in
+//! the pool, in its thread's home slice, where its own next acquire (a task
+//! acquiring in a loop goes on in the same poll) takes them first, and then
+//! *nudges* the queue: the front task is woken without a grant and, when
+//! polled, serves the queue from what the pool holds (`serve_for`). After
+//! a looping task it finds nothing and waits on: one extra poll per fill.
+//! After a task that took one op and ended, it takes the rest and leaves
+//! what it does not need in turn, so no token waits where no queued waiter
+//! looks. A front thread, which need not defer to anyone's loop, is served
+//! at once.
 //!
 //! The head: the front node is flagged `head` when it reaches the front
 //! (and a parked thread is unparked once to learn it). A head thread
@@ -35,9 +46,11 @@
 //! Lost wake-ups: a waiter pushes its node and increments `queued`, then
 //! (still under the lock, after a `SeqCst` fence) serves the queue itself,
 //! which re-checks the pool. A notifier adds tokens, fences, then reads
-//! `queued` and serves only if it is non-zero. Of the two fences one comes
-//! first in the single total order: either the notifier sees the node, or
-//! the waiter's own serve sees the tokens (the store-load pattern).
+//! `queued` and serves (or nudges) only if it is non-zero. Of the two
+//! fences one comes first in the single total order: either the notifier
+//! sees the node, or the waiter's own serve sees the tokens (the
+//! store-load pattern). A nudged task sees the tokens that were left
+//! before the nudge: its wake-up orders them before its poll.
 //!
 //! Cancellation (a timeout, a dropped future) takes the lock: a node still
 //! `WAITING` becomes `CANCELLED` and gives back what a large request had
@@ -159,6 +172,16 @@ impl Waiter {
         self.need
     }
 
+    /// Whether a pool holding `available` tokens could serve this node
+    /// now: all its need, or for a partial request any token.
+    pub(crate) fn could_take(&self, available: u64) -> bool {
+        if self.partial {
+            available > 0
+        } else {
+            available >= self.need
+        }
+    }
+
     /// Replaces a task's waker (a later poll may come from another task
     /// context). Re-check [`Waiter::granted`] afterwards.
     pub(crate) fn set_waker(&self, waker: &Waker) {
@@ -199,6 +222,42 @@ struct Inner {
     nodes: VecDeque<std::sync::Arc<Waiter>>,
     /// `CANCELLED` nodes still in `nodes`.
     cancelled: usize,
+}
+
+impl Inner {
+    /// Drops the cancelled nodes at the front, so that the front, if any,
+    /// is `WAITING`.
+    fn pop_cancelled_front(&mut self) {
+        while let Some(front) = self.nodes.front() {
+            // Relaxed: every state change happens under the queue lock.
+            match front.state.load(Relaxed) {
+                WAITING => return,
+                CANCELLED => {
+                    self.nodes.pop_front();
+                    self.cancelled -= 1;
+                }
+                other => panic!("wait queue: node in state {other} still queued"),
+            }
+        }
+    }
+}
+
+/// Wakes what a serve granted (but `except`, a waiter that is running),
+/// after the queue lock is released, and tells the source if the head
+/// stopped timing the fills.
+fn wake_served(
+    (woken, untimed): (Vec<std::sync::Arc<Waiter>>, bool),
+    except: Option<&std::sync::Arc<Waiter>>,
+    source: &impl Source,
+) {
+    for waiter in woken {
+        if !except.is_some_and(|node| std::sync::Arc::ptr_eq(&waiter, node)) {
+            waiter.wake();
+        }
+    }
+    if untimed {
+        source.head_untimed();
+    }
 }
 
 /// The waiters of one limiter.
@@ -242,16 +301,9 @@ impl WaitQueue {
         // SeqCst fence: orders the registration before the re-check of the
         // pool in `serve_locked`; pairs with the fence in `serve`.
         fence(SeqCst);
-        let (woken, untimed) = self.serve_locked(&mut inner, source, batch);
+        let served = self.serve_locked(&mut inner, source, batch);
         drop(inner);
-        for waiter in woken {
-            if !std::sync::Arc::ptr_eq(&waiter, node) {
-                waiter.wake();
-            }
-        }
-        if untimed {
-            source.head_untimed();
-        }
+        wake_served(served, Some(node), source);
     }
 
     /// Hands tokens to waiters in queue order and wakes them. Call after
@@ -263,15 +315,59 @@ impl WaitQueue {
         if !self.has_waiters() {
             return;
         }
-        let (woken, untimed) = {
+        let served = {
             let mut inner = lock(&self.inner);
             self.serve_locked(&mut inner, source, batch)
         };
-        for waiter in woken {
-            waiter.wake();
+        wake_served(served, None, source);
+    }
+
+    /// Like [`WaitQueue::serve`], for `node`, a queued task being polled
+    /// without a grant (woken by [`WaitQueue::nudge`]): `node` is served in
+    /// its turn but not woken, since it is running.
+    pub(crate) fn serve_for(
+        &self,
+        node: &std::sync::Arc<Waiter>,
+        source: &impl Source,
+        batch: u64,
+    ) {
+        let served = {
+            let mut inner = lock(&self.inner);
+            self.serve_locked(&mut inner, source, batch)
+        };
+        wake_served(served, Some(node), source);
+    }
+
+    /// After tokens were added to the pool where the caller takes them
+    /// first (a served task's hand-off, see the module notes): wakes the
+    /// front task to take what the caller leaves, or serves a front thread
+    /// at once, as [`WaitQueue::serve`] does.
+    pub(crate) fn nudge(&self, source: &impl Source, batch: u64) {
+        // SeqCst fence: as in `serve`, orders the tokens just added before
+        // the load of `queued`; pairs with the fence in `enqueue`.
+        fence(SeqCst);
+        if !self.has_waiters() {
+            return;
         }
-        if untimed {
-            source.head_untimed();
+        let mut inner = lock(&self.inner);
+        inner.pop_cancelled_front();
+        let front_task = inner
+            .nodes
+            .front()
+            .filter(|front| matches!(front.wake, Wake::Task(_)))
+            .map(std::sync::Arc::clone);
+        match front_task {
+            Some(front) => {
+                drop(inner);
+                // Not granted: it serves the queue when polled
+                // (`WaitQueue::serve_for`).
+                front.wake();
+            }
+            None => {
+                let served = self.serve_locked(&mut inner, source, batch);
+                drop(inner);
+                wake_served(served, None, source);
+            }
         }
     }
 
@@ -285,17 +381,11 @@ impl WaitQueue {
         batch: u64,
     ) -> (Vec<std::sync::Arc<Waiter>>, bool) {
         let mut woken = Vec::new();
-        while let Some(front) = inner.nodes.front() {
-            // Relaxed: every state change happens under the queue lock.
-            match front.state.load(Relaxed) {
-                WAITING => {}
-                CANCELLED => {
-                    inner.nodes.pop_front();
-                    inner.cancelled -= 1;
-                    continue;
-                }
-                other => panic!("wait queue: node in state {other} still queued"),
-            }
+        loop {
+            inner.pop_cancelled_front();
+            let Some(front) = inner.nodes.front() else {
+                break;
+            };
             let extra = if front.partial {
                 // Relaxed: `held` is written only under the queue lock.
                 let held = front.held.load(Relaxed);
@@ -374,14 +464,9 @@ impl WaitQueue {
         }
         // The node may have been the front that blocked the others, and
         // what it gathered is back in the pool: serve.
-        let (woken, untimed) = self.serve_locked(&mut inner, source, batch);
+        let served = self.serve_locked(&mut inner, source, batch);
         drop(inner);
-        for waiter in woken {
-            waiter.wake();
-        }
-        if untimed {
-            source.head_untimed();
-        }
+        wake_served(served, None, source);
         Cancel::Left
     }
 
@@ -396,6 +481,7 @@ impl WaitQueue {
 mod tests {
     use super::*;
     use std::cell::Cell;
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     /// A pool of plain tokens.
@@ -521,6 +607,53 @@ mod tests {
         queue.serve(&pool, 0);
         assert_eq!(lone.granted(), Some(0));
         assert_eq!(pool.untimed.get(), 1);
+    }
+
+    /// A nudge wakes a front task without handing it anything; polled, it
+    /// serves the queue for itself, in queue order, and is not woken again.
+    /// A front thread is served at once.
+    #[test]
+    fn a_nudge_wakes_a_front_task_to_serve_itself_and_serves_a_front_thread() {
+        let (queue, pool) = (WaitQueue::new(), Pool::default());
+        let (first_wakes, first) = counted_task(1);
+        let (second_wakes, second) = counted_task(1);
+        queue.nudge(&pool, 0);
+        queue.enqueue(&first, &pool, 0);
+        queue.enqueue(&second, &pool, 0);
+        pool.put_raw(2);
+        queue.nudge(&pool, 0);
+        assert_eq!(first.granted(), None, "a nudge grants nothing");
+        assert_eq!(first_wakes.load(Ordering::SeqCst), 1);
+        assert_eq!(second_wakes.load(Ordering::SeqCst), 0);
+        assert_eq!(pool.tokens.get(), 2);
+        // Polled, the first serves the queue: itself, then the second.
+        queue.serve_for(&first, &pool, 0);
+        assert_eq!((first.granted(), second.granted()), (Some(0), Some(0)));
+        assert_eq!(first_wakes.load(Ordering::SeqCst), 1, "running: not woken");
+        assert_eq!(second_wakes.load(Ordering::SeqCst), 1);
+        // A thread at the front is served by the nudge itself.
+        let thread = Arc::new(Waiter::thread(1, false, 0, std::thread::current()));
+        queue.enqueue(&thread, &pool, 0);
+        pool.put_raw(1);
+        queue.nudge(&pool, 0);
+        assert_eq!(thread.granted(), Some(0));
+        assert!(!queue.has_waiters());
+    }
+
+    /// A task node whose waker counts its wakes.
+    fn counted_task(need: u64) -> (Arc<std::sync::atomic::AtomicUsize>, Arc<Waiter>) {
+        struct Count(Arc<std::sync::atomic::AtomicUsize>);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.wake_by_ref();
+            }
+            fn wake_by_ref(self: &Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let waker = Waker::from(Arc::new(Count(Arc::clone(&count))));
+        (count, Arc::new(Waiter::task(need, false, 0, waker)))
     }
 
     #[test]

@@ -258,6 +258,18 @@ impl Core {
                 *node = None;
                 return Some(extra);
             }
+            // Woken without a grant (a served task left the pool tokens
+            // and woke the front, `leave_handoff`), or polled for a reason
+            // of its own: serve the queue from what the pool holds, in
+            // queue order. Its own waker is still taken, so the grant
+            // wakes no one else for it.
+            if queued.could_take(self.available()) {
+                self.waiters.serve_for(queued, self, self.handoff_tokens());
+                if let Some(extra) = queued.granted() {
+                    *node = None;
+                    return Some(extra);
+                }
+            }
             queued.set_waker(waker);
             // Re-check: a grant made before the new waker was stored woke
             // the old one.
@@ -300,6 +312,26 @@ impl Core {
     /// Takes back tokens handed to a waiter that had no budget to keep them in.
     pub(crate) fn return_extra(&self, extra: u64) {
         self.put_back(extra);
+    }
+
+    /// Where a served task leaves the tokens it was handed beyond its need:
+    /// in the pool, in the home slice of the thread that polled it, where
+    /// that thread's next acquire finds them first, and then wakes the
+    /// front of the queue to take what that acquire leaves.
+    ///
+    /// A task that acquires in a loop goes on in the same poll: its next
+    /// acquires take the hand-off from the slice, one compare-exchange
+    /// each, and the front task, polled after it, finds nothing and waits
+    /// on; one wake-up of the task admits the whole hand-off. A task that
+    /// takes one op and ends leaves the slice full, and the front task
+    /// takes it (and leaves the rest, in turn): no token waits in a place
+    /// that no queued waiter looks.
+    pub(crate) fn leave_handoff(&self, extra: u64) {
+        if extra == 0 {
+            return;
+        }
+        self.slices.put_home(extra);
+        self.waiters.nudge(self, self.handoff_tokens());
     }
 }
 
