@@ -47,7 +47,8 @@
 //!   [`Client::error`] then names the cause, every [`Resource::watch`]
 //!   receiver is woken, and the expiry modes govern from then on. Other
 //!   failures are retried with backoff; [`Client::last_error`] names the
-//!   latest.
+//!   latest, and [`Client::watch_last_error`] notifies each round's
+//!   failure (the stopping one included) and the success that ends them.
 //! - A round carries as many resources as the server accepts in one
 //!   request: more than [`ClientBuilder::max_resources_per_request`]
 //!   (default 1000), or more than [`ClientBuilder::max_request_bytes`]
@@ -90,7 +91,6 @@ mod layer;
 mod lease;
 mod metrics;
 mod rate;
-mod refresh_error;
 mod task;
 mod wants;
 
@@ -151,8 +151,9 @@ pub(crate) struct Shared {
     /// `notify_one` keeps a permit, so a wake-up sent while the task is busy
     /// is not lost.
     pub(crate) wake: Notify,
-    /// The error of the last refresh round (refresh_error.rs).
-    pub(crate) refresh_error: watch::Sender<Option<SessionError>>,
+    /// The failure of the last round, if it failed ([`Client::last_error`]);
+    /// only the task sends on it.
+    pub(crate) last_error: watch::Sender<Option<SessionError>>,
 }
 
 #[derive(Debug, Default)]
@@ -162,8 +163,6 @@ pub(crate) struct State {
     /// A resource was added: refresh now.
     pub(crate) urgent: bool,
     pub(crate) closing: bool,
-    /// The failure of the last round, if it failed.
-    pub(crate) last_error: Option<SessionError>,
     /// The permanent failure that stopped the client's refreshes.
     pub(crate) stopped: Option<SessionError>,
 }
@@ -463,7 +462,7 @@ impl ClientBuilder {
             },
             state: Mutex::new(State::default()),
             wake: Notify::new(),
-            refresh_error: refresh_error::channel(),
+            last_error: watch::channel(None).0,
         });
         runtime.spawn(task::run(shared.clone()));
         Ok(Client {
@@ -542,11 +541,40 @@ impl Client {
         self.inner.shared.state.lock_unpoisoned().stopped.clone()
     }
 
-    /// The failure of the latest refresh round, if it failed (`None` once
-    /// a round succeeds): a refused connection, a deadline, or the
-    /// permanent failure of [`Client::error`].
+    /// The failure of the latest refresh round (the bulk GetCapacity for
+    /// all of this client's resources), if it failed: a refused connection,
+    /// a deadline, or the permanent failure of [`Client::error`]. `None`
+    /// before the first round ends and once a round succeeds.
     pub fn last_error(&self) -> Option<SessionError> {
-        self.inner.shared.state.lock_unpoisoned().last_error.clone()
+        self.inner.shared.last_error.borrow().clone()
+    }
+
+    /// A receiver of [`Client::last_error`], notified after every failed
+    /// round (even when the error repeats) and when a round succeeds after
+    /// a failure. The round that stops the client notifies too, with
+    /// [`Client::error`] already set: this is how to wait for either.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_doorman::{Client, ResourceOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1 here: the first round fails, and the
+    /// // client retries it.
+    /// let client = Client::builder().server("127.0.0.1:1").build()?;
+    /// let mut errors = client.watch_last_error();
+    /// let _r = client.resource("r", ResourceOptions::new(1.0))?;
+    /// let e = errors.wait_for(Option::is_some).await?.clone().unwrap();
+    /// assert_eq!(e.address(), Some("127.0.0.1:1"));
+    /// assert!(!e.is_permanent());
+    /// assert_eq!(client.error(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch_last_error(&self) -> watch::Receiver<Option<SessionError>> {
+        self.inner.shared.last_error.subscribe()
     }
 
     /// Starts asking for capacity for resource `id`, with fixed wants. The

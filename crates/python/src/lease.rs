@@ -13,12 +13,12 @@
 //! of the slot for the time they wait, so a release while they wait
 //! releases in the background once they are done.
 //!
-//! Why no answer comes is the client's last refresh error
-//! (`Client::refresh_errors`): `wait` and `updates` watch it beside the
-//! capacity and raise at once when every server has refused the client
-//! with an error no retry can fix ([`permanent`], [`Refusals`]); other
-//! errors (a dead server, a deadline) are retried by the client, and
-//! `last_error` reads them.
+//! Why no answer comes: a client that every configured server refused
+//! with an error no retry can fix stops (`Resource::error`) and wakes the
+//! resource's watch channel; `wait` and `updates` look at the stop before
+//! waiting and after every wake-up, and raise ([`refused`]). Other errors
+//! (a dead server, a deadline) are retried by the client, and `last_error`
+//! reads them (`Client::last_error`, through `Client::watch_last_error`).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -105,97 +105,19 @@ impl PyTls {
     }
 }
 
-/// Whether no retry can fix `e`: the server is not a lease server
-/// (`Unimplemented`), refused the request itself (`InvalidArgument`,
-/// `OutOfRange`) or the client's credentials (`Unauthenticated`,
-/// `PermissionDenied`), or TLS verification failed.
-pub(crate) fn permanent(e: &SessionError) -> bool {
-    use tonic::Code;
-    let SessionError::Rpc { status, .. } = e else {
-        return false;
-    };
-    matches!(
-        status.code(),
-        Code::Unimplemented
-            | Code::InvalidArgument
-            | Code::OutOfRange
-            | Code::Unauthenticated
-            | Code::PermissionDenied
-    ) || tollgate_service::tls_failure(status).is_some()
-}
-
-/// The errors no retry can fix that a client met since its last
-/// successful refresh, by server address, and when they mean no lease can
-/// come.
-///
-/// A client with several servers moves to the next after a failed call, so
-/// one server of the wrong kind among good ones is only a detour: a wait
-/// gives up when every configured server has failed so, or when one that
-/// the servers named as master (not configured) has, since the client
-/// keeps being sent there. A success forgets them all. What is seen is the
-/// client's last error whenever a wait looks (at its start, and each time
-/// the client reports a failure while it waits); failures between waits
-/// are seen when they recur, as a client's retries make them.
-struct Refusals {
-    servers: Vec<String>,
-    seen: Mutex<Vec<SessionError>>,
-}
-
-impl Refusals {
-    fn new(servers: Vec<String>) -> Refusals {
-        Refusals {
-            servers,
-            seen: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Notes the client's last error; the message to raise when no lease
-    /// can come.
-    fn note(&self, last: Option<&SessionError>) -> Option<String> {
-        let mut seen = lock(&self.seen);
-        let e = match last {
-            None => {
-                seen.clear();
-                return None;
-            }
-            Some(e) if !permanent(e) => return None,
-            Some(e) => e,
-        };
-        let address = e.address().unwrap_or_default();
-        seen.retain(|s| s.address().unwrap_or_default() != address);
-        seen.push(e.clone());
-        let named_master = !self.servers.iter().any(|s| s == address);
-        let all = self
-            .servers
-            .iter()
-            .all(|s| seen.iter().any(|e| e.address() == Some(s.as_str())));
-        if !(named_master || all) {
-            return None;
-        }
-        let causes: Vec<String> = if named_master {
-            vec![e.to_string()]
-        } else {
-            seen.iter().map(ToString::to_string).collect()
-        };
-        let mut text = format!(
-            "the lease server refused the client, and no retry can fix it: {}",
-            causes.join("; ")
-        );
-        if causes.iter().any(|c| c.contains("Unimplemented")) {
+/// The message of the LeaseError raised once `e`, a failure no retry can
+/// fix, has stopped the client.
+fn refused(e: &SessionError) -> String {
+    let mut text = format!("the lease server refused the client, and no retry can fix it: {e}");
+    if let SessionError::Rpc { status, .. } = e {
+        if status.code() == tonic::Code::Unimplemented {
             text.push_str(
                 " (is it a Doorman lease server, such as `tollgate serve`, and not another \
                  kind of server?)",
             );
         }
-        Some(text)
     }
-
-    /// Notes the client's last error (marking it seen); the message to
-    /// raise when no lease can come.
-    fn now(&self, errors: &mut watch::Receiver<Option<SessionError>>) -> Option<String> {
-        let last = errors.borrow_and_update().clone();
-        self.note(last.as_ref())
-    }
+    text
 }
 
 /// Why a wait on a lease ended.
@@ -206,30 +128,26 @@ enum Woke {
     Fatal(String),
 }
 
-/// Waits for the next capacity change, or until no lease can come.
-async fn next_change(
-    rx: &mut watch::Receiver<Capacity>,
-    errors: &mut watch::Receiver<Option<SessionError>>,
-    refusals: &Refusals,
-) -> Woke {
-    if let Some(why) = refusals.now(errors) {
-        return Woke::Fatal(why);
+/// The failure that stopped the client of what `slot` holds, if one did.
+fn stopped(slot: &Slot) -> Option<SessionError> {
+    match &*lock(slot) {
+        Some(Held::Plain(r)) => r.error(),
+        Some(Held::Rate(r)) => r.resource().error(),
+        None => None,
     }
-    let mut errors_open = true;
-    loop {
-        tokio::select! {
-            biased;
-            changed = rx.changed() => return Woke::Changed(changed),
-            open = errors.changed(), if errors_open => match open {
-                Ok(()) => {
-                    if let Some(why) = refusals.now(errors) {
-                        return Woke::Fatal(why);
-                    }
-                }
-                Err(_client_gone) => errors_open = false,
-            },
-        }
+}
+
+/// Waits for the next capacity change, or until no lease can come: the
+/// client's stop wakes `rx` with the capacity unchanged.
+async fn next_change(rx: &mut watch::Receiver<Capacity>, slot: &Slot) -> Woke {
+    if let Some(e) = stopped(slot) {
+        return Woke::Fatal(refused(&e));
     }
+    let changed = rx.changed().await;
+    if let Some(e) = stopped(slot) {
+        return Woke::Fatal(refused(&e));
+    }
+    Woke::Changed(changed)
 }
 
 /// What a slot holds until it is released.
@@ -259,9 +177,8 @@ struct Lease {
     rx: watch::Receiver<Capacity>,
     /// The version `wait` last returned.
     seen: Mutex<watch::Receiver<Capacity>>,
-    /// The client's last refresh error.
+    /// The client's last refresh error (`Client::watch_last_error`).
     errors: watch::Receiver<Option<SessionError>>,
-    refusals: Arc<Refusals>,
     born: Born,
 }
 
@@ -271,7 +188,6 @@ impl Lease {
         held: Held,
         rx: watch::Receiver<Capacity>,
         client: &Client,
-        servers: &[String],
         born: Born,
     ) -> Lease {
         Lease {
@@ -279,8 +195,7 @@ impl Lease {
             slot: Arc::new(Mutex::new(Some(held))),
             seen: Mutex::new(rx.clone()),
             rx,
-            errors: client.refresh_errors(),
-            refusals: Arc::new(Refusals::new(servers.to_vec())),
+            errors: client.watch_last_error(),
             born,
         }
     }
@@ -320,9 +235,8 @@ impl Lease {
         self.born.check()?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let mut rx = lock(&self.seen).clone();
-        let mut errors = self.errors.clone();
         let woke = wait_on(py, async {
-            let next = next_change(&mut rx, &mut errors, &self.refusals);
+            let next = next_change(&mut rx, &self.slot);
             match timeout {
                 Some(t) => tokio::time::timeout(t, next).await.ok(),
                 None => Some(next.await),
@@ -344,10 +258,9 @@ impl Lease {
         self.born.check()?;
         let mut rx = self.rx.clone();
         rx.mark_changed();
-        let errors = self.errors.clone();
         Ok(PyCapacityUpdates {
-            watched: Arc::new(tokio::sync::Mutex::new((rx, errors))),
-            refusals: Arc::clone(&self.refusals),
+            watched: Arc::new(tokio::sync::Mutex::new(rx)),
+            slot: Arc::clone(&self.slot),
             born: self.born,
         })
     }
@@ -495,7 +408,7 @@ impl PyLeaseClient {
     #[getter]
     fn last_error(&self) -> PyResult<Option<String>> {
         let client = self.client()?;
-        Ok(client.last_refresh_error().map(|e| e.to_string()))
+        Ok(client.last_error().map(|e| e.to_string()))
     }
 
     /// The id this client sends to the servers.
@@ -528,7 +441,6 @@ impl PyLeaseClient {
             Held::Plain(resource),
             rx,
             &client,
-            &self.servers,
             self.born.with("Resource"),
         );
         self.keep(&lease);
@@ -565,7 +477,7 @@ impl PyLeaseClient {
         let rx = rate.resource().watch();
         let born = self.born.with("LeasedRateLimiter");
         let held = Held::Rate(Arc::new(rate));
-        let lease = Lease::new(id, held, rx, &client, &self.servers, born);
+        let lease = Lease::new(id, held, rx, &client, born);
         self.keep(&lease);
         Ok(PyLeasedRateLimiter { lease })
     }
@@ -898,16 +810,12 @@ impl PyCapacity {
 /// change, until the resource is released.
 #[pyclass(frozen, name = "CapacityUpdates", module = "tollgate")]
 pub(crate) struct PyCapacityUpdates {
-    /// The capacity, and the client's last refresh error.
-    watched: Arc<tokio::sync::Mutex<Watched>>,
-    refusals: Arc<Refusals>,
+    /// The capacity.
+    watched: Arc<tokio::sync::Mutex<watch::Receiver<Capacity>>>,
+    /// What the resource holds, to see whether its client stopped.
+    slot: Slot,
     born: Born,
 }
-
-type Watched = (
-    watch::Receiver<Capacity>,
-    watch::Receiver<Option<SessionError>>,
-);
 
 #[pymethods]
 impl PyCapacityUpdates {
@@ -918,13 +826,13 @@ impl PyCapacityUpdates {
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.born.check()?;
         let watched = Arc::clone(&self.watched);
-        let refusals = Arc::clone(&self.refusals);
+        let slot = Arc::clone(&self.slot);
         into_asyncio(
             py,
             async move {
                 let mut watched = watched.lock().await;
-                let (rx, errors) = &mut *watched;
-                match next_change(rx, errors, &refusals).await {
+                let rx = &mut *watched;
+                match next_change(rx, &slot).await {
                     Woke::Changed(Ok(())) => Ok(Some(PyCapacity::from(&*rx.borrow_and_update()))),
                     Woke::Changed(Err(_released)) => Ok(None),
                     Woke::Fatal(e) => Err(e),

@@ -30,6 +30,13 @@
 //! [`Client::error`](super::Client::error), wakes every resource's
 //! watchers, and makes no more rounds (releases and expiry go on).
 //!
+//! Every round's outcome is published on the client's last-error channel
+//! ([`Client::watch_last_error`](super::Client::watch_last_error)). A
+//! stop is recorded first, then published, and resources' watchers are
+//! woken last, so that whoever the stopping round wakes finds both; a
+//! server's answer clears the last error before the capacity it brings is
+//! published, so that a receiver of that capacity finds no failure left.
+//!
 //! Lease expiry times are Unix seconds from the server, compared with the
 //! client's [`WallClock`](crate::WallClock); the wait until an
 //! expiry is converted to a tokio deadline, so paused tokio time and a
@@ -238,20 +245,18 @@ impl Task {
                         }
                     }
                 };
-                self.shared.note_refresh(outcome.as_ref());
                 next_refresh = match outcome {
                     Ok(interval) => {
                         self.retry.reset();
                         self.permanent = 0;
-                        self.shared.state.lock_unpoisoned().last_error = None;
+                        self.publish(None);
                         after(interval)
                     }
                     Err(e) if e.is_permanent() => {
                         self.permanent += 1;
                         let servers = self.shared.config.servers.len();
-                        self.shared.state.lock_unpoisoned().last_error = Some(e.clone());
                         if self.permanent >= servers {
-                            self.stop(e, &slots);
+                            self.stop(e);
                             after(FAR_FUTURE)
                         } else {
                             warn!(
@@ -259,12 +264,12 @@ impl Task {
                                 error = %e,
                                 "capacity refresh failed for good at this server; trying the next"
                             );
+                            self.publish(Some(e));
                             Instant::now()
                         }
                     }
                     Err(e) => {
                         self.permanent = 0;
-                        self.shared.state.lock_unpoisoned().last_error = Some(e.clone());
                         let delay = self.retry.next_delay();
                         warn!(
                             client = self.shared.id.as_str(),
@@ -273,6 +278,7 @@ impl Task {
                             retry_in = ?delay,
                             "capacity refresh failed"
                         );
+                        self.publish(Some(e));
                         after(delay)
                     }
                 };
@@ -290,17 +296,40 @@ impl Task {
         }
     }
 
-    /// Records `error` as what stopped the client and wakes every
-    /// resource's watchers (their capacity unchanged).
-    fn stop(&self, error: SessionError, slots: &[Arc<Slot>]) {
+    /// Records `error` as what stopped the client, then publishes it as
+    /// the last error, then wakes every resource's watchers (their
+    /// capacity unchanged), those added since the round began included:
+    /// whoever is woken finds both set.
+    fn stop(&self, error: SessionError) {
         error!(
             client = self.shared.id.as_str(),
             error = %error,
             "capacity refresh failed for good: the client stops asking"
         );
-        self.shared.state.lock_unpoisoned().stopped = Some(error);
+        let slots: Vec<Arc<Slot>> = {
+            let mut state = self.shared.state.lock_unpoisoned();
+            state.stopped = Some(error.clone());
+            state.slots.values().cloned().collect()
+        };
+        self.publish(Some(error));
         for slot in slots {
             slot.tx.send_modify(|_| {});
+        }
+    }
+
+    /// Publishes a round's outcome as [`Client::last_error`](super::Client::last_error):
+    /// a failure always notifies, even when it repeats; a success only
+    /// when it clears a failure.
+    fn publish(&self, failed: Option<SessionError>) {
+        match failed {
+            Some(e) => {
+                self.shared.last_error.send_replace(Some(e));
+            }
+            None => {
+                self.shared
+                    .last_error
+                    .send_if_modified(|e| e.take().is_some());
+            }
         }
     }
 
@@ -343,6 +372,9 @@ impl Task {
                 .session
                 .call(|t, address| t.get_capacity(address, message.clone()))
                 .await?;
+            // A server answered: an earlier failure is over before the
+            // capacity the answer brings is published.
+            self.publish(None);
             let due = self.apply(&slots[part], &response.response);
             interval = Some(interval.map_or(due, |i| i.min(due)));
         }

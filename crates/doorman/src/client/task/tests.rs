@@ -332,6 +332,141 @@ async fn a_passing_failure_is_retried_and_forgotten_after_a_success() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_last_error_is_published_on_every_failed_round_until_one_succeeds() {
+    let transport = Scripted::new(vec![
+        Step::Fail(tonic::Code::Unavailable),
+        Step::Fail(tonic::Code::Unavailable),
+        Step::Grant {
+            capacity: 7.0,
+            expiry_time: (T0 + 60) as i64,
+            refresh: 30,
+        },
+    ]);
+    let client = client(transport.clone(), Duration::from_secs(5));
+    assert_eq!(client.last_error(), None, "no round yet");
+    let mut errors = client.watch_last_error();
+    let r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+
+    let first = tokio::time::timeout(HANG, errors.wait_for(Option::is_some))
+        .await
+        .unwrap()
+        .unwrap()
+        .clone()
+        .unwrap();
+    let crate::SessionError::Rpc { address, status } = &first else {
+        panic!("not an RPC error: {first:?}");
+    };
+    assert_eq!(
+        (address.as_str(), status.code()),
+        ("a:1", tonic::Code::Unavailable)
+    );
+    assert_eq!(client.last_error(), Some(first.clone()));
+    assert_eq!(client.error(), None, "retried, not stopped");
+
+    // The second failure notifies again, though it is the same error.
+    errors.borrow_and_update();
+    tokio::time::timeout(HANG, errors.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(*errors.borrow_and_update(), Some(first));
+
+    // The third round is granted: the error is cleared, with a notice.
+    tokio::time::timeout(HANG, errors.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(*errors.borrow_and_update(), None);
+    assert_eq!(client.last_error(), None);
+    assert_eq!(r.current().source, CapacitySource::Lease);
+    assert_eq!(r.capacity(), 7.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_for_good_at_one_of_several_servers_is_a_detour() {
+    // The first server is of another kind; the next one grants at once.
+    let transport = Scripted::new(vec![
+        Step::Fail(tonic::Code::Unimplemented),
+        Step::Grant {
+            capacity: 7.0,
+            expiry_time: (T0 + 60) as i64,
+            refresh: 30,
+        },
+    ]);
+    let client = builder(transport.clone(), Duration::from_secs(5))
+        .server("b:1")
+        .build()
+        .unwrap();
+    let r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+    wait_source(&r, CapacitySource::Lease).await;
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(client.error(), None);
+    assert_eq!(client.last_error(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_round_that_stops_the_client_notifies_with_the_client_stopped() {
+    let transport = Scripted::new(vec![Step::Fail(tonic::Code::InvalidArgument)]);
+    let client = builder(transport.clone(), Duration::from_secs(5))
+        .server("b:1")
+        .build()
+        .unwrap();
+    let mut errors = client.watch_last_error();
+    let _r = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+    // The receiver keeps the latest value: the refusal by a:1 is followed
+    // at once by b:1's, which stops the client.
+    tokio::time::timeout(HANG, errors.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let stop = errors.borrow_and_update().clone().expect("a failure");
+    assert_eq!(stop.address(), Some("b:1"));
+    assert_eq!(client.error(), Some(stop), "stopped before the notice");
+    assert_eq!(transport.calls(), 2);
+    assert_eq!(client.last_error(), client.error());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_clears_the_last_error_before_its_capacity_is_published() {
+    // One resource a request: the second round's first request is granted,
+    // its second hangs.
+    let transport = Scripted::new(vec![
+        Step::Fail(tonic::Code::Unavailable),
+        Step::Grant {
+            capacity: 7.0,
+            expiry_time: (T0 + 60) as i64,
+            refresh: 30,
+        },
+        Step::Silent,
+    ]);
+    let client = builder(transport.clone(), Duration::from_secs(5))
+        .max_resources_per_request(1)
+        .build()
+        .unwrap();
+    let a = client.resource("a", ResourceOptions::new(7.0)).unwrap();
+    let b = client.resource("b", ResourceOptions::new(7.0)).unwrap();
+    let mut errors = client.watch_last_error();
+    tokio::time::timeout(HANG, errors.wait_for(Option::is_some))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(HANG, async {
+        while transport.calls() < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let granted = [&a, &b]
+        .iter()
+        .filter(|r| r.current().source == CapacitySource::Lease)
+        .count();
+    assert_eq!(granted, 1, "the round is still in flight");
+    assert_eq!(client.last_error(), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_round_for_many_resources_is_split_by_size() {
     let grant = Step::Grant {
         capacity: 1.0,
