@@ -84,6 +84,16 @@ const CLOSED_OVER_TLS: &str = "the server closed the TLS connection before answe
 const PLAINTEXT_TO_TLS: &str = "the server may be serving TLS: dial it with the CA that signed \
     its certificate (--tls-ca)";
 
+/// How a plaintext call to a TLS server shows on the client: HTTP/2 reads
+/// the server's TLS alert as a frame, or, when the server has already
+/// closed the connection, sees the close or the write that met it.
+const PLAINTEXT_SYMPTOMS: &[&str] = &[
+    "frame with invalid size",
+    "connection closed",
+    "broken pipe",
+    "connection reset",
+];
+
 /// How a TLS connection the server closed mid-handshake shows on the
 /// client: hyper sees the close itself, or the write that met it (which
 /// one depends on who is first, so both are read as the same symptom).
@@ -160,7 +170,7 @@ impl Grpc {
     /// TLS record as a frame, the hint that the server speaks TLS.
     fn explain(&self) -> fn(Status) -> Status {
         if self.tls.is_none() {
-            |status| hint(status, &["frame with invalid size"], PLAINTEXT_TO_TLS)
+            |status| hint(status, PLAINTEXT_SYMPTOMS, PLAINTEXT_TO_TLS)
         } else {
             |status| hint(status, CLOSED, CLOSED_OVER_TLS)
         }
@@ -242,6 +252,19 @@ mod tests {
         assert!(std::error::Error::source(&hinted).is_some());
         let refused = Status::unavailable("tcp connect error");
         assert_eq!(plain(refused.clone()).message(), refused.message());
+    }
+
+    #[test]
+    fn in_plaintext_a_close_or_a_write_that_met_it_carries_the_tls_hint() {
+        let plain = Grpc::with_tls(Duration::from_secs(1), None).explain();
+        for seen in [
+            "transport error: connection closed",
+            "transport error: stream closed because of a broken pipe",
+            "transport error: Connection reset by peer (os error 104)",
+        ] {
+            let hinted = plain(Status::unknown(seen));
+            assert!(hinted.message().ends_with(PLAINTEXT_TO_TLS), "{hinted:?}");
+        }
     }
 
     #[test]
