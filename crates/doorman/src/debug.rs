@@ -13,6 +13,7 @@ use axum::routing::get;
 use axum::Router;
 
 use super::server::Server;
+use tollgate_service::html_escape as esc;
 
 /// Serves the debug endpoints for `server` on `listener` until `shutdown`
 /// completes.
@@ -39,22 +40,6 @@ pub fn router(server: Server) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .with_state(server)
-}
-
-/// Escapes text for HTML.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Whether `addr` (`host:port`) names every interface rather than one

@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 use super::config::{BucketConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::registry::{resolve, BucketKind};
 use super::service::{AllowRequest, Quota};
+use tollgate_service::html_escape as esc;
 
 /// The most buckets `/api/buckets` lists.
 const LIST_LIMIT: usize = 10_000;
@@ -194,22 +195,6 @@ async fn buckets(State(quota): State<Arc<Quota>>) -> Response {
         })
         .collect();
     json(StatusCode::OK, &serde_json::Value::Array(list))
-}
-
-/// Escapes text for HTML.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The status page: what the port serves, and the buckets.
