@@ -8,7 +8,6 @@
 //! `tests/doorman_etcd.rs` does, and fails (does not skip) when it cannot.
 //! Every wait polls with a generous bound; no timing is asserted.
 
-use logs::Logs;
 use std::time::{Duration, Instant};
 
 use tollgate_doorman::pb::capacity_client::CapacityClient;
@@ -16,16 +15,10 @@ use tollgate_doorman::EtcdConfigSource;
 use tollgate_doorman::{Server, SingleElection};
 use tollgate_quota::EtcdDocument;
 
-#[path = "../../doorman/tests/common/ask.rs"]
-mod ask;
-#[path = "common/cli.rs"]
-mod cli;
-#[path = "../../quota/tests/common/etcd.rs"]
-mod etcd;
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
-
-use etcd::start_etcd;
+use tollgate_testkit::ask;
+use tollgate_testkit::etcd::start_etcd;
+use tollgate_testkit::logs::Logs;
+use tollgate_testkit::process as cli;
 
 /// The configuration key.
 const KEY: &str = "/tollgate/config";
@@ -42,7 +35,7 @@ fn document(capacity: u32) -> String {
 /// A `tollgate serve` process and its gRPC address; killed on drop. Its log
 /// lines are kept.
 struct ServeProcess {
-    process: cli::Server,
+    process: cli::Process,
     addr: String,
 }
 
@@ -63,7 +56,7 @@ impl ServeProcess {
     }
 
     async fn is_master(&self) -> bool {
-        cli::is_master(&self.addr).await
+        ask::is_master(&self.addr).await
     }
 
     async fn capacity(&self) -> Option<f64> {

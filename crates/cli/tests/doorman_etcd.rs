@@ -24,33 +24,26 @@ use tracing::Level;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
-#[path = "../../doorman/tests/common/ask.rs"]
-mod ask;
-#[path = "common/cli.rs"]
-mod cli;
-#[path = "../../quota/tests/common/etcd.rs"]
-mod etcd;
-
-use etcd::{start_etcd, EtcdProcess};
+use tollgate_testkit::ask;
+use tollgate_testkit::fixtures::fair_share;
+use tollgate_testkit::etcd::{start_etcd, EtcdProcess};
+use tollgate_testkit::process as cli;
 
 /// The election TTL: etcd's lease lapses this long after the master's last
 /// renewal. Well above etcd's 2 s minimum, so that the failover bound below
 /// has a second of slack even in its worst case.
 const TTL: Duration = Duration::from_secs(5);
 
-/// The clients' refresh interval: `refresh_interval` in [`CONFIG`].
+/// The clients' refresh interval: `refresh_interval` in [`config`].
 const REFRESH: Duration = Duration::from_secs(2);
 
 /// Leases of 60 s, far longer than a failover, so that a lease granted by
 /// the killed master is still valid when the new master grants; a refresh
 /// interval of [`REFRESH`]; learning mode of 4 s so the test can watch it
 /// start and end.
-const CONFIG: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 2, learning_mode_duration: 4}
-"#;
+fn config() -> String {
+    fair_share(100, 60, 2, 4)
+}
 
 /// The lease clients' backoff after a failed round: at most 0.5 s, a
 /// quarter of [`REFRESH`], so that a client still asks at least once per
@@ -84,7 +77,7 @@ impl Node {
             clock_skew: Duration::from_secs(1),
         })
         .unwrap();
-        let server = Server::builder(ServerConfig::from_yaml(CONFIG).unwrap())
+        let server = Server::builder(ServerConfig::from_yaml(&config()).unwrap())
             .election(&election)
             .build();
         server.spawn_background(Duration::from_secs(1));
@@ -587,7 +580,7 @@ async fn failover_elects_a_new_master_that_starts_in_learning_mode() {
 fn signal(etcd: &EtcdProcess, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
-        .arg(etcd.child.id().to_string())
+        .arg(etcd.pid().to_string())
         .status()
         .unwrap()
         .success();
@@ -635,7 +628,7 @@ async fn mastership_survives_a_stall_shorter_than_the_lease_and_ends_with_it() {
 /// A `tollgate serve` process in an etcd election and its gRPC address;
 /// killed on drop.
 struct ServeProcess {
-    process: cli::Server,
+    process: cli::Process,
     addr: String,
 }
 
@@ -651,7 +644,7 @@ impl ServeProcess {
     }
 
     async fn is_master(&self) -> bool {
-        cli::is_master(&self.addr).await
+        ask::is_master(&self.addr).await
     }
 }
 

@@ -13,12 +13,9 @@ use std::time::{Duration, Instant};
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 use tollgate_doorman::{EtcdElection, EtcdElectionConfig, Server, ServerConfig};
 
-#[path = "../../doorman/tests/common/ask.rs"]
-mod ask;
-#[path = "../../quota/tests/common/etcd.rs"]
-mod etcd;
-
-use etcd::start_etcd;
+use tollgate_testkit::ask;
+use tollgate_testkit::etcd::start_etcd;
+use tollgate_testkit::fixtures::fair_share;
 
 /// The election TTL: long enough that a loaded machine does not lose
 /// mastership to a late keep-alive.
@@ -26,15 +23,7 @@ const TTL: Duration = Duration::from_secs(5);
 
 /// 100 units, leases of `lease` seconds, 60 s of learning mode.
 fn config(lease: u64) -> ServerConfig {
-    ServerConfig::from_yaml(&format!(
-        r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 100
-    algorithm: {{kind: FAIR_SHARE, lease_length: {lease}, refresh_interval: 2, learning_mode_duration: 60}}
-"#
-    ))
-    .unwrap()
+    ServerConfig::from_yaml(&fair_share(100, lease, 2, 60)).unwrap()
 }
 
 struct Node {

@@ -19,12 +19,8 @@ use tokio::net::TcpStream;
 use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 
-#[path = "../../doorman/tests/common/ask.rs"]
-mod ask;
-#[path = "common/cli.rs"]
-mod cli;
-
-use cli::HANG;
+use tollgate_testkit::ask;
+use tollgate_testkit::process::{self as cli, HANG};
 
 /// The server's RSS must stay below this under the stream and idle attack:
 /// 1,000 streams each holding most of a 64 KiB message (the default cap)
@@ -36,7 +32,7 @@ const RSS_BOUND_MIB: u64 = 128;
 /// A `tollgate serve` process and its gRPC address; killed when the test
 /// ends, passing or not.
 struct Server {
-    process: cli::Server,
+    process: cli::Process,
     addr: String,
 }
 

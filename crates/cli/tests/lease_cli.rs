@@ -1,10 +1,7 @@
 //! `tollgate lease` prints each lease as it refreshes, then releases it.
 
-#[path = "../../doorman/tests/common/lease_server.rs"]
-mod lease_server;
-
-#[path = "common/cli.rs"]
-mod cli;
+use tollgate_testkit::lease as lease_server;
+use tollgate_testkit::process as cli;
 
 const CONFIG: &str = r#"
 resources:

@@ -4,8 +4,7 @@
 
 use std::process::Output;
 
-#[path = "common/cli.rs"]
-mod cli;
+use tollgate_testkit::process as cli;
 
 fn load(args: &[&str]) -> Output {
     let mut child = cli::tollgate()

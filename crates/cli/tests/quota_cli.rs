@@ -1,8 +1,7 @@
 //! `tollgate quota` starts from a reference-format YAML file, answers
 //! Allow over gRPC, and refuses a bad file with an error naming the field.
 
-#[path = "common/cli.rs"]
-mod cli;
+use tollgate_testkit::process as cli;
 
 use tollgate_quota::pb::quota_service_client::QuotaServiceClient;
 use tollgate_quota::pb::{allow_response, AllowRequest};
@@ -10,7 +9,7 @@ use tollgate_quota::pb::{allow_response, AllowRequest};
 /// Starts `tollgate quota` on `config` with `extra` flags, on ports of its
 /// own; returns it and its gRPC address. Blocks: call it from
 /// `tokio::task::block_in_place`.
-fn start(config: &std::path::Path, extra: &[&str]) -> (cli::Server, String) {
+fn start(config: &std::path::Path, extra: &[&str]) -> (cli::Process, String) {
     let mut server = cli::start(
         cli::on_free_ports("quota")
             .arg("--config")
@@ -185,7 +184,7 @@ async fn the_example_configuration_serves_and_start_up_explains_itself() {
         "namespaces:\n  ips:\n    dynamic_bucket_template: {size: 1}\n",
     );
     // Logged before the server listens, which `start` waits for.
-    let line_with = |server: &cli::Server, text: &str| {
+    let line_with = |server: &cli::Process, text: &str| {
         server
             .lines()
             .into_iter()

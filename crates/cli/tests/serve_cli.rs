@@ -1,9 +1,7 @@
 //! `tollgate serve` starts with one command (no config) and answers gRPC.
 
-#[path = "../../doorman/tests/common/ask.rs"]
-mod ask;
-#[path = "common/cli.rs"]
-mod cli;
+use tollgate_testkit::ask;
+use tollgate_testkit::process as cli;
 
 use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_client::CapacityClient;

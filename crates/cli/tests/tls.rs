@@ -21,21 +21,18 @@ use tollgate_doorman::{
 };
 use tonic::transport::Endpoint;
 
-#[path = "../../doorman/tests/common/lease_server.rs"]
-mod lease_server;
-
-#[path = "common/cli.rs"]
-mod cli;
+use tollgate_testkit::fixtures::fair_share;
+use tollgate_testkit::net;
+use tollgate_testkit::process as cli;
 
 /// A guard on how long any wait may take before the test fails.
 const HANG: Duration = Duration::from_secs(60);
 
-const YAML: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 1, learning_mode_duration: 0}
-"#;
+/// The lease servers' templates: 100 units, leases of 4 s refreshed every
+/// second, no learning mode.
+fn yaml() -> String {
+    fair_share(100, 4, 1, 0)
+}
 
 /// A CA: its certificate's file and what signs with it.
 struct Ca {
@@ -77,21 +74,21 @@ fn leaf(dir: &Path, name: &str, names: &[&str], ca: &Ca) -> (PathBuf, PathBuf) {
     (cert_file, key_file)
 }
 
-/// A lease server deciding by YAML, the master at `addr`, to serve over
+/// A lease server deciding by [`yaml`], the master at `addr`, to serve over
 /// `tls`.
 fn master_over_tls(addr: &str, tls: &ServerTls) -> Server {
     let election = SingleElection::new(Some(addr.to_owned()));
-    Server::builder(ServerConfig::from_yaml(YAML).unwrap())
+    Server::builder(ServerConfig::from_yaml(&yaml()).unwrap())
         .election(&election)
         .tls(tls)
         .unwrap()
         .build()
 }
 
-/// Serves YAML over `tls` on 127.0.0.1:0; returns the address and the
+/// Serves [`yaml`] over `tls` on 127.0.0.1:0; returns the address and the
 /// sender that stops the server.
 async fn serve(tls: ServerTls) -> (String, oneshot::Sender<()>) {
-    let (listener, addr) = lease_server::listen().await;
+    let (listener, addr) = net::listen().await;
     let server = master_over_tls(&addr, &tls);
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -325,17 +322,14 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
 
 /// An intermediate server's own templates: only its learning mode and the
 /// fallback lease before the first grant matter.
-const MID: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 1000
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}
-"#;
+fn mid() -> String {
+    fair_share(1000, 60, 1, 0)
+}
 
-/// A root server on 127.0.0.1:0 serving YAML over `tls`: the server (to
+/// A root server on 127.0.0.1:0 serving [`yaml`] over `tls`: the server (to
 /// read its leases) and its address.
 async fn root(tls: ServerTls) -> (Server, String) {
-    let (listener, addr) = lease_server::listen().await;
+    let (listener, addr) = net::listen().await;
     let server = master_over_tls(&addr, &tls);
     server.spawn_background(Duration::from_secs(1));
     let serving = server.clone();
@@ -351,9 +345,9 @@ async fn root(tls: ServerTls) -> (Server, String) {
 /// An intermediate server on 127.0.0.1:0 (plain gRPC to its clients) whose
 /// poller asks `parent` as `id` over `tls`; returns its address.
 async fn intermediate(parent: &str, id: &str, tls: &ClientTls) -> String {
-    let (listener, addr) = lease_server::listen().await;
+    let (listener, addr) = net::listen().await;
     let election = SingleElection::new(Some(addr.clone()));
-    let server = Server::builder(ServerConfig::from_yaml(MID).unwrap())
+    let server = Server::builder(ServerConfig::from_yaml(&mid()).unwrap())
         .election(&election)
         .parent(Parent {
             address: parent.to_owned(),

@@ -50,7 +50,7 @@ async fn leased_rate(client: &Client, id: &str, options: RateOptions) -> RateRes
 async fn a_gauge_caps_operations_in_flight_at_the_lease() {
     // Before any answer (nothing listens on this port) a safe-mode gauge
     // has no safe capacity and admits nothing.
-    let dead = lease_server::nowhere().await;
+    let dead = tollgate_testkit::net::nowhere().await;
     let unanswered = Client::builder().server(dead).build().unwrap();
     let gauge = GaugeResource::new(&unanswered, "gauge", ResourceOptions::new(2.7), None).unwrap();
     assert_eq!(gauge.resource().current().source, CapacitySource::Pending);
@@ -155,7 +155,7 @@ async fn estimated_wants_follow_the_demand_that_was_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_any_answer_each_mode_applies_its_fallback() {
     // Nothing listens on this port.
-    let dead = lease_server::nowhere().await;
+    let dead = tollgate_testkit::net::nowhere().await;
     let client = Client::builder().server(dead).build().unwrap();
     let make = |id: &str, mode| {
         RateResource::new(
@@ -190,7 +190,7 @@ async fn before_any_answer_each_mode_applies_its_fallback() {
 /// Paused tokio time: the layer waits exactly its bound, then rejects.
 #[tokio::test(start_paused = true)]
 async fn the_layer_waits_exactly_its_bound_before_rejecting() {
-    let dead = lease_server::nowhere().await;
+    let dead = tollgate_testkit::net::nowhere().await;
     let client = Client::builder().server(dead).build().unwrap();
     let rate = RateResource::new(
         &client,

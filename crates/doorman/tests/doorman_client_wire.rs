@@ -8,10 +8,6 @@
 //! a manual clock, so the fixed expiry times in the bytes stay in the
 //! future.
 
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
-
-use logs::Logs;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +19,7 @@ use tollgate::ManualClock;
 use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_server::{Capacity as CapacityService, CapacityServer};
 use tollgate_doorman::{Backoff, Capacity, CapacitySource, Client, ExpiryMode, ResourceOptions};
+use tollgate_testkit::logs::Logs;
 
 /// The client's Unix time.
 const T0: u64 = 1_700_000_000;

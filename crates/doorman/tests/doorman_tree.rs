@@ -9,29 +9,20 @@ use std::time::{Duration, Instant};
 use tollgate_doorman::pb;
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 use tollgate_doorman::{Parent, Server, ServerConfig, SingleElection};
+use tollgate_testkit::fixtures::fair_share;
+use tollgate_testkit::{ask, net};
 use tonic::transport::Channel;
 
-#[path = "common/ask.rs"]
-mod ask;
-#[path = "common/lease_server.rs"]
-mod lease_server;
-
 /// The root: 100 units, refresh 4 s, no learning mode.
-const ROOT: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 4, learning_mode_duration: 0}
-"#;
+fn root() -> String {
+    fair_share(100, 30, 4, 0)
+}
 
 /// An intermediate's own templates: only its learning mode and the
 /// fallback lease before the first grant matter.
-const MID: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 1000
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}
-"#;
+fn mid() -> String {
+    fair_share(1000, 60, 1, 0)
+}
 
 struct Running {
     server: Server,
@@ -39,11 +30,12 @@ struct Running {
 }
 
 async fn start(yaml: &str, parent: Option<(&str, &str)>) -> Running {
-    let (listener, addr) = lease_server::listen().await;
+    let (listener, addr) = net::listen().await;
+    let election = SingleElection::new(Some(addr.clone()));
+    let builder = Server::builder(ServerConfig::from_yaml(yaml).unwrap()).election(&election);
     let server = match parent {
-        None => lease_server::master_at(yaml, &addr),
-        Some((parent, id)) => Server::builder(ServerConfig::from_yaml(yaml).unwrap())
-            .election(&SingleElection::new(Some(addr.clone())))
+        None => builder.build(),
+        Some((parent, id)) => builder
             .parent(Parent {
                 address: parent.to_owned(),
                 server_id: id.to_owned(),
@@ -89,8 +81,8 @@ fn root_lease(root: &Server, id: &str) -> tollgate_doorman::ClientLease {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intermediate_grants_zero_then_what_its_parent_granted() {
-    let root = start(ROOT, None).await;
-    let mid = start(MID, Some((&root.addr, "mid"))).await;
+    let root = start(&root(), None).await;
+    let mid = start(&mid(), Some((&root.addr, "mid"))).await;
     let mut c = connect(&mid.addr).await;
 
     let first = get(&mut c, "c1", 40.0, None).await;
@@ -123,8 +115,8 @@ async fn an_intermediate_grants_zero_then_what_its_parent_granted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_through_an_intermediate_never_exceed_the_roots_capacity() {
-    let root = start(ROOT, None).await;
-    let mid = start(MID, Some((&root.addr, "mid"))).await;
+    let root = start(&root(), None).await;
+    let mid = start(&mid(), Some((&root.addr, "mid"))).await;
     let mut c = connect(&mid.addr).await;
     let ids = ["c1", "c2", "c3"];
     let mut held = [0.0; 3];
@@ -153,9 +145,9 @@ async fn grants_through_an_intermediate_never_exceed_the_roots_capacity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_intervals_halve_at_each_level() {
-    let root = start(ROOT, None).await;
-    let region = start(MID, Some((&root.addr, "region"))).await;
-    let dc = start(MID, Some((&region.addr, "dc"))).await;
+    let root = start(&root(), None).await;
+    let region = start(&mid(), Some((&root.addr, "region"))).await;
+    let dc = start(&mid(), Some((&region.addr, "dc"))).await;
     let mut c = connect(&dc.addr).await;
     let start = Instant::now();
     let lease = loop {
@@ -180,18 +172,15 @@ async fn refresh_intervals_halve_at_each_level() {
     assert_eq!(lease.refresh_interval, 1);
 }
 
-/// As MID, with 30 s of learning mode after winning mastership.
-const MID_LEARNING: &str = r#"
-resources:
-  - identifier_glob: "*"
-    capacity: 1000
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 30}
-"#;
+/// As [`mid`], with 30 s of learning mode after winning mastership.
+fn mid_learning() -> String {
+    fair_share(1000, 60, 1, 30)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intermediate_in_learning_mode_echoes_has_only_up_to_its_grant() {
-    let root = start(ROOT, None).await;
-    let mid = start(MID_LEARNING, Some((&root.addr, "mid"))).await;
+    let root = start(&root(), None).await;
+    let mid = start(&mid_learning(), Some((&root.addr, "mid"))).await;
     let mut c = connect(&mid.addr).await;
     // Before its first grant the intermediate knows no bound: c1's claim
     // of 150 is echoed, since c1 already holds it.

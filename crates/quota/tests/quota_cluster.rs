@@ -15,8 +15,7 @@ use tollgate_quota::{
     run_cluster, AllowRequest, ClusterOptions, Quota, QuotaConfig, QuotaLimits, Status,
 };
 
-#[path = "../../doorman/tests/common/lease_server.rs"]
-mod lease_server;
+use tollgate_testkit::lease as lease_server;
 
 const RATE: f64 = 1000.0;
 const SIZE: u64 = 100;

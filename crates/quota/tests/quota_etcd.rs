@@ -15,10 +15,7 @@ use tollgate_quota::{
     QuotaLimits, Status,
 };
 
-#[path = "common/etcd.rs"]
-mod etcd;
-
-use etcd::start_etcd;
+use tollgate_testkit::etcd::start_etcd;
 
 #[path = "common/admin_api.rs"]
 mod admin_api;

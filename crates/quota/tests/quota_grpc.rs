@@ -5,7 +5,6 @@
 #[path = "common/grpc_answer.rs"]
 mod grpc_answer;
 
-use logs::Logs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +16,7 @@ use tollgate_quota::{reload_config, serve_http, Quota, QuotaConfig, QuotaLimits,
 
 #[path = "common/http1.rs"]
 mod http1;
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
+use tollgate_testkit::logs::Logs;
 
 use http1::http;
 

@@ -17,10 +17,8 @@ use tollgate_throttle::{
     TokenPool,
 };
 
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
-use logs::Logs;
 use tollgate::ManualClock;
+use tollgate_testkit::logs::Logs;
 use tower::{Layer, ServiceExt};
 
 fn window(limit: u64) -> Limit {

@@ -19,9 +19,7 @@ use tollgate_throttle::{
     RequestHead, Rule, Throttler, TokenPool, Trust,
 };
 
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
-use logs::Logs;
+use tollgate_testkit::logs::Logs;
 
 /// Polls a future once: its output if ready, `None` if it would wait (the
 /// future is then dropped, as a client closing its connection drops it).

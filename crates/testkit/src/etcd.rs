@@ -1,21 +1,22 @@
 //! A real etcd for the tests that need one (Debian's etcd-server, which
 //! `.ci/run` installs): started on free ports in a temporary directory,
 //! killed and its data removed on drop.
-#![allow(dead_code)] // each test file uses a part
 
-use std::net::TcpListener as StdListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::net::free_port;
+
 /// An etcd process, killed and its data removed on drop.
-pub(crate) struct EtcdProcess {
-    pub(crate) child: Child,
-    pub(crate) dir: PathBuf,
+#[derive(Debug)]
+pub struct EtcdProcess {
+    child: Child,
+    dir: PathBuf,
     client: u16,
     peer: u16,
     /// `host:port` of its client URL.
-    pub(crate) endpoint: String,
+    pub endpoint: String,
 }
 
 impl Drop for EtcdProcess {
@@ -40,15 +41,14 @@ fn etcd_binary() -> PathBuf {
         .expect("etcd not found: install Debian's etcd-server (.ci/run does)")
 }
 
-pub(crate) fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub(crate) fn start_etcd() -> EtcdProcess {
+/// Starts etcd on free ports in a new temporary directory and waits until
+/// it listens.
+///
+/// # Panics
+///
+/// If etcd is not installed, exits, or does not listen within 30 s (with
+/// its log).
+pub fn start_etcd() -> EtcdProcess {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -108,14 +108,19 @@ impl EtcdProcess {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills etcd, as a crash would.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
     /// Starts a killed etcd again on the same ports and data.
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.child = spawn_etcd(&self.dir, self.client, self.peer);
         self.wait_listening();
     }

@@ -1,29 +1,53 @@
-//! A `tollgate` process for the CLI tests: started with one of its output
-//! streams read into memory as it comes (so it never blocks on a full
-//! pipe), asked for the lines and the address it logs, signalled, and
-//! killed when the test ends.
-#![allow(dead_code)] // each test file uses a part
+//! A `tollgate` process for the tests of the command: started with one of
+//! its output streams read into memory as it comes (so it never blocks on
+//! a full pipe), asked for the lines and the address it logs, signalled,
+//! and killed when the test ends.
 
 use std::io::{BufRead as _, BufReader, Read};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A guard against hanging: how long any wait for the process may take
 /// before the test fails. Never part of what a test asserts.
-pub(crate) const HANG: Duration = Duration::from_secs(60);
+pub const HANG: Duration = Duration::from_secs(60);
 
-/// The `tollgate` binary's path.
-pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+/// The `tollgate` binary's path: cargo's `CARGO_BIN_EXE_tollgate` where
+/// set, else the binary beside the running test's directory
+/// (`target/<profile>/tollgate` for `target/<profile>/deps/<test>`), where
+/// cargo puts it before it runs the command's tests.
+///
+/// # Panics
+///
+/// If there is no binary there (it is built by the `tollgate-cli` crate's
+/// tests).
+pub fn bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_tollgate") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    let mut dir = exe.parent().expect("the test's directory");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("the profile's directory");
+    }
+    let bin = dir.join(format!("tollgate{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} not found: the tollgate-cli crate's tests build it",
+        bin.display()
+    );
+    bin
+}
 
 /// The `tollgate` binary, as a command to add arguments to.
-pub(crate) fn tollgate() -> Command {
-    Command::new(BIN)
+pub fn tollgate() -> Command {
+    Command::new(bin())
 }
 
 /// `tollgate <subcommand>` on loopback with free gRPC and debug ports
 /// (`serve` and `quota` take the same flags for them).
-pub(crate) fn on_free_ports(subcommand: &str) -> Command {
+pub fn on_free_ports(subcommand: &str) -> Command {
     let mut command = tollgate();
     command.args([
         subcommand,
@@ -39,29 +63,30 @@ pub(crate) fn on_free_ports(subcommand: &str) -> Command {
 
 /// The lines a process wrote to the stream being read, and whether the
 /// stream has ended.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Lines {
     lines: Vec<String>,
     ended: bool,
 }
 
 /// [`Lines`] shared with the thread that reads them.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Log {
     state: Mutex<Lines>,
     grew: Condvar,
 }
 
 /// A process, killed when dropped (when the test ends, passing or not).
-pub(crate) struct Server {
+#[derive(Debug)]
+pub struct Process {
     child: Child,
     log: Arc<Log>,
     /// Lines before this index were already matched by a
-    /// [`Server::wait_line`]: the next wait looks only after it.
+    /// [`Process::wait_line`]: the next wait looks only after it.
     seen: usize,
 }
 
-impl Drop for Server {
+impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -70,7 +95,7 @@ impl Drop for Server {
 
 /// Starts `command` with its log (info level, no colour) on stderr, read
 /// into memory; stdout is discarded.
-pub(crate) fn start(command: &mut Command) -> Server {
+pub fn start(command: &mut Command) -> Process {
     command
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info")
@@ -78,20 +103,20 @@ pub(crate) fn start(command: &mut Command) -> Server {
         .stderr(Stdio::piped());
     let mut child = command.spawn().expect("tollgate runs");
     let stderr = child.stderr.take().expect("stderr is piped");
-    Server::reading(child, stderr)
+    Process::reading(child, stderr)
 }
 
 /// Starts `command` with its stdout read into memory (what
-/// [`Server::wait_line`] and [`Server::logged`] see); stderr is discarded.
-pub(crate) fn start_reading_stdout(command: &mut Command) -> Server {
+/// [`Process::wait_line`] and [`Process::logged`] see); stderr is discarded.
+pub fn start_reading_stdout(command: &mut Command) -> Process {
     command.stdout(Stdio::piped()).stderr(Stdio::null());
     let mut child = command.spawn().expect("tollgate runs");
     let stdout = child.stdout.take().expect("stdout is piped");
-    Server::reading(child, stdout)
+    Process::reading(child, stdout)
 }
 
-impl Server {
-    fn reading(child: Child, stream: impl Read + Send + 'static) -> Server {
+impl Process {
+    fn reading(child: Child, stream: impl Read + Send + 'static) -> Process {
         let log = Arc::new(Log::default());
         let sink = Arc::clone(&log);
         // Read for as long as the process runs, so it never blocks on a
@@ -104,7 +129,7 @@ impl Server {
             sink.state.lock().unwrap().ended = true;
             sink.grew.notify_all();
         });
-        Server {
+        Process {
             child,
             log,
             seen: 0,
@@ -118,7 +143,7 @@ impl Server {
     /// # Panics
     ///
     /// If the stream ends or [`HANG`] passes first, with the lines read.
-    pub(crate) fn wait_line(&mut self, text: &str) -> String {
+    pub fn wait_line(&mut self, text: &str) -> String {
         let deadline = Instant::now() + HANG;
         let mut state = self.log.state.lock().unwrap();
         loop {
@@ -141,8 +166,8 @@ impl Server {
     }
 
     /// The value of `addr=` on the first log line from now on containing
-    /// `marker`, as [`Server::wait_line`] finds it.
-    pub(crate) fn logged_addr(&mut self, marker: &str) -> String {
+    /// `marker`, as [`Process::wait_line`] finds it.
+    pub fn logged_addr(&mut self, marker: &str) -> String {
         let line = self.wait_line(marker);
         let at = line.find("addr=").expect("the log line names its address");
         line[at + 5..]
@@ -153,23 +178,23 @@ impl Server {
     }
 
     /// How many lines read so far contain `text`.
-    pub(crate) fn logged(&self, text: &str) -> usize {
+    pub fn logged(&self, text: &str) -> usize {
         let state = self.log.state.lock().unwrap();
         state.lines.iter().filter(|l| l.contains(text)).count()
     }
 
     /// Every line read so far.
-    pub(crate) fn lines(&self) -> Vec<String> {
+    pub fn lines(&self) -> Vec<String> {
         self.log.state.lock().unwrap().lines.clone()
     }
 
     /// The process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends `signal` to the process.
-    pub(crate) fn signal(&self, signal: libc::c_int) {
+    pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill has no memory-safety preconditions; the pid is our
         // child's, which is not reaped before `self` is dropped or has
         // returned its exit status.
@@ -178,14 +203,14 @@ impl Server {
     }
 
     /// Whether the process is still running.
-    pub(crate) fn alive(&mut self) -> bool {
+    pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
 
     /// Waits, at most [`HANG`], for the process to exit; returns its
     /// status. Blocks: call it from `tokio::task::block_in_place` in an
     /// async test.
-    pub(crate) fn exit_status(&mut self) -> ExitStatus {
+    pub fn exit_status(&mut self) -> ExitStatus {
         let deadline = Instant::now() + HANG;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -195,19 +220,6 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-}
-
-/// Whether the Doorman server at `addr` says it is the master (`false`
-/// when it does not answer).
-pub(crate) async fn is_master(addr: &str) -> bool {
-    use tollgate_doorman::pb;
-    use tollgate_doorman::pb::capacity_client::CapacityClient;
-    let Ok(mut c) = CapacityClient::connect(format!("http://{addr}")).await else {
-        return false;
-    };
-    c.discovery(pb::DiscoveryRequest {})
-        .await
-        .is_ok_and(|r| r.into_inner().is_master)
 }
 
 /// `line` without ANSI colour codes.

@@ -3,9 +3,10 @@
 use std::sync::{Arc, Mutex};
 
 /// Everything written to it, shared by its clones: pass a clone to
-/// `tracing_subscriber::fmt().with_writer(move || logs.clone())`.
-#[derive(Clone, Default)]
-pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
+/// `tracing_subscriber::fmt().with_writer(move || logs.clone())`, or set
+/// [`Logs::subscriber`] as the default.
+#[derive(Clone, Debug, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -19,14 +20,13 @@ impl std::io::Write for Logs {
 
 impl Logs {
     /// What was written so far.
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
     /// A subscriber writing plain lines (no colours) here; set it as the
     /// default for the code whose logs a test reads.
-    #[allow(dead_code)]
-    pub(crate) fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
         let logs = self.clone();
         tracing_subscriber::fmt()
             .with_writer(move || logs.clone())
@@ -35,8 +35,7 @@ impl Logs {
     }
 
     /// How often `what` was written so far.
-    #[allow(dead_code)]
-    pub(crate) fn count(&self, what: &str) -> usize {
+    pub fn count(&self, what: &str) -> usize {
         self.text().matches(what).count()
     }
 }

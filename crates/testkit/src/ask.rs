@@ -1,11 +1,11 @@
-//! The GetCapacity request the tests send: one client asking for one
-//! resource.
+//! The Doorman requests the tests send: a GetCapacity for one resource and
+//! a Discovery.
 
 use tollgate_doorman::pb;
 
 /// `client` asking for `wants` of `resource` at `priority`, reporting that
 /// it holds `has` (with no expiry or refresh interval) when given.
-pub(crate) fn get_capacity(
+pub fn get_capacity(
     client: &str,
     resource: &str,
     priority: i64,
@@ -25,4 +25,16 @@ pub(crate) fn get_capacity(
             wants,
         }],
     }
+}
+
+/// Whether the Doorman server at `addr` says it is the master (`false`
+/// when it does not answer).
+pub async fn is_master(addr: &str) -> bool {
+    use pb::capacity_client::CapacityClient;
+    let Ok(mut c) = CapacityClient::connect(format!("http://{addr}")).await else {
+        return false;
+    };
+    c.discovery(pb::DiscoveryRequest {})
+        .await
+        .is_ok_and(|r| r.into_inner().is_master)
 }

@@ -1,0 +1,25 @@
+//! What the tollgate crates' tests share, in one home: a dev-dependency
+//! only, never published.
+//!
+//! * [`logs`]: log output captured for a test to read;
+//! * [`etcd`]: a real etcd started for a test on free ports;
+//! * [`net`]: listeners and dead addresses on loopback;
+//! * [`process`]: a `tollgate` process started for a test, its output read
+//!   as it comes;
+//! * [`fixtures`]: the Doorman resource templates the tests write alike;
+//! * [`ask`]: the Doorman requests the tests send;
+//! * `lease` (feature `lease`): an in-process Doorman lease server and the
+//!   GetCapacity requests the tests send it.
+//!
+//! The Doorman crate's own tests take the kit without `lease`, so that the
+//! kit never turns the server on in the Doorman crate's lease-client-alone
+//! build (`--no-default-features`).
+
+pub mod ask;
+pub mod etcd;
+pub mod fixtures;
+#[cfg(feature = "lease")]
+pub mod lease;
+pub mod logs;
+pub mod net;
+pub mod process;
