@@ -25,8 +25,8 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
 use tollgate_testkit::ask;
-use tollgate_testkit::fixtures::fair_share;
 use tollgate_testkit::etcd::{start_etcd, EtcdProcess};
+use tollgate_testkit::fixtures::fair_share;
 use tollgate_testkit::process as cli;
 
 /// The election TTL: etcd's lease lapses this long after the master's last
