@@ -21,88 +21,36 @@
 //! reads them (`Client::last_error`, through `Client::watch_last_error`).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
-use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use tokio::sync::watch;
 use tollgate_doorman::{
-    Capacity, CapacitySource, Client, ClientTls, ExpiryMode, RateOptions, RateResource,
-    ReleaseError, Resource, ResourceOptions, SessionError,
+    Capacity, Client, ExpiryMode, RateOptions, RateResource, ReleaseError, Resource,
+    ResourceOptions, SessionError,
 };
 
 use crate::errors::{
     chain, check_address, positive_seconds, seconds, signed, tls_error, value_error, LeaseError,
 };
-use crate::limiter::PyStats;
 use crate::repr::Repr;
-use crate::runtime::{coroutine, into_asyncio, runtime, wait_on, Born};
+use crate::runtime::{runtime, wait_on, Born};
+
+mod capacity;
+mod limiter;
+mod resource;
+mod tls;
+
+use capacity::source_name;
+pub(crate) use capacity::{PyCapacity, PyCapacityUpdates};
+pub(crate) use limiter::PyLeasedRateLimiter;
+pub(crate) use resource::PyResource;
+pub(crate) use tls::PyTls;
 
 /// Locks a mutex, whose data stays consistent even if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// TLS for a `LeaseClient`: the CA that signed the servers' certificates
-/// (PEM), and for mutual TLS the client's certificate and key.
-///
-/// The files are read and checked when the `Tls` is made: a missing one
-/// raises FileNotFoundError, one without a usable PEM certificate or key
-/// ValueError.
-#[pyclass(frozen, name = "Tls", module = "tollgate")]
-pub(crate) struct PyTls {
-    tls: ClientTls,
-    ca: std::path::PathBuf,
-    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    domain: Option<String>,
-}
-
-#[pymethods]
-impl PyTls {
-    #[new]
-    #[pyo3(signature = (ca, *, cert = None, key = None, domain = None))]
-    fn new(
-        ca: std::path::PathBuf,
-        cert: Option<std::path::PathBuf>,
-        key: Option<std::path::PathBuf>,
-        domain: Option<String>,
-    ) -> PyResult<PyTls> {
-        let mut tls = ClientTls::new(ca.clone());
-        let identity = match (cert, key) {
-            (Some(cert), Some(key)) => {
-                tls = tls.identity(cert.clone(), key.clone());
-                Some((cert, key))
-            }
-            (None, None) => None,
-            _ => return Err(PyValueError::new_err("cert and key go together")),
-        };
-        if let Some(domain) = &domain {
-            if domain.is_empty() {
-                return Err(PyValueError::new_err("domain must not be empty"));
-            }
-            tls = tls.domain(domain.clone());
-        }
-        tls.load().map_err(|e| tls_error(&e))?;
-        Ok(PyTls {
-            tls,
-            ca,
-            identity,
-            domain,
-        })
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let path = |p: &std::path::Path| p.display().to_string();
-        let mut repr = Repr::new(py, "Tls").arg(path(&self.ca))?;
-        if let Some((cert, key)) = &self.identity {
-            repr = repr.field("cert", path(cert))?.field("key", path(key))?;
-        }
-        if let Some(domain) = &self.domain {
-            repr = repr.field("domain", domain)?;
-        }
-        repr.done()
-    }
 }
 
 /// The message of the LeaseError raised once `e`, a failure no retry can
@@ -525,86 +473,6 @@ impl PyLeaseClient {
     }
 }
 
-/// A resource the client holds a lease on: `capacity` is what to use now
-/// (the lease's, or the expiry mode's while no lease is valid).
-#[pyclass(frozen, name = "Resource", module = "tollgate")]
-pub(crate) struct PyResource {
-    lease: Lease,
-}
-
-#[pymethods]
-impl PyResource {
-    /// The resource id.
-    #[getter]
-    fn id(&self) -> &str {
-        &self.lease.id
-    }
-
-    /// The capacity to use now.
-    #[getter]
-    fn capacity(&self) -> PyResult<f64> {
-        self.lease.capacity()
-    }
-
-    /// The whole state: capacity, its source, the last lease.
-    fn current(&self) -> PyResult<PyCapacity> {
-        self.lease.current()
-    }
-
-    /// Why the client's last refresh failed, or None (see
-    /// `LeaseClient.last_error`).
-    #[getter]
-    fn last_error(&self) -> PyResult<Option<String>> {
-        self.lease.last_error()
-    }
-
-    /// Sets the wants sent from the next refresh on.
-    fn set_wants(&self, wants: f64) -> PyResult<()> {
-        self.lease.set_wants(wants)
-    }
-
-    /// Blocks until the capacity state changes (an answer from a server,
-    /// a lease expiring) and returns it; None after `timeout` seconds
-    /// without a change (`last_error` then says whether the servers are
-    /// failing, and why). Raises LeaseError at once when every server of
-    /// the client has refused it in a way no retry can fix (a server of
-    /// another kind, a refused request, a TLS certificate that does not
-    /// verify).
-    #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
-        self.lease.wait(py, timeout)
-    }
-
-    /// An async iterator of the capacity state: the current one first,
-    /// then each change; it ends when the resource is released, and
-    /// raises LeaseError as `wait` does.
-    fn updates(&self) -> PyResult<PyCapacityUpdates> {
-        self.lease.updates()
-    }
-
-    /// Releases the lease and waits for the server's answer; raises
-    /// LeaseError when no server acknowledged it (the server then drops
-    /// the lease when it expires). Releasing twice does nothing.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.lease.release(py)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    /// Releases, without raising when no server can be reached.
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        quiet_release(py, &self.lease)?;
-        Ok(false)
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        self.lease.repr(py, "Resource")
-    }
-}
-
 /// Releases; only a signal's exception (Ctrl-C) comes back.
 fn quiet_release(py: Python<'_>, lease: &Lease) -> PyResult<()> {
     lease.born.check()?;
@@ -612,246 +480,4 @@ fn quiet_release(py: Python<'_>, lease: &Lease) -> PyResult<()> {
         let _unacknowledged = wait_on(py, release_held(held))?;
     }
     Ok(())
-}
-
-/// A rate limiter fed by a lease: its rate (ops/s) is the capacity the
-/// lease server grants, and follows every refresh and expiry.
-#[pyclass(frozen, name = "LeasedRateLimiter", module = "tollgate")]
-pub(crate) struct PyLeasedRateLimiter {
-    lease: Lease,
-}
-
-impl PyLeasedRateLimiter {
-    fn rate(&self) -> PyResult<Arc<RateResource>> {
-        self.lease.born.check()?;
-        match &*lock(&self.lease.slot) {
-            Some(Held::Rate(r)) => Ok(Arc::clone(r)),
-            _ => Err(self.lease.released()),
-        }
-    }
-}
-
-#[pymethods]
-impl PyLeasedRateLimiter {
-    /// The resource id.
-    #[getter]
-    fn id(&self) -> &str {
-        &self.lease.id
-    }
-
-    /// Blocks until one op may start, the GIL released, waiting for
-    /// capacity while the lease grants none; returns the lateness in
-    /// seconds. Ctrl-C raises KeyboardInterrupt and takes nothing.
-    fn acquire(&self, py: Python<'_>) -> PyResult<f64> {
-        let rate = self.rate()?;
-        if rate.try_acquire() {
-            return Ok(rate.limiter().lateness().as_secs_f64());
-        }
-        let late = wait_on(py, async move { rate.acquire().await })?;
-        Ok(late.as_secs_f64())
-    }
-
-    /// Takes one op if the lease allows it now; never waits.
-    fn try_acquire(&self) -> PyResult<bool> {
-        Ok(self.rate()?.try_acquire())
-    }
-
-    /// Like `acquire`, waiting at most `timeout` seconds; raises
-    /// TimeoutError (taking nothing) when no capacity came in time.
-    fn acquire_timeout(&self, py: Python<'_>, timeout: f64) -> PyResult<f64> {
-        let max_wait = seconds("timeout", timeout)?;
-        let rate = self.rate()?;
-        let got = wait_on(py, async move { rate.acquire_timeout(max_wait).await })?;
-        got.map(|late| late.as_secs_f64()).map_err(|e| {
-            let mut text = chain(&e);
-            if let Some(why) = &*self.lease.errors.borrow() {
-                text.push_str(&format!(" (the last refresh failed: {why})"));
-            }
-            PyTimeoutError::new_err(text)
-        })
-    }
-
-    /// A coroutine that waits for one op without blocking the event loop
-    /// and returns the lateness in seconds. It starts when first awaited
-    /// (or run as a task); cancelling it takes nothing.
-    fn acquire_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.get().rate()?;
-        coroutine(slf.py(), "acquire_leased", (slf,))
-    }
-
-    /// What `acquire_async`'s coroutine runs first: the lateness when an
-    /// op is there, else an asyncio future of it.
-    fn _acquire_start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let rate = self.rate()?;
-        if rate.try_acquire() {
-            let late = rate.limiter().lateness().as_secs_f64();
-            return Ok(late.into_pyobject(py)?.into_any());
-        }
-        into_asyncio(
-            py,
-            async move { rate.acquire().await },
-            |py, late: Duration| Ok(late.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
-        )
-    }
-
-    /// The capacity in force, ops per second.
-    #[getter]
-    fn capacity(&self) -> PyResult<f64> {
-        self.lease.capacity()
-    }
-
-    /// The whole lease state.
-    fn current(&self) -> PyResult<PyCapacity> {
-        self.lease.current()
-    }
-
-    /// Why the client's last refresh failed, or None (see
-    /// `LeaseClient.last_error`).
-    #[getter]
-    fn last_error(&self) -> PyResult<Option<String>> {
-        self.lease.last_error()
-    }
-
-    /// Sets the wants (ops/s) sent from the next refresh on.
-    fn set_wants(&self, wants: f64) -> PyResult<()> {
-        self.lease.set_wants(wants)
-    }
-
-    /// The limiter's counters.
-    fn stats(&self) -> PyResult<PyStats> {
-        let s = self.rate()?.limiter().stats();
-        Ok(PyStats::new(s))
-    }
-
-    /// Blocks until the lease state changes and returns it; None after
-    /// `timeout` seconds without a change. Raises LeaseError as
-    /// `Resource.wait` does.
-    #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyCapacity>> {
-        self.lease.wait(py, timeout)
-    }
-
-    /// An async iterator of the lease state: the current one first, then
-    /// each change.
-    fn updates(&self) -> PyResult<PyCapacityUpdates> {
-        self.lease.updates()
-    }
-
-    /// Releases the lease and waits for the server's answer; raises
-    /// LeaseError when no server acknowledged it.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.lease.release(py)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        quiet_release(py, &self.lease)?;
-        Ok(false)
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        self.lease.repr(py, "LeasedRateLimiter")
-    }
-}
-
-/// A resource's capacity state at one moment.
-#[pyclass(frozen, get_all, name = "Capacity", module = "tollgate")]
-pub(crate) struct PyCapacity {
-    /// The capacity to use now.
-    capacity: f64,
-    /// Why: "pending" (no answer yet), "lease" or "expired".
-    source: String,
-    /// The last lease's capacity, if any (even expired).
-    lease_capacity: Option<f64>,
-    /// When the last lease expires (Unix time, seconds).
-    expiry: Option<f64>,
-    /// How often the server asks to be asked again, seconds.
-    refresh_interval: Option<f64>,
-    /// The last safe capacity the server sent.
-    safe_capacity: Option<f64>,
-    /// How many answers from the server the resource has had.
-    refreshes: u64,
-}
-
-impl From<&Capacity> for PyCapacity {
-    fn from(c: &Capacity) -> PyCapacity {
-        PyCapacity {
-            capacity: c.capacity,
-            source: source_name(c.source).to_owned(),
-            lease_capacity: c.lease.map(|l| l.capacity),
-            expiry: c.lease.map(|l| l.expiry.as_secs_f64()),
-            refresh_interval: c.lease.map(|l| l.refresh_interval.as_secs_f64()),
-            safe_capacity: c.safe_capacity,
-            refreshes: c.refreshes,
-        }
-    }
-}
-
-#[pymethods]
-impl PyCapacity {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Repr::new(py, "Capacity")
-            .field("capacity", self.capacity)?
-            .field("source", &self.source)?
-            .field("lease_capacity", self.lease_capacity)?
-            .field("expiry", self.expiry)?
-            .field("refresh_interval", self.refresh_interval)?
-            .field("safe_capacity", self.safe_capacity)?
-            .field("refreshes", self.refreshes)?
-            .done()
-    }
-}
-
-/// `async for capacity in resource.updates()`: the state now, then every
-/// change, until the resource is released.
-#[pyclass(frozen, name = "CapacityUpdates", module = "tollgate")]
-pub(crate) struct PyCapacityUpdates {
-    /// The capacity.
-    watched: Arc<tokio::sync::Mutex<watch::Receiver<Capacity>>>,
-    /// What the resource holds, to see whether its client stopped.
-    slot: Slot,
-    born: Born,
-}
-
-#[pymethods]
-impl PyCapacityUpdates {
-    fn __aiter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.born.check()?;
-        let watched = Arc::clone(&self.watched);
-        let slot = Arc::clone(&self.slot);
-        into_asyncio(
-            py,
-            async move {
-                let mut watched = watched.lock().await;
-                let rx = &mut *watched;
-                match next_change(rx, &slot).await {
-                    Woke::Changed(Ok(())) => Ok(Some(PyCapacity::from(&*rx.borrow_and_update()))),
-                    Woke::Changed(Err(_released)) => Ok(None),
-                    Woke::Fatal(e) => Err(e),
-                }
-            },
-            |py, next| match next {
-                Ok(Some(c)) => Ok(Py::new(py, c)?.into_any()),
-                Ok(None) => Err(PyStopAsyncIteration::new_err(())),
-                Err(why) => Err(LeaseError::new_err(why)),
-            },
-        )
-    }
-}
-
-/// A capacity source's name in Python.
-fn source_name(source: CapacitySource) -> &'static str {
-    match source {
-        CapacitySource::Pending => "pending",
-        CapacitySource::Lease => "lease",
-        CapacitySource::Expired => "expired",
-    }
 }
