@@ -25,12 +25,10 @@
 //! exact. Reaching a namespace's cap, or the server-wide one, refuses new
 //! names until idle buckets are removed.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
-use std::time::Duration;
 
 use super::config::{BucketConfig, QuotaConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::metrics::QuotaMetrics;
@@ -38,313 +36,25 @@ use tollgate::Clock;
 use tollgate::TokenBucket;
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
+mod key;
+mod limits;
+mod lookup;
+mod slot;
+
+use key::{key, Key, Pair};
+pub use limits::{QuotaLimits, TooManyBuckets};
+pub use lookup::{resolve, BucketKind};
+pub use slot::Slot;
+use slot::SlotCounters;
+
 /// How many shards the bucket map is split into.
 pub(crate) const SHARDS: usize = 64;
-
-/// Which configuration a live bucket follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BucketKind {
-    /// A bucket named in the namespace's `buckets`.
-    Named,
-    /// The namespace's default bucket.
-    NamespaceDefault,
-    /// A bucket made from the namespace's dynamic template.
-    Dynamic,
-    /// The global default bucket.
-    GlobalDefault,
-}
-
-impl BucketKind {
-    /// The lower-case name used in listings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BucketKind::Named => "named",
-            BucketKind::NamespaceDefault => "namespace_default",
-            BucketKind::Dynamic => "dynamic",
-            BucketKind::GlobalDefault => "global_default",
-        }
-    }
-}
-
-/// The bucket that serves a (namespace, name) pair under a configuration,
-/// in the reference quotaservice's lookup order. In a configured namespace:
-/// the named bucket, else a dynamic bucket from the namespace's template,
-/// else the namespace's default bucket, else none. In a namespace that is
-/// not configured: the global default bucket, else none. `None`: no bucket.
-///
-/// The global default bucket never serves a configured namespace: a name
-/// a namespace does not know is refused there, as the reference does.
-///
-/// Returns the kind, the namespace and bucket name it is kept under, and
-/// its configuration.
-pub fn resolve<'a>(
-    config: &'a QuotaConfig,
-    namespace: &'a str,
-    name: &'a str,
-) -> Option<(BucketKind, &'a str, &'a str, &'a BucketConfig)> {
-    if let Some(ns) = config.namespaces.get(namespace) {
-        if let Some(b) = ns.buckets.get(name) {
-            return Some((BucketKind::Named, namespace, name, b));
-        }
-        if let Some(b) = &ns.dynamic_bucket_template {
-            return Some((BucketKind::Dynamic, namespace, name, b));
-        }
-        return ns.default_bucket.as_ref().map(|b| {
-            (
-                BucketKind::NamespaceDefault,
-                namespace,
-                DEFAULT_BUCKET_NAME,
-                b,
-            )
-        });
-    }
-    config.global_default_bucket.as_ref().map(|b| {
-        (
-            BucketKind::GlobalDefault,
-            GLOBAL_NAMESPACE,
-            DEFAULT_BUCKET_NAME,
-            b,
-        )
-    })
-}
-
-/// One live bucket.
-#[derive(Debug)]
-pub struct Slot {
-    bucket: TokenBucket,
-    kind: BucketKind,
-    /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
-    /// reloads (Relaxed: a plain value read by the reaper, which tolerates a
-    /// stale one for one sweep).
-    max_idle_ms: AtomicU64,
-    /// Tokens asked for, granted or not (Relaxed: a counter read by the
-    /// cluster task to measure demand).
-    demand: AtomicU64,
-    /// Its namespace's counters, resolved once rather than per request.
-    pub(crate) counters: SlotCounters,
-}
-
-/// The counters an Allow on one bucket updates, labelled by its namespace.
-#[derive(Debug)]
-pub(crate) struct SlotCounters {
-    pub(crate) served_now: prometheus::Counter,
-    pub(crate) served_after_wait: prometheus::Counter,
-    pub(crate) tokens: prometheus::Counter,
-    pub(crate) timeouts: prometheus::Counter,
-}
-
-impl SlotCounters {
-    fn new(metrics: &QuotaMetrics, namespace: &str) -> SlotCounters {
-        SlotCounters {
-            served_now: metrics.served.with_label_values(&[namespace, "false"]),
-            served_after_wait: metrics.served.with_label_values(&[namespace, "true"]),
-            tokens: metrics.tokens_served.with_label_values(&[namespace]),
-            timeouts: metrics.timeouts.with_label_values(&[namespace]),
-        }
-    }
-}
-
-impl Slot {
-    /// Counts `tokens` asked for.
-    pub(crate) fn record_demand(&self, tokens: u64) {
-        self.demand.fetch_add(tokens, Ordering::Relaxed);
-    }
-
-    /// The bucket.
-    pub fn bucket(&self) -> &TokenBucket {
-        &self.bucket
-    }
-
-    /// Which configuration it follows.
-    pub fn kind(&self) -> BucketKind {
-        self.kind
-    }
-
-    fn set_max_idle(&self, max_idle: Option<Duration>) {
-        let ms = max_idle.map_or(u64::MAX, |d| {
-            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-        });
-        self.max_idle_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn is_idle(&self) -> bool {
-        // Relaxed: see the field.
-        let ms = self.max_idle_ms.load(Ordering::Relaxed);
-        ms != u64::MAX && self.bucket.idle() >= Duration::from_millis(ms)
-    }
-}
-
-/// A dynamic-bucket cap was reached: the namespace's own, or the
-/// server-wide one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooManyBuckets {
-    /// The cap.
-    pub cap: u64,
-    /// Whether it is the server-wide cap ([`QuotaLimits::max_dynamic_buckets`]).
-    pub server_wide: bool,
-}
-
-/// Server-wide limits that the configuration cannot raise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuotaLimits {
-    /// The most dynamic buckets alive at once, all namespaces together
-    /// (default [`QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
-    /// `max_dynamic_buckets` caps it further; 0 there means no cap of its
-    /// own, the reference's "unlimited", so this one bounds memory.
-    pub max_dynamic_buckets: u64,
-}
-
-impl QuotaLimits {
-    /// The default server-wide cap on live dynamic buckets: a million,
-    /// about 0.5 GB with names of a few dozen bytes.
-    pub const DEFAULT_MAX_DYNAMIC_BUCKETS: u64 = 1_000_000;
-
-    /// Why the server-wide cap may refuse buckets that `config` allows, or
-    /// `None` when the namespaces' own caps add up to no more than it: the
-    /// namespaces with a template and no cap of their own, or the sum of
-    /// their caps.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate_quota::QuotaConfig;
-    /// use tollgate_quota::QuotaLimits;
-    ///
-    /// let limits = QuotaLimits { max_dynamic_buckets: 1000 };
-    /// let capped = QuotaConfig::from_yaml(
-    ///     "namespaces:\n  ips:\n    max_dynamic_buckets: 10\n    dynamic_bucket_template: {}\n",
-    /// )?;
-    /// assert_eq!(limits.binds(&capped), None);
-    /// let open = QuotaConfig::from_yaml("namespaces:\n  ips:\n    dynamic_bucket_template: {}\n")?;
-    /// assert_eq!(
-    ///     limits.binds(&open).as_deref(),
-    ///     Some("namespace \"ips\" has no max_dynamic_buckets of its own")
-    /// );
-    /// # Ok::<(), tollgate_quota::QuotaConfigError>(())
-    /// ```
-    pub fn binds(&self, config: &QuotaConfig) -> Option<String> {
-        let dynamic = || {
-            config
-                .namespaces
-                .iter()
-                .filter(|(_, ns)| ns.dynamic_bucket_template.is_some())
-        };
-        let open: Vec<&str> = dynamic()
-            .filter(|(_, ns)| ns.max_dynamic_buckets == 0)
-            .map(|(name, _)| name.as_str())
-            .collect();
-        match open.as_slice() {
-            [] => {}
-            [one] => {
-                return Some(format!(
-                    "namespace {one:?} has no max_dynamic_buckets of its own"
-                ))
-            }
-            many => {
-                return Some(format!(
-                    "namespaces {many:?} have no max_dynamic_buckets of their own"
-                ))
-            }
-        }
-        let sum = dynamic().fold(0u64, |sum, (_, ns)| {
-            sum.saturating_add(ns.max_dynamic_buckets)
-        });
-        (sum > self.max_dynamic_buckets)
-            .then(|| format!("the namespaces' max_dynamic_buckets add up to {sum}"))
-    }
-}
-
-impl Default for QuotaLimits {
-    fn default() -> QuotaLimits {
-        QuotaLimits {
-            max_dynamic_buckets: QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS,
-        }
-    }
-}
 
 /// Live dynamic buckets, per namespace and in all.
 #[derive(Debug, Default)]
 struct DynamicCounts {
     per_namespace: HashMap<Box<str>, u64>,
     total: u64,
-}
-
-/// A live bucket's key: `namespace:bucket` in one allocation, hashed and
-/// compared as the pair of names.
-#[derive(Debug)]
-struct Key {
-    text: Box<str>,
-    /// Where the namespace ends (the `:`).
-    split: usize,
-}
-
-impl Key {
-    fn new(namespace: &str, name: &str) -> Key {
-        Key {
-            text: key(namespace, name).into_boxed_str(),
-            split: namespace.len(),
-        }
-    }
-
-    /// `namespace:bucket`.
-    fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-/// A key as (namespace, bucket name), owned ([`Key`]) or borrowed
-/// (`(&str, &str)`): the map is looked up through `&dyn Pair`, so a
-/// request's names need not be copied into a [`Key`] to find their bucket.
-trait Pair {
-    fn pair(&self) -> (&str, &str);
-}
-
-impl Pair for Key {
-    fn pair(&self) -> (&str, &str) {
-        (&self.text[..self.split], &self.text[self.split + 1..])
-    }
-}
-
-impl Pair for (&str, &str) {
-    fn pair(&self) -> (&str, &str) {
-        *self
-    }
-}
-
-// The map's contract: `Key` and `dyn Pair` hash and compare alike, both as
-// the pair.
-impl Hash for dyn Pair + '_ {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.pair().hash(state);
-    }
-}
-
-impl PartialEq for dyn Pair + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.pair() == other.pair()
-    }
-}
-
-impl Eq for dyn Pair + '_ {}
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.pair().hash(state);
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        self.pair() == other.pair()
-    }
-}
-
-impl Eq for Key {}
-
-impl<'a> Borrow<dyn Pair + 'a> for Key {
-    fn borrow(&self) -> &(dyn Pair + 'a) {
-        self
-    }
 }
 
 type Shard = HashMap<Key, Arc<Slot>>;
@@ -374,14 +84,6 @@ pub struct Registry {
     /// Cluster mode leases dynamic buckets: a new one starts at a share of
     /// zero until its lease is applied.
     lease_dynamic: AtomicBool,
-}
-
-fn key(namespace: &str, name: &str) -> String {
-    let mut k = String::with_capacity(namespace.len() + 1 + name.len());
-    k.push_str(namespace);
-    k.push(':');
-    k.push_str(name);
-    k
 }
 
 impl Registry {
@@ -421,7 +123,7 @@ impl Registry {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             for (k, slot) in shard.read_unpoisoned().iter() {
-                if slot.kind == BucketKind::Dynamic {
+                if slot.kind() == BucketKind::Dynamic {
                     let (ns, name) = k.pair();
                     out.push((ns.to_owned(), name.to_owned()));
                 }
@@ -497,13 +199,11 @@ impl Registry {
                 (kind == BucketKind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed))
                     .then_some(0.0)
             });
-        let slot = Arc::new(Slot {
-            bucket: TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
+        let slot = Arc::new(Slot::new(
+            TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
-            max_idle_ms: AtomicU64::new(u64::MAX),
-            demand: AtomicU64::new(0),
-            counters: SlotCounters::new(&self.metrics, namespace),
-        });
+            SlotCounters::new(&self.metrics, namespace),
+        ));
         slot.set_max_idle(bucket.max_idle);
         map.insert(k, Arc::clone(&slot));
         self.metrics.created.with_label_values(&[namespace]).inc();
@@ -564,7 +264,7 @@ impl Registry {
     /// Counts a removed bucket.
     fn removed(&self, key: &Key, slot: &Slot) {
         let (namespace, _) = key.pair();
-        if slot.kind == BucketKind::Dynamic {
+        if slot.kind() == BucketKind::Dynamic {
             let mut counts = self.dynamic.lock_unpoisoned();
             counts.total = counts.total.saturating_sub(1);
             if let Some(count) = counts.per_namespace.get_mut(namespace) {
@@ -590,7 +290,7 @@ impl Registry {
             let mut map = shard.write_unpoisoned();
             map.retain(|k, slot| {
                 let (namespace, name) = k.pair();
-                let keep = match slot.kind {
+                let keep = match slot.kind() {
                     BucketKind::GlobalDefault => new.global_default_bucket.as_ref(),
                     BucketKind::NamespaceDefault => new
                         .namespaces
@@ -608,7 +308,7 @@ impl Registry {
                 };
                 match keep {
                     Some(b) => {
-                        slot.bucket
+                        slot.bucket()
                             .set_settings(effective(b, shares.get(k.as_str()).copied()));
                         slot.set_max_idle(b.max_idle);
                         true
@@ -672,21 +372,20 @@ impl Registry {
             })
         };
         if let Some(b) = bucket {
-            slot.bucket.set_settings(effective(b, rate));
+            slot.bucket().set_settings(effective(b, rate));
         }
     }
 
     /// Tokens asked of the bucket kept under (`namespace`, `name`) since it
     /// was made, granted or not; 0 if it is not alive.
     pub fn demand(&self, namespace: &str, name: &str) -> u64 {
-        self.find(namespace, name)
-            .map_or(0, |s| s.demand.load(Ordering::Relaxed))
+        self.find(namespace, name).map_or(0, |s| s.demand())
     }
 
     /// The settings of the bucket kept under (`namespace`, `name`), if it
     /// is alive.
     pub fn settings(&self, namespace: &str, name: &str) -> Option<tollgate::BucketSettings> {
-        self.find(namespace, name).map(|s| s.bucket.settings())
+        self.find(namespace, name).map(|s| s.bucket().settings())
     }
 
     /// How many buckets are alive.
@@ -720,8 +419,8 @@ impl Registry {
                 out.push((
                     ns.to_owned(),
                     name.to_owned(),
-                    slot.kind,
-                    slot.bucket.available(),
+                    slot.kind(),
+                    slot.bucket().available(),
                 ));
             }
         }
@@ -746,26 +445,6 @@ mod tests {
             Arc::new(tollgate::ManualClock::new()),
             QuotaMetrics::new(),
         )
-    }
-
-    /// A key hashes and compares as its pair of names, whichever form
-    /// holds it, and the split is where the namespace ended, not the first
-    /// `:`.
-    #[test]
-    fn keys_are_pairs() {
-        let hasher = std::collections::hash_map::RandomState::new();
-        let hash = |k: &dyn Pair| hasher.hash_one(k);
-        let owned = Key::new("ns", "b");
-        assert_eq!(owned.as_str(), "ns:b");
-        assert_eq!(owned.pair(), ("ns", "b"));
-        assert_eq!(hash(&owned), hash(&("ns", "b")));
-        assert!(&owned as &dyn Pair == &("ns", "b") as &dyn Pair);
-        assert!(&owned as &dyn Pair != &("ns", "c") as &dyn Pair);
-        let a = Key::new("a:b", "c");
-        let b = Key::new("a", "b:c");
-        assert_eq!(a.as_str(), b.as_str());
-        assert_eq!((a.pair(), b.pair()), (("a:b", "c"), ("a", "b:c")));
-        assert!(a != b);
     }
 
     /// The configuration handed out is a snapshot: a reload while a caller
