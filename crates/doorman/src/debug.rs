@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::future::Future;
 
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
 use super::server::Server;
-use tollgate_service::html_escape as esc;
+use tollgate_service::{html_escape as esc, DebugPort};
 
 /// Serves the debug endpoints for `server` on `listener` until `shutdown`
 /// completes.
@@ -31,15 +31,26 @@ pub async fn serve(
         .await
 }
 
-/// The debug endpoints as an axum router.
+/// The debug endpoints as an axum router: the service kit's debug port
+/// (the index, `/metrics`, `/healthz` following the server's readiness)
+/// and the Doorman pages.
 pub fn router(server: Server) -> Router {
-    Router::new()
-        .route("/", get(index))
-        .route("/debug/status", get(status))
-        .route("/debug/resources", get(resources))
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .with_state(server)
+    let metrics = server.clone();
+    let mut port = DebugPort::new(
+        "tollgate",
+        "tollgate: Doorman server",
+        server.readiness().clone(),
+    )
+    .metrics(move || metrics.metrics_text());
+    for (path, what) in PAGES {
+        port = port.page(path, what);
+    }
+    port.router().merge(
+        Router::new()
+            .route("/debug/status", get(status))
+            .route("/debug/resources", get(resources))
+            .with_state(server),
+    )
 }
 
 /// Whether `addr` (`host:port`) names every interface rather than one
@@ -62,7 +73,8 @@ fn query_escape(s: &str) -> String {
     out
 }
 
-/// The pages the debug port serves, with what each shows.
+/// The pages the debug port serves, with what each shows, as its index
+/// lists them.
 const PAGES: [(&str, &str); 4] = [
     (
         "/debug/status",
@@ -75,23 +87,6 @@ const PAGES: [(&str, &str); 4] = [
     ("/metrics", "Prometheus metrics"),
     ("/healthz", "ok, or 503 while etcd is unreachable"),
 ];
-
-/// `/`: links to the other pages.
-async fn index() -> Html<String> {
-    let mut page = String::from(
-        "<!DOCTYPE html>\n<html><head><title>tollgate</title></head><body>\n<h1>tollgate: Doorman server</h1>\n<ul>\n",
-    );
-    for (path, what) in PAGES {
-        // The resources page needs an id: it is named, not linked.
-        if path.contains('?') {
-            let _ = writeln!(page, "<li><code>{}</code>: {what}</li>", esc(path));
-        } else {
-            let _ = writeln!(page, "<li><a href=\"{path}\">{path}</a>: {what}</li>");
-        }
-    }
-    page.push_str("</ul>\n</body></html>\n");
-    Html(page)
-}
 
 async fn status(State(server): State<Server>) -> Html<String> {
     let m = server.current_mastership();
@@ -164,27 +159,6 @@ async fn resources(
     }
     page.push_str("</table>\n</body></html>\n");
     Html(page).into_response()
-}
-
-/// Ready, or not while the server cannot reach etcd.
-async fn healthz(State(server): State<Server>) -> Response {
-    if server.readiness().is_ready() {
-        "ok\n".into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: etcd unreachable\n",
-        )
-            .into_response()
-    }
-}
-
-async fn metrics(State(server): State<Server>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        server.metrics_text(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use super::config::{BucketConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
 use super::registry::{resolve, BucketKind};
 use super::service::{AllowRequest, Quota};
-use tollgate_service::html_escape as esc;
+use tollgate_service::{html_escape as esc, DebugPort};
 
 /// The most buckets `/api/buckets` lists.
 const LIST_LIMIT: usize = 10_000;
@@ -48,15 +48,37 @@ pub async fn serve(
         .await
 }
 
-/// The HTTP endpoints as an axum router.
+/// The HTTP endpoints as an axum router: the service kit's debug port
+/// (the status page, `/metrics`, `/healthz` following
+/// [`Quota::readiness`]) and the quota's own pages.
 pub fn router(quota: Arc<Quota>) -> Router {
-    Router::new()
-        .route("/", get(index))
-        .route("/api/allow", post(allow))
-        .route("/api/buckets", get(buckets))
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(quota)
+    let (metrics, status) = (Arc::clone(&quota), Arc::clone(&quota));
+    DebugPort::new(
+        "tollgate quota",
+        "tollgate quota: status",
+        quota.readiness().clone(),
+    )
+    .metrics(move || metrics.metrics().render())
+    .page("/api/buckets", "the buckets, as JSON")
+    .page("/metrics", "Prometheus metrics")
+    .page("/healthz", "ok, or 503 while the server is not ready")
+    .page(
+        "POST /api/allow",
+        "Allow as JSON, e.g. \
+         <code>{\"namespace\":\"ns\",\"bucket_name\":\"b\",\"tokens_requested\":1}</code>",
+    )
+    .page(
+        "/api/admin/config",
+        "the configuration (with <code>--admin</code>)",
+    )
+    .index_extra(move || bucket_table(&status))
+    .router()
+    .merge(
+        Router::new()
+            .route("/api/allow", post(allow))
+            .route("/api/buckets", get(buckets))
+            .with_state(quota),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,20 +219,10 @@ async fn buckets(State(quota): State<Arc<Quota>>) -> Response {
     json(StatusCode::OK, &serde_json::Value::Array(list))
 }
 
-/// The status page: what the port serves, and the buckets.
-async fn index(State(quota): State<Arc<Quota>>) -> Html<String> {
-    let rows = rows(&quota);
-    let mut page = String::from(
-        "<!DOCTYPE html>\n<html><head><title>tollgate quota</title></head><body>\n\
-         <h1>tollgate quota: status</h1>\n<ul>\n\
-         <li><a href=\"/api/buckets\">/api/buckets</a>: the buckets, as JSON</li>\n\
-         <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>\n\
-         <li><a href=\"/healthz\">/healthz</a>: liveness</li>\n\
-         <li><code>POST /api/allow</code>: Allow as JSON, e.g. \
-         <code>{\"namespace\":\"ns\",\"bucket_name\":\"b\",\"tokens_requested\":1}</code></li>\n\
-         <li><a href=\"/api/admin/config\">/api/admin/config</a>: the configuration \
-         (with <code>--admin</code>)</li>\n</ul>\n",
-    );
+/// The status page's end: the bucket counts and the buckets.
+fn bucket_table(quota: &Quota) -> String {
+    let rows = rows(quota);
+    let mut page = String::new();
     let _ = writeln!(
         page,
         "<p>{} buckets live, {} dynamic.</p>",
@@ -234,14 +246,49 @@ async fn index(State(quota): State<Arc<Quota>>) -> Html<String> {
             r.fill_rate
         );
     }
-    page.push_str("</table>\n</body></html>\n");
-    Html(page)
+    page.push_str("</table>\n");
+    page
 }
 
-async fn metrics(State(quota): State<Arc<Quota>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        quota.metrics().render(),
-    )
-        .into_response()
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::config::QuotaConfig;
+    use crate::registry::QuotaLimits;
+
+    async fn healthz(quota: &Arc<Quota>) -> (StatusCode, String) {
+        let request = Request::get("/healthz").body(Body::empty()).unwrap();
+        let response = router(Arc::clone(quota)).oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn health_answers_not_ready_while_an_outage_lasts() {
+        let config =
+            QuotaConfig::from_yaml("global_default_bucket: {size: 1, fill_rate: 1}\n").unwrap();
+        let quota = Arc::new(Quota::new(
+            config,
+            QuotaLimits::default(),
+            Arc::new(tollgate::ManualClock::new()),
+        ));
+        assert_eq!(healthz(&quota).await, (StatusCode::OK, "ok\n".to_owned()));
+        let outage = quota.readiness().not_ready();
+        assert_eq!(
+            healthz(&quota).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: etcd unreachable\n".to_owned()
+            )
+        );
+        drop(outage);
+        assert_eq!(healthz(&quota).await, (StatusCode::OK, "ok\n".to_owned()));
+    }
 }

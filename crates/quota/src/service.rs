@@ -35,6 +35,7 @@ use super::names::check_name;
 use super::registry::{resolve, QuotaLimits, Registry};
 use tollgate::Clock;
 use tollgate::Refusal;
+use tollgate_service::Readiness;
 
 /// The outcome of an Allow request, as in the reference's `AllowResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,6 +170,8 @@ pub struct Quota {
     registry: Registry,
     metrics: QuotaMetrics,
     clock: Arc<dyn Clock>,
+    /// What the debug port's `/healthz` follows.
+    readiness: Readiness,
 }
 
 impl Quota {
@@ -179,6 +182,7 @@ impl Quota {
             registry: Registry::new(config, limits, Arc::clone(&clock), metrics.clone()),
             metrics,
             clock,
+            readiness: Readiness::default(),
         }
     }
 
@@ -292,5 +296,13 @@ impl Quota {
     /// The service's counters.
     pub fn metrics(&self) -> &QuotaMetrics {
         &self.metrics
+    }
+
+    /// Whether the server can do its work now: the debug port's `/healthz`
+    /// answers 503 while an outage recorded here
+    /// ([`Readiness::not_ready`], an etcd [`Outage`](tollgate_service::Outage))
+    /// lasts, and `ok` otherwise.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
     }
 }

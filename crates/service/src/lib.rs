@@ -20,10 +20,12 @@
 //!   ([`tls_failure`]; servers log the clients they refuse);
 //! * locks that keep serving after a panic under them
 //!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
-//! * an error with its causes for log lines ([`ErrorChain`]).
+//! * an error with its causes for log lines ([`ErrorChain`]);
+//! * one debug port: an index of the server's pages, `/metrics` and a
+//!   `/healthz` that follows its [`Readiness`] ([`DebugPort`]).
 //!
-//! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic and
-//! tracing alone, and the Doorman, quota and throttle crates build on
+//! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic,
+//! axum and tracing alone, and the Doorman, quota and throttle crates build on
 //! it.
 //!
 //! A service that reloads its configuration says how to read, parse and
@@ -68,6 +70,7 @@
 //! ```
 
 mod conn;
+mod debug;
 mod drain;
 mod error_chain;
 mod etcd;
@@ -84,6 +87,7 @@ mod tls_failure;
 mod watch;
 
 pub use conn::RefusedConnections;
+pub use debug::DebugPort;
 pub use error_chain::{status_line, ErrorChain};
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
