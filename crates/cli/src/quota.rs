@@ -3,7 +3,8 @@
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
 //! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
-//! back after draining on SIGTERM or SIGINT.
+//! back after draining on SIGTERM or SIGINT. The server is assembled by
+//! `tollgate_quota::QuotaServer`; this module reads the flags.
 //!
 //! A subcommand of its own rather than a second service inside `tollgate
 //! serve`: the two servers have unrelated configurations, reload and
@@ -17,8 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    admin_router, http_router, load_config, run_cluster_until, spawn_config_reload, spawn_reaper,
-    Admin, ClusterOptions, EtcdDocument, Quota, QuotaLimits, QuotaServer,
+    load_config, Admin, ClusterOptions, EtcdDocument, Quota, QuotaLimits, QuotaServer,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -189,106 +189,62 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         limits,
         Arc::new(tollgate::SystemClock::new()),
     ));
-    spawn_reaper(
-        Arc::clone(&quota),
-        args.reap_interval.max(Duration::from_millis(10)),
-    );
-    spawn_config_reload(
-        Arc::clone(&quota),
-        args.config.clone(),
-        args.reload_interval,
-    );
-    // Cluster mode: stopped after the drain, when it releases its leases.
-    let (stop_cluster, stopped) = tokio::sync::oneshot::channel::<()>();
-    let cluster = if args.lease_servers.is_empty() {
-        None
-    } else {
+    let mut server = QuotaServer::builder(Arc::clone(&quota))
+        .limits(server_limits)
+        .threads(args.threads.unwrap_or_else(cli::cores))
+        .reap_every(args.reap_interval)
+        .reload(args.config.clone(), args.reload_interval);
+    if let Some(tls) = &tls {
+        server = server.tls(tls)?;
+    }
+    if !args.lease_servers.is_empty() {
         let mut builder = tollgate_doorman::Client::builder().servers(args.lease_servers.clone());
         if let Some(tls) = args.lease_tls() {
             builder = builder.tls(&tls)?;
         }
         let client = builder.build().context("building the lease client")?;
         info!(servers = ?args.lease_servers, tls = args.lease_tls_ca.is_some(), "cluster mode: bucket rates leased");
-        Some(tokio::spawn(run_cluster_until(
-            Arc::clone(&quota),
+        server = server.cluster(
             client,
             ClusterOptions::default().interval(args.cluster_interval),
-            async move {
-                let _ = stopped.await;
-            },
-        )))
-    };
+        );
+    }
     let addr = SocketAddr::new(args.host, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding gRPC port {addr}"))?;
-    let local = listener.local_addr()?;
     if args.debug_port != 0 {
         let daddr = SocketAddr::new(args.debug_host, args.debug_port);
-        let dl = tokio::net::TcpListener::bind(daddr)
+        let debug = tokio::net::TcpListener::bind(daddr)
             .await
             .with_context(|| format!("binding debug port {daddr}"))?;
-        info!(addr = %dl.local_addr()?, "quota debug HTTP listening");
-        let mut router = http_router(Arc::clone(&quota));
+        server = server.debug_port(debug);
         if args.admin {
-            let admin = if args.admin_etcd.is_empty() {
-                Admin::new(Arc::clone(&quota), args.config.clone())
-                    .with_context(|| format!("loading {}", args.config.display()))?
-            } else {
-                let etcd = EtcdDocument::new(&args.admin_etcd, &args.admin_etcd_key)?;
-                Admin::with_etcd(Arc::clone(&quota), args.config.clone(), etcd)
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "loading the configuration from etcd key {:?}",
-                            args.admin_etcd_key
-                        )
-                    })?
-            };
-            router = router.merge(admin_router(Arc::new(admin)));
-            info!("admin API on the debug port");
+            server = server.admin(admin(&args, quota).await?);
         }
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(dl, router).await {
-                tracing::error!(error = %e, "debug HTTP server failed");
-            }
-        });
     }
     let shutdown = async move {
         signals.recv().await;
     };
-    let threads = args.threads.unwrap_or_else(cli::cores);
-    let mut server = QuotaServer::builder(quota)
-        .limits(server_limits)
-        .threads(threads);
-    match &tls {
-        None => info!(addr = %local, limits = ?server_limits, "quota gRPC listening"),
-        Some(tls) => {
-            info!(addr = %local, limits = ?server_limits, mutual = args.tls.mutual(), "quota gRPC listening over TLS");
-            server = server.tls(tls)?;
-        }
-    }
     server.serve(listener, shutdown).await?;
-    if let Some(mut cluster) = cluster {
-        // The releases go out at once, each bounded by the lease client's
-        // RPC deadline (5 s), and a second more for good measure; a second
-        // signal exits at once.
-        let _ = stop_cluster.send(());
-        let bound = Duration::from_secs(6);
-        match tokio::time::timeout(bound, &mut cluster).await {
-            Ok(released) => {
-                let released = released.context("the cluster task failed")?;
-                for (id, e) in &released.failed {
-                    warn!(resource = id, error = %e, "lease not released: the lease server keeps it until it expires");
-                }
-                info!(released = released.released, "leases released");
-            }
-            Err(_) => {
-                cluster.abort();
-                warn!("leases not released within {bound:?}: the lease server keeps them until they expire");
-            }
-        }
-    }
     info!("drained: exiting");
     Ok(())
+}
+
+/// The admin API `args` ask for: its changes kept beside --config, or in
+/// etcd with --admin-etcd.
+async fn admin(args: &Args, quota: Arc<Quota>) -> anyhow::Result<Admin> {
+    if args.admin_etcd.is_empty() {
+        return Admin::new(quota, args.config.clone())
+            .with_context(|| format!("loading {}", args.config.display()));
+    }
+    let etcd = EtcdDocument::new(&args.admin_etcd, &args.admin_etcd_key)?;
+    Admin::with_etcd(quota, args.config.clone(), etcd)
+        .await
+        .with_context(|| {
+            format!(
+                "loading the configuration from etcd key {:?}",
+                args.admin_etcd_key
+            )
+        })
 }

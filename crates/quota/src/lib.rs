@@ -48,9 +48,11 @@
 //! reload, idle removal), [`Quota`] (the Allow operation and its
 //! [`Status`]es), [`QuotaMetrics`] (Prometheus), [`spawn_reaper`] (the
 //! idle-removal task), [`spawn_config_reload`] (configuration hot reload),
-//! and the two edges: [`QuotaServer`] (`quotaservice.QuotaService/Allow`,
-//! wire-compatible with the reference) and [`http_router`] (JSON Allow,
-//! bucket listing and metrics on the debug port). [`NaiveClient`] and
+//! and the two edges: `quotaservice.QuotaService/Allow`, wire-compatible
+//! with the reference, and [`http_router`] (JSON Allow, bucket listing and
+//! metrics on the debug port). [`QuotaServer`] assembles a whole server:
+//! the Allow edge, and beside it as asked the debug port, the admin API,
+//! idle reaping, reload and the cluster mode. [`NaiveClient`] and
 //! [`SmartClient`] are the clients, [`QuotaLayer`] their tower layer;
 //! [`run_cluster`] (and [`run_cluster_until`], which gives the leases
 //! back on shutdown) shares each bucket's rate between several quota
@@ -84,6 +86,7 @@ pub mod pb;
 mod reaper;
 mod registry;
 mod reload;
+mod server;
 mod service;
 
 pub use admin::{router as admin_router, Admin, AdminError};
@@ -100,7 +103,7 @@ pub use config::{
     RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
 };
 pub use etcd::EtcdDocument;
-pub use grpc::{AllowService, QuotaServer, ALLOW_PATH};
+pub use grpc::{AllowService, ALLOW_PATH};
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 pub use names::{check_name, NameError, MAX_NAME_LEN};
@@ -108,4 +111,5 @@ pub use overlay::{load as load_config, Change, Overlay};
 pub use reaper::spawn as spawn_reaper;
 pub use registry::{resolve, BucketKind, QuotaLimits, Registry, Slot, TooManyBuckets};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
+pub use server::QuotaServer;
 pub use service::{AllowRequest, Decision, Quota, Status};

@@ -66,6 +66,22 @@ impl ServerTls {
         self
     }
 
+    /// Whether clients must present a certificate (mutual TLS: a client CA
+    /// was given).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_service::ServerTls;
+    ///
+    /// let tls = ServerTls::new("server.pem", "server.key");
+    /// assert!(!tls.is_mutual());
+    /// assert!(tls.client_ca("clients-ca.pem").is_mutual());
+    /// ```
+    pub fn is_mutual(&self) -> bool {
+        self.client_ca_file.is_some()
+    }
+
     /// Reads the files into tonic's server TLS configuration.
     ///
     /// # Errors
