@@ -38,7 +38,7 @@ impl Bodies {
                 max_wait_millis_override: 0,
                 max_wait_time_override: false,
             };
-            all.extend_from_slice(&load_wire::frame(&req));
+            all.extend_from_slice(&tollgate_service::grpc_frame(&req));
             ends.push(all.len());
         }
         Bodies {

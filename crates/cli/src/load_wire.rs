@@ -3,10 +3,10 @@
 //! call (the load's own and, with `--server-pid`, the server's).
 //!
 //! The load should cost less than the server, so it speaks gRPC with the
-//! `h2` crate directly: one current-thread runtime per thread, each with
-//! its own connections (plaintext or TLS), many streams in flight per
-//! connection, and no tower buffer or task between a caller and its
-//! connection. A mode says what its callers send and how to read the
+//! service kit's lean client (`tollgate_service::GrpcTarget`, on `h2`):
+//! one current-thread runtime per thread, each with its own connections
+//! (plaintext or TLS), many streams in flight per connection, and no tower
+//! buffer or task between a caller and its connection. A mode says what its callers send and how to read the
 //! answers ([`Workload`]).
 //!
 //! The run starts when every caller has connected and warmed up: the first
@@ -21,10 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
-use tollgate_service::ClientTls;
-use tonic::codegen::http::{self, HeaderValue, Method, Uri};
+use tollgate_service::{ClientTls, GrpcConnection, GrpcTarget};
+use tonic::codegen::http::Uri;
 use tonic::codegen::Bytes;
 
 /// What one mode's callers send and how they read the answers.
@@ -111,9 +109,9 @@ impl Tally {
 /// Where to dial and how.
 #[derive(Clone)]
 struct Dial {
-    authority: String,
+    target: GrpcTarget,
+    /// The method's URI on the target.
     uri: Uri,
-    tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 /// Runs `work` as `p` says and prints one line: calls (named `noun`),
@@ -283,30 +281,9 @@ struct Run {
 
 /// Where and how `p` says to dial, for `W`'s method.
 fn dial<W: Workload>(p: &Params) -> anyhow::Result<Dial> {
-    let authority = p
-        .server
-        .split_once("://")
-        .map_or(p.server.as_str(), |(_, rest)| rest)
-        .trim_end_matches('/')
-        .to_owned();
-    let scheme = if p.tls.is_some() { "https" } else { "http" };
-    let uri: Uri = format!("{scheme}://{authority}{}", W::PATH)
-        .parse()
-        .with_context(|| format!("--server {:?} is not host:port", p.server))?;
-    let tls = match &p.tls {
-        None => None,
-        Some(tls) => {
-            let host = uri.host().unwrap_or_default();
-            let name = ServerName::try_from(tls.server_name(host).to_owned())
-                .with_context(|| format!("{host:?} is not a name TLS can check"))?;
-            Some((TlsConnector::from(tls.rustls_config()?), name))
-        }
-    };
-    Ok(Dial {
-        authority,
-        uri,
-        tls,
-    })
+    let target = GrpcTarget::new(&p.server, p.tls.as_ref())?;
+    let uri = target.uri(W::PATH)?;
+    Ok(Dial { target, uri })
 }
 
 /// One thread's share: its connections, and its callers spread over them.
@@ -319,7 +296,7 @@ async fn thread_load<W: Workload>(
 ) -> anyhow::Result<Tally> {
     let mut senders = Vec::with_capacity(conns);
     for _ in 0..conns {
-        senders.push(connect(&dial).await?);
+        senders.push(dial.target.connect().await?);
     }
     // One tally for the thread's callers, not one each: a latency histogram
     // is about 140 KiB, and a hundred thousand callers would need 14 GB.
@@ -350,41 +327,10 @@ async fn thread_load<W: Workload>(
     Ok(tally.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// An HTTP/2 connection to the server, its driver spawned on this thread.
-async fn connect(dial: &Dial) -> anyhow::Result<h2::client::SendRequest<Bytes>> {
-    let tcp = tokio::net::TcpStream::connect(&dial.authority)
-        .await
-        .with_context(|| format!("connecting to {}", dial.authority))?;
-    tcp.set_nodelay(true)?;
-    let h2 = h2::client::Builder::new()
-        .initial_window_size(1 << 20)
-        .initial_connection_window_size(1 << 22)
-        .clone();
-    let handshake = |what: &str| format!("{what} with {}", dial.authority);
-    let Some((connector, name)) = &dial.tls else {
-        let (send, conn) = h2
-            .handshake::<_, Bytes>(tcp)
-            .await
-            .with_context(|| handshake("HTTP/2 handshake"))?;
-        tokio::spawn(conn);
-        return Ok(send);
-    };
-    let tls = connector
-        .connect(name.clone(), tcp)
-        .await
-        .with_context(|| handshake("TLS handshake"))?;
-    let (send, conn) = h2
-        .handshake::<_, Bytes>(tls)
-        .await
-        .with_context(|| handshake("HTTP/2 handshake"))?;
-    tokio::spawn(conn);
-    Ok(send)
-}
-
 /// One caller: its warm-up calls, then a call at a time until the run's
 /// end; a call unanswered at the end is abandoned.
 async fn caller<W: Workload>(
-    mut send: h2::client::SendRequest<Bytes>,
+    mut send: GrpcConnection,
     uri: Uri,
     work: Arc<W>,
     mut state: W::Caller,
@@ -392,8 +338,10 @@ async fn caller<W: Workload>(
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
     for _ in 0..work.warm_up(&state) {
-        let answered = call(&mut send, &uri, work.request(&mut state))
+        let answered = send
+            .call(&uri, work.request(&mut state))
             .await
+            .map_err(anyhow::Error::from)
             .and_then(|message| work.response(&mut state, &message));
         if let Err(e) = answered {
             // Ends the thread, which ends the run.
@@ -409,13 +357,15 @@ async fn caller<W: Workload>(
             break;
         }
         let body = work.request(&mut state);
-        let call = call(&mut send, &uri, body);
+        let call = send.call(&uri, body);
         let Ok(r) = tokio::time::timeout_at(deadline.into(), call).await else {
             tally().abandoned += 1;
             break;
         };
         let us = t.elapsed().as_micros().max(1);
-        let answer = r.and_then(|m| work.response(&mut state, &m));
+        let answer = r
+            .map_err(anyhow::Error::from)
+            .and_then(|m| work.response(&mut state, &m));
         let mut tally = tally();
         tally
             .latency_us
@@ -429,89 +379,6 @@ async fn caller<W: Workload>(
         }
     }
     Ok(())
-}
-
-/// One unary call: the response message, without its 5-byte prefix.
-async fn call(
-    send: &mut h2::client::SendRequest<Bytes>,
-    uri: &Uri,
-    body: Bytes,
-) -> anyhow::Result<Vec<u8>> {
-    std::future::poll_fn(|cx| send.poll_ready(cx)).await?;
-    let mut req = http::Request::new(());
-    *req.method_mut() = Method::POST;
-    *req.uri_mut() = uri.clone();
-    let h = req.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    h.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    let (response, mut stream) = send.send_request(req, false)?;
-    stream.send_data(body, true)?;
-    let (head, mut body) = response.await?.into_parts();
-    anyhow::ensure!(head.status == http::StatusCode::OK, "HTTP {}", head.status);
-    let mut message = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        message.extend_from_slice(&chunk);
-    }
-    let trailers = body.trailers().await?;
-    let status = |name: &str| {
-        trailers
-            .as_ref()
-            .and_then(|t| t.get(name))
-            .or_else(|| head.headers.get(name))
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let code = status("grpc-status");
-    anyhow::ensure!(
-        code == "0",
-        "gRPC status {code}: {}",
-        percent_decoded(&status("grpc-message"))
-    );
-    anyhow::ensure!(message.len() >= 5, "short response");
-    message.drain(..5);
-    Ok(message)
-}
-
-/// A `grpc-message` as written: gRPC percent-encodes it on the wire
-/// (`unknown%20method`). A malformed escape is kept as it is.
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Frames `message` as a gRPC request body.
-pub(crate) fn frame(message: &impl prost::Message) -> Bytes {
-    let len = message.encoded_len();
-    let mut buf = Vec::with_capacity(5 + len);
-    buf.push(0);
-    buf.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
-    // Cannot fail: the buffer grows as needed.
-    let _ = message.encode(&mut buf);
-    Bytes::from(buf)
 }
 
 /// CPU time (user + system) this process has used, in seconds.
@@ -597,15 +464,5 @@ mod tests {
             "no call was answered within --duration 1s (64 abandoned): is 127.0.0.1:15000 a \
              server of this kind, and not overloaded?"
         );
-    }
-
-    #[test]
-    fn grpc_messages_are_percent_decoded() {
-        assert_eq!(
-            percent_decoded("unknown%20method%20/doorman.Capacity/GetCapacity"),
-            "unknown method /doorman.Capacity/GetCapacity"
-        );
-        assert_eq!(percent_decoded("100%"), "100%");
-        assert_eq!(percent_decoded("%zz%41"), "%zzA");
     }
 }

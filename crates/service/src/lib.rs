@@ -8,6 +8,9 @@
 //!   those limits with a graceful drain ([`GrpcServer`],
 //!   [`UnaryService`]); SIGTERM and SIGINT, one as the other, to start
 //!   the drain ([`ShutdownSignals`]);
+//! * its client, the project's one hand-written gRPC client, for unary
+//!   calls over HTTP/2 with no tower stack ([`GrpcTarget`],
+//!   [`GrpcConnection`], [`grpc_frame`]);
 //! * hot reload in one shape ([`Reload`], [`reload_file`]): a
 //!   configuration file watched for changes and SIGHUP ([`watch_file`],
 //!   [`hangup`]);
@@ -69,6 +72,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod client;
 mod conn;
 mod debug;
 mod drain;
@@ -86,6 +90,7 @@ mod tls_dates;
 mod tls_failure;
 mod watch;
 
+pub use client::{grpc_frame, GrpcClientError, GrpcConnection, GrpcTarget};
 pub use conn::RefusedConnections;
 pub use debug::DebugPort;
 pub use error_chain::{status_line, ErrorChain};
