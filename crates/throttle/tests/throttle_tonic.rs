@@ -16,7 +16,10 @@ use tollgate_throttle::{Extract, FixedWindow, Limit, Rule, ThrottleLayer, Thrott
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request};
 
-/// `google.rpc.Status`, from its proto.
+/// `google.rpc.Status`, from its proto. These four messages are written
+/// here again, not shared with the encoder in `src/render.rs`, on purpose:
+/// decoding with the encoder's own definitions would let a wrong tag or
+/// type there pass.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RpcStatus {
     #[prost(int32, tag = "1")]
