@@ -14,6 +14,7 @@ mod load_wire;
 mod pace;
 mod plot;
 mod quota;
+mod rls;
 mod serve;
 mod simulate;
 
@@ -44,6 +45,9 @@ enum Command {
     Simulate(simulate::Args),
     /// Run a quotaservice-compatible Allow server.
     Quota(quota::Args),
+    /// Run Envoy's rate limit service (envoyproxy/ratelimit's
+    /// configuration and answers).
+    Rls(rls::Args),
 }
 
 /// Runs the command; an error is printed as one `error: ...` line (its
@@ -60,7 +64,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(argv);
     // Servers say what they do at info; tools keep stderr for trouble.
     let level = match cli.command {
-        Command::Serve(_) | Command::Quota(_) => "info",
+        Command::Serve(_) | Command::Quota(_) | Command::Rls(_) => "info",
         Command::Simulate(_) => "error",
         Command::Pace(_) | Command::Load(_) | Command::Lease(_) => "warn",
     };
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Lease(args) => lease::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Quota(args) => quota::run(args),
+        Command::Rls(args) => rls::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -39,11 +39,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize as _;
 
 use super::counter::{Smooth, SmoothTable};
+use super::metrics::RuleStats;
 use super::raw::{RawDescriptor, RawRoot, OURS};
 use super::Unit;
 
@@ -117,12 +118,14 @@ pub struct Rule {
     pub(crate) smooth: Option<Smooth>,
     /// The smooth algorithm's keys, made on first use.
     pub(crate) table: SmoothTable,
+    /// Its metrics, resolved on first use.
+    pub(crate) stats: OnceLock<RuleStats>,
 }
 
 impl Rule {
-    /// A request's override: `requests_per_unit` per `unit`, unnamed, a
-    /// fixed window.
-    pub(crate) fn adhoc(requests_per_unit: u32, unit: Unit) -> Rule {
+    /// A request's override in `domain`: `requests_per_unit` per `unit`,
+    /// unnamed, a fixed window, counted in metrics as `<domain>.override`.
+    pub(crate) fn adhoc(domain: &str, requests_per_unit: u32, unit: Unit) -> Rule {
         Rule {
             name: String::new(),
             requests_per_unit,
@@ -132,10 +135,11 @@ impl Rule {
             quota_mode: false,
             replaces: Vec::new(),
             algorithm: Algorithm::FixedWindow,
-            path: String::new(),
+            path: format!("{domain}.override"),
             slot: 0,
             smooth: None,
             table: SmoothTable::default(),
+            stats: OnceLock::new(),
         }
     }
 }
@@ -381,6 +385,7 @@ fn add_children(
                 slot,
                 smooth,
                 table: SmoothTable::default(),
+                stats: OnceLock::new(),
             }));
         }
         if raw.share_threshold {

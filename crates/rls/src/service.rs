@@ -26,6 +26,7 @@ use tollgate_service::RwLockUnpoisoned;
 use super::config::{RlsConfig, Rule};
 use super::counter::{Counted, Counters, Touch};
 use super::matching;
+use super::metrics::RlsMetrics;
 use super::Unit;
 
 /// A `ShouldRateLimit` request.
@@ -238,6 +239,7 @@ pub struct RateLimitService {
     counters: Counters,
     clock: Arc<dyn Clock>,
     settings: RlsSettings,
+    metrics: RlsMetrics,
 }
 
 /// What one descriptor matched.
@@ -267,7 +269,13 @@ impl RateLimitService {
             counters: Counters::new(settings.max_keys),
             clock,
             settings,
+            metrics: RlsMetrics::new(),
         }
+    }
+
+    /// The service's metrics.
+    pub fn metrics(&self) -> &RlsMetrics {
+        &self.metrics
     }
 
     /// Puts `config` in force for the calls that start from now. The fixed
@@ -299,6 +307,15 @@ impl RateLimitService {
     /// [`RequestError`]: an empty domain or descriptor list, no
     /// configuration loaded, a limit override with an unknown unit.
     pub fn should_rate_limit(&self, request: &Request) -> Result<Response, RequestError> {
+        let answer = self.decide(request);
+        match answer {
+            Ok(_) => self.metrics.calls.inc(),
+            Err(_) => self.metrics.errors.inc(),
+        }
+        answer
+    }
+
+    fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         if request.domain.is_empty() {
             return Err(RequestError::EmptyDomain);
         }
@@ -321,7 +338,10 @@ impl RateLimitService {
                     Unit::from_wire(unit).ok_or(RequestError::BadOverrideUnit { index, unit })?;
                 let mut key = String::new();
                 matching::plain_key(&request.domain, &d.entries, &mut key);
-                matched.push(Matched::Override(Box::new(Rule::adhoc(limit, unit)), key));
+                matched.push(Matched::Override(
+                    Box::new(Rule::adhoc(&request.domain, limit, unit)),
+                    key,
+                ));
                 continue;
             }
             let mut key = String::new();
@@ -498,6 +518,9 @@ impl RateLimitService {
                 hits,
                 touch,
             );
+            if touch == Touch::Charge {
+                self.record(rule, counted, hits);
+            }
             let closer = match &best {
                 None => true,
                 Some((b, _)) => {
@@ -510,6 +533,25 @@ impl RateLimitService {
             }
         }
         best
+    }
+
+    /// Counts `hits` of `rule` in its metrics.
+    fn record(&self, rule: &Rule, counted: Counted, hits: u64) {
+        let stats = rule.stats.get_or_init(|| self.metrics.rule(&rule.path));
+        stats.total_hits.inc_by(hits);
+        if counted.over {
+            stats.over_limit.inc_by(hits);
+            if rule.shadow_mode {
+                stats.shadow_mode.inc_by(hits);
+            }
+        } else {
+            stats.within_limit.inc_by(hits);
+            let limit = u64::from(rule.requests_per_unit);
+            let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
+            if limit - counted.remaining.min(limit) > near {
+                stats.near_limit.inc_by(hits);
+            }
+        }
     }
 
     /// The reference's headers: from the status with the least remaining
