@@ -113,6 +113,8 @@ pub(crate) struct SmoothTable(OnceLock<Arc<dyn Count>>);
 /// One table of keys under one policy.
 pub(crate) trait Count: Send + Sync + std::fmt::Debug {
     fn count(&self, key: &str, now_ns: u64, hits: u64, touch: Touch) -> Counted;
+    /// Gives back `hits` an earlier count admitted.
+    fn refund(&self, key: &str, now_ns: u64, hits: u64);
 }
 
 impl<P: Policy> Count for KeyedLimiter<P>
@@ -140,6 +142,10 @@ where
                 },
             }
         })
+    }
+
+    fn refund(&self, key: &str, now_ns: u64, hits: u64) {
+        self.settle(key, now_ns, -i64::try_from(hits).unwrap_or(i64::MAX));
     }
 }
 
@@ -222,6 +228,22 @@ impl Counters {
             remaining,
             reset_s: unit.seconds() - now_s % unit.seconds(),
         }
+    }
+}
+
+impl Counters {
+    /// Gives back `hits` a smooth limit admitted for `key`.
+    pub(crate) fn refund(
+        &self,
+        key: &str,
+        smooth: (&Smooth, &SmoothTable),
+        now_ns: u64,
+        hits: u64,
+    ) {
+        smooth
+            .1
+            .get(smooth.0, self.max_keys)
+            .refund(key, now_ns, hits);
     }
 }
 

@@ -13,7 +13,10 @@
 //!
 //! With several limits on one descriptor (tollgate's extension) each is
 //! counted and the descriptor's status is the one closest to its limit: the
-//! first over its limit, else the one with the least remaining.
+//! first over its limit, else the one with the least remaining. A request
+//! over any of them is charged to every fixed window (which count every
+//! hit, as the reference's do) and to none of the smooth limits (which
+//! charge only what they admit: the ones that admitted it give it back).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -495,8 +498,12 @@ impl RateLimitService {
             Matched::Override(rule, key) => (vec![&**rule], key),
             Matched::None | Matched::Unlimited => return None,
         };
+        let several = rules.len() > 1;
         let mut best: Option<(Counted, &Rule)> = None;
         let mut slot_key = String::new();
+        // Smooth limits that admitted the hits, to give them back if
+        // another limit of the descriptor refuses.
+        let mut admitted: Vec<(&Rule, String)> = Vec::new();
         for rule in rules {
             let unit = rule.unit?;
             let key = if rule.slot == 0 {
@@ -520,6 +527,9 @@ impl RateLimitService {
             );
             if touch == Touch::Charge {
                 self.record(rule, counted, hits);
+                if several && !counted.over && rule.smooth.is_some() {
+                    admitted.push((rule, key.to_owned()));
+                }
             }
             let closer = match &best {
                 None => true,
@@ -530,6 +540,14 @@ impl RateLimitService {
             };
             if closer {
                 best = Some((counted, rule));
+            }
+        }
+        if best.is_some_and(|(b, _)| b.over) {
+            for (rule, key) in admitted {
+                if let Some(smooth) = &rule.smooth {
+                    self.counters
+                        .refund(&key, (smooth, &rule.table), now_ns, hits);
+                }
             }
         }
         best
