@@ -10,6 +10,7 @@ mod lease;
 mod load;
 mod load_allow;
 mod load_lease;
+mod load_rls;
 mod load_wire;
 mod pace;
 mod plot;
@@ -36,8 +37,9 @@ enum Command {
     Pace(pace::Args),
     /// Run a Doorman-compatible capacity lease server.
     Serve(serve::Args),
-    /// Load-test a capacity server with many simulated clients, or a quota
-    /// server with Allow calls (`--mode allow`).
+    /// Load-test a capacity server with many simulated clients, a quota
+    /// server with Allow calls (`--mode allow`), or a rate limit service
+    /// with ShouldRateLimit calls (`--mode rls`).
     Load(load::Args),
     /// Ask a capacity server for leases and print them as they refresh.
     Lease(lease::Args),

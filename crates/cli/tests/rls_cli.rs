@@ -175,3 +175,41 @@ fn sigterm_drains_and_exits_zero() {
     let status = server.exit_status();
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
+
+/// `tollgate load --mode rls` sends its descriptors with their distinct
+/// values: under a limit of one a day per value, the first call of each of
+/// the three values passes and every later one is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_sends_descriptors_over_distinct_values() {
+    let (_dir, path) = config_file(
+        "load.yaml",
+        "domain: load\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
+    );
+    let (_server, addr) = tokio::task::block_in_place(|| start(&path, &[], &[]));
+    let out = tokio::task::block_in_place(|| {
+        cli::tollgate()
+            .args([
+                "load",
+                "--mode",
+                "rls",
+                "--server",
+                &addr,
+                "--duration",
+                "300ms",
+            ])
+            .args(["--values", "3", "--descriptors", "1"])
+            .args(["--concurrency", "1", "--connections", "1", "--threads", "1"])
+            .output()
+            .unwrap()
+    });
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("1 descriptor(s) of key \"remote_address\" per call over 3 distinct values"),
+        "{stderr}"
+    );
+    assert!(stdout.contains(" OK=3 "), "{stdout}");
+    assert!(stdout.contains("OVER_LIMIT="), "{stdout}");
+}
