@@ -32,20 +32,16 @@ pub const HEALTH_CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
 /// call holds (descriptors, entries and their text).
 const MAX_MESSAGE: usize = 64 << 10;
 
-impl From<&pb::RateLimitRequest> for Request {
-    fn from(r: &pb::RateLimitRequest) -> Request {
+impl From<pb::RateLimitRequest> for Request {
+    fn from(r: pb::RateLimitRequest) -> Request {
         Request {
-            domain: r.domain.clone(),
+            domain: r.domain,
             descriptors: r
                 .descriptors
-                .iter()
+                .into_iter()
                 .map(|d| Descriptor {
-                    entries: d
-                        .entries
-                        .iter()
-                        .map(|e| (e.key.clone(), e.value.clone()))
-                        .collect(),
-                    limit: d.limit.as_ref().map(|l| (l.requests_per_unit, l.unit)),
+                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                    limit: d.limit.map(|l| (l.requests_per_unit, l.unit)),
                     hits_addend: d.hits_addend,
                 })
                 .collect(),
@@ -250,7 +246,7 @@ impl UnaryService for Lean {
                 })?;
                 let answer = self
                     .0
-                    .should_rate_limit(&Request::from(&req))
+                    .should_rate_limit(&Request::from(req))
                     .map_err(|e| status(&e))?;
                 // Cannot fail: the buffer grows as needed.
                 let _ = pb::RateLimitResponse::from(answer).encode(response);
@@ -311,7 +307,7 @@ impl pb::rate_limit_service_server::RateLimitService for ShouldRateLimitService 
         let req = request.into_inner();
         let answer = self
             .service
-            .should_rate_limit(&Request::from(&req))
+            .should_rate_limit(&Request::from(req))
             .map_err(|e| status(&e))?;
         Ok(tonic::Response::new(answer.into()))
     }

@@ -249,12 +249,13 @@ pub struct RateLimitService {
 enum Matched<'a> {
     /// No limit applies.
     None,
-    /// An unlimited rule.
-    Unlimited,
-    /// Limits to count, with the counter key.
-    Rules(Vec<&'a Rule>, String),
+    /// An unlimited rule (with the node's limits, for their `replaces`).
+    Unlimited(&'a [Arc<Rule>]),
+    /// Limits to count (those `replaces` names aside), with the counter
+    /// key.
+    Rules(&'a [Arc<Rule>], String),
     /// A request's override, with the counter key.
-    Override(Box<Rule>, String),
+    Override(Arc<Rule>, String),
 }
 
 impl RateLimitService {
@@ -342,7 +343,7 @@ impl RateLimitService {
                 let mut key = String::new();
                 matching::plain_key(&request.domain, &d.entries, &mut key);
                 matched.push(Matched::Override(
-                    Box::new(Rule::adhoc(&request.domain, limit, unit)),
+                    Arc::new(Rule::adhoc(&request.domain, limit, unit)),
                     key,
                 ));
                 continue;
@@ -351,41 +352,26 @@ impl RateLimitService {
             match matching::find(root, &request.domain, &d.entries, &mut key) {
                 None => matched.push(Matched::None),
                 Some(node) if node.rules.iter().any(|r| r.unlimited) => {
-                    matched.push(Matched::Unlimited)
+                    matched.push(Matched::Unlimited(&node.rules))
                 }
-                Some(node) => matched.push(Matched::Rules(
-                    node.rules.iter().map(|r| &**r).collect(),
-                    key,
-                )),
+                Some(node) => matched.push(Matched::Rules(&node.rules, key)),
             }
         }
 
         // `replaces`: the names every matched limit knocks out (unlimited
         // ones included).
         let mut replaced: HashSet<&str> = HashSet::new();
-        if let Some(root) = root {
-            for (d, m) in request.descriptors.iter().zip(&matched) {
-                if let Matched::Unlimited = m {
-                    let mut key = String::new();
-                    if let Some(node) = matching::find(root, &request.domain, &d.entries, &mut key)
-                    {
-                        for r in &node.rules {
-                            replaced.extend(r.replaces.iter().map(String::as_str));
-                        }
-                    }
-                }
-                if let Matched::Rules(rules, _) = m {
-                    for r in rules {
-                        replaced.extend(r.replaces.iter().map(String::as_str));
-                    }
+        for m in &matched {
+            if let Matched::Unlimited(rules) | Matched::Rules(rules, _) = m {
+                for r in *rules {
+                    replaced.extend(r.replaces.iter().map(String::as_str));
                 }
             }
         }
         if !replaced.is_empty() {
             for m in &mut matched {
                 if let Matched::Rules(rules, _) = m {
-                    rules.retain(|r| r.name.is_empty() || !replaced.contains(r.name.as_str()));
-                    if rules.is_empty() {
+                    if rules.iter().all(|r| is_replaced(r, &replaced)) {
                         *m = Matched::None;
                     }
                 }
@@ -408,7 +394,7 @@ impl RateLimitService {
                 .iter()
                 .zip(&hits)
                 .map(|(m, &h)| {
-                    self.count_all(m, now_ns, h, Touch::Probe)
+                    self.count_all(m, &replaced, now_ns, h, Touch::Probe)
                         .is_some_and(|(c, _)| c.over)
                 })
                 .collect();
@@ -429,11 +415,11 @@ impl RateLimitService {
                     Matched::Rules(rules, _) => rules.iter().any(|r| r.quota_mode),
                     _ => false,
                 };
-            let unlimited = matches!(m, Matched::Unlimited);
+            let unlimited = matches!(m, Matched::Unlimited(_));
             quota.push(is_quota && !unlimited);
             statuses.push(match m {
                 Matched::None => DescriptorStatus::no_limit(),
-                Matched::Unlimited => DescriptorStatus {
+                Matched::Unlimited(_) => DescriptorStatus {
                     code: Code::Ok,
                     current_limit: None,
                     limit_remaining: u32::MAX,
@@ -441,7 +427,7 @@ impl RateLimitService {
                 },
                 _ => {
                     let (counted, rule) = self
-                        .count_all(m, now_ns, h, Touch::Charge)
+                        .count_all(m, &replaced, now_ns, h, Touch::Charge)
                         .unwrap_or_else(|| unreachable!("a matched limit counts"));
                     status(rule, counted)
                 }
@@ -489,14 +475,15 @@ impl RateLimitService {
     fn count_all<'a>(
         &self,
         m: &'a Matched<'a>,
+        replaced: &HashSet<&str>,
         now_ns: u64,
         hits: u64,
         touch: Touch,
     ) -> Option<(Counted, &'a Rule)> {
-        let (rules, key): (Vec<&Rule>, &str) = match m {
-            Matched::Rules(rules, key) => (rules.clone(), key),
-            Matched::Override(rule, key) => (vec![&**rule], key),
-            Matched::None | Matched::Unlimited => return None,
+        let (rules, key): (&[Arc<Rule>], &str) = match m {
+            Matched::Rules(rules, key) => (rules, key),
+            Matched::Override(rule, key) => (std::slice::from_ref(rule), key),
+            Matched::None | Matched::Unlimited(_) => return None,
         };
         let several = rules.len() > 1;
         let mut best: Option<(Counted, &Rule)> = None;
@@ -505,6 +492,9 @@ impl RateLimitService {
         // another limit of the descriptor refuses.
         let mut admitted: Vec<(&Rule, String)> = Vec::new();
         for rule in rules {
+            if is_replaced(rule, replaced) {
+                continue;
+            }
             let unit = rule.unit?;
             let key = if rule.slot == 0 {
                 key
@@ -602,6 +592,11 @@ impl RateLimitService {
             (self.settings.reset_header.clone(), reset.to_string()),
         ]
     }
+}
+
+/// Whether `rule` is one of the limits a request's `replaces` knock out.
+fn is_replaced(rule: &Rule, replaced: &HashSet<&str>) -> bool {
+    !replaced.is_empty() && !rule.name.is_empty() && replaced.contains(rule.name.as_str())
 }
 
 /// A counted limit's status; a shadow rule over its limit answers OK.
