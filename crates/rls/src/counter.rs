@@ -264,7 +264,13 @@ fn fixed(
     match policy.check(target, now_ns, hits) {
         Verdict::Admit { remaining } => (false, remaining),
         Verdict::Delay { .. } | Verdict::Reject { .. } => {
-            policy.settle(target, now_ns, i64::try_from(hits).unwrap_or(i64::MAX));
+            // At most 2^32 - 1 a call (Envoy sends at most 10^9), so that
+            // no run of calls brings the count near overflow.
+            policy.settle(
+                target,
+                now_ns,
+                i64::from(u32::try_from(hits).unwrap_or(u32::MAX)),
+            );
             (true, 0)
         }
     }

@@ -1,6 +1,7 @@
 //! Where tollgate answers differently from envoyproxy/ratelimit on
 //! purpose: one test per row of the README's table (the rows on loading
-//! are in `rls_config.rs` and the command's tests).
+//! are in `rls_config.rs` and the command's tests), and one input no
+//! answer may break on.
 
 mod common;
 
@@ -108,4 +109,21 @@ fn counters_are_bounded_by_max_keys() {
     assert_eq!(s.keys(), 15);
     // The oldest key went first: it counts from zero again.
     assert_eq!(call("first"), 2);
+}
+
+/// Huge hits_addends (Envoy sends at most 10^9; any client may send
+/// 2^64 - 1) never overflow a count: still over, and a check-only call
+/// or a call of one hit after them too.
+#[tokio::test]
+async fn huge_hits_addends_stay_over_the_limit() {
+    let mut s = Server::start(Some(EDGE), RlsSettings::default()).await;
+    let ip = [("remote_address", "9.9.9.9")];
+    for _ in 0..3 {
+        let r = s.ok("edge", vec![dh(&ip, u64::MAX)], 0).await;
+        assert_eq!(r.statuses, vec![over((3, Unit::Minute, ""), 60)]);
+    }
+    for hits in [0, 1] {
+        let r = s.ok("edge", vec![dh(&ip, hits)], 0).await;
+        assert_eq!(r.statuses, vec![over((3, Unit::Minute, ""), 60)]);
+    }
 }
