@@ -1,6 +1,8 @@
 //! `tollgate load`: many simulated clients refreshing leases against a
-//! capacity server (`load_lease.rs`), or with `--mode allow` Allow calls
-//! against a quota server (`load_allow.rs`), reporting calls per second,
+//! capacity server (`load_lease.rs`), with `--mode allow` Allow calls
+//! against a quota server (`load_allow.rs`), or with `--mode rls`
+//! ShouldRateLimit calls against a rate limit service (`load_rls.rs`),
+//! reporting calls per second,
 //! latency percentiles and CPU time per call; both speak gRPC through
 //! `load_wire.rs`.
 
@@ -16,6 +18,8 @@ enum Mode {
     Lease,
     /// quotaservice Allow calls.
     Allow,
+    /// Envoy ShouldRateLimit calls.
+    Rls,
 }
 
 #[derive(Debug, clap::Args)]
@@ -24,9 +28,10 @@ enum Mode {
     tollgate load --server 127.0.0.1:15000 --server-pid \"$(pidof tollgate)\"\n  \
     tollgate load --server localhost:15000 --tls-ca ca.pem\n  \
     tollgate load --mode allow --server 127.0.0.1:15100 --buckets 100 --concurrency 256\n  \
-    tollgate load --mode allow --server 127.0.0.1:15100 --namespace svc --bucket db")]
+    tollgate load --mode allow --server 127.0.0.1:15100 --namespace svc --bucket db\n  \
+    tollgate load --mode rls --server 127.0.0.1:8081 --domain load --descriptors 3 --values 100000")]
 pub(crate) struct Args {
-    /// What to load: a lease server or a quota server.
+    /// What to load: a lease server, a quota server or a rate limit service.
     #[arg(long, value_enum, default_value_t = Mode::Lease)]
     mode: Mode,
     /// The server's gRPC address, `host:port` (default: 127.0.0.1:15000 for
@@ -43,6 +48,21 @@ pub(crate) struct Args {
     /// (e.g. a bucket named in the server's configuration).
     #[arg(long, conflicts_with = "buckets")]
     bucket: Option<String>,
+    /// Rls mode: the domain asked.
+    #[arg(long, default_value = "load")]
+    domain: String,
+    /// Rls mode: the key of every descriptor's one entry.
+    #[arg(long, default_value = "remote_address")]
+    key: String,
+    /// Rls mode: descriptors per call.
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<usize>)]
+    descriptors: usize,
+    /// Rls mode: distinct values (`v0`, `v1`, ...), used in turn.
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<usize>)]
+    values: usize,
+    /// Rls mode: the request's hits_addend (0: unset, counted as 1).
+    #[arg(long, default_value_t = 0)]
+    hits_addend: u32,
     /// Allow mode: tokens per request.
     #[arg(long, default_value_t = 1, value_parser = cli::positive::<i64>)]
     tokens: i64,
@@ -83,11 +103,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let default_server = match args.mode {
         Mode::Lease => "127.0.0.1:15000",
         Mode::Allow => "127.0.0.1:15100",
+        Mode::Rls => "127.0.0.1:8081",
     };
     let concurrency = match args.mode {
         // No more callers than clients: each caller owns some.
         Mode::Lease => args.concurrency.min(args.clients),
-        Mode::Allow => args.concurrency,
+        Mode::Allow | Mode::Rls => args.concurrency,
     };
     let wire = load_wire::Params {
         server: args.server.unwrap_or_else(|| default_server.to_owned()),
@@ -114,6 +135,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     None => (0..args.buckets).map(|i| format!("b{i}")).collect(),
                 },
                 tokens: args.tokens,
+            },
+            &wire,
+        ),
+        Mode::Rls => crate::load_rls::run(
+            crate::load_rls::Params {
+                domain: args.domain,
+                key: args.key,
+                descriptors: args.descriptors,
+                values: args.values,
+                hits_addend: args.hits_addend,
             },
             &wire,
         ),

@@ -10,10 +10,12 @@ mod lease;
 mod load;
 mod load_allow;
 mod load_lease;
+mod load_rls;
 mod load_wire;
 mod pace;
 mod plot;
 mod quota;
+mod rls;
 mod serve;
 mod simulate;
 
@@ -35,8 +37,9 @@ enum Command {
     Pace(pace::Args),
     /// Run a Doorman-compatible capacity lease server.
     Serve(serve::Args),
-    /// Load-test a capacity server with many simulated clients, or a quota
-    /// server with Allow calls (`--mode allow`).
+    /// Load-test a capacity server with many simulated clients, a quota
+    /// server with Allow calls (`--mode allow`), or a rate limit service
+    /// with ShouldRateLimit calls (`--mode rls`).
     Load(load::Args),
     /// Ask a capacity server for leases and print them as they refresh.
     Lease(lease::Args),
@@ -44,6 +47,9 @@ enum Command {
     Simulate(simulate::Args),
     /// Run a quotaservice-compatible Allow server.
     Quota(quota::Args),
+    /// Run Envoy's rate limit service (envoyproxy/ratelimit's
+    /// configuration and answers).
+    Rls(rls::Args),
 }
 
 /// Runs the command; an error is printed as one `error: ...` line (its
@@ -60,7 +66,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(argv);
     // Servers say what they do at info; tools keep stderr for trouble.
     let level = match cli.command {
-        Command::Serve(_) | Command::Quota(_) => "info",
+        Command::Serve(_) | Command::Quota(_) | Command::Rls(_) => "info",
         Command::Simulate(_) => "error",
         Command::Pace(_) | Command::Load(_) | Command::Lease(_) => "warn",
     };
@@ -72,6 +78,7 @@ fn main() -> ExitCode {
         Command::Lease(args) => lease::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Quota(args) => quota::run(args),
+        Command::Rls(args) => rls::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -732,3 +732,70 @@ async fn an_expired_server_certificate_is_warned_at_start_and_named_on_both_side
     assert!(refused.contains("as expired or not valid yet"), "{refused}");
     assert!(!refused.contains("must trust"), "{refused}");
 }
+
+/// `tollgate rls` over mutual TLS: a client without a certificate from the
+/// client CA is refused, one with it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_answers_over_mutual_tls_only_a_client_with_a_certificate() {
+    use tollgate_rls::pb::rate_limit_descriptor::Entry;
+    use tollgate_rls::pb::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_rls::pb::{RateLimitDescriptor, RateLimitRequest};
+    let tmp = dir("rls");
+    let d = tmp.path();
+    let server_ca = ca(d, "server-ca");
+    let client_ca = ca(d, "client-ca");
+    let (cert, key) = leaf(d, "server", &["localhost", "127.0.0.1"], &server_ca);
+    let config = d.join("edge.yaml");
+    std::fs::write(
+        &config,
+        "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    let mut rls = cli::start(
+        cli::on_free_ports("rls")
+            .arg("--config")
+            .arg(&config)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .arg("--tls-client-ca")
+            .arg(&client_ca.cert_file),
+    );
+    let addr = tokio::task::block_in_place(|| rls.logged_addr("rls gRPC listening over TLS"));
+    let ask = |tls: ClientTls| {
+        let addr = addr.clone();
+        async move {
+            let channel = Endpoint::from_shared(format!("https://{addr}"))
+                .unwrap()
+                .tls_config(tls.load().unwrap())
+                .unwrap()
+                .connect_lazy();
+            let request = RateLimitRequest {
+                domain: "edge".into(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "k".into(),
+                        value: "v".into(),
+                    }],
+                    limit: None,
+                    hits_addend: None,
+                }],
+                hits_addend: 0,
+            };
+            tokio::time::timeout(
+                HANG,
+                RateLimitServiceClient::new(channel).should_rate_limit(request),
+            )
+            .await
+            .expect("ShouldRateLimit hung")
+            .map(|r| r.into_inner().statuses[0].limit_remaining)
+            .map_err(|s| s.code())
+        }
+    };
+    let anonymous = ClientTls::new(&server_ca.cert_file);
+    assert!(refused_by_the_server(ask(anonymous).await.err()));
+    let (cert, key) = leaf(d, "client", &["client"], &client_ca);
+    let known = ClientTls::new(&server_ca.cert_file).identity(cert, key);
+    assert_eq!(ask(known).await, Ok(4));
+}

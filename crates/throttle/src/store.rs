@@ -189,6 +189,35 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
         })
     }
 
+    /// Runs `f` on `key`'s state at `now_ns` (a fresh state if the key is
+    /// new), under the key's lock, and records the use: for callers that
+    /// decide with a policy of the same kind but other parameters (a rate
+    /// limit service whose rules share one window's counters), or that take
+    /// several steps on one state at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_throttle::{FixedWindow, KeyedLimiter, Policy, Verdict};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let store: KeyedLimiter<FixedWindow> = KeyedLimiter::new(FixedWindow::new(1, minute)?, 1000);
+    /// // Three a minute on this key, counted in the store's table.
+    /// let three = FixedWindow::new(3, minute)?;
+    /// let verdict = store.update("k", 0, |_, state| three.check(state, 0, 2));
+    /// assert_eq!(verdict, Verdict::Admit { remaining: 1 });
+    /// # Ok::<(), tollgate_throttle::LimitError>(())
+    /// ```
+    pub fn update<Q, R>(&self, key: &Q, now_ns: u64, f: impl FnOnce(&P, &mut P::State) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.with_entry(key, now_ns, |policy, state, _| f(policy, state))
+    }
+
     /// Like [`check`](Self::check), but with `ban_ns`, a rejection bans
     /// the key until the policy would admit it again plus `ban_ns`; while
     /// banned, every request is rejected without consulting the policy.
@@ -483,6 +512,23 @@ mod tests {
         store.sweep(199);
         assert_eq!(store.len(), 0);
         assert_eq!(store.evictions(), Evictions { idle: 1, full: 0 });
+    }
+
+    #[test]
+    fn update_runs_on_the_state_check_uses_and_counts_as_a_use() {
+        let store: KeyedLimiter<_, u64> = KeyedLimiter::new(window(1), 1000);
+        // A wider limit on the same counter: 2 of 3 taken.
+        let three = window(3);
+        assert_eq!(
+            store.update(&7, 0, |_, s| three.check(s, 0, 2)),
+            Verdict::Admit { remaining: 1 }
+        );
+        // The store's own policy (limit 1) sees those 2.
+        assert!(!store.check(&7, 10, 1).is_admitted());
+        // A use at 50 keeps the key from being idle at 120.
+        store.update(&7, 50, |_, _| ());
+        store.sweep(120);
+        assert_eq!(store.len(), 1);
     }
 
     #[test]

@@ -1,0 +1,66 @@
+//! Hot reload of the configuration: on SIGHUP and when the file's (or the
+//! directory's) modification time changes. A configuration that does not
+//! load is logged and refused, and the previous one keeps answering.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_service::{hangup, reload_file, watch_file, Reload};
+
+use super::config::{ConfigError, RlsConfig};
+use super::service::RateLimitService;
+
+/// The service as a reload target; `MERGE` is the documents' merge
+/// setting ([`RlsConfig::load`]).
+#[derive(Debug)]
+struct Target<const MERGE: bool>(Arc<RateLimitService>);
+
+impl<const MERGE: bool> Reload for Target<MERGE> {
+    type Config = RlsConfig;
+    type Error = ConfigError;
+    const WHAT: &'static str = "rate limit configuration";
+
+    fn read_file(path: &Path) -> Result<RlsConfig, ConfigError> {
+        RlsConfig::load(path, MERGE)
+    }
+
+    fn parse(text: &str) -> Result<RlsConfig, ConfigError> {
+        RlsConfig::from_yaml("config", text)
+    }
+
+    fn apply(&self, config: RlsConfig) {
+        self.0.set_config(config);
+        self.0.metrics().config_load_success.inc();
+    }
+
+    fn refused(&self) {
+        self.0.metrics().config_load_error.inc();
+    }
+}
+
+/// Reloads `path` into `service` now, logging the outcome; with `merge`,
+/// documents of one domain add up. Returns whether the new configuration
+/// was applied.
+pub fn reload(service: &Arc<RateLimitService>, path: &Path, merge: bool) -> bool {
+    if merge {
+        reload_file(&Target::<true>(Arc::clone(service)), path)
+    } else {
+        reload_file(&Target::<false>(Arc::clone(service)), path)
+    }
+}
+
+/// Spawns a task that reloads `path` into `service` on SIGHUP (on Unix) and
+/// whenever its modification time changes (checked every `poll`).
+pub fn spawn(
+    service: Arc<RateLimitService>,
+    path: PathBuf,
+    merge: bool,
+    poll: Duration,
+) -> tokio::task::JoinHandle<()> {
+    if merge {
+        watch_file(Target::<true>(service), path, poll, hangup())
+    } else {
+        watch_file(Target::<false>(service), path, poll, hangup())
+    }
+}

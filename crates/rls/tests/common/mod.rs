@@ -1,0 +1,147 @@
+//! A real server on 127.0.0.1 with a manual clock behind it, and a real
+//! client.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+
+use tollgate::ManualClock;
+use tollgate_rls::pb::rate_limit_response::{self, rate_limit::Unit, Code, DescriptorStatus};
+use tollgate_rls::pb::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::pb::{rate_limit_descriptor, RateLimitDescriptor, RateLimitRequest};
+use tollgate_rls::{RateLimitService, RlsConfig, RlsServer, RlsSettings};
+
+/// Tuesday 2023-11-14 22:14:00 UTC: on a minute boundary.
+pub const T: u64 = 1_700_000_040;
+
+pub struct Server {
+    pub clock: ManualClock,
+    pub client: RateLimitServiceClient<tonic::transport::Channel>,
+    pub service: Arc<RateLimitService>,
+    pub addr: String,
+}
+
+impl Server {
+    /// Serves `yaml` (none: no configuration) with `settings`, the clock at
+    /// Unix time `T`.
+    pub async fn start(yaml: Option<&str>, settings: RlsSettings) -> Server {
+        let config = yaml.map(|y| RlsConfig::from_yaml("config.yaml", y).unwrap());
+        let clock = ManualClock::new();
+        clock.set_ns(T * 1_000_000_000);
+        let service = Arc::new(RateLimitService::new(
+            config,
+            settings,
+            Arc::new(clock.clone()),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            RlsServer::builder(Arc::clone(&service)).serve(listener, std::future::pending()),
+        );
+        let client = RateLimitServiceClient::connect(addr.clone()).await.unwrap();
+        Server {
+            clock,
+            client,
+            service,
+            addr,
+        }
+    }
+
+    /// Sets the clock to `T + secs`.
+    pub fn at(&self, secs: u64) {
+        self.clock.set_ns((T + secs) * 1_000_000_000);
+    }
+
+    pub async fn call(
+        &mut self,
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+        hits_addend: u32,
+    ) -> Result<tollgate_rls::pb::RateLimitResponse, tonic::Status> {
+        self.client
+            .should_rate_limit(RateLimitRequest {
+                domain: domain.to_owned(),
+                descriptors,
+                hits_addend,
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// One call that must be answered.
+    pub async fn ok(
+        &mut self,
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+        hits_addend: u32,
+    ) -> tollgate_rls::pb::RateLimitResponse {
+        self.call(domain, descriptors, hits_addend).await.unwrap()
+    }
+}
+
+/// A descriptor of `entries`.
+pub fn d(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| rate_limit_descriptor::Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        limit: None,
+        hits_addend: None,
+    }
+}
+
+/// `d` with its own hits_addend.
+pub fn dh(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(hits),
+        ..d(entries)
+    }
+}
+
+/// `d` with a limit override.
+pub fn dl(entries: &[(&str, &str)], rpu: u32, unit: i32) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        }),
+        ..d(entries)
+    }
+}
+
+/// A status: code, `(rpu, unit, name)` when a limit applies, remaining,
+/// reset seconds when present.
+pub fn st(
+    code: Code,
+    limit: Option<(u32, Unit, &str)>,
+    remaining: u32,
+    reset: Option<i64>,
+) -> DescriptorStatus {
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: limit.map(|(rpu, unit, name)| rate_limit_response::RateLimit {
+            name: name.to_owned(),
+            requests_per_unit: rpu,
+            unit: unit as i32,
+        }),
+        limit_remaining: remaining,
+        duration_until_reset: reset.map(|seconds| prost_types::Duration { seconds, nanos: 0 }),
+    }
+}
+
+/// The status of a descriptor no limit applies to.
+pub fn none() -> DescriptorStatus {
+    st(Code::Ok, None, 0, None)
+}
+
+pub fn ok(limit: (u32, Unit, &str), remaining: u32, reset: i64) -> DescriptorStatus {
+    st(Code::Ok, Some(limit), remaining, Some(reset))
+}
+
+pub fn over(limit: (u32, Unit, &str), reset: i64) -> DescriptorStatus {
+    st(Code::OverLimit, Some(limit), 0, Some(reset))
+}
