@@ -157,6 +157,7 @@ mod policy;
 mod queue;
 mod render;
 mod rules;
+mod shared;
 mod store;
 mod throttler;
 mod trust;
@@ -175,6 +176,7 @@ pub use policy::{
 };
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
+pub use shared::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 pub use store::{Evictions, KeyedLimiter};
 pub use throttler::Throttler;
 pub use trust::Trust;
