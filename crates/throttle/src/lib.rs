@@ -163,7 +163,9 @@ mod throttler;
 mod trust;
 
 pub use builder::ThrottlerBuilder;
-pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+pub use config::{
+    reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload, store_from_yaml,
+};
 pub use cost::CostModel;
 pub use decision::Permit;
 pub use error::{LimitError, RulesError, TrustError};

@@ -110,9 +110,11 @@ impl Target {
         let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
         let attempt = async {
             let mut conn = match self {
-                Target::Single(client) => {
-                    Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?)
-                }
+                Target::Single(client) => Conn::Single(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ),
                 Target::Sentinel(client) => Conn::Single(
                     client
                         .lock()

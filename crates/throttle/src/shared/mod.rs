@@ -37,7 +37,7 @@ use std::time::Duration;
 use tollgate::Clock;
 
 use crate::policy::Verdict;
-use crate::rules::Limit;
+use crate::rules::{Limit, Rule};
 use link::{Link, Target};
 pub(crate) use script::{Answer, Item, Params, Role};
 
@@ -318,6 +318,15 @@ impl RedisStore {
         }
     }
 
+    /// Checks that `url` can be parsed, without connecting.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStoreBuilder::connect`] for a bad URL.
+    pub fn check_url(url: &str) -> Result<(), StoreError> {
+        Target::parse(url).map(|_| ())
+    }
+
     /// What decisions do when Redis fails.
     pub fn on_error(&self) -> OnError {
         self.inner.on_error
@@ -340,6 +349,30 @@ impl RedisStore {
     /// A token pool or a sliding log: one line saying which limits are.
     pub fn supports(limit: &Limit) -> Result<(), StoreError> {
         Params::of(limit).map(|_| ())
+    }
+
+    /// Whether every limit of `rule` can be kept in Redis (a throttler
+    /// built with this store refuses a rule that cannot).
+    ///
+    /// # Errors
+    ///
+    /// A rule with a ban, a token pool or a sliding log: one line naming
+    /// the rule.
+    pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
+        let named = |e: StoreError| StoreError {
+            kind: e.kind,
+            message: format!("rule \"{}\": {}", rule.name(), e.message),
+        };
+        if rule.ban.is_some() {
+            return Err(named(StoreError::unsupported(
+                "bans are not kept in Redis: drop the ban or keep the rule in memory",
+            )));
+        }
+        Params::of(&rule.hard).map_err(named)?;
+        if let Some(soft) = &rule.soft {
+            Params::of(soft).map_err(named)?;
+        }
+        Ok(())
     }
 
     /// Decides a request of `cost` for `key` under `limit` (the key's own

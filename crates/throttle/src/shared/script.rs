@@ -42,12 +42,24 @@ impl Params {
         match limit {
             Limit::FixedWindow(p) => Ok(Params {
                 kind: "fw",
-                args: [p.limit.to_string(), p.window_ns.to_string(), dash(), dash(), dash()],
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ],
                 id: format!("fw:{}:{}", p.limit, p.window_ns),
             }),
             Limit::SlidingWindowCounter(p) => Ok(Params {
                 kind: "swc",
-                args: [p.limit.to_string(), p.window_ns.to_string(), dash(), dash(), dash()],
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ],
                 id: format!("swc:{}:{}", p.limit, p.window_ns),
             }),
             Limit::Gcra(p) => {
@@ -195,7 +207,12 @@ mod tests {
 
     #[test]
     fn the_meter_crosses_as_the_cores_exact_fraction() {
-        for nano in [1_000_000u128, 10_000_000_000, 7_000_000_001, 300_000_000 * 1_000_000_000] {
+        for nano in [
+            1_000_000u128,
+            10_000_000_000,
+            7_000_000_001,
+            300_000_000 * 1_000_000_000,
+        ] {
             let (whole, fraction, den) = meter(nano);
             let core = Meter::new(nano);
             for ns in [0u64, 1, 999, 1_000_000_007, u64::MAX / 3] {

@@ -70,7 +70,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer within 10 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        );
     }
 
     fn ping(&self) -> bool {
@@ -95,10 +98,34 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server (SIGSTOP): its sockets stay open, unanswered.
+    pub(crate) fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub(crate) fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let status = Command::new("kill")
+            .arg(which)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {which} {pid}");
+    }
+
     /// Starts it again on the same port, empty.
     pub(crate) fn restart(&mut self) {
         self.kill();
-        assert!(self.spawn(), "redis-server did not restart on port {}", self.port);
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
     }
 }
 
