@@ -90,6 +90,12 @@ impl Throttler {
     /// Applies the rules only (no queue, no waiting): the permit's delay is
     /// for the caller to wait.
     ///
+    /// It decides in this process's memory: with a Redis store
+    /// ([`ThrottlerBuilder::store`](crate::ThrottlerBuilder::store)), on
+    /// the replica's own fallback tables (each limit divided by the
+    /// replicas); [`decide`](Self::decide) and [`admit`](Self::admit) go
+    /// through Redis.
+    ///
     /// # Errors
     ///
     /// A [`Rejection`] when an enforced rule rejects; nothing is charged.

@@ -5,6 +5,8 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
+#[path = "../../service/tests/common/logs.rs"]
+mod logs;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use axum::http::Request;
 use common_gathered::gathered;
+use logs::Logs;
 use redis_server::RedisServer;
 use tollgate::{ManualClock, RateSpec};
 use tollgate_throttle::{
@@ -238,6 +241,8 @@ async fn when_redis_dies_each_mode_decides_and_redis_decides_again_after_restart
     assert_eq!(admitted(&deny, "k", 6).await, 4);
     assert_eq!(admitted(&local, "k", 6).await, 0);
 
+    let logs = Logs::default();
+    let guard = tracing::subscriber::set_default(logs.subscriber());
     server.kill();
     // allow admits everything, deny nothing, local its own half (5).
     assert_eq!(admitted(&allow, "dead", 20).await, 20);
@@ -246,6 +251,19 @@ async fn when_redis_dies_each_mode_decides_and_redis_decides_again_after_restart
     assert_eq!(errors(&allow, "allow"), 20);
     assert_eq!(errors(&deny, "deny"), 20);
     assert_eq!(errors(&local, "local"), 20);
+    // 20 failures each, one line each (at most one per 10 s), naming Redis.
+    drop(guard);
+    let text = logs.text();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("throttle store:"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let address = server.url().replace("redis://", "");
+    for line in lines {
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains(&address), "{line}");
+    }
 
     // A fresh Redis: decisions go back to it (with a fresh key's limit).
     server.restart();

@@ -257,21 +257,24 @@ impl Link {
             shared.log.failed(&e);
             return Err(e);
         };
-        let result = match tokio::time::timeout(deadline, invocation.invoke_async(&mut conn)).await
-        {
-            Ok(Ok(reply)) => return Ok(reply),
-            Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-                    let slot = &shared.slots[index];
-                    slot.conn.write_unpoisoned().take();
-                    slot.broken.notify_one();
-                }
-                StoreError::redis(format!("{}: {e}", shared.target))
-            }
-            Err(_) => StoreError::deadline(deadline),
-        };
-        shared.log.failed(&result);
-        Err(result)
+        let (error, broken) =
+            match tokio::time::timeout(deadline, invocation.invoke_async(&mut conn)).await {
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) => (
+                    StoreError::redis(format!("{}: {e}", shared.target)),
+                    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+                ),
+                Err(_) => (StoreError::deadline(deadline), false),
+            };
+        // Logged before the reconnection starts, so the line names the
+        // error that broke the connection rather than a failed reconnection.
+        shared.log.failed(&error);
+        if broken {
+            let slot = &shared.slots[index];
+            slot.conn.write_unpoisoned().take();
+            slot.broken.notify_one();
+        }
+        Err(error)
     }
 }
 
