@@ -364,7 +364,7 @@ async fn the_store_comes_from_the_rules_yaml() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(keys, ["app:{per-key/k}:fw:2:3600000000000:h"]);
+    assert_eq!(keys, ["app:{k}:per-key:fw:2:3600000000000:h"]);
 }
 
 #[test]

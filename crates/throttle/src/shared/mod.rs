@@ -13,10 +13,11 @@
 //! built with [`RedisStoreBuilder::clock`] passes that clock's time
 //! instead (tests).
 //!
-//! A key is `PREFIX{RULE/KEY}:LIMIT`: the braces are Redis Cluster's hash
-//! tag, so a rule's hard and soft limits of one key sit in one slot, and a
-//! limit's parameters are part of the name, so a changed limit starts
-//! fresh as it does in memory. Each key expires when it would decide like
+//! A key is `PREFIX{KEY}:RULE:LIMIT`: the braces are Redis Cluster's hash
+//! tag, so every limit of every rule on one key (an API key's per-second
+//! and per-hour rules, a rule's hard and soft limits) sits in one slot and
+//! is decided in one call there; a limit's parameters are part of the
+//! name, so a changed limit starts fresh as it does in memory. Each key expires when it would decide like
 //! a fresh one (a GCRA's debt included), so Redis holds only active keys.
 //!
 //! The connections: `pool_size` multiplexed connections, used in turn
@@ -462,7 +463,7 @@ impl RedisStore {
     ) -> String {
         match rule {
             Some(rule) => format!(
-                "{}{{{rule}/{key}}}:{}{suffix}",
+                "{}{{{key}}}:{rule}:{}{suffix}",
                 self.inner.prefix, params.id
             ),
             None => format!("{}{{{key}}}:{}{suffix}", self.inner.prefix, params.id),
