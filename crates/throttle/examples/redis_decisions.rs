@@ -99,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         h.await?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let hist = all.lock().expect("unpoisoned");
+    let hist = all.lock().expect("unpoisoned").clone();
     let held: u64 = redis::cmd("DBSIZE").query_async(&mut admin).await?;
     let memory = used_memory(&mut admin).await?;
     println!(

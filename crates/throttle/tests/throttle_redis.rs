@@ -400,3 +400,57 @@ fn a_bad_store_in_the_rules_yaml_is_one_line() {
          seed list"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_accounting_reaches_redis_and_other_replicas_see_it() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let limit = Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(3600)).unwrap());
+    let store = |clock: &ManualClock| {
+        RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2))
+            .connect()
+    };
+    let predicted = Throttler::builder()
+        .rule(Rule::new(
+            "per-key",
+            Extract::header("x-api-key"),
+            limit.clone(),
+        ))
+        .cost(tollgate_throttle::CostModel::Predicted {
+            class: Extract::global(),
+            default: 1,
+        })
+        .store(store(&clock).await.unwrap())
+        .try_build()
+        .unwrap();
+    let other = Throttler::builder()
+        .rule(Rule::new("per-key", Extract::header("x-api-key"), limit))
+        .store(store(&clock).await.unwrap())
+        .try_build()
+        .unwrap();
+    let req = request("k");
+    let permit = predicted.decide(&RequestHead::of(&req)).await.unwrap();
+    assert_eq!(permit.cost(), 1);
+    // It really cost 7: 6 more are charged to the key in Redis.
+    permit.finish(7);
+    for _ in 0..200 {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let count: Option<String> = redis::cmd("HGET")
+            .arg("tollgate:{k}:per-key:fw:10:3600000000000:h")
+            .arg("c")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if count.as_deref() == Some("7") {
+            // 3 left of 10, whichever replica asks.
+            assert_eq!(admitted(&other, "k", 5).await, 3);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the settlement never reached redis");
+}

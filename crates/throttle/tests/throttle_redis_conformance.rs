@@ -30,8 +30,11 @@ fn reject(retry_after_ns: u64) -> Verdict {
     Verdict::Reject { retry_after_ns }
 }
 
-/// A limit and its vector: (time, cost, expected verdict).
-fn vectors() -> Vec<(Limit, Vec<(u64, u64, Verdict)>)> {
+/// A vector: (time, cost, expected verdict) steps.
+type Vector = Vec<(u64, u64, Verdict)>;
+
+/// Each limit and its vector.
+fn vectors() -> Vec<(Limit, Vector)> {
     let fw = |l, w| Limit::FixedWindow(FixedWindow::new(l, w).unwrap());
     let swc = |l, w| Limit::SlidingWindowCounter(SlidingWindowCounter::new(l, w).unwrap());
     let gcra = |r: f64, b, q| Limit::Gcra(Gcra::new(RateSpec::new(r).unwrap(), b, q).unwrap());
