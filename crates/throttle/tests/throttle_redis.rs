@@ -454,3 +454,95 @@ async fn post_accounting_reaches_redis_and_other_replicas_see_it() {
     }
     panic!("the settlement never reached redis");
 }
+
+/// What a decision came to, for comparing two throttlers.
+fn outcome(
+    d: Result<tollgate_throttle::Permit, tollgate_throttle::Rejection>,
+) -> (
+    bool,
+    String,
+    Duration,
+    Vec<(String, u64)>,
+    Vec<(u64, Duration)>,
+) {
+    match d {
+        Ok(p) => (
+            true,
+            String::new(),
+            p.delay(),
+            p.warnings()
+                .iter()
+                .map(|w| (w.rule.to_string(), w.remaining))
+                .collect(),
+            p.limits().iter().map(|l| (l.remaining, l.reset)).collect(),
+        ),
+        Err(r) => (
+            false,
+            format!("{:?} {:?}", r.kind(), r.rule()),
+            r.retry_after().unwrap_or_default(),
+            Vec::new(),
+            Vec::new(),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn a_redis_backed_throttler_decides_as_one_in_memory() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let fw = |l, ms| Limit::FixedWindow(FixedWindow::new(l, Duration::from_millis(ms)).unwrap());
+    let rules = || {
+        vec![
+            Rule::new("per-key", Extract::header("x-api-key"), fw(5, 1000))
+                .soft(Limit::SlidingWindowCounter(
+                    SlidingWindowCounter::new(3, Duration::from_millis(700)).unwrap(),
+                ))
+                .ratelimit_headers(true),
+            Rule::new(
+                "global",
+                Extract::global(),
+                Limit::Gcra(Gcra::new(RateSpec::new(10.0).unwrap(), 4, 2).unwrap()),
+            )
+            .ratelimit_headers(true),
+            Rule::new("shadow", Extract::header("x-api-key"), fw(2, 300))
+                .mode(tollgate_throttle::Mode::Shadow),
+        ]
+    };
+    let mut memory = Throttler::builder().clock(clock.clone());
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let mut shared = Throttler::builder().store(store);
+    for (a, b) in rules().into_iter().zip(rules()) {
+        memory = memory.rule(a);
+        shared = shared.rule(b);
+    }
+    let (memory, shared) = (memory.build(), shared.try_build().unwrap());
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let (mut admitted, mut rejected) = (0, 0);
+    for step in 0..400 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        clock.advance(Duration::from_millis(rng % 90));
+        let req = request(["a", "b", "c"][(rng >> 32) as usize % 3]);
+        let head = RequestHead::of(&req);
+        let m = outcome(memory.check(&head));
+        let r = outcome(shared.decide(&head).await);
+        assert_eq!(r, m, "step {step}");
+        if m.0 {
+            admitted += 1;
+        } else {
+            rejected += 1;
+        }
+    }
+    // Both ways were taken many times.
+    assert!(
+        admitted > 50 && rejected > 50,
+        "{admitted} admitted, {rejected} rejected"
+    );
+}
