@@ -314,16 +314,24 @@ async fn reconnect(shared: Weak<Shared>, index: usize, broken: Arc<Notify>) {
                 Err(e) => link.log.failed(&e),
             }
             drop(link);
-            // Between half the backoff and all of it.
-            let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX);
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            let jittered = nanos / 2 + rng % (nanos / 2 + 1);
-            tokio::time::sleep(Duration::from_nanos(jittered)).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            tokio::time::sleep(jittered(backoff, rng)).await;
+            backoff = next_backoff(backoff);
         }
     }
+}
+
+/// The backoff after `backoff`: twice as long, at most [`BACKOFF_MAX`].
+fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).min(BACKOFF_MAX)
+}
+
+/// Between half of `backoff` and all of it, as `random` picks.
+fn jittered(backoff: Duration, random: u64) -> Duration {
+    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(nanos / 2 + random % (nanos / 2 + 1))
 }
 
 /// A nonzero seed that differs between slots and processes.
@@ -358,5 +366,29 @@ impl FailureLog {
             suppressed = more,
             "throttle store: {error} ({more} more failures since the last line)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_between_half_and_all_of_it() {
+        let b = Duration::from_millis(10);
+        assert_eq!(jittered(b, 0), Duration::from_millis(5));
+        assert_eq!(jittered(b, 5_000_000), Duration::from_millis(10));
+        assert_eq!(jittered(b, 5_000_001), Duration::from_millis(5));
+        assert_eq!(jittered(b, 1_234_567), Duration::from_nanos(6_234_567));
+        // Doubling from 10 ms reaches the cap of 1 s after 7 tries.
+        let mut backoff = BACKOFF_MIN;
+        let steps: Vec<u64> = (0..9)
+            .map(|_| {
+                let ms = backoff.as_millis() as u64;
+                backoff = next_backoff(backoff);
+                ms
+            })
+            .collect();
+        assert_eq!(steps, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
     }
 }
