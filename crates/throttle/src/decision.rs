@@ -411,8 +411,8 @@ impl Inner {
         if items.is_empty() {
             return Ok(permit);
         }
-        let answers = match store.call("check", store.now(), &items).await {
-            Ok((_, answers)) => answers,
+        let answers = match store.check_items(&items).await {
+            Ok(answers) => answers,
             Err(_) => {
                 // The link logs the error, rate-limited.
                 let mode = store.on_error();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::http::Request;
 use common_gathered::gathered;
 use logs::Logs;
-use redis_server::RedisServer;
+use redis_server::{RedisCluster, RedisServer};
 use tollgate::{ManualClock, RateSpec};
 use tollgate_throttle::{
     Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule,
@@ -545,4 +545,48 @@ async fn a_redis_backed_throttler_decides_as_one_in_memory() {
         admitted > 50 && rejected > 50,
         "{admitted} admitted, {rejected} rejected"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_rules_on_different_keys_refund_each_other_exactly() {
+    let cluster = RedisCluster::start(3);
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let fw = |l, s| Limit::FixedWindow(FixedWindow::new(l, Duration::from_secs(s)).unwrap());
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::builder("")
+            .cluster(cluster.urls())
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("the cluster answers");
+        replicas.push(
+            Throttler::builder()
+                .rule(Rule::new(
+                    "per-key",
+                    Extract::header("x-api-key"),
+                    fw(10, 3600),
+                ))
+                .rule(Rule::new("global", Extract::global(), fw(6, 1)))
+                .store(store)
+                .try_build()
+                .unwrap(),
+        );
+    }
+    // 6 a second in all: the global rule rejects the rest, and refunds
+    // what the per-key rule (in other slots) charged them.
+    let (a, b) = hammer(&replicas, 10).await;
+    assert_eq!(a + b, 6);
+    // The next second: 6 more, and the per-key counts are exact, so "a"
+    // (and "b") stop at 10 each over both seconds and the third.
+    let mut total = (a, b);
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(1));
+        let (a, b) = hammer(&replicas, 10).await;
+        total = (total.0 + a, total.1 + b);
+    }
+    assert_eq!(total.0 + total.1, 20, "{total:?}");
+    assert_eq!(total, (10, 10));
 }

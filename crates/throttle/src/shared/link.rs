@@ -236,6 +236,11 @@ impl Link {
         })
     }
 
+    /// Whether it is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.target, Target::Cluster(_))
+    }
+
     /// Runs `invocation` on the next connection, within `deadline`.
     pub(crate) async fn invoke(
         &self,

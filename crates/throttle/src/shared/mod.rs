@@ -475,6 +475,71 @@ impl RedisStore {
         self.inner.clock.as_ref().map(|c| c.now_ns())
     }
 
+    /// Decides `items` (in rule order) at the store's time: one script
+    /// call, or on a Redis Cluster one call per hash slot's group of keys.
+    ///
+    /// # Implementation notes
+    ///
+    /// A Cluster runs one script only on keys of one slot, so there the
+    /// items are grouped by hash tag (the request's key under each rule)
+    /// and each group decided in its own call, in the order the groups
+    /// first appear. A group charges nothing when one of its enforced
+    /// limits rejects; if any group rejected, the first enforced rejection
+    /// in rule order is the request's, the items after it count as not
+    /// decided, and every group that did charge is refunded (a settlement
+    /// of minus the cost), as the in-memory store refunds earlier rules.
+    pub(crate) async fn check_items(&self, items: &[Item]) -> Result<Vec<Answer>, StoreError> {
+        let now = self.now();
+        let groups = if self.inner.link.is_cluster() {
+            groups(items)
+        } else {
+            vec![(0..items.len()).collect()]
+        };
+        if groups.len() == 1 {
+            return self.call("check", now, items).await.map(|(_, a)| a);
+        }
+        let mut answers = vec![None; items.len()];
+        for group in &groups {
+            let part: Vec<Item> = group.iter().map(|&i| items[i].clone()).collect();
+            let (_, got) = self.call("check", now, &part).await?;
+            for (&i, answer) in group.iter().zip(got) {
+                answers[i] = Some(answer);
+            }
+        }
+        let mut answers: Vec<Answer> = answers.into_iter().flatten().collect();
+        let rejected_at = items.iter().zip(&answers).position(|(item, a)| {
+            item.role == Role::Hard && a.verdict.is_some_and(|v| !v.is_admitted())
+        });
+        if let Some(at) = rejected_at {
+            let mut refunds = Vec::new();
+            for group in &groups {
+                let rejected = group.iter().any(|&i| {
+                    items[i].role == Role::Hard
+                        && answers[i].verdict.is_some_and(|v| !v.is_admitted())
+                });
+                if rejected {
+                    continue;
+                }
+                for &i in group {
+                    if answers[i].verdict.is_some_and(|v| v.is_admitted()) {
+                        let mut refund = items[i].clone();
+                        refund.role = Role::Hard;
+                        refund.amount = -refund.amount;
+                        refunds.push(refund);
+                    }
+                }
+            }
+            for a in &mut answers[at + 1..] {
+                a.verdict = None;
+            }
+            for group in groups_of(refunds) {
+                // A refund lost to Redis leaves the charge: logged by the link.
+                let _ = self.call("settle", now, &group).await;
+            }
+        }
+        Ok(answers)
+    }
+
     /// Runs the script on `items`, within the deadline.
     pub(crate) async fn call(
         &self,
@@ -495,6 +560,40 @@ impl RedisStore {
     }
 }
 
+/// The hash tag of a Redis key: between its first `{` and the next `}`
+/// (the whole key when there is none or it is empty, as Redis hashes it).
+fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}').map(|close| &rest[..close])
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
+
+/// The indices of `items` grouped by hash tag, groups in order of first
+/// appearance, items in order within each.
+fn groups(items: &[Item]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let tag = hash_tag(&item.key);
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((tag, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// `items` split into groups of one hash tag each.
+fn groups_of(items: Vec<Item>) -> Vec<Vec<Item>> {
+    groups(&items)
+        .into_iter()
+        .map(|g| g.into_iter().map(|i| items[i].clone()).collect())
+        .collect()
+}
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -504,5 +603,40 @@ impl fmt::Debug for RedisStore {
             .field("on_error", &self.inner.on_error)
             .field("replicas", &self.inner.replicas)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FixedWindow;
+
+    #[test]
+    fn the_hash_tag_is_what_redis_hashes() {
+        assert_eq!(hash_tag("p:{alice}:rule:fw:1:2:h"), "alice");
+        assert_eq!(hash_tag("p:{a}b}:x"), "a");
+        assert_eq!(hash_tag("p:{}:x"), "p:{}:x");
+        assert_eq!(hash_tag("no-tag"), "no-tag");
+        assert_eq!(hash_tag("p:{open"), "p:{open");
+    }
+
+    #[test]
+    fn items_group_by_tag_in_order_of_first_appearance() {
+        let limit =
+            Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(1)).expect("a window"));
+        let item = |key: &str| Item {
+            key: key.to_owned(),
+            params: Params::of(&limit).expect("kept"),
+            role: Role::Hard,
+            amount: 1,
+        };
+        let items = [
+            item("{a}:1"),
+            item("{b}:2"),
+            item("{a}:3"),
+            item("{c}:4"),
+            item("{b}:5"),
+        ];
+        assert_eq!(groups(&items), [vec![0, 2], vec![1, 4], vec![3]]);
     }
 }

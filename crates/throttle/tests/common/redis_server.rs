@@ -12,11 +12,18 @@ pub(crate) struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// Arguments beyond the port, the persistence and the directory.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one on a free port and waits until it answers `PING`.
     pub(crate) fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// As [`start`](Self::start), with more `redis-server` arguments.
+    pub(crate) fn start_with(extra: &[&str]) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a temporary directory");
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
@@ -27,6 +34,7 @@ impl RedisServer {
                 child: None,
                 port,
                 dir,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
             };
             if server.spawn() {
                 return server;
@@ -49,6 +57,7 @@ impl RedisServer {
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(self.dir.path())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -132,5 +141,70 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A Redis Cluster of `redis-server`s on 127.0.0.1, one master each and no
+/// replicas, its slots spread by `redis-cli --cluster create`.
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` (at least 3) nodes and waits until the cluster is ok.
+    pub(crate) fn start(n: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..n)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs (Debian's redis-tools, with redis-server)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        let start = Instant::now();
+        while !cluster.nodes.iter().all(|n| n.cluster_ok()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the cluster was not ok within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// Every node's `redis://` URL: the seed list.
+    pub(crate) fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl RedisServer {
+    fn cluster_ok(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"CLUSTER INFO\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
     }
 }
