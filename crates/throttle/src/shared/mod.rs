@@ -8,7 +8,8 @@
 //! doubles). The script is loaded once and called by its SHA-1 (`EVALSHA`,
 //! loaded again on `NOSCRIPT`). One call decides every limit a request
 //! meets, in rule order, and writes nothing when an enforced limit
-//! rejects, so a rejected request costs nothing without a refund. The
+//! rejects, so a rejected request costs nothing without a refund (on a
+//! Cluster, one call per slot, see [`RedisStore::check_items`]). The
 //! clock is Redis' `TIME`, so replicas with skewed clocks agree; a store
 //! built with [`RedisStoreBuilder::clock`] passes that clock's time
 //! instead (tests).
