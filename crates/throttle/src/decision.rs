@@ -411,7 +411,8 @@ impl Inner {
         if items.is_empty() {
             return Ok(permit);
         }
-        let answers = match store.check_items(&items).await {
+        let standing = self.headers || rules.iter().any(|r| r.headers);
+        let answers = match store.check_items(&items, standing).await {
             Ok(answers) => answers,
             Err(_) => {
                 // The link logs the error, rate-limited.

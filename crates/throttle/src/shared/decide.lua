@@ -5,7 +5,8 @@
 -- first, with the same integer arithmetic as the Rust policies.
 --
 -- KEYS: one state key per item.
--- ARGV[1]: "check" or "settle".
+-- ARGV[1]: "check", "standing" (a check that also says where each key
+-- stands after it) or "settle".
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 8 arguments per item:
 --   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
@@ -14,7 +15,8 @@
 --   fw, swc: limit, window_ns, -, -, -
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
--- Returns {now, then per item: code, value, remaining, reset}; code "A"
+-- Returns {now, then per item: code, value, remaining, reset (0 and 0
+-- unless asked)}; code "A"
 -- admit (value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
@@ -31,7 +33,13 @@ local function norm(a)
   return a
 end
 
+local fromd
+
 local function parse(s)
+  if #s <= 15 then
+    -- Below 10^15 < 2^53: exact as a double.
+    return fromd(tonumber(s))
+  end
   local a = {}
   local len = #s
   local pos, chunk = 1, len % 6
@@ -68,6 +76,10 @@ end
 
 local function str(a)
   if #a == 0 then return "0" end
+  if #a <= 2 then
+    -- Below 2^48: exact as a double.
+    return string.format("%.0f", a[1] + (a[2] or 0) * B)
+  end
   local parts, r = {}, 0
   while #a > 0 do
     a, r = divsmall(a, 1000000)
@@ -137,7 +149,7 @@ local function tod(a)
   return x
 end
 
-local function fromd(x)
+function fromd(x)
   local a = {}
   while x > 0 do
     local l = x % B
@@ -151,6 +163,12 @@ end
 -- true one (the margin 2^-40 exceeds the estimate's rounding), subtracted,
 -- and again on the remainder until it is below b.
 local function divq(a, b)
+  if #a <= 2 then
+    -- Below 2^48 the quotient of doubles rounds to no integer above the
+    -- true one, so its floor is exact.
+    if cmp(a, b) < 0 then return {} end
+    return fromd(math.floor(tod(a) / tod(b)))
+  end
   local q, r = {}, a
   while cmp(r, b) >= 0 do
     local qe = math.floor(tod(r) / tod(b) * (1 - 2 ^ -40))
@@ -425,7 +443,7 @@ if not rejected then save(charged) end
 for i, item in ipairs(items) do
   local r = results[i]
   push(r[1], str(r[2]))
-  if r[1] == "-" then
+  if r[1] == "-" or ARGV[1] ~= "standing" then
     push("0", "0")
   else
     -- Where the key stands after the call: a rejected request charged

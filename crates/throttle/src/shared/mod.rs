@@ -478,6 +478,8 @@ impl RedisStore {
 
     /// Decides `items` (in rule order) at the store's time: one script
     /// call, or on a Redis Cluster one call per hash slot's group of keys.
+    /// With `standing`, each answer says where its key stands after it
+    /// (otherwise zero: the script skips that arithmetic).
     ///
     /// # Implementation notes
     ///
@@ -489,20 +491,25 @@ impl RedisStore {
     /// in rule order is the request's, the items after it count as not
     /// decided, and every group that did charge is refunded (a settlement
     /// of minus the cost), as the in-memory store refunds earlier rules.
-    pub(crate) async fn check_items(&self, items: &[Item]) -> Result<Vec<Answer>, StoreError> {
+    pub(crate) async fn check_items(
+        &self,
+        items: &[Item],
+        standing: bool,
+    ) -> Result<Vec<Answer>, StoreError> {
         let now = self.now();
+        let op = if standing { "standing" } else { "check" };
         let groups = if self.inner.link.is_cluster() {
             groups(items)
         } else {
             vec![(0..items.len()).collect()]
         };
         if groups.len() == 1 {
-            return self.call("check", now, items).await.map(|(_, a)| a);
+            return self.call(op, now, items).await.map(|(_, a)| a);
         }
         let mut answers = vec![None; items.len()];
         for group in &groups {
             let part: Vec<Item> = group.iter().map(|&i| items[i].clone()).collect();
-            let (_, got) = self.call("check", now, &part).await?;
+            let (_, got) = self.call(op, now, &part).await?;
             for (&i, answer) in group.iter().zip(got) {
                 answers[i] = Some(answer);
             }
