@@ -5,15 +5,18 @@
 //! ```text
 //! redis-server --port 6390 --save '' --appendonly no &
 //! cargo run --release -p tollgate-throttle --example redis_decisions -- \
-//!     redis://127.0.0.1:6390 KEYS SECONDS TASKS
+//!     redis://127.0.0.1:6390 KEYS SECONDS TASKS POLICY
 //! ```
 //!
 //! `KEYS` distinct API keys (1 for a hot key; default 1), each decided in
 //! turn by `TASKS` concurrent tasks (default 64) for `SECONDS` (default
-//! 10), on tokio's multi-threaded runtime, through a GCRA rule
-//! far above the load (every decision admitted, so each is a full read and
-//! write of the key). Prints decisions per second, the p50, p99 and p99.9
-//! latency of one decision, the keys Redis holds and its memory per key.
+//! 10), on tokio's multi-threaded runtime, through one rule far above the
+//! load (every decision admitted, so each is a full read and write of the
+//! key): `POLICY` `fw` (default), a fixed window of a billion an hour, so
+//! every key stays in Redis to the hour's end, or `gcra`, a GCRA of a
+//! million a second with a burst of a million. Prints decisions per
+//! second, the p50, p99 and p99.9 latency of one decision, the keys Redis
+//! holds and its memory per key.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::Request;
 use hdrhistogram::Histogram;
-use tollgate_throttle::{Extract, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, Throttler};
+use tollgate_throttle::{
+    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, Throttler,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,6 +38,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keys: u64 = args.get(2).map_or(Ok(1), |s| s.parse())?;
     let seconds: u64 = args.get(3).map_or(Ok(10), |s| s.parse())?;
     let tasks: u64 = args.get(4).map_or(Ok(64), |s| s.parse())?;
+    let limit = match args.get(5).map_or("fw", String::as_str) {
+        "fw" => Limit::FixedWindow(FixedWindow::new(1_000_000_000, Duration::from_secs(3600))?),
+        "gcra" => Limit::Gcra(Gcra::new("1000000".parse()?, 1_000_000, 0)?),
+        other => return Err(format!("POLICY \"{other}\" is neither fw nor gcra").into()),
+    };
 
     let client = redis::Client::open(url.as_str())?;
     let mut admin = client.get_multiplexed_async_connection().await?;
@@ -46,12 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect()
         .await?;
     let throttler = Throttler::builder()
-        .rule(Rule::new(
-            "bench",
-            Extract::header("x-api-key"),
-            // A million a second per key, a burst of a million: never reached.
-            Limit::Gcra(Gcra::new("1000000".parse()?, 1_000_000, 0)?),
-        ))
+        .rule(Rule::new("bench", Extract::header("x-api-key"), limit))
         .store(store)
         .try_build()?;
 
