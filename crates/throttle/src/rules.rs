@@ -333,9 +333,7 @@ impl Limit {
     }
 
     /// This limit shared by `replicas` replicas deciding alone: its count
-    /// (or rate, burst and queue) divided by them, at least 1. Token pools
-    /// and sliding logs, which the Redis store does not keep, are as they
-    /// are.
+    /// (or rate, burst and queue) divided by them, at least 1.
     pub(crate) fn per_replica(self, replicas: u32) -> Limit {
         let r = u64::from(replicas.max(1));
         if r == 1 {
@@ -358,7 +356,12 @@ impl Limit {
                 .and_then(|rate| Gcra::new(rate, part(p.burst), p.queue / r).ok())
                 .map(Limit::Gcra)
                 .unwrap_or(Limit::Gcra(p)),
-            other => other,
+            Limit::TokenPool(p) => Limit::TokenPool(p.per_replica(r)),
+            Limit::SlidingLog(p) => {
+                SlidingLog::new(part(p.limit), Duration::from_nanos(p.window_ns))
+                    .map(|l| Limit::SlidingLog(l.log_rejected(p.log_rejected)))
+                    .unwrap_or(Limit::SlidingLog(p))
+            }
         }
     }
 

@@ -590,3 +590,39 @@ async fn on_a_cluster_rules_on_different_keys_refund_each_other_exactly() {
     assert_eq!(total.0 + total.1, 20, "{total:?}");
     assert_eq!(total, (10, 10));
 }
+
+#[tokio::test]
+async fn a_reloaded_rule_the_store_cannot_keep_is_decided_locally_and_logged() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let throttler = replica(
+        &server,
+        &clock,
+        Limit::FixedWindow(FixedWindow::new(4, Duration::from_secs(3600)).unwrap()),
+        OnError::Local,
+        2,
+    )
+    .await;
+    assert_eq!(admitted(&throttler, "k", 6).await, 4);
+    let logs = Logs::default();
+    let guard = tracing::subscriber::set_default(logs.subscriber());
+    throttler.reload(vec![Rule::new(
+        "pool",
+        Extract::header("x-api-key"),
+        Limit::TokenPool(
+            tollgate_throttle::TokenPool::new("1".parse().unwrap())
+                .with_burst(6)
+                .unwrap(),
+        ),
+    )]);
+    drop(guard);
+    assert_eq!(
+        logs.count("redis store: rule \"pool\": a token pool is not kept in Redis"),
+        1,
+        "{}",
+        logs.text()
+    );
+    // Decided on this replica alone, at half the burst of 6.
+    assert_eq!(admitted(&throttler, "k", 6).await, 3);
+}
