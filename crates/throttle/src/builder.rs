@@ -11,6 +11,7 @@ use super::decision::{Inner, Rules};
 use super::metrics::ThrottleMetrics;
 use super::queue::{Admission, Criticality};
 use super::rules::{LiveRule, Rule};
+use super::shared::{RedisStore, StoreError};
 use super::throttler::Throttler;
 use super::trust::Trust;
 
@@ -25,6 +26,7 @@ pub struct ThrottlerBuilder {
     default_criticality: Criticality,
     headers: bool,
     queue: Option<(u64, RateSpec)>,
+    store: Option<RedisStore>,
 }
 
 impl ThrottlerBuilder {
@@ -99,8 +101,49 @@ impl ThrottlerBuilder {
         self
     }
 
+    /// Keeps the rules' keyed state in Redis, shared with every throttler
+    /// (every replica) on the same Redis, key prefix and rule names.
+    /// Decisions then take one script call per request (all its rules at
+    /// once) through [`Throttler::admit`] and
+    /// [`Throttler::decide`](crate::Throttler::decide), and fall back to
+    /// the store's [`OnError`](crate::OnError) mode when Redis fails;
+    /// [`Throttler::check`] decides on this replica's fallback tables
+    /// alone. Every rule must be one the store keeps
+    /// ([`RedisStore::supports_rule`]).
+    pub fn store(mut self, store: RedisStore) -> ThrottlerBuilder {
+        self.store = Some(store);
+        self
+    }
+
+    /// The throttler, or the first rule its store cannot keep.
+    ///
+    /// # Errors
+    ///
+    /// With a [`store`](Self::store), a rule with a ban, a token pool or a
+    /// sliding log: one line naming the rule.
+    pub fn try_build(self) -> Result<Throttler, StoreError> {
+        if self.store.is_some() {
+            for rule in &self.rules {
+                RedisStore::supports_rule(rule)?;
+            }
+        }
+        Ok(self.build_unchecked())
+    }
+
     /// The throttler.
+    ///
+    /// # Panics
+    ///
+    /// With a [`store`](Self::store) that cannot keep one of the rules;
+    /// [`try_build`](Self::try_build) returns that as an error.
     pub fn build(self) -> Throttler {
+        match self.try_build() {
+            Ok(throttler) => throttler,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn build_unchecked(self) -> Throttler {
         let predictor = match &self.cost {
             CostModel::Predicted { default, .. } => {
                 Some(CostPredictor::new(*default, self.max_classes))
@@ -113,7 +156,7 @@ impl ThrottlerBuilder {
         let rules: Rules = self
             .rules
             .into_iter()
-            .map(|r| Arc::new(LiveRule::new(r, step)))
+            .map(|r| Arc::new(LiveRule::new(r, step, self.store.as_ref())))
             .collect();
         let metrics = ThrottleMetrics::new();
         let queue = self
@@ -130,6 +173,7 @@ impl ThrottlerBuilder {
             headers: self.headers,
             queue,
             metrics,
+            store: self.store,
         });
         let state: Weak<Inner> = Arc::downgrade(&inner);
         inner.metrics.watch(state);
@@ -149,6 +193,7 @@ impl Throttler {
             default_criticality: Criticality::NotCritical,
             headers: false,
             queue: None,
+            store: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use tollgate_service::{hangup, reload_file, watch_file, Reload};
 use super::error::{LimitError, RulesError};
 use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
+use super::shared::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 use super::throttler::Throttler;
 use super::trust::Trust;
 use tollgate::RateSpec;
@@ -18,6 +19,70 @@ use tollgate::RateSpec;
 #[serde(deny_unknown_fields)]
 struct File {
     rules: Vec<RuleConfig>,
+    #[serde(default)]
+    store: Option<StoreConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreConfig {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    cluster: Vec<String>,
+    #[serde(default)]
+    prefix: Option<String>,
+    #[serde(default)]
+    pool_size: Option<usize>,
+    #[serde(default)]
+    deadline: Option<String>,
+    #[serde(default)]
+    connect_timeout: Option<String>,
+    #[serde(default)]
+    on_error: Option<String>,
+    #[serde(default)]
+    replicas: Option<u32>,
+}
+
+impl StoreConfig {
+    fn builder(self) -> Result<RedisStoreBuilder, RulesError> {
+        let bad = |e| RulesError::new("store", e);
+        let time = |field: &str, text: &str| {
+            humantime::parse_duration(text)
+                .map_err(|e| RulesError::new(format!("store: {field} \"{text}\""), e))
+        };
+        let mut b = match (self.url, self.cluster.is_empty()) {
+            (Some(url), true) => {
+                RedisStore::check_url(&url).map_err(bad)?;
+                RedisStore::builder(url)
+            }
+            (None, false) => RedisStore::builder(String::new()).cluster(self.cluster),
+            _ => {
+                return Err(bad(StoreError::config(
+                    "give either a url or a cluster seed list",
+                )))
+            }
+        };
+        if let Some(p) = self.prefix {
+            b = b.prefix(p);
+        }
+        if let Some(n) = self.pool_size {
+            b = b.pool_size(n);
+        }
+        if let Some(d) = self.deadline {
+            b = b.deadline(time("deadline", &d)?);
+        }
+        if let Some(d) = self.connect_timeout {
+            b = b.connect_timeout(time("connect_timeout", &d)?);
+        }
+        if let Some(m) = self.on_error {
+            b = b.on_error(m.parse::<OnError>().map_err(bad)?);
+        }
+        if let Some(r) = self.replicas {
+            b = b.replicas(r);
+        }
+        Ok(b)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -199,6 +264,9 @@ impl LimitConfig {
 /// - `{ sliding_log: { limit: 20, window: 10s, log_rejected: true } }`;
 /// - `{ sliding_window_counter: { limit: 3, window: 1s } }`.
 ///
+/// An optional `store:` keeps the rules' keyed state in Redis, shared
+/// by replicas (see [`store_from_yaml`]).
+///
 /// Durations use humantime (`1s`, `10m`, `1h 30m`). Unknown fields are
 /// errors. Only the rules reload ([`spawn_rules_reload`]); the cost model,
 /// criticality and queue are fixed when the throttler is built.
@@ -245,12 +313,84 @@ impl LimitConfig {
 ///
 /// Malformed YAML, unknown fields, a bad rate, duration, limit or network.
 pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
+    let file = parse_file(text)?;
+    let shared = file.store.is_some();
+    let rules = rules_of(file.rules)?;
+    if shared {
+        for rule in &rules {
+            RedisStore::supports_rule(rule).map_err(|e| RulesError::new("store", e))?;
+        }
+    }
+    Ok(rules)
+}
+
+/// The Redis store a rules document names under `store:`, not yet
+/// connected ([`RedisStoreBuilder::connect`]); `None` when the rules keep
+/// their state in memory.
+///
+/// | field | meaning |
+/// |---|---|
+/// | `url` | `redis://[user:password@]HOST:PORT[/DB]`, `rediss://` (TLS) or `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB]` |
+/// | `cluster` | instead of `url`: a Redis Cluster's seed nodes, `[redis://HOST:PORT, ...]` |
+/// | `prefix` | the keys' prefix (default `tollgate:`) |
+/// | `pool_size` | multiplexed connections (default 2) |
+/// | `deadline` | the longest a decision waits for Redis (default 10ms) |
+/// | `connect_timeout` | the longest start-up and each reconnection try wait (default 2s) |
+/// | `on_error` | when Redis fails: `allow`, `deny` or `local` (default: each replica alone at the limit divided by `replicas`) |
+/// | `replicas` | how many replicas share the limits (default 1) |
+///
+/// The store is fixed when the throttler is built: a reload applies the
+/// rules only. With a store, every rule must be one it keeps
+/// ([`RedisStore::supports_rule`]), or [`rules_from_yaml`] fails.
+///
+/// # Examples
+///
+/// ```
+/// let text = r#"
+/// store:
+///   url: redis://127.0.0.1:6379
+///   deadline: 10ms
+///   on_error: local
+///   replicas: 3
+/// rules:
+///   - name: per-api-key
+///     key: { header: x-api-key }
+///     limit: { gcra: { rate: "100", burst: 100 } }
+/// "#;
+/// assert!(tollgate_throttle::store_from_yaml(text)?.is_some());
+/// let err = tollgate_throttle::store_from_yaml(
+///     "store: { url: \"redis//nowhere\" }\nrules: []\n",
+/// )
+/// .unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid throttle rules: store: invalid redis store: cannot parse \"redis//nowhere\": \
+///      the scheme is none of redis://, rediss://, redis+sentinel://"
+/// );
+/// # Ok::<(), tollgate_throttle::RulesError>(())
+/// ```
+///
+/// # Errors
+///
+/// Malformed YAML, a URL that cannot be parsed, both or neither of `url`
+/// and `cluster`, a bad duration or `on_error`.
+pub fn store_from_yaml(text: &str) -> Result<Option<RedisStoreBuilder>, RulesError> {
+    parse_file(text)?
+        .store
+        .map(StoreConfig::builder)
+        .transpose()
+}
+
+fn parse_file(text: &str) -> Result<File, RulesError> {
     // Enums as single-key maps (`{ header: x-api-key }`), not YAML tags.
-    let file: File = serde_norway::with::singleton_map_recursive::deserialize(
-        serde_norway::Deserializer::from_str(text),
-    )
-    .map_err(|e| RulesError::new("yaml", e))?;
-    file.rules
+    serde_norway::with::singleton_map_recursive::deserialize(serde_norway::Deserializer::from_str(
+        text,
+    ))
+    .map_err(|e| RulesError::new("yaml", e))
+}
+
+fn rules_of(rules: Vec<RuleConfig>) -> Result<Vec<Rule>, RulesError> {
+    rules
         .into_iter()
         .map(|r| {
             let key = match r.key {

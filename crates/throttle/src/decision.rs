@@ -30,6 +30,7 @@ use super::outcome::{LimitStatus, Rejection, RejectionKind, Warning};
 use super::policy::{Standing, Verdict};
 use super::queue::{Admission, Criticality};
 use super::rules::{LiveRule, Mode, RequestHead};
+use super::shared::{Item, OnError, RedisStore, Role};
 use super::trust::Trust;
 
 /// An admitted request. Call [`finish`](Permit::finish) with the measured
@@ -49,6 +50,8 @@ pub struct Permit {
     charged: Vec<Charge>,
     /// It passed the admission queue, which charged its cost to its rate.
     pub(crate) queued: bool,
+    /// Its charges are in the throttler's Redis store.
+    shared: bool,
 }
 
 impl Permit {
@@ -93,6 +96,13 @@ impl Permit {
             return;
         }
         let now = inner.clock.now_ns();
+        if self.shared {
+            inner.settle_shared(&self, delta);
+            if let (true, Some(queue)) = (self.queued, &inner.queue) {
+                queue.settle(now, delta);
+            }
+            return;
+        }
         for charge in &self.charged {
             let rule = &self.rules[charge.rule];
             rule.hard.settle(&charge.key, now, delta);
@@ -137,6 +147,8 @@ pub(crate) struct Inner {
     pub(crate) headers: bool,
     pub(crate) queue: Option<Arc<Admission>>,
     pub(crate) metrics: ThrottleMetrics,
+    /// Where the rules' keyed state lives, when not only in memory.
+    pub(crate) store: Option<RedisStore>,
 }
 
 impl Inner {
@@ -152,11 +164,27 @@ impl Inner {
         queue_capacity: Option<u64>,
     ) -> Result<Permit, Rejection> {
         let rules = self.rules();
+        let mut permit = self.permit(&rules, head, queue_capacity)?;
+        let now = permit.now;
+        for (i, rule) in rules.iter().enumerate() {
+            self.apply(i, rule, head, now, &mut permit.permit)?;
+        }
+        Ok(permit.permit)
+    }
+
+    /// A permit for `head` charged to nothing yet, or the rejection of a
+    /// cost above `queue_capacity`.
+    fn permit(
+        self: &Arc<Self>,
+        rules: &Rules,
+        head: &RequestHead<'_>,
+        queue_capacity: Option<u64>,
+    ) -> Result<Blank, Rejection> {
         let (cost, class) = self.cost.cost_of(self.predictor.as_ref(), head, || {
             rules
                 .iter()
                 .filter(|r| r.mode == Mode::Enforce)
-                .map(|r| r.hard.max_cost())
+                .map(|r| r.max_cost())
                 .chain(queue_capacity)
                 .min()
                 .unwrap_or(u64::MAX)
@@ -166,7 +194,7 @@ impl Inner {
             return Err(Rejection::too_costly(None, cost, capacity));
         }
         let now = self.clock.now_ns();
-        let mut permit = Permit {
+        let permit = Permit {
             throttler: Arc::clone(self),
             cost,
             class,
@@ -176,11 +204,9 @@ impl Inner {
             rules: rules.clone(),
             charged: Vec::new(),
             queued: false,
+            shared: false,
         };
-        for (i, rule) in rules.iter().enumerate() {
-            self.apply(i, rule, head, now, &mut permit)?;
-        }
-        Ok(permit)
+        Ok(Blank { permit, now })
     }
 
     /// Applies `rule`, the `i`th in force, to a request at `now`: charges
@@ -215,7 +241,7 @@ impl Inner {
         });
         let outcome = match c.verdict {
             Verdict::Reject { retry_after_ns } => {
-                let most = rule.hard.max_cost();
+                let most = rule.max_cost();
                 let kind = if c.banned {
                     RejectionKind::Banned
                 } else if permit.cost > most {
@@ -259,7 +285,7 @@ impl Inner {
                 self.metrics.decision(&rule.name, "soft_exceeded");
                 permit.warnings.push(Warning {
                     rule: rule.name.clone(),
-                    limit: rule.hard.quota(),
+                    limit: rule.quota(),
                     remaining: match c.verdict {
                         Verdict::Admit { remaining } => remaining,
                         _ => 0,
@@ -280,8 +306,8 @@ impl Inner {
     pub(crate) fn status(&self, rule: &LiveRule, st: Standing) -> LimitStatus {
         LimitStatus {
             rule: rule.name.clone(),
-            quota: rule.hard.quota(),
-            window: Duration::from_nanos(rule.hard.window_ns()),
+            quota: rule.quota(),
+            window: Duration::from_nanos(rule.window_ns()),
             remaining: st.remaining,
             reset: Duration::from_nanos(if st.reset_ns == 0 {
                 0
@@ -296,6 +322,11 @@ impl Inner {
     /// taken when the rule was charged counts a charge that no longer is.
     pub(crate) fn refund(&self, permit: &mut Permit, now: u64) {
         let delta = -i64::try_from(permit.cost).unwrap_or(i64::MAX);
+        if permit.shared {
+            self.settle_shared(permit, delta);
+            permit.charged.clear();
+            return;
+        }
         for charge in std::mem::take(&mut permit.charged) {
             let rule = &permit.rules[charge.rule];
             let st = rule
@@ -308,6 +339,212 @@ impl Inner {
                 s.settle(&charge.key, now, delta);
             }
         }
+    }
+}
+
+/// A permit charged to nothing yet, and the time it was made.
+struct Blank {
+    permit: Permit,
+    now: u64,
+}
+
+impl Inner {
+    /// The rules' decision through the Redis store: every rule's limits
+    /// decided in one script call, in rule order, charging nothing if an
+    /// enforced one rejects. When Redis fails (or a rule in force is not
+    /// kept there), the store's [`OnError`] mode decides.
+    pub(crate) async fn decide_shared(
+        self: &Arc<Self>,
+        head: &RequestHead<'_>,
+        queue_capacity: Option<u64>,
+    ) -> Result<Permit, Rejection> {
+        let Some(store) = &self.store else {
+            return self.decide(head, queue_capacity);
+        };
+        let rules = self.rules();
+        if rules.iter().any(|r| r.shared.is_none()) {
+            // A rule reloaded that the store cannot keep (logged on reload).
+            return self.decide(head, queue_capacity);
+        }
+        let Blank { mut permit, .. } = self.permit(&rules, head, queue_capacity)?;
+        permit.shared = true;
+        // Each rule's key and its items' place, in rule order.
+        let mut items = Vec::new();
+        let mut keyed = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            let key = match rule.key_of(head) {
+                Ok(Some(key)) => key,
+                Ok(None) => continue,
+                Err(()) => {
+                    self.metrics.decision(&rule.name, "no_key");
+                    if rule.mode == Mode::Shadow {
+                        continue;
+                    }
+                    let name = Some(rule.name.clone());
+                    return Err(Rejection::new(RejectionKind::NoKey, name, None));
+                }
+            };
+            let Some((hard, soft)) = &rule.shared else {
+                continue;
+            };
+            let at = items.len();
+            items.push(Item {
+                key: store.key_name(Some(&rule.name), &key, hard, ":h"),
+                params: hard.clone(),
+                role: if rule.mode == Mode::Shadow {
+                    Role::Shadow
+                } else {
+                    Role::Hard
+                },
+                amount: i128::from(permit.cost),
+            });
+            if let Some(soft) = soft {
+                items.push(Item {
+                    key: store.key_name(Some(&rule.name), &key, soft, ":s"),
+                    params: soft.clone(),
+                    role: Role::Soft,
+                    amount: i128::from(permit.cost),
+                });
+            }
+            keyed.push((i, key, at));
+        }
+        if items.is_empty() {
+            return Ok(permit);
+        }
+        let standing = self.headers || rules.iter().any(|r| r.headers);
+        let answers = match store.check_items(&items, standing).await {
+            Ok(answers) => answers,
+            Err(_) => {
+                // The link logs the error, rate-limited.
+                let mode = store.on_error();
+                self.metrics.store_error(match mode {
+                    OnError::Allow => "allow",
+                    OnError::Deny => "deny",
+                    OnError::Local => "local",
+                });
+                return match mode {
+                    OnError::Allow => {
+                        permit.shared = false;
+                        Ok(permit)
+                    }
+                    OnError::Deny => Err(Rejection::new(
+                        RejectionKind::Limited,
+                        None,
+                        Some(Duration::from_secs(1)),
+                    )),
+                    OnError::Local => self.decide(head, queue_capacity),
+                };
+            }
+        };
+        for (i, key, at) in keyed {
+            let rule = &rules[i];
+            let hard = answers[at];
+            let Some(verdict) = hard.verdict else {
+                break;
+            };
+            let shadow = rule.mode == Mode::Shadow;
+            let status = (rule.headers || self.headers).then(|| {
+                permit.limits.push(self.status(rule, hard.standing));
+                permit.limits.len() - 1
+            });
+            let outcome = match verdict {
+                Verdict::Reject { retry_after_ns } => {
+                    let most = rule.max_cost();
+                    let kind = if permit.cost > most {
+                        RejectionKind::CostTooHigh
+                    } else {
+                        RejectionKind::Limited
+                    };
+                    self.metrics.decision(&rule.name, kind_label(kind, shadow));
+                    if shadow {
+                        continue;
+                    }
+                    // Nothing was charged: the script writes nothing then.
+                    permit.charged.clear();
+                    let name = Some(rule.name.clone());
+                    let rejection = if kind == RejectionKind::CostTooHigh {
+                        Rejection::too_costly(name, permit.cost, most)
+                    } else {
+                        let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
+                        Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
+                    };
+                    return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
+                }
+                Verdict::Delay { delay_ns } => {
+                    permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
+                    "delayed"
+                }
+                Verdict::Admit { .. } => "admitted",
+            };
+            self.metrics.decision(&rule.name, outcome);
+            let mut soft_charged = false;
+            if rule.soft.is_some() {
+                match answers[at + 1].verdict {
+                    Some(v) if v.is_admitted() => soft_charged = true,
+                    _ => {
+                        self.metrics.decision(&rule.name, "soft_exceeded");
+                        permit.warnings.push(Warning {
+                            rule: rule.name.clone(),
+                            limit: rule.quota(),
+                            remaining: match verdict {
+                                Verdict::Admit { remaining } => remaining,
+                                _ => 0,
+                            },
+                        });
+                    }
+                }
+            }
+            permit.charged.push(Charge {
+                rule: i,
+                key,
+                soft: soft_charged,
+                status,
+            });
+        }
+        Ok(permit)
+    }
+
+    /// Charges `delta` more (or refunds) to every key `permit` was charged
+    /// to in Redis, in the background: post-accounting never rejects, and
+    /// the request has its answer already.
+    fn settle_shared(&self, permit: &Permit, delta: i64) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let mut items = Vec::new();
+        for charge in &permit.charged {
+            let rule = &permit.rules[charge.rule];
+            let Some((hard, soft)) = &rule.shared else {
+                continue;
+            };
+            items.push(Item {
+                key: store.key_name(Some(&rule.name), &charge.key, hard, ":h"),
+                params: hard.clone(),
+                role: Role::Hard,
+                amount: i128::from(delta),
+            });
+            if let (true, Some(soft)) = (charge.soft, soft) {
+                items.push(Item {
+                    key: store.key_name(Some(&rule.name), &charge.key, soft, ":s"),
+                    params: soft.clone(),
+                    role: Role::Hard,
+                    amount: i128::from(delta),
+                });
+            }
+        }
+        if items.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("throttle store: post-accounting outside a tokio runtime is dropped");
+            return;
+        };
+        let metrics = self.metrics.clone();
+        runtime.spawn(async move {
+            if store.call("settle", store.now(), &items).await.is_err() {
+                metrics.store_error("settle");
+            }
+        });
     }
 }
 

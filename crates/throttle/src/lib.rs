@@ -157,12 +157,15 @@ mod policy;
 mod queue;
 mod render;
 mod rules;
+mod shared;
 mod store;
 mod throttler;
 mod trust;
 
 pub use builder::ThrottlerBuilder;
-pub use config::{reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload};
+pub use config::{
+    reload_rules, rules_from_file, rules_from_yaml, spawn_rules_reload, store_from_yaml,
+};
 pub use cost::CostModel;
 pub use decision::Permit;
 pub use error::{LimitError, RulesError, TrustError};
@@ -175,6 +178,7 @@ pub use policy::{
 };
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
+pub use shared::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 pub use store::{Evictions, KeyedLimiter};
 pub use throttler::Throttler;
 pub use trust::Trust;

@@ -34,6 +34,7 @@ pub(crate) struct ThrottleMetrics {
     registry: Registry,
     decisions: IntCounterVec,
     queue: IntCounterVec,
+    store_errors: IntCounterVec,
     state: Arc<StateCollector>,
 }
 
@@ -67,6 +68,15 @@ impl ThrottleMetrics {
             &["outcome"],
         )
         .expect("valid metric");
+        let store_errors = IntCounterVec::new(
+            Opts::new(
+                "tollgate_throttle_store_errors_total",
+                "Calls to the Redis store that failed or passed their deadline, by what \
+                 decided instead (allow, deny, local; settle: a post-accounting lost).",
+            ),
+            &["on_error"],
+        )
+        .expect("valid metric");
         let state = Arc::new(StateCollector {
             throttler: OnceLock::new(),
             keys: IntGaugeVec::new(
@@ -93,6 +103,7 @@ impl ThrottleMetrics {
         for c in [
             Box::new(decisions.clone()) as Box<dyn Collector>,
             Box::new(queue.clone()),
+            Box::new(store_errors.clone()),
             Box::new(SharedCollector(state.clone())),
         ] {
             registry.register(c).expect("unique metric");
@@ -101,6 +112,7 @@ impl ThrottleMetrics {
             registry,
             decisions,
             queue,
+            store_errors,
             state,
         }
     }
@@ -115,6 +127,10 @@ impl ThrottleMetrics {
 
     pub(crate) fn decision(&self, rule: &str, outcome: &str) {
         self.decisions.with_label_values(&[rule, outcome]).inc();
+    }
+
+    pub(crate) fn store_error(&self, on_error: &str) {
+        self.store_errors.with_label_values(&[on_error]).inc();
     }
 
     pub(crate) fn queue(&self, outcome: &str) {

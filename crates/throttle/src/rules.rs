@@ -11,6 +11,7 @@ use axum::http::{Extensions, HeaderMap, Method, Uri};
 
 use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 use super::policy::{LimitKey, Policy, Standing};
+use super::shared::{Params, RedisStore};
 use super::store::{BanCheck, KeyedLimiter};
 use super::trust::{client_key, Trust};
 
@@ -317,6 +318,53 @@ impl Limit {
         }
     }
 
+    /// Its quota, most cost and window.
+    fn facts(&self) -> (u64, u64, u64) {
+        fn of<P: Policy>(p: &P) -> (u64, u64, u64) {
+            (p.quota(), p.max_cost(), p.window_ns())
+        }
+        match self {
+            Limit::TokenPool(p) => of(p),
+            Limit::Gcra(p) => of(p),
+            Limit::FixedWindow(p) => of(p),
+            Limit::SlidingLog(p) => of(p),
+            Limit::SlidingWindowCounter(p) => of(p),
+        }
+    }
+
+    /// This limit shared by `replicas` replicas deciding alone: its count
+    /// (or rate, burst and queue) divided by them, at least 1.
+    pub(crate) fn per_replica(self, replicas: u32) -> Limit {
+        let r = u64::from(replicas.max(1));
+        if r == 1 {
+            return self;
+        }
+        let part = |n: u64| (n / r).max(1);
+        match self {
+            Limit::FixedWindow(p) => {
+                FixedWindow::new(part(p.limit), Duration::from_nanos(p.window_ns))
+                    .map(Limit::FixedWindow)
+                    .unwrap_or(Limit::FixedWindow(p))
+            }
+            Limit::SlidingWindowCounter(p) => {
+                SlidingWindowCounter::new(part(p.limit), Duration::from_nanos(p.window_ns))
+                    .map(Limit::SlidingWindowCounter)
+                    .unwrap_or(Limit::SlidingWindowCounter(p))
+            }
+            Limit::Gcra(p) => tollgate::RateSpec::new(p.nano_ops_per_sec as f64 / 1e9 / r as f64)
+                .ok()
+                .and_then(|rate| Gcra::new(rate, part(p.burst), p.queue / r).ok())
+                .map(Limit::Gcra)
+                .unwrap_or(Limit::Gcra(p)),
+            Limit::TokenPool(p) => Limit::TokenPool(p.per_replica(r)),
+            Limit::SlidingLog(p) => {
+                SlidingLog::new(part(p.limit), Duration::from_nanos(p.window_ns))
+                    .map(|l| Limit::SlidingLog(l.log_rejected(p.log_rejected)))
+                    .unwrap_or(Limit::SlidingLog(p))
+            }
+        }
+    }
+
     /// The limit over keys, timed by a clock moving in steps of
     /// `clock_step` (token pools widen to cover them).
     pub(crate) fn keyed(self, max_keys: usize, clock_step: Duration) -> Box<dyn Keyed> {
@@ -548,26 +596,78 @@ pub(crate) struct LiveRule {
     pub(crate) mode: Mode,
     pub(crate) missing_key: MissingKey,
     pub(crate) headers: bool,
+    /// The hard and soft limits' script parameters, under a Redis store
+    /// that keeps them (the in-memory limits are then the fallback, per
+    /// replica).
+    pub(crate) shared: Option<(Params, Option<Params>)>,
+    /// The hard limit's quota, most cost and window, as shared (the
+    /// in-memory fallback's are per replica).
+    limits: (u64, u64, u64),
     /// Whether the extractor's unavailability was logged.
     logged: AtomicBool,
 }
 
 impl LiveRule {
-    pub(crate) fn new(rule: Rule, clock_step: Duration) -> LiveRule {
+    /// The rule with its keyed state: in memory, or in `store` if it keeps
+    /// every limit of the rule (see [`LiveRule::shared`]).
+    pub(crate) fn new(rule: Rule, clock_step: Duration, store: Option<&RedisStore>) -> LiveRule {
+        let id = rule.key();
+        let shared = store.and_then(|_| {
+            if rule.ban.is_some() {
+                return None;
+            }
+            let hard = Params::of(&rule.hard).ok()?;
+            let soft = match &rule.soft {
+                Some(s) => Some(Params::of(s).ok()?),
+                None => None,
+            };
+            Some((hard, soft))
+        });
+        let replicas = store.map_or(1, RedisStore::replicas);
+        let shared_facts = rule.hard.facts();
+        let (hard, soft) = match store {
+            Some(_) => (
+                rule.hard.per_replica(replicas),
+                rule.soft.map(|s| s.per_replica(replicas)),
+            ),
+            None => (rule.hard, rule.soft),
+        };
+        let hard = hard.keyed(rule.max_keys, clock_step);
+        let limits = match shared {
+            Some(_) => shared_facts,
+            None => (hard.quota(), hard.max_cost(), hard.window_ns()),
+        };
         LiveRule {
-            id: rule.key(),
+            id,
             name: rule.name,
             key: rule.key,
-            hard: rule.hard.keyed(rule.max_keys, clock_step),
-            soft: rule.soft.map(|s| s.keyed(rule.max_keys, clock_step)),
+            hard,
+            soft: soft.map(|s| s.keyed(rule.max_keys, clock_step)),
             ban_ns: rule
                 .ban
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             mode: rule.mode,
             missing_key: rule.missing_key,
             headers: rule.headers,
+            shared,
+            limits,
             logged: AtomicBool::new(false),
         }
+    }
+
+    /// The hard limit's quota (as shared by replicas).
+    pub(crate) fn quota(&self) -> u64 {
+        self.limits.0
+    }
+
+    /// The most cost the hard limit ever admits (as shared by replicas).
+    pub(crate) fn max_cost(&self) -> u64 {
+        self.limits.1
+    }
+
+    /// The hard limit's window (as shared by replicas).
+    pub(crate) fn window_ns(&self) -> u64 {
+        self.limits.2
     }
 
     /// The key `head` is counted under, or `None` when the request is not

@@ -21,6 +21,7 @@ use super::decision::{Inner, Permit, Rules};
 use super::outcome::{Rejection, RejectionKind};
 use super::queue::Criticality;
 use super::rules::{LiveRule, RequestHead, Rule, RuleKey};
+use super::shared::RedisStore;
 
 /// A server-side throttler: rules per key, an optional admission queue
 /// with criticality, soft and hard limits, bans and shadow mode.
@@ -89,11 +90,33 @@ impl Throttler {
     /// Applies the rules only (no queue, no waiting): the permit's delay is
     /// for the caller to wait.
     ///
+    /// It decides in this process's memory: with a Redis store
+    /// ([`ThrottlerBuilder::store`](crate::ThrottlerBuilder::store)), on
+    /// the replica's own fallback tables (each limit divided by the
+    /// replicas); [`decide`](Self::decide) and [`admit`](Self::admit) go
+    /// through Redis.
+    ///
     /// # Errors
     ///
     /// A [`Rejection`] when an enforced rule rejects; nothing is charged.
     pub fn check(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
         self.inner.decide(head, None)
+    }
+
+    /// Applies the rules through the throttler's store (one Redis call for
+    /// all of them, or memory), without waiting: the permit's delay is for
+    /// the caller to wait. Without a Redis store it is [`check`](Self::check).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] when an enforced rule rejects (nothing is charged),
+    /// or when Redis fails under [`OnError::Deny`](crate::OnError::Deny).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the request charged in Redis.
+    pub async fn decide(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
+        self.inner.decide_shared(head, None).await
     }
 
     /// Applies the rules, waits any delay they impose, then passes the
@@ -116,7 +139,7 @@ impl Throttler {
     pub async fn admit(&self, head: &RequestHead<'_>) -> Result<Permit, Rejection> {
         let queue = self.inner.queue.as_ref();
         let capacity = queue.map(|q| q.capacity());
-        let mut permit = self.inner.decide(head, capacity)?;
+        let mut permit = self.inner.decide_shared(head, capacity).await?;
         if !permit.delay().is_zero() {
             tokio::time::sleep(permit.delay()).await;
         }
@@ -169,7 +192,16 @@ impl Throttler {
             .into_iter()
             .map(|rule| match live.get(&rule.key()) {
                 Some(kept) => Arc::clone(kept),
-                None => Arc::new(LiveRule::new(rule, step)),
+                None => {
+                    let store = self.inner.store.as_ref();
+                    if let (Some(_), Err(e)) = (store, RedisStore::supports_rule(&rule)) {
+                        tracing::error!(
+                            "{e}; every rule is decided on this replica alone \
+                             (at its limit divided by the replicas) until it changes"
+                        );
+                    }
+                    Arc::new(LiveRule::new(rule, step, store))
+                }
             })
             .collect();
         *self.inner.rules.write_unpoisoned() = new;

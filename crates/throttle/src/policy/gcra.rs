@@ -49,9 +49,9 @@ use tollgate::RateSpec;
 pub struct Gcra {
     meter: Meter,
     /// The meter's rate, in nano-units per second.
-    nano_ops_per_sec: u128,
-    burst: u64,
-    queue: u64,
+    pub(crate) nano_ops_per_sec: u128,
+    pub(crate) burst: u64,
+    pub(crate) queue: u64,
 }
 
 /// The state of one key under [`Gcra`]: its theoretical arrival time, in

@@ -52,8 +52,8 @@ use crate::error::LimitError;
 /// ```
 #[derive(Debug, Clone)]
 pub struct SlidingWindowCounter {
-    limit: u64,
-    window_ns: u64,
+    pub(crate) limit: u64,
+    pub(crate) window_ns: u64,
 }
 
 /// The state of one key under [`SlidingWindowCounter`].

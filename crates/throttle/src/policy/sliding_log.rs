@@ -52,9 +52,9 @@ use crate::error::LimitError;
 /// ```
 #[derive(Debug, Clone)]
 pub struct SlidingLog {
-    limit: u64,
-    window_ns: u64,
-    log_rejected: bool,
+    pub(crate) limit: u64,
+    pub(crate) window_ns: u64,
+    pub(crate) log_rejected: bool,
 }
 
 /// The state of one key under [`SlidingLog`]: the logged times, oldest

@@ -215,6 +215,33 @@ impl TokenPool {
         self
     }
 
+    /// This pool shared by `replicas` replicas deciding alone: its rate
+    /// divided by them, and its burst (a plain bucket's ops, or the
+    /// active pool a ratio sizes) with it, at least one op; the burst
+    /// ratio and the backlog's length in time stay.
+    pub(crate) fn per_replica(&self, replicas: u64) -> TokenPool {
+        let r = replicas.max(1);
+        let rate = self.nano_ops_per_sec as f64 / 1e9 / r as f64;
+        let Ok(spec) = RateSpec::new(rate) else {
+            return self.clone();
+        };
+        let plain = self.sizing.burst == 0 && self.backlog_cap == 0 && self.burst_ppm == 1_000_000;
+        if plain {
+            let ops = (self.sizing.active / TOKENS_PER_OP / r).max(1);
+            return TokenPool::new(spec)
+                .with_burst(ops)
+                .unwrap_or_else(|_| self.clone());
+        }
+        let spec = spec
+            .with_burst_ratio(self.burst_ppm as f64 / 1e6)
+            .unwrap_or(spec);
+        let mut pool = TokenPool::new(spec);
+        // The same backlog in time: a rate r times lower counts r times
+        // fewer tokens for it.
+        pool.backlog_cap = self.backlog_cap / u128::from(r);
+        pool
+    }
+
     fn tokens_for_duration(&self, d: Duration) -> u128 {
         let tokens = self
             .meter

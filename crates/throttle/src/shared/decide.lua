@@ -1,0 +1,460 @@
+-- tollgate: the throttler's policies on keys kept in Redis (see
+-- `crates/throttle/src/shared/mod.rs`). Redis' Lua numbers are doubles,
+-- exact only below 2^53, so every quantity here (nanoseconds since the
+-- epoch, tokens) is a natural number in 24-bit limbs, least significant
+-- first, with the same integer arithmetic as the Rust policies.
+--
+-- KEYS: one state key per item.
+-- ARGV[1]: "check", "standing" (a check that also says where each key
+-- stands after it) or "settle".
+-- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
+-- ARGV[3]: the number of items; then 8 arguments per item:
+--   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
+--   hard limit, "s" the soft limit of the item before it), cost (check) or
+--   signed delta (settle), and five parameters:
+--   fw, swc: limit, window_ns, -, -, -
+--   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
+--   nanosecond is whole + fraction / den)
+-- Returns {now, then per item: code, value, remaining, reset (0 and 0
+-- unless asked)}; code "A"
+-- admit (value: remaining), "D" delay (value: ns), "R" reject (value:
+-- retry ns), "-" not decided. A check writes nothing when an enforced hard
+-- limit rejects; otherwise it writes every admitted item's state, each
+-- with a TTL of the time until it decides like a fresh key.
+
+local B = 16777216 -- 2^24
+
+local function norm(a)
+  local n = #a
+  while n > 0 and a[n] == 0 do
+    a[n] = nil
+    n = n - 1
+  end
+  return a
+end
+
+local fromd
+
+local function parse(s)
+  if #s <= 15 then
+    -- Below 10^15 < 2^53: exact as a double.
+    return fromd(tonumber(s))
+  end
+  local a = {}
+  local len = #s
+  local pos, chunk = 1, len % 6
+  if chunk == 0 then chunk = 6 end
+  while pos <= len do
+    local carry = tonumber(string.sub(s, pos, pos + chunk - 1))
+    local m = 10 ^ chunk
+    for k = 1, #a do
+      local t = a[k] * m + carry
+      carry = math.floor(t / B)
+      a[k] = t - carry * B
+    end
+    while carry > 0 do
+      local l = carry % B
+      a[#a + 1] = l
+      carry = (carry - l) / B
+    end
+    pos = pos + chunk
+    chunk = 6
+  end
+  return norm(a)
+end
+
+local function divsmall(a, d)
+  local q, r = {}, 0
+  for k = #a, 1, -1 do
+    local t = r * B + a[k]
+    local qk = math.floor(t / d)
+    q[k] = qk
+    r = t - qk * d
+  end
+  return norm(q), r
+end
+
+local function str(a)
+  if #a == 0 then return "0" end
+  if #a <= 2 then
+    -- Below 2^48: exact as a double.
+    return string.format("%.0f", a[1] + (a[2] or 0) * B)
+  end
+  local parts, r = {}, 0
+  while #a > 0 do
+    a, r = divsmall(a, 1000000)
+    parts[#parts + 1] = r
+  end
+  local s = string.format("%d", parts[#parts])
+  for k = #parts - 1, 1, -1 do
+    s = s .. string.format("%06d", parts[k])
+  end
+  return s
+end
+
+local function cmp(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  for k = #a, 1, -1 do
+    if a[k] ~= b[k] then return a[k] < b[k] and -1 or 1 end
+  end
+  return 0
+end
+
+local function add(a, b)
+  local r, c = {}, 0
+  local n = math.max(#a, #b)
+  for k = 1, n do
+    local t = (a[k] or 0) + (b[k] or 0) + c
+    if t >= B then r[k], c = t - B, 1 else r[k], c = t, 0 end
+  end
+  if c > 0 then r[n + 1] = c end
+  return r
+end
+
+-- a - b, for a >= b.
+local function sub(a, b)
+  local r, c = {}, 0
+  for k = 1, #a do
+    local t = a[k] - (b[k] or 0) - c
+    if t < 0 then r[k], c = t + B, 1 else r[k], c = t, 0 end
+  end
+  return norm(r)
+end
+
+local function mul(a, b)
+  if #a == 0 or #b == 0 then return {} end
+  local r = {}
+  for k = 1, #a + #b do r[k] = 0 end
+  for i = 1, #a do
+    local c, ai = 0, a[i]
+    for j = 1, #b do
+      local t = r[i + j - 1] + ai * b[j] + c
+      c = math.floor(t / B)
+      r[i + j - 1] = t - c * B
+    end
+    local k = i + #b
+    while c > 0 do
+      local t = r[k] + c
+      c = math.floor(t / B)
+      r[k] = t - c * B
+      k = k + 1
+    end
+  end
+  return norm(r)
+end
+
+local function tod(a)
+  local x = 0
+  for k = #a, 1, -1 do x = x * B + a[k] end
+  return x
+end
+
+function fromd(x)
+  local a = {}
+  while x > 0 do
+    local l = x % B
+    a[#a + 1] = l
+    x = (x - l) / B
+  end
+  return a
+end
+
+-- floor(a / b) for b > 0: a quotient estimated in doubles, kept below the
+-- true one (the margin 2^-40 exceeds the estimate's rounding), subtracted,
+-- and again on the remainder until it is below b.
+local function divq(a, b)
+  if #a <= 2 then
+    -- Below 2^48 the quotient of doubles rounds to no integer above the
+    -- true one, so its floor is exact.
+    if cmp(a, b) < 0 then return {} end
+    return fromd(math.floor(tod(a) / tod(b)))
+  end
+  local q, r = {}, a
+  while cmp(r, b) >= 0 do
+    local qe = math.floor(tod(r) / tod(b) * (1 - 2 ^ -40))
+    local qb = qe >= 1 and fromd(qe) or { 1 }
+    r = sub(r, mul(qb, b))
+    q = add(q, qb)
+  end
+  return q
+end
+
+local ZERO, ONE = {}, { 1 }
+local U64MAX = parse("18446744073709551615")
+local TPO = parse("1048576") -- tokens per op
+local MILLION = parse("1000000")
+
+local function maxb(a, b) return cmp(a, b) >= 0 and a or b end
+local function minb(a, b) return cmp(a, b) <= 0 and a or b end
+local function sat(a) return minb(a, U64MAX) end
+local function satsub(a, b) return cmp(a, b) > 0 and sub(a, b) or ZERO end
+local function copy(s)
+  local c = {}
+  for k, v in pairs(s) do c[k] = v end
+  return c
+end
+
+-- The fixed window: {i = window index, c = count}.
+local fw = {}
+function fw.fresh(P, now) return { i = divq(now, P.w), c = ZERO } end
+function fw.load(v) return { i = parse(v[1]), c = parse(v[2]) } end
+function fw.save(s) return { "i", str(s.i), "c", str(s.c) } end
+function fw.fields() return { "i", "c" } end
+function fw.roll(P, s, now)
+  local idx = divq(now, P.w)
+  if cmp(idx, s.i) > 0 then
+    s.i, s.c = idx, ZERO
+  end
+  return maxb(now, mul(s.i, P.w))
+end
+function fw.check(P, s, now, cost)
+  if cmp(cost, P.limit) > 0 then return "R", U64MAX end
+  local n = fw.roll(P, s, now)
+  local c = add(s.c, cost)
+  if cmp(c, P.limit) <= 0 then
+    s.c = c
+    return "A", sub(P.limit, c)
+  end
+  return "R", sub(sat(mul(add(s.i, ONE), P.w)), n)
+end
+function fw.settle(P, s, now, neg, d)
+  fw.roll(P, s, now)
+  s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
+end
+function fw.standing(P, s0, now)
+  local s = copy(s0)
+  local n = fw.roll(P, s, now)
+  local reset = ZERO
+  if #s.c > 0 then reset = sub(sat(mul(add(s.i, ONE), P.w)), n) end
+  return satsub(P.limit, s.c), reset
+end
+function fw.fresh_at(P, s) return mul(add(s.i, ONE), P.w) end
+
+-- The sliding window counter: {i = window index, p = previous, c = current}.
+local swc = {}
+function swc.fresh(P, now) return { i = divq(now, P.w), p = ZERO, c = ZERO } end
+function swc.load(v) return { i = parse(v[1]), p = parse(v[2]), c = parse(v[3]) } end
+function swc.save(s) return { "i", str(s.i), "p", str(s.p), "c", str(s.c) } end
+function swc.fields() return { "i", "p", "c" } end
+function swc.roll(P, s, now)
+  local idx = divq(now, P.w)
+  local c = cmp(idx, add(s.i, ONE))
+  if c == 0 then
+    s.i, s.p, s.c = idx, s.c, ZERO
+  elseif c > 0 then
+    s.i, s.p, s.c = idx, ZERO, ZERO
+  end
+  local start = mul(s.i, P.w)
+  return sub(maxb(now, start), start)
+end
+local function weighted(P, prev, r)
+  return divq(mul(prev, sub(P.w, r)), P.w)
+end
+local function first_fit(P, prev, m, r)
+  if cmp(weighted(P, prev, r), m) <= 0 then return r end
+  local span = divq(sub(mul(add(m, ONE), P.w), ONE), prev)
+  return maxb(sat(satsub(P.w, span)), r)
+end
+function swc.check(P, s, now, cost)
+  if cmp(cost, P.limit) > 0 then return "R", U64MAX end
+  local r = swc.roll(P, s, now)
+  local est = sat(add(s.c, weighted(P, s.p, r)))
+  if cmp(sat(add(est, cost)), P.limit) <= 0 then
+    s.c = add(s.c, cost)
+    return "A", sub(sub(P.limit, est), cost)
+  end
+  local m = sub(P.limit, cost)
+  if cmp(s.c, m) <= 0 then
+    local fit = first_fit(P, s.p, sub(m, s.c), r)
+    if cmp(fit, P.w) < 0 then return "R", sub(fit, r) end
+  end
+  local fit = minb(first_fit(P, s.c, m, ZERO), P.w)
+  return "R", sat(add(sub(P.w, r), fit))
+end
+function swc.settle(P, s, now, neg, d)
+  swc.roll(P, s, now)
+  s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
+end
+function swc.standing(P, s0, now)
+  local s = copy(s0)
+  local r = swc.roll(P, s, now)
+  local wp = weighted(P, s.p, r)
+  local est = sat(add(s.c, wp))
+  local reset = ZERO
+  if #s.c > 0 then
+    reset = sat(add(sub(P.w, r), P.w))
+  elseif #wp > 0 then
+    reset = sub(P.w, r)
+  end
+  return satsub(P.limit, est), reset
+end
+function swc.fresh_at(P, s) return mul(add(s.i, { 2 }), P.w) end
+
+-- GCRA: {t = theoretical arrival time, in tokens}.
+local gcra = {}
+local function tokens_floor(P, ns)
+  return add(mul(ns, P.whole), divq(mul(ns, P.fraction), P.den))
+end
+local function ceil_ns(P, tokens)
+  local ns = sat(divq(mul(tokens, P.den), P.num))
+  if cmp(tokens_floor(P, ns), tokens) >= 0 then return ns end
+  return sat(add(ns, ONE))
+end
+function gcra.fresh() return { t = ZERO } end
+function gcra.load(v) return { t = parse(v[1]) } end
+function gcra.save(s) return { "t", str(s.t) } end
+function gcra.fields() return { "t" } end
+function gcra.check(P, s, now, cost)
+  local most = add(P.burst, P.queue)
+  if cmp(cost, most) > 0 then return "R", U64MAX end
+  local t = tokens_floor(P, now)
+  local tat = add(maxb(s.t, t), mul(cost, TPO))
+  local ahead = sub(tat, t)
+  local burst = mul(P.burst, TPO)
+  if cmp(ahead, burst) <= 0 then
+    s.t = tat
+    return "A", sat(divq(sub(burst, ahead), TPO))
+  end
+  local limit = mul(most, TPO)
+  if cmp(ahead, limit) <= 0 then
+    s.t = tat
+    return "D", ceil_ns(P, sub(ahead, burst))
+  end
+  return "R", ceil_ns(P, sub(ahead, limit))
+end
+function gcra.settle(P, s, now, neg, d)
+  local t = tokens_floor(P, now)
+  local tokens = mul(d, TPO)
+  if neg then
+    s.t = maxb(satsub(s.t, tokens), minb(t, s.t))
+  else
+    s.t = add(maxb(s.t, t), tokens)
+  end
+end
+function gcra.standing(P, s, now)
+  local ahead = satsub(s.t, tokens_floor(P, now))
+  local burst = mul(P.burst, TPO)
+  return sat(divq(satsub(burst, ahead), TPO)), ceil_ns(P, ahead)
+end
+function gcra.fresh_at(P, s) return ceil_ns(P, s.t) end
+
+local policies = { fw = fw, swc = swc, gcra = gcra }
+
+-- The time.
+local now
+if ARGV[2] ~= "" then
+  now = parse(ARGV[2])
+else
+  local t = redis.call("TIME")
+  now = add(mul(parse(t[1]), parse("1000000000")), mul(parse(t[2]), parse("1000")))
+end
+local explicit = ARGV[2] ~= ""
+
+-- The items.
+local n = tonumber(ARGV[3])
+local items = {}
+for i = 1, n do
+  local a = 3 + (i - 1) * 8
+  local kind = ARGV[a + 1]
+  local P = {}
+  if kind == "gcra" then
+    P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+    P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
+    P.num = add(mul(P.whole, P.den), P.fraction)
+  else
+    P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+  end
+  local amount = ARGV[a + 3]
+  local neg = string.sub(amount, 1, 1) == "-"
+  if neg then amount = string.sub(amount, 2) end
+  items[i] = {
+    key = KEYS[i], policy = policies[kind], P = P, role = ARGV[a + 2],
+    amount = parse(amount), neg = neg,
+  }
+end
+
+-- States, read once per key (two items may share one).
+local states = {}
+local function state_of(item)
+  local s = states[item.key]
+  if s then return s end
+  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+  if v[1] then
+    s = item.policy.load(v)
+  else
+    s = item.policy.fresh(item.P, now)
+  end
+  states[item.key] = s
+  return s
+end
+
+-- Writes the items' states, each expiring when it decides like a fresh one.
+local function save(list)
+  for _, item in ipairs(list) do
+    local s = states[item.key]
+    redis.call("HSET", item.key, unpack(item.policy.save(s)))
+    local at = item.policy.fresh_at(item.P, s)
+    local ms = add(divq(satsub(at, now), MILLION), ONE)
+    if explicit then
+      -- A time given by the caller runs apart from Redis' own: keep the
+      -- key at least a minute of Redis' time.
+      ms = maxb(ms, parse("60000"))
+    end
+    redis.call("PEXPIRE", item.key, str(ms))
+  end
+end
+
+local out = { str(now) }
+local function push(...)
+  for _, v in ipairs({ ... }) do out[#out + 1] = v end
+end
+if ARGV[1] == "settle" then
+  for _, item in ipairs(items) do
+    local s = state_of(item)
+    item.policy.settle(item.P, s, now, item.neg, item.amount)
+  end
+  save(items)
+  for _ = 1, n do push("-", "0", "0", "0") end
+  return out
+end
+
+local results, charged, decided = {}, {}, {}
+local rejected, hard_admitted = false, false
+for i, item in ipairs(items) do
+  if rejected or (item.role == "s" and not hard_admitted) then
+    results[i] = { "-", ZERO }
+  else
+    local s = state_of(item)
+    local trial = copy(s)
+    local code, value = item.policy.check(item.P, trial, now, item.amount)
+    results[i] = { code, value }
+    decided[#decided + 1] = i
+    local admitted = code ~= "R"
+    if admitted then
+      states[item.key] = trial
+      charged[#charged + 1] = item
+    end
+    if item.role ~= "s" then hard_admitted = admitted end
+    if item.role == "H" and not admitted then rejected = true end
+  end
+end
+if not rejected then save(charged) end
+
+for i, item in ipairs(items) do
+  local r = results[i]
+  push(r[1], str(r[2]))
+  if r[1] == "-" or ARGV[1] ~= "standing" then
+    push("0", "0")
+  else
+    -- Where the key stands after the call: a rejected request charged
+    -- nothing, so its keys stand as they stood.
+    local s = states[item.key]
+    if rejected then
+      local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P, now)
+    end
+    local remaining, reset = item.policy.standing(item.P, s, now)
+    push(str(remaining), str(reset))
+  end
+end
+return out

@@ -1,0 +1,399 @@
+//! The connections to Redis: which server (standalone, Sentinel, Cluster),
+//! a few multiplexed connections used in turn, each reconnected by its own
+//! task with backoff and jitter, and a rate-limited log of failures.
+//!
+//! # Implementation notes
+//!
+//! A slot holds its connection, or nothing while it is broken. A call
+//! takes the next slot's connection (a clone: the connection is a handle
+//! on one pipelined socket), and a call that fails on a broken socket
+//! empties the slot and wakes its task. A call that finds the slot empty
+//! fails at once, so a request never waits for a reconnection. The task
+//! tries to connect, then sleeps `min(10 ms * 2^n, 1 s)`, a random
+//! fraction of it between a half and all (so replicas do not reconnect in
+//! step), and tries again. The tasks hold the slots weakly; dropping the
+//! link wakes them to end.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, Client, RedisError, ScriptInvocation};
+use tokio::sync::Notify;
+use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
+
+use super::StoreError;
+
+/// The first reconnection backoff.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest reconnection backoff.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one log line per this long.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Where Redis is.
+pub(crate) enum Target {
+    Single(Client),
+    Sentinel(tokio::sync::Mutex<SentinelClient>),
+    Cluster(ClusterClient),
+}
+
+impl Target {
+    /// A `redis://`, `rediss://` or `redis+sentinel://` URL.
+    pub(crate) fn parse(url: &str) -> Result<Target, StoreError> {
+        let bad = |why: String| StoreError::config(format!("cannot parse \"{url}\": {why}"));
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut path = path.split('/');
+            let master = path.next().filter(|m| !m.is_empty()).ok_or_else(|| {
+                bad("no master name (redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB])".into())
+            })?;
+            let db = match path.next() {
+                Some(db) if !db.is_empty() => db
+                    .parse::<i64>()
+                    .map_err(|_| bad(format!("the database \"{db}\" is not a number")))?,
+                _ => 0,
+            };
+            let sentinels: Vec<String> = hosts
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(|h| format!("redis://{h}"))
+                .collect();
+            if sentinels.is_empty() {
+                return Err(bad("no sentinel address".into()));
+            }
+            let node = SentinelNodeConnectionInfo {
+                tls_mode: None,
+                redis_connection_info: Some(redis::RedisConnectionInfo {
+                    db,
+                    ..Default::default()
+                }),
+            };
+            let client = SentinelClient::build(
+                sentinels,
+                master.to_owned(),
+                Some(node),
+                SentinelServerType::Master,
+            )
+            .map_err(|e| bad(e.to_string()))?;
+            return Ok(Target::Sentinel(tokio::sync::Mutex::new(client)));
+        }
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(bad(
+                "the scheme is none of redis://, rediss://, redis+sentinel://".into(),
+            ));
+        }
+        Client::open(url)
+            .map(Target::Single)
+            .map_err(|e| bad(e.to_string()))
+    }
+
+    /// A Cluster reached through `seeds`.
+    pub(crate) fn cluster(seeds: &[String]) -> Result<Target, StoreError> {
+        ClusterClient::new(seeds.to_vec())
+            .map(Target::Cluster)
+            .map_err(|e| {
+                StoreError::config(format!(
+                    "cannot use the cluster seeds {}: {e}",
+                    seeds.join(",")
+                ))
+            })
+    }
+
+    /// A new connection, answering `PING`, within `timeout`.
+    async fn open(&self, timeout: Duration) -> Result<Conn, StoreError> {
+        let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
+        let attempt = async {
+            let mut conn = match self {
+                Target::Single(client) => Conn::Single(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ),
+                Target::Sentinel(client) => Conn::Single(
+                    client
+                        .lock()
+                        .await
+                        .get_async_connection_with_config(&config)
+                        .await?,
+                ),
+                Target::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            };
+            redis::cmd("PING").query_async::<String>(&mut conn).await?;
+            Ok::<Conn, RedisError>(conn)
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(StoreError::unreachable(format!("{self}: {e}"))),
+            Err(_) => Err(StoreError::unreachable(format!(
+                "{self}: no connection within {timeout:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Single(client) => write!(f, "{}", client.get_connection_info().addr),
+            Target::Sentinel(_) => f.write_str("redis sentinel"),
+            Target::Cluster(_) => f.write_str("redis cluster"),
+        }
+    }
+}
+
+/// A connection of either kind.
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One connection's place.
+#[derive(Default)]
+struct Slot {
+    conn: RwLock<Option<Conn>>,
+    /// Wakes the slot's reconnection task.
+    broken: Arc<Notify>,
+}
+
+struct Shared {
+    target: Target,
+    slots: Vec<Slot>,
+    connect_timeout: Duration,
+    log: FailureLog,
+}
+
+/// The connections to one Redis.
+pub(crate) struct Link {
+    shared: Arc<Shared>,
+    next: AtomicUsize,
+}
+
+impl Link {
+    /// `pool_size` connections to `target`, the first made now.
+    pub(crate) async fn connect(
+        target: Target,
+        pool_size: usize,
+        connect_timeout: Duration,
+    ) -> Result<Link, StoreError> {
+        let first = target.open(connect_timeout).await?;
+        let slots: Vec<Slot> = (0..pool_size).map(|_| Slot::default()).collect();
+        *slots[0].conn.write_unpoisoned() = Some(first);
+        let shared = Arc::new(Shared {
+            target,
+            slots,
+            connect_timeout,
+            log: FailureLog::default(),
+        });
+        for index in 0..pool_size {
+            let notify = Arc::clone(&shared.slots[index].broken);
+            tokio::spawn(reconnect(Arc::downgrade(&shared), index, notify));
+            if index > 0 {
+                // The others connect in the background, at once.
+                shared.slots[index].broken.notify_one();
+            }
+        }
+        Ok(Link {
+            shared,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Whether it is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.target, Target::Cluster(_))
+    }
+
+    /// Runs `invocation` on the next connection, within `deadline`.
+    pub(crate) async fn invoke(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        deadline: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let shared = &self.shared;
+        // Relaxed: a turn counter; any spread over the slots will do.
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = shared.slots.len();
+        // The next slot with a connection, if any.
+        let found = (0..n).find_map(|i| {
+            let index = (start + i) % n;
+            let conn = shared.slots[index].conn.read_unpoisoned().clone();
+            conn.map(|c| (index, c))
+        });
+        let Some((index, mut conn)) = found else {
+            let e = StoreError::unreachable(format!("{}: reconnecting", shared.target));
+            shared.log.failed(&e);
+            return Err(e);
+        };
+        let (error, broken) =
+            match tokio::time::timeout(deadline, invocation.invoke_async(&mut conn)).await {
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) => (
+                    StoreError::redis(format!("{}: {e}", shared.target)),
+                    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+                ),
+                Err(_) => (StoreError::deadline(deadline), false),
+            };
+        // Logged before the reconnection starts, so the line names the
+        // error that broke the connection rather than a failed reconnection.
+        shared.log.failed(&error);
+        if broken {
+            let slot = &shared.slots[index];
+            slot.conn.write_unpoisoned().take();
+            slot.broken.notify_one();
+        }
+        Err(error)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // The tasks hold the slots weakly: woken, they find them gone.
+        for slot in &self.shared.slots {
+            slot.broken.notify_one();
+        }
+    }
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("target", &self.shared.target.to_string())
+            .field("pool_size", &self.shared.slots.len())
+            .finish()
+    }
+}
+
+/// Reconnects slot `index` each time it breaks, until the link is gone.
+async fn reconnect(shared: Weak<Shared>, index: usize, broken: Arc<Notify>) {
+    let mut rng = seed(index);
+    loop {
+        broken.notified().await;
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            let Some(link) = shared.upgrade() else {
+                return;
+            };
+            match link.target.open(link.connect_timeout).await {
+                Ok(conn) => {
+                    *link.slots[index].conn.write_unpoisoned() = Some(conn);
+                    break;
+                }
+                Err(e) => link.log.failed(&e),
+            }
+            drop(link);
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            tokio::time::sleep(jittered(backoff, rng)).await;
+            backoff = next_backoff(backoff);
+        }
+    }
+}
+
+/// The backoff after `backoff`: twice as long, at most [`BACKOFF_MAX`].
+fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).min(BACKOFF_MAX)
+}
+
+/// Between half of `backoff` and all of it, as `random` picks.
+fn jittered(backoff: Duration, random: u64) -> Duration {
+    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(nanos / 2 + random % (nanos / 2 + 1))
+}
+
+/// A nonzero seed that differs between slots and processes.
+fn seed(index: usize) -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (t ^ (u64::from(std::process::id()) << 32) ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        | 1
+}
+
+/// Logs a failure at most once per [`LOG_EVERY`], counting the rest.
+#[derive(Default)]
+struct FailureLog {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl FailureLog {
+    fn failed(&self, error: &StoreError) {
+        let now = Instant::now();
+        let mut last = self.last.lock_unpoisoned();
+        if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+            // Relaxed: a count for the next log line, read under the lock.
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        let more = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            suppressed = more,
+            "throttle store: {error} ({more} more failures since the last line)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_between_half_and_all_of_it() {
+        let b = Duration::from_millis(10);
+        assert_eq!(jittered(b, 0), Duration::from_millis(5));
+        assert_eq!(jittered(b, 5_000_000), Duration::from_millis(10));
+        assert_eq!(jittered(b, 5_000_001), Duration::from_millis(5));
+        assert_eq!(jittered(b, 1_234_567), Duration::from_nanos(6_234_567));
+        // Doubling from 10 ms reaches the cap of 1 s after 7 tries.
+        let mut backoff = BACKOFF_MIN;
+        let steps: Vec<u64> = (0..9)
+            .map(|_| {
+                let ms = backoff.as_millis() as u64;
+                backoff = next_backoff(backoff);
+                ms
+            })
+            .collect();
+        assert_eq!(steps, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+    }
+}

@@ -1,0 +1,650 @@
+//! [`RedisStore`]: the throttler's keyed state in Redis, shared by every
+//! replica of a service, decided by one script call per request.
+//!
+//! # Implementation notes
+//!
+//! Each policy's step is Lua (`decide.lua`) with the Rust policy's
+//! integer arithmetic on exact multi-limb integers (Redis' Lua has only
+//! doubles). The script is loaded once and called by its SHA-1 (`EVALSHA`,
+//! loaded again on `NOSCRIPT`). One call decides every limit a request
+//! meets, in rule order, and writes nothing when an enforced limit
+//! rejects, so a rejected request costs nothing without a refund (on a
+//! Cluster, one call per slot, see [`RedisStore::check_items`]). The
+//! clock is Redis' `TIME`, so replicas with skewed clocks agree; a store
+//! built with [`RedisStoreBuilder::clock`] passes that clock's time
+//! instead (tests).
+//!
+//! A key is `PREFIX{KEY}:RULE:LIMIT`: the braces are Redis Cluster's hash
+//! tag, so every limit of every rule on one key (an API key's per-second
+//! and per-hour rules, a rule's hard and soft limits) sits in one slot and
+//! is decided in one call there; a limit's parameters are part of the
+//! name, so a changed limit starts fresh as it does in memory. Each key expires when it would decide like
+//! a fresh one (a GCRA's debt included), so Redis holds only active keys.
+//!
+//! The connections: `pool_size` multiplexed connections, used in turn
+//! (requests pipeline on each). A call that fails on a broken connection
+//! marks it broken; its task reconnects with exponential backoff and
+//! jitter while calls answer at once by the store's [`OnError`] mode.
+//! Every call has a deadline, so no request waits longer for Redis.
+
+mod link;
+pub(crate) mod script;
+
+use std::error::Error;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::Clock;
+
+use crate::policy::Verdict;
+use crate::rules::{Limit, Rule};
+use link::{Link, Target};
+pub(crate) use script::{Answer, Item, Params, Role};
+
+/// What a throttler does with a decision when Redis does not answer within
+/// the deadline (or is unreachable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnError {
+    /// Admit the request, charging nothing (fail open).
+    Allow,
+    /// Reject the request with a retry time of one second (fail closed).
+    Deny,
+    /// Decide on this replica's own in-memory tables, each rule's limit
+    /// divided by the store's [`replicas`](RedisStoreBuilder::replicas), so
+    /// that the replicas together keep about the limit (the default).
+    #[default]
+    Local,
+}
+
+impl FromStr for OnError {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<OnError, StoreError> {
+        match s {
+            "allow" => Ok(OnError::Allow),
+            "deny" => Ok(OnError::Deny),
+            "local" => Ok(OnError::Local),
+            _ => Err(StoreError::config(format!(
+                "on_error \"{s}\" is none of allow, deny, local"
+            ))),
+        }
+    }
+}
+
+/// What went wrong with a Redis store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    kind: ErrorKind,
+    message: String,
+}
+
+/// Which kind of [`StoreError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorKind {
+    Config,
+    Unsupported,
+    Unreachable,
+    Redis,
+    Deadline,
+}
+
+impl StoreError {
+    pub(crate) fn config(message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind: ErrorKind::Config,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn unsupported(message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind: ErrorKind::Unsupported,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn unreachable(message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind: ErrorKind::Unreachable,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn redis(message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind: ErrorKind::Redis,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn deadline(deadline: Duration) -> StoreError {
+        StoreError {
+            kind: ErrorKind::Deadline,
+            message: format!("no answer within the deadline of {deadline:?}"),
+        }
+    }
+
+    /// Whether Redis did not answer in time.
+    pub fn is_deadline(&self) -> bool {
+        self.kind == ErrorKind::Deadline
+    }
+
+    /// Whether the configuration (a URL, a setting, a rule the store cannot
+    /// keep) is at fault rather than Redis.
+    pub fn is_config(&self) -> bool {
+        matches!(self.kind, ErrorKind::Config | ErrorKind::Unsupported)
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ErrorKind::Config => write!(f, "invalid redis store: {}", self.message),
+            ErrorKind::Unsupported => write!(f, "redis store: {}", self.message),
+            ErrorKind::Unreachable => write!(f, "redis unreachable: {}", self.message),
+            ErrorKind::Redis => write!(f, "redis error: {}", self.message),
+            ErrorKind::Deadline => write!(f, "redis: {}", self.message),
+        }
+    }
+}
+
+impl Error for StoreError {}
+
+/// Builds a [`RedisStore`] (see [`RedisStore::builder`]).
+#[derive(Debug)]
+pub struct RedisStoreBuilder {
+    url: String,
+    cluster: Vec<String>,
+    prefix: String,
+    pool_size: usize,
+    deadline: Duration,
+    connect_timeout: Duration,
+    on_error: OnError,
+    replicas: u32,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisStoreBuilder {
+    /// A Redis Cluster reached through these seed nodes (`redis://` or
+    /// `rediss://` URLs) instead of the builder's URL.
+    pub fn cluster<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
+        self.cluster = seeds.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The prefix of every key (default `tollgate:`); several throttlers
+    /// share a limit by sharing a prefix and a rule name.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Multiplexed connections, used in turn (default 2).
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// The longest a decision waits for Redis (default 10 ms); past it the
+    /// [`OnError`] mode decides.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The longest [`connect`](Self::connect) and each reconnection try
+    /// take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What a decision does when Redis fails (default [`OnError::Local`]).
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// How many replicas share the limits (default 1): under
+    /// [`OnError::Local`] each decides alone at `limit / replicas`.
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Decides at this clock's time instead of Redis' `TIME`: for tests,
+    /// which drive every replica from one manual clock. Windows then align
+    /// to this clock's origin.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Connects, within the connect timeout.
+    ///
+    /// Needs a tokio runtime: each connection's reconnection runs as a task.
+    ///
+    /// # Errors
+    ///
+    /// A URL that cannot be parsed, a key prefix with a brace, or a Redis
+    /// that cannot be reached (or does not answer `PING`) in time: one
+    /// line naming the URL and why.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(StoreError::config(format!(
+                "the key prefix \"{}\" holds a brace, which would move the hash tag",
+                self.prefix
+            )));
+        }
+        let target = if self.cluster.is_empty() {
+            Target::parse(&self.url)?
+        } else {
+            Target::cluster(&self.cluster)?
+        };
+        let link = Link::connect(target, self.pool_size, self.connect_timeout).await?;
+        Ok(RedisStore {
+            inner: Arc::new(StoreInner {
+                link,
+                script: redis::Script::new(script::SOURCE),
+                prefix: self.prefix,
+                deadline: self.deadline,
+                on_error: self.on_error,
+                replicas: self.replicas,
+                clock: self.clock,
+            }),
+        })
+    }
+}
+
+/// Keyed limits kept in Redis, shared by every throttler (and every
+/// replica) that uses the same Redis, key prefix and rule names.
+///
+/// Keeps [`FixedWindow`](crate::FixedWindow),
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
+/// [`Gcra`](crate::Gcra) limits with the same integer arithmetic, and so
+/// the same decisions, as the in-memory [`KeyedLimiter`](crate::KeyedLimiter).
+/// Cloning is cheap and shares the connections.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate_throttle::{FixedWindow, Limit, OnError, RedisStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder("redis://127.0.0.1:6379")
+///     .deadline(Duration::from_millis(10))
+///     .on_error(OnError::Local)
+///     .replicas(3)
+///     .connect()
+///     .await?;
+/// let limit = Limit::FixedWindow(FixedWindow::new(100, Duration::from_secs(1))?);
+/// let verdict = store.check(&limit, "alice", 1).await?;
+/// assert!(verdict.is_admitted());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<StoreInner>,
+}
+
+struct StoreInner {
+    link: Link,
+    script: redis::Script,
+    prefix: String,
+    deadline: Duration,
+    on_error: OnError,
+    replicas: u32,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisStore {
+    /// A store at `url`: `redis://[user:password@]host:port[/db]`,
+    /// `rediss://` (TLS, the system's roots), or
+    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            cluster: Vec::new(),
+            prefix: "tollgate:".to_owned(),
+            pool_size: 2,
+            deadline: Duration::from_millis(10),
+            connect_timeout: Duration::from_secs(2),
+            on_error: OnError::Local,
+            replicas: 1,
+            clock: None,
+        }
+    }
+
+    /// Checks that `url` can be parsed, without connecting.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStoreBuilder::connect`] for a bad URL.
+    pub fn check_url(url: &str) -> Result<(), StoreError> {
+        Target::parse(url).map(|_| ())
+    }
+
+    /// What decisions do when Redis fails.
+    pub fn on_error(&self) -> OnError {
+        self.inner.on_error
+    }
+
+    /// The replicas sharing the limits.
+    pub fn replicas(&self) -> u32 {
+        self.inner.replicas
+    }
+
+    /// The longest a call waits for Redis.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
+    /// Whether `limit` can be kept in Redis.
+    ///
+    /// # Errors
+    ///
+    /// A token pool or a sliding log: one line saying which limits are.
+    pub fn supports(limit: &Limit) -> Result<(), StoreError> {
+        Params::of(limit).map(|_| ())
+    }
+
+    /// Whether every limit of `rule` can be kept in Redis (a throttler
+    /// built with this store refuses a rule that cannot).
+    ///
+    /// # Errors
+    ///
+    /// A rule with a ban, a token pool or a sliding log: one line naming
+    /// the rule.
+    pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
+        let named = |e: StoreError| StoreError {
+            kind: e.kind,
+            message: format!("rule \"{}\": {}", rule.name(), e.message),
+        };
+        if rule.ban.is_some() {
+            return Err(named(StoreError::unsupported(
+                "bans are not kept in Redis: drop the ban or keep the rule in memory",
+            )));
+        }
+        Params::of(&rule.hard).map_err(named)?;
+        if let Some(soft) = &rule.soft {
+            Params::of(soft).map_err(named)?;
+        }
+        Ok(())
+    }
+
+    /// Decides a request of `cost` for `key` under `limit` (the key's own
+    /// state, apart from any throttler's rules), at Redis' time or the
+    /// builder's clock.
+    ///
+    /// # Errors
+    ///
+    /// A limit the store cannot keep, Redis' error, or no answer within the
+    /// deadline. Nothing is decided then: the caller applies its own
+    /// fallback.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the decision made in Redis, unknown
+    /// to the caller.
+    pub async fn check(&self, limit: &Limit, key: &str, cost: u64) -> Result<Verdict, StoreError> {
+        let now = self.inner.clock.as_ref().map(|c| c.now_ns());
+        self.check_one(limit, key, now, cost).await
+    }
+
+    /// As [`check`](Self::check), at `now_ns` nanoseconds (since the Unix
+    /// epoch, for windows aligned as Redis' own time aligns them).
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check).
+    pub async fn check_at(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now_ns: u64,
+        cost: u64,
+    ) -> Result<Verdict, StoreError> {
+        self.check_one(limit, key, Some(now_ns), cost).await
+    }
+
+    /// Post-accounting for `key` under `limit` at `now_ns`: see
+    /// [`Policy::settle`](crate::Policy::settle).
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check).
+    pub async fn settle_at(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now_ns: u64,
+        delta: i64,
+    ) -> Result<(), StoreError> {
+        let item = Item {
+            key: self.key_name(None, key, &Params::of(limit)?, ""),
+            params: Params::of(limit)?,
+            role: Role::Hard,
+            amount: i128::from(delta),
+        };
+        self.call("settle", Some(now_ns), &[item]).await.map(|_| ())
+    }
+
+    async fn check_one(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: Option<u64>,
+        cost: u64,
+    ) -> Result<Verdict, StoreError> {
+        let params = Params::of(limit)?;
+        let item = Item {
+            key: self.key_name(None, key, &params, ""),
+            params,
+            role: Role::Hard,
+            amount: i128::from(cost),
+        };
+        let (_, answers) = self.call("check", now, &[item]).await?;
+        answers[0]
+            .verdict
+            .ok_or_else(|| StoreError::redis("the script decided nothing"))
+    }
+
+    /// The Redis key of `key` under a limit of `rule` (`None`: no rule).
+    pub(crate) fn key_name(
+        &self,
+        rule: Option<&str>,
+        key: &str,
+        params: &Params,
+        suffix: &str,
+    ) -> String {
+        match rule {
+            Some(rule) => format!(
+                "{}{{{key}}}:{rule}:{}{suffix}",
+                self.inner.prefix, params.id
+            ),
+            None => format!("{}{{{key}}}:{}{suffix}", self.inner.prefix, params.id),
+        }
+    }
+
+    /// The time the store decides at: its clock's, or `None` for Redis'.
+    pub(crate) fn now(&self) -> Option<u64> {
+        self.inner.clock.as_ref().map(|c| c.now_ns())
+    }
+
+    /// Decides `items` (in rule order) at the store's time: one script
+    /// call, or on a Redis Cluster one call per hash slot's group of keys.
+    /// With `standing`, each answer says where its key stands after it
+    /// (otherwise zero: the script skips that arithmetic).
+    ///
+    /// # Implementation notes
+    ///
+    /// A Cluster runs one script only on keys of one slot, so there the
+    /// items are grouped by hash tag (the request's key under each rule)
+    /// and each group decided in its own call, in the order the groups
+    /// first appear. A group charges nothing when one of its enforced
+    /// limits rejects; if any group rejected, the first enforced rejection
+    /// in rule order is the request's, the items after it count as not
+    /// decided, and every group that did charge is refunded (a settlement
+    /// of minus the cost), as the in-memory store refunds earlier rules.
+    pub(crate) async fn check_items(
+        &self,
+        items: &[Item],
+        standing: bool,
+    ) -> Result<Vec<Answer>, StoreError> {
+        let now = self.now();
+        let op = if standing { "standing" } else { "check" };
+        let groups = if self.inner.link.is_cluster() {
+            groups(items)
+        } else {
+            vec![(0..items.len()).collect()]
+        };
+        if groups.len() == 1 {
+            return self.call(op, now, items).await.map(|(_, a)| a);
+        }
+        let mut answers = vec![None; items.len()];
+        for group in &groups {
+            let part: Vec<Item> = group.iter().map(|&i| items[i].clone()).collect();
+            let (_, got) = self.call(op, now, &part).await?;
+            for (&i, answer) in group.iter().zip(got) {
+                answers[i] = Some(answer);
+            }
+        }
+        let mut answers: Vec<Answer> = answers.into_iter().flatten().collect();
+        let rejected_at = items.iter().zip(&answers).position(|(item, a)| {
+            item.role == Role::Hard && a.verdict.is_some_and(|v| !v.is_admitted())
+        });
+        if let Some(at) = rejected_at {
+            let mut refunds = Vec::new();
+            for group in &groups {
+                let rejected = group.iter().any(|&i| {
+                    items[i].role == Role::Hard
+                        && answers[i].verdict.is_some_and(|v| !v.is_admitted())
+                });
+                if rejected {
+                    continue;
+                }
+                for &i in group {
+                    if answers[i].verdict.is_some_and(|v| v.is_admitted()) {
+                        let mut refund = items[i].clone();
+                        refund.role = Role::Hard;
+                        refund.amount = -refund.amount;
+                        refunds.push(refund);
+                    }
+                }
+            }
+            for a in &mut answers[at + 1..] {
+                a.verdict = None;
+            }
+            for group in groups_of(refunds) {
+                // A refund lost to Redis leaves the charge: logged by the link.
+                let _ = self.call("settle", now, &group).await;
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Runs the script on `items`, within the deadline.
+    pub(crate) async fn call(
+        &self,
+        op: &str,
+        now: Option<u64>,
+        items: &[Item],
+    ) -> Result<(u64, Vec<Answer>), StoreError> {
+        let inner = &self.inner;
+        let mut invocation = inner.script.prepare_invoke();
+        for item in items {
+            invocation.key(&item.key);
+        }
+        for arg in script::args(op, now, items) {
+            invocation.arg(arg);
+        }
+        let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
+        script::answers(&reply, items.len())
+    }
+}
+
+/// The hash tag of a Redis key: between its first `{` and the next `}`
+/// (the whole key when there is none or it is empty, as Redis hashes it).
+fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}').map(|close| &rest[..close])
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
+
+/// The indices of `items` grouped by hash tag, groups in order of first
+/// appearance, items in order within each.
+fn groups(items: &[Item]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let tag = hash_tag(&item.key);
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((tag, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// `items` split into groups of one hash tag each.
+fn groups_of(items: Vec<Item>) -> Vec<Vec<Item>> {
+    groups(&items)
+        .into_iter()
+        .map(|g| g.into_iter().map(|i| items[i].clone()).collect())
+        .collect()
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("link", &self.inner.link)
+            .field("prefix", &self.inner.prefix)
+            .field("deadline", &self.inner.deadline)
+            .field("on_error", &self.inner.on_error)
+            .field("replicas", &self.inner.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FixedWindow;
+
+    #[test]
+    fn the_hash_tag_is_what_redis_hashes() {
+        assert_eq!(hash_tag("p:{alice}:rule:fw:1:2:h"), "alice");
+        assert_eq!(hash_tag("p:{a}b}:x"), "a");
+        assert_eq!(hash_tag("p:{}:x"), "p:{}:x");
+        assert_eq!(hash_tag("no-tag"), "no-tag");
+        assert_eq!(hash_tag("p:{open"), "p:{open");
+    }
+
+    #[test]
+    fn items_group_by_tag_in_order_of_first_appearance() {
+        let limit =
+            Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(1)).expect("a window"));
+        let item = |key: &str| Item {
+            key: key.to_owned(),
+            params: Params::of(&limit).expect("kept"),
+            role: Role::Hard,
+            amount: 1,
+        };
+        let items = [
+            item("{a}:1"),
+            item("{b}:2"),
+            item("{a}:3"),
+            item("{c}:4"),
+            item("{b}:5"),
+        ];
+        assert_eq!(groups(&items), [vec![0, 2], vec![1, 4], vec![3]]);
+    }
+}

@@ -1,0 +1,228 @@
+//! The Lua script's arguments and answers: a limit as the script's
+//! parameters, the items of one call, and the verdicts it returns.
+//!
+//! # Implementation notes
+//!
+//! Every number crosses as decimal text: the script computes on 24-bit
+//! limbs (Redis' Lua numbers are doubles), so it takes and gives back
+//! exact integers of any size. A GCRA's meter crosses as the reduced
+//! fraction the core's `Meter` holds (`whole + fraction / den` tokens per
+//! nanosecond), computed here the same way.
+
+use crate::policy::{Standing, Verdict};
+use crate::rules::Limit;
+
+use super::StoreError;
+
+/// The one script every decision runs.
+pub(crate) const SOURCE: &str = include_str!("decide.lua");
+
+/// Tokens per op, as in the limiter core.
+const TOKEN_SHIFT: u32 = 20;
+/// Nano-ops per second times nanoseconds per second.
+const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
+
+/// A limit as the script's kind, its five parameters and the text that
+/// tells it from another limit in a key's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) kind: &'static str,
+    pub(crate) args: [String; 5],
+    pub(crate) id: String,
+}
+
+impl Params {
+    /// The script's parameters for `limit`.
+    ///
+    /// # Errors
+    ///
+    /// A token pool or a sliding log, which the Redis store does not keep.
+    pub(crate) fn of(limit: &Limit) -> Result<Params, StoreError> {
+        let dash = || String::from("-");
+        match limit {
+            Limit::FixedWindow(p) => Ok(Params {
+                kind: "fw",
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ],
+                id: format!("fw:{}:{}", p.limit, p.window_ns),
+            }),
+            Limit::SlidingWindowCounter(p) => Ok(Params {
+                kind: "swc",
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ],
+                id: format!("swc:{}:{}", p.limit, p.window_ns),
+            }),
+            Limit::Gcra(p) => {
+                let (whole, fraction, den) = meter(p.nano_ops_per_sec);
+                Ok(Params {
+                    kind: "gcra",
+                    args: [
+                        p.burst.to_string(),
+                        p.queue.to_string(),
+                        whole.to_string(),
+                        fraction.to_string(),
+                        den.to_string(),
+                    ],
+                    id: format!("gcra:{}:{}:{}", p.nano_ops_per_sec, p.burst, p.queue),
+                })
+            }
+            Limit::TokenPool(_) => Err(StoreError::unsupported(
+                "a token pool is not kept in Redis (its burst normalisation has no exact \
+                 script yet): use gcra, fixed_window or sliding_window_counter",
+            )),
+            Limit::SlidingLog(_) => Err(StoreError::unsupported(
+                "a sliding log is not kept in Redis: use sliding_window_counter",
+            )),
+        }
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The core meter's exact rate for `nano_ops_per_sec`: tokens per
+/// nanosecond as `(whole, fraction, den)`.
+fn meter(nano_ops_per_sec: u128) -> (u128, u128, u128) {
+    let num = nano_ops_per_sec << TOKEN_SHIFT;
+    let g = gcd(num, DENOMINATOR);
+    let (num, den) = (num / g, DENOMINATOR / g);
+    (num / den, num % den, den)
+}
+
+/// What one item of a call is to its rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An enforced hard limit: its rejection rejects the request.
+    Hard,
+    /// A shadow rule's hard limit: decided, never rejecting.
+    Shadow,
+    /// The soft limit of the item before it, decided if that one admitted.
+    Soft,
+}
+
+impl Role {
+    fn code(self) -> &'static str {
+        match self {
+            Role::Hard => "H",
+            Role::Shadow => "S",
+            Role::Soft => "s",
+        }
+    }
+}
+
+/// One limit on one key in a call.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub(crate) key: String,
+    pub(crate) params: Params,
+    pub(crate) role: Role,
+    /// The cost (a check) or the signed delta (a settlement).
+    pub(crate) amount: i128,
+}
+
+/// What the script decided for one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// `None`: not decided (an earlier rule rejected, or the soft limit of
+    /// a hard limit that rejected).
+    pub(crate) verdict: Option<Verdict>,
+    pub(crate) standing: Standing,
+}
+
+/// The script's arguments for `items`: `check` or `settle`, at `now_ns`
+/// (`None`: Redis' `TIME`).
+pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String> {
+    let mut args = Vec::with_capacity(3 + 8 * items.len());
+    args.push(op.to_owned());
+    args.push(now_ns.map(|t| t.to_string()).unwrap_or_default());
+    args.push(items.len().to_string());
+    for item in items {
+        args.push(item.params.kind.to_owned());
+        args.push(item.role.code().to_owned());
+        args.push(item.amount.to_string());
+        args.extend(item.params.args.iter().cloned());
+    }
+    args
+}
+
+fn number(s: &str) -> Result<u64, StoreError> {
+    s.parse()
+        .map_err(|_| StoreError::redis(format!("the script answered \"{s}\", not a number")))
+}
+
+/// The script's answer: the time it decided at and one answer per item.
+pub(crate) fn answers(reply: &[String], items: usize) -> Result<(u64, Vec<Answer>), StoreError> {
+    if reply.len() != 1 + 4 * items {
+        return Err(StoreError::redis(format!(
+            "the script answered {} values for {items} items",
+            reply.len()
+        )));
+    }
+    let now = number(&reply[0])?;
+    let mut out = Vec::with_capacity(items);
+    for chunk in reply[1..].chunks(4) {
+        let value = number(&chunk[1])?;
+        let verdict = match chunk[0].as_str() {
+            "A" => Some(Verdict::Admit { remaining: value }),
+            "D" => Some(Verdict::Delay { delay_ns: value }),
+            "R" => Some(Verdict::Reject {
+                retry_after_ns: value,
+            }),
+            "-" => None,
+            other => {
+                return Err(StoreError::redis(format!(
+                    "the script answered the verdict \"{other}\""
+                )))
+            }
+        };
+        out.push(Answer {
+            verdict,
+            standing: Standing {
+                remaining: number(&chunk[2])?,
+                reset_ns: number(&chunk[3])?,
+            },
+        });
+    }
+    Ok((now, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::pool::Meter;
+
+    #[test]
+    fn the_meter_crosses_as_the_cores_exact_fraction() {
+        for nano in [
+            1_000_000u128,
+            10_000_000_000,
+            7_000_000_001,
+            300_000_000 * 1_000_000_000,
+        ] {
+            let (whole, fraction, den) = meter(nano);
+            let core = Meter::new(nano);
+            for ns in [0u64, 1, 999, 1_000_000_007, u64::MAX / 3] {
+                let ns128 = u128::from(ns);
+                assert_eq!(
+                    ns128 * whole + ns128 * fraction / den,
+                    core.tokens_floor(ns),
+                    "{nano} at {ns}"
+                );
+            }
+        }
+    }
+}
