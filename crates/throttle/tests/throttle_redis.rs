@@ -5,8 +5,6 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
-#[path = "../../service/tests/common/logs.rs"]
-mod logs;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
@@ -16,9 +14,9 @@ use std::time::Duration;
 
 use axum::http::Request;
 use common_gathered::gathered;
-use logs::Logs;
 use redis_server::{RedisCluster, RedisServer};
 use tollgate::{ManualClock, RateSpec};
+use tollgate_testkit::logs::Logs;
 use tollgate_throttle::{
     Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule,
     SlidingWindowCounter, Throttler,
