@@ -6,16 +6,16 @@ use std::sync::{Arc, RwLock};
 
 use tonic::transport::ClientTlsConfig;
 
-use super::super::clock::{SystemWallClock, WallClock};
-use super::super::config::ServerConfig;
-use super::super::election::single::SingleElection;
-use super::super::election::{Election, Mastership};
-use super::super::metrics::Metrics;
-use super::super::transport::{Grpc, Transport};
 use super::parent::{self, Parent, Upstream};
 use super::state::{Inner, Serving, Snapshot, View};
 use super::wire::RequestLimits;
 use super::Server;
+use crate::clock::{SystemWallClock, WallClock};
+use crate::config::ServerConfig;
+use crate::election::single::SingleElection;
+use crate::election::{Election, Mastership};
+use crate::metrics::Metrics;
+use crate::transport::{Grpc, Transport};
 use tollgate_service::{rustls, ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
 
 /// Options for a [`Server`]; start with [`Server::builder`].

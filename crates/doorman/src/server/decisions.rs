@@ -38,15 +38,15 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::super::algorithm::{AlgorithmConfig, Kind, Request};
-use super::super::error::RequestError;
-use super::super::lease::{
-    CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest, ServerGrant,
-    Timestamp,
-};
 use super::mastership::Term;
 use super::state::{Began, EntryState, Server};
 use super::{hold, parent};
+use crate::algorithm::{AlgorithmConfig, Kind, Request};
+use crate::error::RequestError;
+use crate::lease::{
+    CapacityRequest, ClientLease, Grant, ReleaseRequest, ServerCapacityRequest, ServerGrant,
+    Timestamp,
+};
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {

@@ -10,11 +10,11 @@ use prost::Message;
 use tonic::codegen::Bytes;
 use tracing::debug;
 
-use super::super::error::RequestError;
-use super::super::metrics::Metrics;
-use super::super::pb;
-use super::super::pb::codec::decode;
 use super::state::Server;
+use crate::error::RequestError;
+use crate::metrics::Metrics;
+use crate::pb;
+use crate::pb::codec::decode;
 use tollgate_service::UnaryService;
 
 /// The gRPC service's path prefix.

@@ -3,7 +3,7 @@
 //!
 //! # Implementation notes
 //!
-//! Mastership comes from an [`Election`](super::super::election::Election)'s
+//! Mastership comes from an [`Election`](crate::election::Election)'s
 //! watch channel, checked on every request (a shared lock and the channel's
 //! version counter on the fast path). Whenever the server sees it has won
 //! mastership it forgets every lease (they belong to an earlier term) and
@@ -22,9 +22,9 @@ use std::sync::Arc;
 
 use tracing::info;
 
-use super::super::election::Mastership;
 use super::state::{Began, Server, Snapshot, View};
 use super::wire::{RequestLimits, Rules};
+use crate::election::Mastership;
 use tollgate_service::RwLockUnpoisoned;
 
 /// What a master decides a request in: since when it has been the master

@@ -63,14 +63,14 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::super::algorithm::AlgorithmConfig;
-use super::super::config::Template;
-use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
-use super::super::pb;
-use super::super::session::{MasterSession, SessionError};
-use super::super::transport::Transport;
 use super::state::Began;
 use super::wire;
+use crate::algorithm::AlgorithmConfig;
+use crate::config::Template;
+use crate::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
+use crate::pb;
+use crate::session::{MasterSession, SessionError};
+use crate::transport::Transport;
 use tollgate_service::LockUnpoisoned;
 
 /// How a server reaches its parent.
@@ -390,7 +390,7 @@ mod tests {
     use crate::Server;
     use crate::ServerConfig;
 
-    use super::super::testing::{ask, at, T};
+    use crate::server::testing::{ask, at, T};
 
     fn upstream(decay_factor: f64) -> Upstream {
         Upstream::new(

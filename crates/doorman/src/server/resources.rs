@@ -28,13 +28,13 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info, warn};
 
-use super::super::algorithm::Kind;
-use super::super::config::ServerConfig;
-use super::super::error::RequestError;
-use super::super::lease::{ClientLease, Timestamp};
-use super::super::metrics::{Gauges, ResourceGauges};
-use super::super::store::Resource;
 use super::state::{Began, Entry, EntryState, ResourceMap, Server, Snapshot};
+use crate::algorithm::Kind;
+use crate::config::ServerConfig;
+use crate::error::RequestError;
+use crate::lease::{ClientLease, Timestamp};
+use crate::metrics::{Gauges, ResourceGauges};
+use crate::store::Resource;
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 /// One resource as shown on the status page.

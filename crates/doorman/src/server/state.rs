@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use tokio::sync::watch;
 
-use super::super::clock::WallClock;
-use super::super::config::{ServerConfig, Template};
-use super::super::election::Mastership;
-use super::super::lease::Timestamp;
-use super::super::metrics::Metrics;
-use super::super::store::Resource;
 use super::parent::Upstream;
 use super::wire::RequestLimits;
+use crate::clock::WallClock;
+use crate::config::{ServerConfig, Template};
+use crate::election::Mastership;
+use crate::lease::Timestamp;
+use crate::metrics::Metrics;
+use crate::store::Resource;
 use tollgate_service::{rustls, Readiness, ServerLimits};
 
 /// The lease server. Cheap to clone: clones share state.

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use tracing::warn;
 
-use super::super::lease::{Band, ServerResourceRequest, Timestamp};
 use super::parent::{self, Demand, Upstream};
 use super::state::{Began, EntryState, Server, WeakServer};
 use super::wire;
+use crate::lease::{Band, ServerResourceRequest, Timestamp};
 use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
 
 impl Server {

@@ -15,15 +15,15 @@
 
 use std::collections::HashSet;
 
-use super::super::algorithm::{AlgorithmConfig, Kind};
-use super::super::config::ServerConfig;
-use super::super::election::Mastership;
-use super::super::error::RequestError;
-use super::super::lease::{
+use crate::algorithm::{AlgorithmConfig, Kind};
+use crate::config::ServerConfig;
+use crate::election::Mastership;
+use crate::error::RequestError;
+use crate::lease::{
     Answer, Band, CapacityRequest, Grant, Lease, ReleaseRequest, ResourceRequest,
     ServerCapacityRequest, ServerGrant, ServerResourceRequest,
 };
-use super::super::pb::{self, from_wire_secs, to_wire_secs};
+use crate::pb::{self, from_wire_secs, to_wire_secs};
 
 /// Limits on what one request may carry, set with
 /// [`ServerBuilder::max_id_bytes`](super::ServerBuilder::max_id_bytes) and
