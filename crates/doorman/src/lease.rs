@@ -55,7 +55,7 @@ pub struct ClientLease {
 /// its `has`, and its parent keeps the excess as a hold so that it does not
 /// hand the same capacity to someone else.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Hold {
+pub(crate) struct Hold {
     /// The capacity held beyond the lease's `has`; positive.
     pub capacity: f64,
     /// When the hold ends; never after its lease's expiry.

@@ -1,9 +1,8 @@
 //! The server's edge: wire requests become checked domain requests on the
-//! way in, domain answers become wire responses on the way out. The core
-//! (`mastership.rs`, `resources.rs`, `decisions.rs`, `tree.rs`) names no
-//! `pb` type; the RPC entry points on [`Server`](super::Server), which the
-//! gRPC service and the simulator's in-process transport both call, come
-//! through here.
+//! way in, domain answers become wire responses on the way out. The
+//! engine names no `pb` type; the RPC entry points on
+//! [`Server`](super::Server), which the gRPC service and the simulator's
+//! in-process transport both call, come through here.
 //!
 //! Go's server validated nothing; here a request with an empty or oversized
 //! id, too many or duplicate resources, a negative, NaN or infinite amount,
