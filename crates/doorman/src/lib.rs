@@ -151,6 +151,8 @@ pub use engine::{Engine, ResourceStatus};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
+#[cfg(feature = "etcd")]
+pub use server::Standalone;
 #[cfg(feature = "server")]
 pub use server::{CapacityService, Parent, Server, ServerBuilder};
 // The service kit's types that the server and client builders take,

@@ -14,7 +14,9 @@
 //!   checks (the limits set on [`ServerBuilder`]);
 //! * `mastership.rs`: the view of the election, and what changes when it
 //!   changes;
-//! * `parent.rs`: an intermediate server's link to its parent.
+//! * `parent.rs`: an intermediate server's link to its parent;
+//! * `standalone.rs`: [`Standalone`], a whole server process put together
+//!   from plain options, as `tollgate serve` runs it.
 //!
 //! A GetCapacity goes `grpc.rs` (decode) -> `server.rs`
 //! ([`Server::get_capacity`]: the term, then `wire.rs` checks) ->
@@ -49,6 +51,8 @@ mod builder;
 mod grpc;
 mod mastership;
 mod parent;
+#[cfg(feature = "etcd")]
+mod standalone;
 #[cfg(test)]
 pub(crate) mod testing;
 mod wire;
@@ -56,6 +60,8 @@ mod wire;
 pub use builder::ServerBuilder;
 pub use grpc::CapacityService;
 pub use parent::Parent;
+#[cfg(feature = "etcd")]
+pub use standalone::Standalone;
 
 /// The lease server. Cheap to clone: clones share state.
 ///
