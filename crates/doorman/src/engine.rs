@@ -6,37 +6,8 @@
 //! and knows nothing of the wire: the time, the mastership term a request
 //! is decided in and, on an intermediate server, what the parent granted
 //! are passed in. [`Server`](crate::Server) puts the election, the parent's
-//! link and the gRPC edge around one; the simulator and the benchmark drive
+//! link and the gRPC edge around one; the `doorman_decide` benchmark drives
 //! one directly.
-//!
-//! # Examples
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate_doorman::{Engine, ServerConfig};
-//!
-//! let engine = Engine::new(ServerConfig::from_yaml(
-//!     r#"
-//! resources:
-//!   - identifier_glob: "*"
-//!     capacity: 100
-//!     algorithm:
-//!       kind: FAIR_SHARE
-//!       lease_length: 60
-//!       refresh_interval: 5
-//!       learning_mode_duration: 0
-//! "#,
-//! )?);
-//! let now = Duration::from_secs(1_700_000_000);
-//! let term = now; // this server became the master just now
-//! let a = engine.decide("a", "cpu", 80.0, now, term).unwrap();
-//! assert_eq!((a.has, a.expiry), (80.0, now + Duration::from_secs(60)));
-//! // "a" holds 80 until it refreshes: 20 are left for "b".
-//! let b = engine.decide("b", "cpu", 80.0, now, term).unwrap();
-//! assert_eq!(b.has, 20.0);
-//! assert_eq!(engine.sweep(now + Duration::from_secs(60)), 1);
-//! # Ok::<(), tollgate_doorman::ServerConfigError>(())
-//! ```
 //!
 //! # Implementation notes
 //!
@@ -116,10 +87,38 @@ pub use status::ResourceStatus;
 
 /// What a lease server decides: the resources, their leases and the
 /// configuration in force, with time and the mastership term passed in.
-/// See the [module notes](self) for an example.
 ///
 /// Shared between threads behind a reference: each resource has a lock of
 /// its own.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_doorman::{Engine, ServerConfig};
+///
+/// let engine = Engine::new(ServerConfig::from_yaml(
+///     r#"
+/// resources:
+///   - identifier_glob: "*"
+///     capacity: 100
+///     algorithm:
+///       kind: FAIR_SHARE
+///       lease_length: 60
+///       refresh_interval: 5
+///       learning_mode_duration: 0
+/// "#,
+/// )?);
+/// let now = Duration::from_secs(1_700_000_000);
+/// let term = now; // this server became the master just now
+/// let a = engine.decide("a", "cpu", 80.0, now, term).unwrap();
+/// assert_eq!((a.has, a.expiry), (80.0, now + Duration::from_secs(60)));
+/// // "a" holds 80 until it refreshes: 20 are left for "b".
+/// let b = engine.decide("b", "cpu", 80.0, now, term).unwrap();
+/// assert_eq!(b.has, 20.0);
+/// assert_eq!(engine.sweep(now + Duration::from_secs(60)), 1);
+/// # Ok::<(), tollgate_doorman::ServerConfigError>(())
+/// ```
 #[derive(Debug)]
 pub struct Engine {
     config: RwLock<Arc<Snapshot>>,
