@@ -6,12 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tollgate_doorman::{
-    debug, reload, Election, EtcdConfigSource, EtcdElection, EtcdElectionConfig, Parent, Server,
-    ServerConfig, SingleElection,
-};
+use tollgate_doorman::{Parent, Standalone};
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::cli;
 
@@ -186,36 +183,6 @@ fn message_bytes(text: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Whether `parent` (`host:port`, with or without a scheme) names this
-/// server, which listens on `local` and is advertised as `advertised`:
-/// the same address, or the same port on an address of this machine when
-/// this server listens on every interface (`0.0.0.0`, `::`). A parent
-/// whose name does not resolve is not this server.
-async fn is_self(parent: &str, local: SocketAddr, advertised: &str) -> bool {
-    let bare = parent
-        .split_once("://")
-        .map_or(parent, |(_, rest)| rest)
-        .trim_end_matches('/');
-    if bare == advertised {
-        return true;
-    }
-    let Ok(addrs) = tokio::net::lookup_host(bare).await else {
-        return false;
-    };
-    addrs.into_iter().any(|a| {
-        a.port() == local.port()
-            && (a.ip() == local.ip()
-                || a.ip().is_unspecified()
-                || (local.ip().is_unspecified()
-                    && (a.ip().is_loopback() || of_this_machine(a.ip()))))
-    })
-}
-
-/// Whether `ip` is an address of this machine: one a socket can bind.
-fn of_this_machine(ip: IpAddr) -> bool {
-    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
-}
-
 /// The signals `serve` handles, registered before anything else so that
 /// none of them can kill the process with its default action.
 struct Signals {
@@ -266,64 +233,6 @@ pub(crate) fn raise_fd_limit(want: usize) {
     }
 }
 
-/// Where the resource configuration comes from.
-enum ConfigSource {
-    /// A file, reloaded on change and on SIGHUP.
-    File(PathBuf),
-    /// An etcd key, watched.
-    Etcd(String),
-    /// No `--config`: the built-in template.
-    Builtin,
-}
-
-impl ConfigSource {
-    fn of(args: &Args) -> anyhow::Result<ConfigSource> {
-        let Some(path) = &args.config else {
-            return Ok(ConfigSource::Builtin);
-        };
-        let Some(key) = path.to_str().and_then(|p| p.strip_prefix("etcd:")) else {
-            return Ok(ConfigSource::File(path.clone()));
-        };
-        anyhow::ensure!(
-            !key.is_empty(),
-            "--config etcd:KEY needs a key, e.g. etcd:/tollgate/config"
-        );
-        anyhow::ensure!(
-            !args.etcd_endpoints.is_empty(),
-            "--config {} reads etcd: give its endpoints with --etcd-endpoints",
-            path.display()
-        );
-        Ok(ConfigSource::Etcd(key.to_owned()))
-    }
-}
-
-/// Warns when the address others are given to reach this server is a
-/// wildcard (`0.0.0.0:15000`, listening on every interface), where it
-/// matters: followers of an election redirect clients to it, and a parent
-/// tells its intermediates apart by it.
-fn warn_if_unreachable(args: &Args, advertised: &str) {
-    let wildcard = advertised
-        .parse::<SocketAddr>()
-        .is_ok_and(|a| a.ip().is_unspecified());
-    if !wildcard {
-        return;
-    }
-    if !args.etcd_endpoints.is_empty() {
-        warn!(
-            advertise = advertised,
-            "the advertised address is a wildcard: followers will redirect clients to an \
-             address they cannot reach; give this server's own with --advertise HOST:PORT"
-        );
-    }
-    if args.parent.is_some() && args.server_id.is_none() {
-        warn!(
-            server_id = advertised,
-            "the id this server gives its parent is a wildcard address, the same for every \
-             intermediate listening on this port; give --advertise HOST:PORT or --server-id"
-        );
-    }
-}
-
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     cli::block_on(args.threads, serve(args))
 }
@@ -340,39 +249,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let limits = args.limits();
     raise_fd_limit(limits.max_connections);
-    let etcd_tls = args.etcd_tls_ca.as_ref().map(|ca| {
-        let tls = ClientTls::new(ca);
-        match (&args.etcd_tls_cert, &args.etcd_tls_key) {
-            (Some(cert), Some(key)) => tls.identity(cert, key),
-            _ => tls,
-        }
-    });
-    let source = ConfigSource::of(&args)?;
-    let (config, etcd_config) = match &source {
-        ConfigSource::File(path) => (
-            ServerConfig::from_file(path).with_context(|| format!("loading {}", path.display()))?,
-            None,
-        ),
-        ConfigSource::Etcd(key) => {
-            let source = match &etcd_tls {
-                None => EtcdConfigSource::new(&args.etcd_endpoints, key.clone()),
-                Some(tls) => EtcdConfigSource::new_tls(&args.etcd_endpoints, key.clone(), tls),
-            }?;
-            let (config, revision) = source.load().await?;
-            info!(key, revision, "loaded configuration from etcd");
-            (config, Some((source, revision)))
-        }
-        ConfigSource::Builtin => {
-            info!("no --config: serving the built-in catch-all FAIR_SHARE template");
-            (ServerConfig::builtin(), None)
-        }
-    };
     let addr = SocketAddr::new(args.host, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding gRPC port {addr}"))?;
     let local = listener.local_addr()?;
-    let advertised = match (&args.advertise, &args.hostname) {
+    let advertise = match (&args.advertise, &args.hostname) {
         (Some(address), _) => address.clone(),
         (None, Some(host)) if host.contains(':') && !host.starts_with('[') => {
             format!("[{host}]:{}", local.port())
@@ -380,120 +262,51 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         (None, Some(host)) => format!("{host}:{}", local.port()),
         (None, None) => local.to_string(),
     };
-    warn_if_unreachable(&args, &advertised);
-    let etcd = if args.etcd_endpoints.is_empty() {
-        None
-    } else {
-        info!(endpoints = ?args.etcd_endpoints, key = args.election_key, "etcd election");
-        // The watermark covers the longest lease and an election TTL more;
-        // servers' clocks may differ by up to a second.
-        let config = EtcdElectionConfig {
-            endpoints: args.etcd_endpoints.clone(),
-            key: args.election_key.clone(),
-            ttl: args.election_ttl,
-            advertise: advertised.clone(),
-            promise: config.longest_lease_length() + args.election_ttl,
-            clock_skew: Duration::from_secs(1),
-        };
-        Some(match &etcd_tls {
-            None => EtcdElection::start(config)?,
-            Some(tls) => EtcdElection::start_tls(config, tls)?,
-        })
+    let identity = |tls: ClientTls, cert: &Option<PathBuf>, key: &Option<PathBuf>| match (cert, key)
+    {
+        (Some(cert), Some(key)) => tls.identity(cert, key),
+        _ => tls,
     };
-    let single = SingleElection::new(Some(advertised.clone()));
-    let election: &dyn Election = match &etcd {
-        Some(e) => e,
-        None => &single,
-    };
-    let threads = args.threads.unwrap_or_else(cli::cores);
-    let mut builder = Server::builder(config)
-        .election(election)
-        .limits(limits)
-        .threads(threads);
-    if let Some(tls) = args.tls.tls() {
-        builder = builder.tls(&tls)?;
-    }
-    if let Some(parent) = &args.parent {
-        anyhow::ensure!(
-            args.decay_factor > 0.0 && args.decay_factor <= 1.0,
-            "--decay-factor must be in (0, 1]"
-        );
-        anyhow::ensure!(
-            !is_self(parent, local, &advertised).await,
-            "--parent {parent} is this server itself (listening on {local}): an intermediate \
-             server asks another server, its parent, for capacity"
-        );
-        info!(parent, "intermediate server");
-        builder = builder.parent(Parent {
-            address: parent.clone(),
-            server_id: args.server_id.clone().unwrap_or_else(|| advertised.clone()),
+    let standalone = Standalone {
+        config: args.config.clone(),
+        reload_interval: args.reload_interval,
+        debug: (args.debug_port != 0).then(|| SocketAddr::new(args.debug_host, args.debug_port)),
+        advertise: Some(advertise),
+        sweep_interval: args.sweep_interval,
+        etcd_endpoints: args.etcd_endpoints.clone(),
+        etcd_tls: args
+            .etcd_tls_ca
+            .as_ref()
+            .map(|ca| identity(ClientTls::new(ca), &args.etcd_tls_cert, &args.etcd_tls_key)),
+        election_key: args.election_key.clone(),
+        election_ttl: args.election_ttl,
+        parent: args.parent.as_ref().map(|address| Parent {
+            address: address.clone(),
+            server_id: args.server_id.clone().unwrap_or_default(),
             decay_factor: args.decay_factor,
-        });
-        if let Some(ca) = &args.parent_tls_ca {
-            let mut tls = ClientTls::new(ca);
-            if let (Some(cert), Some(key)) = (&args.parent_tls_cert, &args.parent_tls_key) {
-                tls = tls.identity(cert, key);
-            }
-            builder = builder.parent_tls(&tls)?;
-        }
-    }
-    let server = builder.build();
-    server.spawn_background(args.sweep_interval);
-    match source {
-        ConfigSource::File(path) => {
-            reload::spawn_on(server.clone(), path, args.reload_interval, signals.hup)
-        }
-        ConfigSource::Etcd(_) | ConfigSource::Builtin => {
-            if let Some((source, revision)) = etcd_config {
-                source.spawn(server.clone(), revision);
-            }
-            let mut hup = signals.hup;
-            let why = if args.config.is_some() {
-                "SIGHUP ignored: the configuration is watched in etcd"
-            } else {
-                "SIGHUP ignored: serving without --config, nothing to reload"
-            };
-            tokio::spawn(async move {
-                while hup.recv().await.is_some() {
-                    info!("{why}");
-                }
-            });
-        }
-    }
-    let (resigned_tx, resigned) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        signals.shutdown.recv().await;
-        // Hand mastership over first, at once: followers take over while
-        // this server drains.
-        if let Some(etcd) = etcd {
-            etcd.resign().await;
-            info!("resigned mastership");
-        }
-        let _ = resigned_tx.send(());
+        }),
+        parent_tls: args.parent_tls_ca.as_ref().map(|ca| {
+            identity(
+                ClientTls::new(ca),
+                &args.parent_tls_cert,
+                &args.parent_tls_key,
+            )
+        }),
+        tls: args.tls.tls(),
+        limits,
+        threads: Some(args.threads.unwrap_or_else(cli::cores)),
     };
-    if args.debug_port != 0 {
-        let daddr = SocketAddr::new(args.debug_host, args.debug_port);
-        let dl = tokio::net::TcpListener::bind(daddr)
-            .await
-            .with_context(|| format!("binding debug port {daddr}"))?;
-        info!(addr = %dl.local_addr()?, "debug HTTP listening");
-        let s = server.clone();
-        tokio::spawn(async move {
-            if let Err(e) = debug::serve(s, dl, std::future::pending()).await {
-                tracing::error!(error = %e, "debug HTTP server failed");
-            }
-        });
-    }
-    match args.tls.tls() {
-        Some(_) => {
-            info!(addr = %local, limits = ?limits, mutual = args.tls.mutual(), "gRPC listening over TLS")
-        }
-        None => info!(addr = %local, limits = ?limits, "gRPC listening"),
-    }
-    server.serve(listener, shutdown).await?;
-    if resigned.await.is_ok() {
-        info!("stopped");
-    }
+    let Signals { shutdown, hup } = signals;
+    standalone
+        .run(
+            listener,
+            async move {
+                shutdown.recv().await;
+            },
+            hup,
+        )
+        .await
+        .map_err(anyhow::Error::from_boxed)?;
     Ok(())
 }
 
@@ -509,24 +322,5 @@ mod tests {
         assert!(e.starts_with("must be at least 4096 bytes"), "{e}");
         assert!(message_bytes("4095").is_err());
         assert!(message_bytes("-1").is_err());
-    }
-
-    #[tokio::test]
-    async fn a_parent_naming_this_server_is_found_by_address_or_name() {
-        let local: SocketAddr = "127.0.0.1:15000".parse().unwrap();
-        let any: SocketAddr = "0.0.0.0:15000".parse().unwrap();
-        for parent in [
-            "127.0.0.1:15000",
-            "localhost:15000",
-            "http://127.0.0.1:15000",
-            "0.0.0.0:15000",
-        ] {
-            assert!(is_self(parent, local, "127.0.0.1:15000").await, "{parent}");
-            assert!(is_self(parent, any, "0.0.0.0:15000").await, "{parent}");
-        }
-        assert!(is_self("doorman-1.test:15000", any, "doorman-1.test:15000").await);
-        assert!(!is_self("127.0.0.1:15001", local, "127.0.0.1:15000").await);
-        assert!(!is_self("192.0.2.1:15000", any, "0.0.0.0:15000").await);
-        assert!(!is_self("no-such-host.invalid:15000", any, "0.0.0.0:15000").await);
     }
 }

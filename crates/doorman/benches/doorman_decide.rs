@@ -1,5 +1,7 @@
 //! The cost of one Doorman decision: one refresh of an existing client in a
-//! resource of 1K, 10K and 100K clients, for the two sharing algorithms.
+//! resource of 1K, 10K and 100K clients, for the two sharing algorithms,
+//! through the [`Engine`] (the resource's lookup and lock, learning mode,
+//! the lease store and the algorithm; no wire, no election).
 //!
 //! Every refresh changes the client's wants (so its place in the store's
 //! index moves) and its expiry (the clock advances 1 ms a call), and the
@@ -14,7 +16,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_main, BenchmarkId, Criterion};
-use tollgate_doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
+use tollgate_doorman::{Engine, ServerConfig};
 
 /// A deterministic pseudo-random stream (SplitMix64), so runs compare.
 struct Stream(u64);
@@ -30,42 +32,34 @@ impl Stream {
 }
 
 struct Setup {
-    res: Resource,
+    engine: Engine,
     ids: Vec<String>,
     wants: Vec<f64>,
-    subclients: Vec<u64>,
-    algo: AlgorithmConfig,
-    capacity: f64,
 }
 
-/// `n` clients wanting 0..200 with 1..=4 subclients, each refreshed once.
-fn setup(kind: Kind, n: usize) -> Setup {
+/// The resource every client asks for.
+const RESOURCE: &str = "r";
+
+/// `n` clients wanting 0..200, each refreshed once, under `kind` with
+/// 3,600 s leases, no learning mode and half the total wants as capacity.
+fn setup(kind: &str, n: usize) -> Setup {
     let mut stream = Stream(n as u64);
     let ids: Vec<String> = (0..n).map(|i| format!("client-{i:08}")).collect();
     let wants: Vec<f64> = (0..n)
         .map(|_| (stream.next() % 20_000) as f64 / 100.0)
         .collect();
-    let subclients: Vec<u64> = (0..n).map(|_| 1 + stream.next() % 4).collect();
     let capacity = wants.iter().sum::<f64>() / 2.0;
-    let algo = AlgorithmConfig::new(kind, Duration::from_secs(3600), Duration::from_secs(5));
-    let mut res = Resource::new();
+    let config = ServerConfig::from_yaml(&format!(
+        "resources: [{{identifier_glob: '{RESOURCE}', capacity: {capacity}, algorithm: {{kind: {kind}, lease_length: 3600, refresh_interval: 5, learning_mode_duration: 0}}}}]"
+    ))
+    .expect("a valid configuration");
+    let engine = Engine::new(config);
     for i in 0..n {
-        let req = Request {
-            client: &ids[i],
-            has: 0.0,
-            wants: wants[i],
-            subclients: subclients[i],
-        };
-        res.decide(&algo, capacity, &req, Duration::ZERO, false);
+        engine
+            .decide(&ids[i], RESOURCE, wants[i], Duration::ZERO, Duration::ZERO)
+            .expect("the template matches");
     }
-    Setup {
-        res,
-        ids,
-        wants,
-        subclients,
-        algo,
-        capacity,
-    }
+    Setup { engine, ids, wants }
 }
 
 fn decide(c: &mut Criterion) {
@@ -75,28 +69,27 @@ fn decide(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3))
         .sample_size(50);
     for (name, kind) in [
-        ("proportional", Kind::ProportionalShare),
-        ("fair", Kind::FairShare),
+        ("proportional", "PROPORTIONAL_SHARE"),
+        ("fair", "FAIR_SHARE"),
     ] {
         for n in [1_000, 10_000, 100_000] {
-            let mut s = setup(kind, n);
+            let s = setup(kind, n);
             group.bench_function(BenchmarkId::new(name, n), |b| {
                 // A stride coprime to n visits every client, scattered.
                 let (mut i, mut call) = (0, 0u64);
                 b.iter(|| {
                     i = (i + 7919) % n;
                     call += 1;
-                    let req = Request {
-                        client: &s.ids[i],
-                        has: 0.0,
-                        wants: s.wants[i] + (call % 2) as f64,
-                        subclients: s.subclients[i],
-                    };
+                    let wants = s.wants[i] + (call % 2) as f64;
                     let now = Duration::from_millis(call);
-                    black_box(s.res.decide(&s.algo, s.capacity, &req, now, false))
+                    black_box(
+                        s.engine
+                            .decide(&s.ids[i], RESOURCE, wants, now, Duration::ZERO),
+                    )
                 });
             });
-            assert_eq!(s.res.len(), n, "no lease may expire during the run");
+            let leases = s.engine.leases(RESOURCE).map_or(0, |l| l.len());
+            assert_eq!(leases, n, "no lease may expire during the run");
         }
     }
     group.finish();

@@ -6,24 +6,10 @@
 //! resource's leases through a [`ResourceView`] (sums and indices) and the
 //! request, and returns the capacity to grant. Storing the grant, lease
 //! times and learning mode are the store's business
-//! ([`Resource::decide`](super::store::Resource::decide)).
+//! ([`LeaseStore::decide`](super::store::LeaseStore::decide)).
 //!
-//! # Examples
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate_doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
-//!
-//! let algo = AlgorithmConfig::new(Kind::FairShare, Duration::from_secs(60), Duration::from_secs(15));
-//! let mut res = Resource::new();
-//! let now = Duration::from_secs(1_000);
-//! let a = res.decide(&algo, 120.0, &Request::new("a", 1000.0), now, false);
-//! assert_eq!(a.has, 120.0); // alone: gets all it can
-//! let b = res.decide(&algo, 120.0, &Request::new("b", 50.0), now, false);
-//! assert_eq!(b.has, 0.0); // "a" still holds everything until it refreshes
-//! let a = res.decide(&algo, 120.0, &Request::new("a", 1000.0), now, false);
-//! assert_eq!(a.has, 70.0); // max-min fair: b's 50, the rest to a
-//! ```
+//! `store/tests.rs` shows FAIR_SHARE sharing max-min fairly
+//! (`fair_share_is_max_min_fair_once_each_client_refreshes`).
 
 use std::fmt;
 use std::time::Duration;
@@ -124,7 +110,7 @@ impl<'a> Request<'a> {
 }
 
 /// What an algorithm reads of one resource's leases: the running sums and
-/// two queries. The store's [`Resource`](super::store::Resource) is the
+/// two queries. The store's [`LeaseStore`](super::store::LeaseStore) is the
 /// implementation; an algorithm sees nothing else of it.
 pub trait ResourceView {
     /// The capacity held: the sum of `has` over all leases plus their
@@ -158,7 +144,7 @@ pub trait Algorithm: fmt::Debug + Send + Sync {
     /// `res` must already record the requester's demand: its entry carries
     /// `req.wants` and `req.subclients` (a new client is present with
     /// `has = 0`), while its `has` is still the one of its previous lease.
-    /// [`Resource::decide`](super::store::Resource::decide) sets this up; so every sum the algorithm reads
+    /// [`LeaseStore::decide`](super::store::LeaseStore::decide) sets this up; so every sum the algorithm reads
     /// counts the requester with its new wants, as
     /// `docs/design/doorman-protocol.md` §3 asks.
     ///

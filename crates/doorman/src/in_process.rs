@@ -48,7 +48,7 @@ pub fn client_through(builder: ClientBuilder, link: Arc<Link>, seed: u64) -> Cli
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Registered {
     server: Server,
     level: usize,
 }
@@ -57,7 +57,7 @@ struct Entry {
 /// `unavailable`, as a dead server would be.
 #[derive(Debug)]
 pub struct InProcess {
-    servers: RwLock<HashMap<String, Entry>>,
+    servers: RwLock<HashMap<String, Registered>>,
     /// A job's own address, and its tasks' addresses in order.
     jobs: RwLock<HashMap<String, Vec<String>>>,
     /// Calls answered or refused, by the level of the server called.
@@ -112,7 +112,7 @@ impl InProcess {
     pub fn add(&self, address: impl Into<String>, server: Server, level: usize) {
         self.servers
             .write_unpoisoned()
-            .insert(address.into(), Entry { server, level });
+            .insert(address.into(), Registered { server, level });
     }
 
     /// Makes `address` unreachable, as a dead server.

@@ -55,23 +55,24 @@ pub struct ClientLease {
 /// its `has`, and its parent keeps the excess as a hold so that it does not
 /// hand the same capacity to someone else.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Hold {
+pub(crate) struct Hold {
     /// The capacity held beyond the lease's `has`; positive.
     pub capacity: f64,
     /// When the hold ends; never after its lease's expiry.
     pub until: Timestamp,
 }
 
-#[cfg(feature = "server")]
 /// A lease as it travels (`doorman.Lease`): granted in a response, or
-/// reported back by its holder as the `has` of a request.
+/// reported back by its holder as the `has` of a request. A client reads
+/// only a checked one: its capacity finite and `>= 0`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Lease {
     /// The capacity granted or held.
     pub capacity: f64,
-    /// When it ends (for a `has`: when what is held ends at the latest).
+    /// When it ends, as Unix time (for a `has`: when what is held ends at
+    /// the latest).
     pub expiry: Timestamp,
-    /// How long the holder should wait before it refreshes (0 in a `has`
+    /// How long the holder should wait before it asks again (0 in a `has`
     /// that reports a subtree rather than one lease).
     pub refresh_interval: Duration,
 }

@@ -110,6 +110,8 @@ mod config;
 pub mod debug;
 #[cfg(feature = "server")]
 mod election;
+#[cfg(feature = "server")]
+mod engine;
 mod error;
 #[cfg(feature = "server")]
 mod glob;
@@ -144,11 +146,15 @@ pub use election::etcd::{Etcd as EtcdElection, EtcdConfig as EtcdElectionConfig}
 pub use election::single::SingleElection;
 #[cfg(feature = "server")]
 pub use election::{Election, Mastership, Promise};
+#[cfg(feature = "server")]
+pub use engine::{Engine, ResourceStatus};
 pub use lease::ClientLease;
 #[cfg(feature = "etcd")]
 pub use reload::EtcdConfigSource;
+#[cfg(feature = "etcd")]
+pub use server::Standalone;
 #[cfg(feature = "server")]
-pub use server::{CapacityService, Parent, ResourceStatus, Server, ServerBuilder};
+pub use server::{CapacityService, Parent, Server, ServerBuilder};
 // The service kit's types that the server and client builders take,
 // shown as re-exports: they are documented in `tollgate_service`.
 #[doc(no_inline)]
@@ -156,12 +162,3 @@ pub use tollgate_service::{ClientTls, TlsError};
 #[cfg(feature = "server")]
 #[doc(no_inline)]
 pub use tollgate_service::{ServerLimits, ServerTls};
-
-/// What the `doorman_decide` benchmark measures: one resource's lease
-/// store and algorithms, below the server. Not part of the API.
-#[cfg(feature = "server")]
-#[doc(hidden)]
-pub mod bench {
-    pub use super::algorithm::{AlgorithmConfig, Kind, Request};
-    pub use super::store::Resource;
-}

@@ -1,9 +1,9 @@
 //! One resource's leases: who holds what, who wants what, until when.
 //!
-//! [`Resource`] keeps the leases of one resource by client id, with the sums
+//! [`LeaseStore`] keeps the leases of one resource by client id, with the sums
 //! the algorithms read (`sum_has`, `sum_wants`, `count`) and the two queries
-//! they need ([`Resource::water_level`], [`Resource::demand_up_to`]), and
-//! makes the decision for one request ([`Resource::decide`]). It does no I/O
+//! they need ([`LeaseStore::water_level`], [`LeaseStore::demand_up_to`]), and
+//! makes the decision for one request ([`LeaseStore::decide`]). It does no I/O
 //! and reads no clock: time is passed in.
 //!
 //! A lease may carry a [`Hold`]: capacity the client's subtree still holds
@@ -69,22 +69,10 @@ impl Entry {
 /// One resource's leases by client id, with running sums and the index the
 /// algorithms query.
 ///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate_doorman::bench::{AlgorithmConfig, Kind, Request, Resource};
-///
-/// let algo = AlgorithmConfig::new(Kind::ProportionalShare, Duration::from_secs(60), Duration::from_secs(15));
-/// let mut res = Resource::new();
-/// let lease = res.decide(&algo, 100.0, &Request::new("a", 30.0), Duration::ZERO, false);
-/// assert_eq!((lease.has, lease.expiry), (30.0, Duration::from_secs(60)));
-/// assert_eq!((res.sum_has(), res.sum_wants(), res.count()), (30.0, 30.0, 1));
-/// assert_eq!(res.sweep(Duration::from_secs(60)), 1);
-/// assert!(res.is_empty());
-/// ```
+/// The engine keeps one per resource; `tests.rs` shows one in use
+/// (`a_store_decides_sums_and_sweeps`).
 #[derive(Clone, Debug, Default)]
-pub struct Resource {
+pub(crate) struct LeaseStore {
     /// Hashed with foldhash, seeded per map: SipHash cost a decision
     /// several times what the lookup needs.
     ids: HashMap<Box<str>, Slot, foldhash::fast::RandomState>,
@@ -97,22 +85,23 @@ pub struct Resource {
     index: DemandIndex,
 }
 
-impl Resource {
+impl LeaseStore {
     /// An empty resource.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The lease `client` holds, expired or not (expired leases stay until
     /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
-    pub fn get(&self, client: &str) -> Option<&ClientLease> {
+    pub(crate) fn get(&self, client: &str) -> Option<&ClientLease> {
         let slot = *self.ids.get(client)?;
         self.entry(slot).map(|e| &e.lease)
     }
 
+    #[cfg(test)]
     /// The hold on `client`'s lease, if any (an ended hold stays until
     /// [`sweep`](Self::sweep) or the next [`decide`](Self::decide)).
-    pub fn hold_of(&self, client: &str) -> Option<Hold> {
+    pub(crate) fn hold_of(&self, client: &str) -> Option<Hold> {
         let slot = *self.ids.get(client)?;
         self.entry(slot)?.hold
     }
@@ -120,7 +109,7 @@ impl Resource {
     /// The capacity `client` occupies: its lease's `has` plus its hold; 0
     /// without a lease. The algorithms count this, not `has`, as the
     /// client's part of `sum_has`.
-    pub fn occupied(&self, client: &str) -> f64 {
+    pub(crate) fn occupied(&self, client: &str) -> f64 {
         self.ids
             .get(client)
             .and_then(|&slot| self.entry(slot))
@@ -129,7 +118,7 @@ impl Resource {
 
     /// The expiry of `client`'s lease and the capacity it occupies (see
     /// [`occupied`](Self::occupied)), in one lookup; `None` without a lease.
-    pub fn expiry_and_occupied(&self, client: &str) -> Option<(Timestamp, f64)> {
+    pub(crate) fn expiry_and_occupied(&self, client: &str) -> Option<(Timestamp, f64)> {
         let entry = self.entry(*self.ids.get(client)?)?;
         Some((entry.lease.expiry, entry.demand().has))
     }
@@ -137,7 +126,7 @@ impl Resource {
     /// Sets or, with `None`, removes the hold on `client`'s lease. A hold
     /// whose capacity is not positive and finite is none; one that would
     /// outlive the lease ends with it. Returns whether `client` has a lease.
-    pub fn set_hold(&mut self, client: &str, hold: Option<Hold>) -> bool {
+    pub(crate) fn set_hold(&mut self, client: &str, hold: Option<Hold>) -> bool {
         let Some(&slot) = self.ids.get(client) else {
             return false;
         };
@@ -157,13 +146,13 @@ impl Resource {
 
     /// The latest expiry of any lease, `None` without leases. Costs `O(n)`:
     /// an intermediate server asks once per report to its parent.
-    pub fn last_expiry(&self) -> Option<Timestamp> {
+    pub(crate) fn last_expiry(&self) -> Option<Timestamp> {
         self.entries.iter().flatten().map(|e| e.lease.expiry).max()
     }
 
     /// Removes leases with `expiry <= now`, and holds with `until <= now`;
     /// returns how many leases.
-    pub fn sweep(&mut self, now: Timestamp) -> usize {
+    pub(crate) fn sweep(&mut self, now: Timestamp) -> usize {
         while let Some(&(until, slot)) = self.holds.first() {
             if until > now {
                 break;
@@ -194,7 +183,7 @@ impl Resource {
     ///
     /// For a reload that shortens the lease length: a lease granted under
     /// the old length must not outlive one granted under the new.
-    pub fn cap_expiry(&mut self, latest: Timestamp) -> usize {
+    pub(crate) fn cap_expiry(&mut self, latest: Timestamp) -> usize {
         // A lease may be filed before its expiry: look at every lease (a
         // reload is rare).
         let late: Vec<Slot> = self
@@ -218,7 +207,7 @@ impl Resource {
     }
 
     /// Removes `client`'s lease; returns whether it had one.
-    pub fn release(&mut self, client: &str) -> bool {
+    pub(crate) fn release(&mut self, client: &str) -> bool {
         match self.ids.get(client) {
             Some(&slot) => {
                 self.remove_slot(slot);
@@ -229,38 +218,38 @@ impl Resource {
     }
 
     /// The capacity held: the sum of `has` over all leases plus their holds.
-    pub fn sum_has(&self) -> f64 {
+    pub(crate) fn sum_has(&self) -> f64 {
         self.index.total().has
     }
 
     /// The sum of `wants` over all leases.
-    pub fn sum_wants(&self) -> f64 {
+    pub(crate) fn sum_wants(&self) -> f64 {
         self.index.total().wants
     }
 
     /// The sum of `subclients` over all leases (saturating at `u64::MAX`).
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.index.total().subclients
     }
 
     /// The number of leases (clients).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ids.len()
     }
 
     /// Whether no client holds a lease.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
 
     /// Every lease with its client id, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &ClientLease)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ClientLease)> {
         self.entries.iter().flatten().map(|e| (&*e.id, &e.lease))
     }
 
     /// The total wants and subclients of the leases whose wants per
     /// subclient is at most `ratio`, in `O(log n)`.
-    pub fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
+    pub(crate) fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
         let under = self.index.up_to(ratio);
         (under.wants, under.subclients)
     }
@@ -269,7 +258,7 @@ impl Resource {
     /// the `L` with `sum_i min(wants_i, L * subclients_i) = capacity`, or
     /// infinity when all wants fit in `capacity`. A lease's fair share is
     /// `min(wants, L * subclients)`.
-    pub fn water_level(&self, capacity: f64) -> f64 {
+    pub(crate) fn water_level(&self, capacity: f64) -> f64 {
         self.index.water_level(capacity)
     }
 
@@ -290,7 +279,7 @@ impl Resource {
     ///
     /// If a new client would be the resource's `2^32 - 1`-th lease (slots are
     /// 32-bit). No float value panics.
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         algo: &AlgorithmConfig,
         capacity: f64,
@@ -439,7 +428,7 @@ fn refile(expiries: &mut BTreeSet<(Timestamp, Slot)>, entry: &mut Entry, slot: S
 /// The resource as an algorithm sees it while deciding for `client`,
 /// whose occupied capacity is already known.
 struct Deciding<'r> {
-    resource: &'r Resource,
+    resource: &'r LeaseStore,
     client: &'r str,
     occupied: f64,
 }
@@ -474,29 +463,29 @@ impl ResourceView for Deciding<'_> {
     }
 }
 
-impl ResourceView for Resource {
+impl ResourceView for LeaseStore {
     fn sum_has(&self) -> f64 {
-        Resource::sum_has(self)
+        LeaseStore::sum_has(self)
     }
 
     fn sum_wants(&self) -> f64 {
-        Resource::sum_wants(self)
+        LeaseStore::sum_wants(self)
     }
 
     fn count(&self) -> u64 {
-        Resource::count(self)
+        LeaseStore::count(self)
     }
 
     fn occupied(&self, client: &str) -> f64 {
-        Resource::occupied(self, client)
+        LeaseStore::occupied(self, client)
     }
 
     fn demand_up_to(&self, ratio: f64) -> (f64, u64) {
-        Resource::demand_up_to(self, ratio)
+        LeaseStore::demand_up_to(self, ratio)
     }
 
     fn water_level(&self, capacity: f64) -> f64 {
-        Resource::water_level(self, capacity)
+        LeaseStore::water_level(self, capacity)
     }
 }
 

@@ -3,7 +3,7 @@
 //! the root or a region moved capacity between subtrees while a cut subtree
 //! still held its old leases (seeds 17, 5 and 7 reached 104.3 %, 104.0 %
 //! and 103.2 % of capacity before parents held what a cut subtree still
-//! has; see `doorman/server/hold.rs`). The bound is 103 %; these
+//! has; see `doorman/src/engine/hold.rs`). The bound is 103 %; these
 //! seeds now stay at the capacity.
 
 use tollgate_simulate as simulate;

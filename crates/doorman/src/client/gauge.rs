@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::wants::{Demand, GaugeDemand, Smoothing};
+use super::wants::{GaugeDemand, Smoothing, WantsEstimate};
 use super::{Client, ReleaseError, Resource, ResourceError, ResourceOptions, Wants};
 
 #[derive(Debug)]
@@ -81,7 +81,7 @@ impl Gauge {
 #[derive(Debug)]
 struct Sampler(Arc<Gauge>);
 
-impl Demand for Sampler {
+impl WantsEstimate for Sampler {
     fn wants(&self, now: Duration) -> f64 {
         let g = &self.0;
         let current = g.in_flight.load(Ordering::Relaxed) + g.waiting.load(Ordering::Relaxed);

@@ -20,7 +20,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::lease::Timestamp;
+use crate::lease::{Lease, Timestamp};
 use crate::pb;
 
 /// What a client does with a resource whose lease has expired, or before it
@@ -98,17 +98,6 @@ impl fmt::Display for ParseExpiryModeError {
 
 /// A refused name has no underlying cause: `source()` is `None`.
 impl std::error::Error for ParseExpiryModeError {}
-
-/// A lease the server granted, checked.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Lease {
-    /// Capacity granted (finite, `>= 0`).
-    pub capacity: f64,
-    /// When the lease expires, as Unix time.
-    pub expiry: Timestamp,
-    /// How often the server asks to be asked again.
-    pub refresh_interval: Duration,
-}
 
 impl Lease {
     /// The lease as sent back in `has`.

@@ -68,8 +68,9 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::backoff::Retry;
-use super::lease::{self, fallback, Capacity, CapacitySource, Lease};
-use super::{ReleaseError, ReleaseRequest, Shared, Slot};
+use super::lease::{self, fallback, Capacity, CapacitySource};
+use super::{PendingRelease, ReleaseError, Shared, Slot};
+use crate::lease::Lease;
 use crate::lease::Timestamp;
 use crate::pb;
 use crate::session::{MasterSession, SessionError};
@@ -444,7 +445,7 @@ impl Task {
     }
 
     /// Sends one ReleaseCapacity for `releases` and tells the waiters.
-    async fn release(&mut self, releases: Vec<ReleaseRequest>) {
+    async fn release(&mut self, releases: Vec<PendingRelease>) {
         let ids: Vec<String> = releases.iter().map(|r| r.id.clone()).collect();
         let result = self.release_ids(ids).await;
         if let Err(e) = &result {

@@ -68,7 +68,7 @@ impl Ewma {
 }
 
 /// Something the client can ask for a resource's current wants.
-pub(crate) trait Demand: Send + Sync + std::fmt::Debug {
+pub(crate) trait WantsEstimate: Send + Sync + std::fmt::Debug {
     /// Samples the estimate at `now` (time since an arbitrary origin that
     /// never changes for one estimator).
     fn wants(&self, now: Duration) -> f64;
@@ -118,7 +118,7 @@ impl RateDemand {
     }
 }
 
-impl Demand for RateDemand {
+impl WantsEstimate for RateDemand {
     fn wants(&self, now: Duration) -> f64 {
         let count = self.asked.load(Ordering::Relaxed);
         let mut s = self.sampled.lock().unwrap_or_else(|e| e.into_inner());

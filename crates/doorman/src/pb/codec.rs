@@ -290,10 +290,10 @@ impl<U: Required> Decoder for CheckedDecoder<U> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{
+    use super::*;
+    use crate::pb::{
         GetCapacityRequest, GetServerCapacityRequest, PriorityBandAggregate, ResourceRequest,
     };
-    use super::*;
     use proptest::prelude::*;
 
     // The reference: prost decoding into shadow types whose required

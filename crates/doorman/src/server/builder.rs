@@ -1,22 +1,21 @@
 //! [`ServerBuilder`]: the one way to make a [`Server`], from its
 //! configuration and whatever the defaults do not fit.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tonic::transport::ClientTlsConfig;
 
-use super::super::clock::{SystemWallClock, WallClock};
-use super::super::config::ServerConfig;
-use super::super::election::single::SingleElection;
-use super::super::election::{Election, Mastership};
-use super::super::metrics::Metrics;
-use super::super::transport::{Grpc, Transport};
-use super::parent::{self, Parent, Upstream};
-use super::state::{Inner, Serving, Snapshot, View};
+use super::mastership::View;
+use super::parent::{self, Parent, ParentLink};
 use super::wire::RequestLimits;
-use super::Server;
-use tollgate_service::{rustls, ClientTls, RwLockUnpoisoned, ServerLimits, ServerTls, TlsError};
+use super::{Server, Serving};
+use crate::clock::{SystemWallClock, WallClock};
+use crate::config::ServerConfig;
+use crate::election::single::SingleElection;
+use crate::election::Election;
+use crate::engine::Engine;
+use crate::transport::{Grpc, Transport};
+use tollgate_service::{rustls, ClientTls, ServerLimits, ServerTls, TlsError};
 
 /// Options for a [`Server`]; start with [`Server::builder`].
 ///
@@ -71,9 +70,9 @@ pub struct ServerBuilder<'a> {
     threads: Option<usize>,
 }
 
-impl Server {
-    /// A builder for a server with `config`.
-    pub fn builder<'a>(config: ServerConfig) -> ServerBuilder<'a> {
+impl<'a> ServerBuilder<'a> {
+    /// A builder for a server with `config` ([`Server::builder`]).
+    pub(super) fn new(config: ServerConfig) -> ServerBuilder<'a> {
         ServerBuilder {
             config,
             election: None,
@@ -87,9 +86,7 @@ impl Server {
             threads: None,
         }
     }
-}
 
-impl<'a> ServerBuilder<'a> {
     /// Follows `election` for mastership (default: a single-node master
     /// that names no address in its Discovery answers).
     pub fn election(mut self, election: &'a dyn Election) -> ServerBuilder<'a> {
@@ -185,42 +182,24 @@ impl<'a> ServerBuilder<'a> {
                 &single
             }
         };
-        let upstream = self.parent.map(|parent| {
+        let parent = self.parent.map(|parent| {
             let transport = self
                 .transport
                 .unwrap_or_else(|| Arc::new(Grpc::with_tls(parent::DEADLINE, self.parent_tls)));
-            Upstream::new(parent, transport)
+            ParentLink::new(parent, transport)
         });
-        let server = Server {
-            inner: Arc::new(Inner {
-                config: RwLock::new(Arc::new(Snapshot {
-                    config: self.config,
-                    generation: 0,
-                })),
-                resources: RwLock::new(HashMap::default()),
-                view: RwLock::new(View {
-                    rx: election.subscribe(),
-                    current: Mastership::default(),
-                    since: None,
-                    kept: None,
-                }),
-                clock: self.clock.unwrap_or_else(|| Arc::new(SystemWallClock)),
-                limits: self.request_limits,
-                metrics: Metrics::new(),
-                upstream,
-                serving: Serving {
-                    limits: self.limits,
-                    tls: self.tls,
-                    threads: self.threads,
-                },
-                readiness: election.readiness(),
-            }),
-        };
-        {
-            let mut view = server.inner.view.write_unpoisoned();
-            let m = view.rx.borrow_and_update().clone();
-            server.apply(&mut view, m);
-        }
-        server
+        Server::assemble(
+            Engine::new(self.config),
+            View::new(election.subscribe()),
+            self.clock.unwrap_or_else(|| Arc::new(SystemWallClock)),
+            self.request_limits,
+            parent,
+            Serving {
+                limits: self.limits,
+                tls: self.tls,
+                threads: self.threads,
+            },
+            election.readiness(),
+        )
     }
 }

@@ -10,11 +10,11 @@ use prost::Message;
 use tonic::codegen::Bytes;
 use tracing::debug;
 
-use super::super::error::RequestError;
-use super::super::metrics::Metrics;
-use super::super::pb;
-use super::super::pb::codec::decode;
-use super::state::Server;
+use super::Server;
+use crate::error::RequestError;
+use crate::metrics::Metrics;
+use crate::pb;
+use crate::pb::codec::decode;
 use tollgate_service::UnaryService;
 
 /// The gRPC service's path prefix.
@@ -99,7 +99,7 @@ pub(super) struct Lean {
 
 impl Lean {
     pub(super) fn new(server: Server) -> Lean {
-        let recorder = Recorder::new(&server.inner.metrics);
+        let recorder = Recorder::new(server.metrics());
         Lean { server, recorder }
     }
 }
@@ -163,35 +163,11 @@ pub struct CapacityService {
     recorder: Recorder,
 }
 
-impl Server {
-    /// This server as a tonic service, to mount in a tonic router of
-    /// one's own beside other services. It answers as [`Server::serve`]
-    /// does, but under the router's transport settings rather than the
-    /// builder's [`ServerLimits`](tollgate_service::ServerLimits) and TLS.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate_doorman::{Server, ServerConfig};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let server = Server::builder(ServerConfig::builtin()).build();
-    /// let router = tonic::transport::Server::builder().add_service(server.into_tonic());
-    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    /// let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    /// router.serve_with_incoming_shutdown(incoming, async {}).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn into_tonic(self) -> pb::capacity_server::CapacityServer<CapacityService> {
-        let max = self.inner.serving.limits.max_message_bytes;
-        let recorder = Recorder::new(&self.inner.metrics);
-        pb::capacity_server::CapacityServer::new(CapacityService {
-            server: self,
-            recorder,
-        })
-        .max_decoding_message_size(max)
+impl CapacityService {
+    /// `server` as a tonic service ([`Server::into_tonic`]).
+    pub(super) fn new(server: Server) -> CapacityService {
+        let recorder = Recorder::new(server.metrics());
+        CapacityService { server, recorder }
     }
 }
 
@@ -277,7 +253,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(out.is_empty());
-        let m = &lean.server.inner.metrics;
+        let m = lean.server.metrics();
         assert_eq!(m.requests.with_label_values(&["GetCapacity"]).get(), 1.0);
         assert_eq!(
             m.request_errors.with_label_values(&["GetCapacity"]).get(),

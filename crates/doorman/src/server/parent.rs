@@ -61,16 +61,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tracing::debug;
+use tracing::{debug, warn};
 
-use super::super::algorithm::AlgorithmConfig;
-use super::super::config::Template;
-use super::super::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
-use super::super::pb;
-use super::super::session::{MasterSession, SessionError};
-use super::super::transport::Transport;
-use super::state::Began;
-use super::wire;
+use super::{wire, WeakServer};
+use crate::algorithm::AlgorithmConfig;
+use crate::config::Template;
+use crate::engine::{Began, Report, Upstream};
+use crate::lease::{Band, Lease, ServerGrant, ServerResourceRequest, Timestamp};
+use crate::pb;
+use crate::session::{MasterSession, SessionError};
+use crate::transport::Transport;
 use tollgate_service::LockUnpoisoned;
 
 /// How a server reaches its parent.
@@ -97,9 +97,10 @@ struct Grant {
     algorithm: Option<AlgorithmConfig>,
 }
 
-/// An intermediate server's state about its parent.
+/// An intermediate server's link to its parent, and what it asked and
+/// was granted.
 #[derive(Debug)]
-pub(super) struct Upstream {
+pub(super) struct ParentLink {
     parent: Parent,
     /// The way to the parent's master, after redirects.
     session: MasterSession,
@@ -132,55 +133,15 @@ pub(super) const IDLE: Duration = Duration::from_secs(1);
 /// The per-call deadline for GetServerCapacity.
 pub(super) const DEADLINE: Duration = Duration::from_secs(5);
 
-/// One resource as an intermediate server reports it to its parent.
-#[derive(Debug)]
-pub(super) struct Demand {
-    /// The resource id.
-    pub(super) id: String,
-    /// Its unexpired leases' wants and subclients, one band per priority,
-    /// by priority; empty when no lease is left.
-    pub(super) bands: Vec<Band>,
-    /// What its leases and holds occupy (`sum_has`).
-    pub(super) held: f64,
-    /// When the last of its leases ends.
-    pub(super) until: Option<Timestamp>,
-    /// Whether it is in learning mode.
-    pub(super) learning: bool,
-}
-
-impl Upstream {
-    pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> Upstream {
-        Upstream {
+impl ParentLink {
+    pub(super) fn new(parent: Parent, transport: Arc<dyn Transport>) -> ParentLink {
+        ParentLink {
             session: MasterSession::new(vec![parent.address.clone()], transport, DEADLINE)
                 .discover(false)
                 .max_redirects(2),
             parent,
             grants: Mutex::new(HashMap::new()),
             sent: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The capacity and algorithm resource `id` (bound to `template`) uses
-    /// at `now`: the parent's grant while it lasts, else 0.
-    pub(super) fn effective(
-        &self,
-        id: &str,
-        template: &Template,
-        now: Timestamp,
-    ) -> (AlgorithmConfig, f64) {
-        let grants = self.grants.lock_unpoisoned();
-        match grants.get(id) {
-            Some(g) if g.expiry > now => {
-                let mut algo = g
-                    .algorithm
-                    .clone()
-                    .unwrap_or_else(|| template.algorithm.clone());
-                algo.lease_length = algo.lease_length.min(g.expiry - now);
-                algo.refresh_interval = self.decayed(g.refresh_interval).min(algo.lease_length);
-                algo.learning_mode_duration = template.algorithm.learning_mode_duration;
-                (algo, g.capacity)
-            }
-            _ => (template.algorithm.clone(), 0.0),
         }
     }
 
@@ -192,14 +153,6 @@ impl Upstream {
             .get(id)
             .filter(|g| g.expiry > now)
             .is_none_or(|g| held > g.capacity * (1.0 + 1e-9))
-    }
-
-    /// Whether the parent's grant on `id` bounds what learning mode
-    /// echoes at `now`: it is unexpired, and not an echo of a partial
-    /// request (which says nothing about what the subtree may hold).
-    pub(super) fn bounds(&self, id: &str, now: Timestamp) -> bool {
-        let grants = self.grants.lock_unpoisoned();
-        grants.get(id).is_some_and(|g| g.expiry > now && !g.echo)
     }
 
     /// `refresh` times the decay factor, in whole seconds, at least one.
@@ -268,28 +221,28 @@ impl Upstream {
         next.unwrap_or(IDLE)
     }
 
-    /// What to ask the parent for at `now`, from the server's `demands` in
+    /// What to ask the parent for at `now`, from the server's `reports` in
     /// the term that began at `since` (`None` while not master): per
     /// resource with clients, its priority bands and what this server has
-    /// (see [`Upstream::has`]). `learning(id, since)` says whether a
+    /// (see [`ParentLink::has`]). `learning(id, since)` says whether a
     /// resource without an entry would be in learning mode now.
     pub(super) fn requests(
         &self,
         now: Timestamp,
         since: Option<Began>,
-        demands: Vec<Demand>,
+        reports: Vec<Report>,
         learning: impl Fn(&str, Began) -> bool,
     ) -> Vec<ServerResourceRequest> {
         let mut sent = self.sent.lock_unpoisoned();
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        for Demand {
+        for Report {
             id,
             bands,
             held,
             until,
             learning,
-        } in demands
+        } in reports
         {
             seen.insert(id.clone());
             let has = self.has(&id, now, held, until);
@@ -352,6 +305,35 @@ impl Upstream {
     }
 }
 
+impl Upstream for ParentLink {
+    /// The capacity and algorithm resource `id` (bound to `template`) uses
+    /// at `now`: the parent's grant while it lasts, else 0.
+    fn effective(&self, id: &str, template: &Template, now: Timestamp) -> (AlgorithmConfig, f64) {
+        let grants = self.grants.lock_unpoisoned();
+        match grants.get(id) {
+            Some(g) if g.expiry > now => {
+                let mut algo = g
+                    .algorithm
+                    .clone()
+                    .unwrap_or_else(|| template.algorithm.clone());
+                algo.lease_length = algo.lease_length.min(g.expiry - now);
+                algo.refresh_interval = self.decayed(g.refresh_interval).min(algo.lease_length);
+                algo.learning_mode_duration = template.algorithm.learning_mode_duration;
+                (algo, g.capacity)
+            }
+            _ => (template.algorithm.clone(), 0.0),
+        }
+    }
+
+    /// Whether the parent's grant on `id` bounds what learning mode
+    /// echoes at `now`: it is unexpired, and not an echo of a partial
+    /// request (which says nothing about what the subtree may hold).
+    fn bounds(&self, id: &str, now: Timestamp) -> bool {
+        let grants = self.grants.lock_unpoisoned();
+        grants.get(id).is_some_and(|g| g.expiry > now && !g.echo)
+    }
+}
+
 /// `has` as sent: always present, a zero lease when nothing is held, so
 /// that a parent can tell a server that knows it holds nothing (a new
 /// master before its clients come back) from one that never reports
@@ -368,7 +350,7 @@ fn lasts(has: &Lease, now: Timestamp) -> bool {
 /// One GetServerCapacity round at the parent's master, following up to
 /// two redirects; returns the wait until the next.
 pub(super) async fn ask(
-    upstream: &Upstream,
+    upstream: &ParentLink,
     resources: Vec<pb::ServerCapacityResourceRequest>,
 ) -> Result<Duration, SessionError> {
     let request = pb::GetServerCapacityRequest {
@@ -383,6 +365,31 @@ pub(super) async fn ask(
     Ok(upstream.record(response))
 }
 
+/// Polls the parent for as long as the server lives.
+pub(super) async fn poll(weak: WeakServer) {
+    loop {
+        let wait = {
+            let Some(server) = weak.upgrade() else { return };
+            let Some(link) = server.upstream_link() else {
+                return;
+            };
+            let resources = server.upstream_requests(link, server.now());
+            if resources.is_empty() {
+                IDLE
+            } else {
+                match ask(link, wire::to_server_resources(resources)).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        warn!(error = %e, "parent did not answer");
+                        IDLE
+                    }
+                }
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,10 +397,10 @@ mod tests {
     use crate::Server;
     use crate::ServerConfig;
 
-    use super::super::testing::{ask, at, T};
+    use crate::server::testing::{ask, at, T};
 
-    fn upstream(decay_factor: f64) -> Upstream {
-        Upstream::new(
+    fn upstream(decay_factor: f64) -> ParentLink {
+        ParentLink::new(
             Parent {
                 address: "parent:1".into(),
                 server_id: "mid".into(),

@@ -3,22 +3,22 @@
 
 use std::time::Duration;
 
-use super::state::Server;
 use crate::pb;
+use crate::Server;
 use crate::WallClock as _;
 use tollgate::ManualClock;
 
 /// Unix time the tests count from.
-pub(super) const T: u64 = 1_700_000_000;
+pub(crate) const T: u64 = 1_700_000_000;
 
 /// Moves `clock` to `T + s`.
-pub(super) fn at(clock: &ManualClock, s: u64) {
+pub(crate) fn at(clock: &ManualClock, s: u64) {
     clock.advance(Duration::from_secs(T + s) - clock.now());
 }
 
 /// Server `id` asks `server` for `wants` for one client, reporting `has`
 /// as `(capacity, expiry in seconds after T)`; returns the grant.
-pub(super) fn ask(server: &Server, id: &str, wants: f64, has: Option<(f64, u64)>) -> f64 {
+pub(crate) fn ask(server: &Server, id: &str, wants: f64, has: Option<(f64, u64)>) -> f64 {
     let response = server
         .get_server_capacity(pb::GetServerCapacityRequest {
             server_id: id.into(),

@@ -1,9 +1,8 @@
 //! The server's edge: wire requests become checked domain requests on the
-//! way in, domain answers become wire responses on the way out. The core
-//! (`mastership.rs`, `resources.rs`, `decisions.rs`, `tree.rs`) names no
-//! `pb` type; the RPC entry points on [`Server`](super::Server), which the
-//! gRPC service and the simulator's in-process transport both call, come
-//! through here.
+//! way in, domain answers become wire responses on the way out. The
+//! engine names no `pb` type; the RPC entry points on
+//! [`Server`](super::Server), which the gRPC service and the simulator's
+//! in-process transport both call, come through here.
 //!
 //! Go's server validated nothing; here a request with an empty or oversized
 //! id, too many or duplicate resources, a negative, NaN or infinite amount,
@@ -15,15 +14,15 @@
 
 use std::collections::HashSet;
 
-use super::super::algorithm::{AlgorithmConfig, Kind};
-use super::super::config::ServerConfig;
-use super::super::election::Mastership;
-use super::super::error::RequestError;
-use super::super::lease::{
+use crate::algorithm::{AlgorithmConfig, Kind};
+use crate::config::ServerConfig;
+use crate::election::Mastership;
+use crate::error::RequestError;
+use crate::lease::{
     Answer, Band, CapacityRequest, Grant, Lease, ReleaseRequest, ResourceRequest,
     ServerCapacityRequest, ServerGrant, ServerResourceRequest,
 };
-use super::super::pb::{self, from_wire_secs, to_wire_secs};
+use crate::pb::{self, from_wire_secs, to_wire_secs};
 
 /// Limits on what one request may carry, set with
 /// [`ServerBuilder::max_id_bytes`](super::ServerBuilder::max_id_bytes) and

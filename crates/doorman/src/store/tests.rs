@@ -25,7 +25,7 @@ fn req(client: &str, wants: f64, subclients: u64) -> Request<'_> {
 #[test]
 fn sums_follow_decide_and_release() {
     let algo = config(Kind::NoAlgorithm, 60);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     assert!(res.is_empty());
     assert_eq!(
         (res.sum_has(), res.sum_wants(), res.count(), res.len()),
@@ -58,7 +58,7 @@ fn sums_follow_decide_and_release() {
 #[test]
 fn decide_stores_and_returns_the_lease() {
     let algo = AlgorithmConfig::new(Kind::Static, secs(30), secs(7));
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     let lease = res.decide(&algo, 8.0, &req("a", 10.0, 2), secs(100), false);
     let want = ClientLease {
         has: 8.0,
@@ -75,7 +75,7 @@ fn decide_stores_and_returns_the_lease() {
 
 #[test]
 fn sweep_removes_leases_expiring_at_or_before_now() {
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     for (id, lease) in [("a", 10), ("b", 20), ("c", 20), ("d", 30)] {
         res.decide(
             &config(Kind::NoAlgorithm, lease),
@@ -98,7 +98,7 @@ fn sweep_removes_leases_expiring_at_or_before_now() {
 #[test]
 fn decide_drops_expired_leases_first() {
     let fair = config(Kind::FairShare, 10);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     res.decide(&fair, 100.0, &req("a", 100.0, 1), secs(0), false);
     // Before a's lease ends, b gets nothing: a holds it all.
     assert_eq!(
@@ -125,7 +125,7 @@ fn decide_drops_expired_leases_first() {
 #[test]
 fn a_hold_occupies_capacity_until_it_ends() {
     let fair = config(Kind::FairShare, 60);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     res.decide(&fair, 100.0, &req("a", 100.0, 1), secs(0), false);
     // a's subtree still holds 30 beyond a's lease of 100, until t = 40.
     let hold = |capacity, until| {
@@ -157,7 +157,7 @@ fn a_hold_occupies_capacity_until_it_ends() {
 #[test]
 fn holds_are_positive_and_end_with_their_lease() {
     let none = config(Kind::NoAlgorithm, 60);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     let hold = |capacity, until| {
         Some(Hold {
             capacity,
@@ -195,7 +195,7 @@ fn holds_are_positive_and_end_with_their_lease() {
 #[test]
 fn slots_are_reused() {
     let algo = config(Kind::NoAlgorithm, 60);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     for round in 0..3 {
         for i in 0..10 {
             let id = format!("{round}-{i}");
@@ -213,7 +213,7 @@ fn slots_are_reused() {
 #[test]
 fn queries() {
     let algo = config(Kind::NoAlgorithm, 60);
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     assert_eq!(res.water_level(10.0), f64::INFINITY);
     assert_eq!(res.demand_up_to(1.0), (0.0, 0));
     for (id, wants, subclients) in [("a", 10.0, 1), ("b", 30.0, 2), ("c", 40.0, 1)] {
@@ -275,7 +275,7 @@ proptest::proptest! {
         steps in proptest::collection::vec(step(), 1..60),
     ) {
         use std::collections::BTreeMap;
-        let mut res = Resource::new();
+        let mut res = LeaseStore::new();
         let mut model: BTreeMap<String, Duration> = BTreeMap::new();
         let sweep = |model: &mut BTreeMap<String, Duration>, now: Duration| {
             let before = model.len();
@@ -321,4 +321,45 @@ proptest::proptest! {
             proptest::prop_assert_eq!(res.len(), model.len());
         }
     }
+}
+
+#[test]
+fn a_store_decides_sums_and_sweeps() {
+    let algo = AlgorithmConfig::new(
+        Kind::ProportionalShare,
+        Duration::from_secs(60),
+        Duration::from_secs(15),
+    );
+    let mut res = LeaseStore::new();
+    let lease = res.decide(
+        &algo,
+        100.0,
+        &Request::new("a", 30.0),
+        Duration::ZERO,
+        false,
+    );
+    assert_eq!((lease.has, lease.expiry), (30.0, Duration::from_secs(60)));
+    assert_eq!(
+        (res.sum_has(), res.sum_wants(), res.count()),
+        (30.0, 30.0, 1)
+    );
+    assert_eq!(res.sweep(Duration::from_secs(60)), 1);
+    assert!(res.is_empty());
+}
+
+#[test]
+fn fair_share_is_max_min_fair_once_each_client_refreshes() {
+    let algo = AlgorithmConfig::new(
+        Kind::FairShare,
+        Duration::from_secs(60),
+        Duration::from_secs(15),
+    );
+    let mut res = LeaseStore::new();
+    let now = Duration::from_secs(1_000);
+    let a = res.decide(&algo, 120.0, &Request::new("a", 1000.0), now, false);
+    assert_eq!(a.has, 120.0); // alone: gets all it can
+    let b = res.decide(&algo, 120.0, &Request::new("b", 50.0), now, false);
+    assert_eq!(b.has, 0.0); // "a" still holds everything until it refreshes
+    let a = res.decide(&algo, 120.0, &Request::new("a", 1000.0), now, false);
+    assert_eq!(a.has, 70.0); // max-min fair: b's 50, the rest to a
 }

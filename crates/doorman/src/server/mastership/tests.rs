@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::super::testing::{at, T};
-use super::super::Server;
 use crate::election::watermark::{self, Found, Record};
 use crate::election::{Election, Mastership, Promise};
+use crate::server::testing::{at, T};
+use crate::Server;
 use crate::{pb, ServerConfig, WallClock as _};
 use tollgate::ManualClock;
 

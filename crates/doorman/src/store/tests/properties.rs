@@ -110,7 +110,7 @@ proptest! {
     ) {
         let algo = AlgorithmConfig::new(kind, secs(lease_length), secs(1));
         let ids: Vec<String> = (0..clients).map(|i| format!("client{i}")).collect();
-        let (mut res, mut model) = (Resource::new(), Model::default());
+        let (mut res, mut model) = (LeaseStore::new(), Model::default());
         let mut now = secs(0);
         // When the last lease granted in learning mode, or the last
         // hold, ends.
@@ -182,7 +182,7 @@ proptest! {
     ) {
         let algo = AlgorithmConfig::new(kind, secs(20), secs(1));
         let ids: Vec<String> = (0..8).map(|i| format!("client{i}")).collect();
-        let mut res = Resource::new();
+        let mut res = LeaseStore::new();
         let mut now = secs(0);
         for (client, has, wants, subclients, capacity, learning, wait) in requests {
             now += secs(wait);
@@ -214,7 +214,7 @@ proptest! {
     ) {
         let algo = AlgorithmConfig::new(Kind::FairShare, secs(3600), secs(1));
         let ids: Vec<String> = (0..demand.len()).map(|i| format!("client{i}")).collect();
-        let mut res = Resource::new();
+        let mut res = LeaseStore::new();
         // Some history first: other wants, other subclients, releases.
         for op in warm_up {
             match op {

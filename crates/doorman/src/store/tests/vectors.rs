@@ -1,13 +1,13 @@
 //! The algorithms' acceptance vectors (`docs/design/doorman-protocol.md` §3)
 //! and their edge cases,
 //! run through the lease store: each algorithm decides on what a
-//! [`Resource`] holds, so the vectors test the two together and live with
+//! [`LeaseStore`] holds, so the vectors test the two together and live with
 //! the store (which the algorithms do not import).
 
 use std::time::Duration;
 
 use crate::algorithm::*;
-use crate::store::Resource;
+use crate::store::LeaseStore;
 
 /// The time of the acceptance vectors' requests.
 const NOW: Duration = Duration::from_secs(1_000);
@@ -35,7 +35,7 @@ pub(crate) fn run_vector(
         wants: clients[i].0,
         subclients: clients[i].1,
     };
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     if preloaded {
         for i in 0..clients.len() {
             assert_eq!(
@@ -74,7 +74,7 @@ pub(crate) fn assert_grants(got: &[f64], want: &[f64], tolerance: f64) {
 
 fn learning_then_algorithm(kind: Kind) {
     let algo = AlgorithmConfig::new(kind, Duration::from_secs(60), Duration::from_secs(15));
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     let at = |s| Duration::from_secs(s);
     let req = |has, wants| Request {
         client: "client",
@@ -116,7 +116,7 @@ fn learning_mode_grants_nothing_without_has() {
         Duration::from_secs(60),
         Duration::from_secs(15),
     );
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     let lease = res.decide(&algo, 100.0, &Request::new("a", 50.0), Duration::ZERO, true);
     assert_eq!((lease.has, lease.wants), (0.0, 50.0));
 }
@@ -128,7 +128,7 @@ fn shrunk_capacity_grants_zero_not_negative() {
         Duration::from_secs(60),
         Duration::from_secs(15),
     );
-    let mut res = Resource::new();
+    let mut res = LeaseStore::new();
     let t = Duration::ZERO;
     res.decide(&algo, 100.0, &Request::new("a", 100.0), t, false);
     for kind in [Kind::FairShare, Kind::ProportionalShare] {
@@ -164,7 +164,7 @@ fn odd_inputs_never_panic_nor_grant_nan_or_negative() {
         Kind::FairShare,
     ] {
         let algo = AlgorithmConfig::new(kind, Duration::MAX, Duration::from_secs(15));
-        let mut res = Resource::new();
+        let mut res = LeaseStore::new();
         for (i, &x) in odd.iter().enumerate() {
             for (j, &y) in odd.iter().enumerate() {
                 for subclients in [0, 1, u64::MAX] {

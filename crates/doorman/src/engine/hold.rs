@@ -48,7 +48,7 @@
 //! reaches another only once the cut subtree has followed the cut and said
 //! so, about one refresh interval per level later.
 
-use super::super::lease::{ClientLease, Hold, Timestamp};
+use crate::lease::{ClientLease, Hold, Timestamp};
 
 /// The hold to keep on a server client's new `lease` when it reports that
 /// its subtree holds `reported` until `until`: the excess over the lease,
@@ -79,12 +79,12 @@ mod tests {
 
     use tokio::sync::watch;
 
-    use super::super::Server;
     use crate::election::{Election, Mastership};
+    use crate::Server;
     use crate::ServerConfig;
     use tollgate::ManualClock;
 
-    use super::super::testing::{ask, at, T};
+    use crate::server::testing::{ask, at, T};
 
     /// 100 units shared fairly, 60 s leases; learning mode as given.
     fn root(learning: u64) -> (Server, Arc<ManualClock>) {
