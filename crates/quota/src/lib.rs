@@ -109,7 +109,7 @@ pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 pub use names::{check_name, NameError, MAX_NAME_LEN};
 pub use overlay::{load as load_config, Change, Overlay};
 pub use reaper::spawn as spawn_reaper;
-pub use registry::{resolve, BucketKind, QuotaLimits, Registry, Slot, TooManyBuckets};
+pub use registry::{resolve, BucketKind, LiveBucket, QuotaLimits, Registry, TooManyBuckets};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
 pub use server::QuotaServer;
 pub use service::{AllowRequest, Decision, Quota, Status};

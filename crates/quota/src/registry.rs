@@ -44,7 +44,7 @@ mod slot;
 use key::{key, Key, Pair};
 pub use limits::{QuotaLimits, TooManyBuckets};
 pub use lookup::{resolve, BucketKind};
-pub use slot::Slot;
+pub use slot::LiveBucket;
 use slot::SlotCounters;
 
 /// How many shards the bucket map is split into.
@@ -57,7 +57,7 @@ struct DynamicCounts {
     total: u64,
 }
 
-type Shard = HashMap<Key, Arc<Slot>>;
+type Shard = HashMap<Key, Arc<LiveBucket>>;
 
 /// The settings of a bucket under `config`, or under its share if it has
 /// one.
@@ -150,7 +150,7 @@ impl Registry {
     }
 
     /// The live bucket kept under (`namespace`, `name`).
-    fn find(&self, namespace: &str, name: &str) -> Option<Arc<Slot>> {
+    fn find(&self, namespace: &str, name: &str) -> Option<Arc<LiveBucket>> {
         let pair: &dyn Pair = &(namespace, name);
         self.shard(namespace, name)
             .read_unpoisoned()
@@ -173,7 +173,7 @@ impl Registry {
         namespace: &str,
         name: &str,
         bucket: &BucketConfig,
-    ) -> Result<Arc<Slot>, TooManyBuckets> {
+    ) -> Result<Arc<LiveBucket>, TooManyBuckets> {
         let shard = self.shard(namespace, name);
         let pair: &dyn Pair = &(namespace, name);
         if let Some(slot) = shard.read_unpoisoned().get(pair) {
@@ -199,7 +199,7 @@ impl Registry {
                 (kind == BucketKind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed))
                     .then_some(0.0)
             });
-        let slot = Arc::new(Slot::new(
+        let slot = Arc::new(LiveBucket::new(
             TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
             SlotCounters::new(&self.metrics, namespace),
@@ -262,7 +262,7 @@ impl Registry {
     }
 
     /// Counts a removed bucket.
-    fn removed(&self, key: &Key, slot: &Slot) {
+    fn removed(&self, key: &Key, slot: &LiveBucket) {
         let (namespace, _) = key.pair();
         if slot.kind() == BucketKind::Dynamic {
             let mut counts = self.dynamic.lock_unpoisoned();

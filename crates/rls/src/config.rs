@@ -91,7 +91,7 @@ impl Algorithm {
 /// One limit of the configuration (a `rate_limit` map), or a request's
 /// override of it.
 #[derive(Debug)]
-pub struct Rule {
+pub struct ConfiguredLimit {
     /// `rate_limit.name`: returned in `current_limit.name`, the target of
     /// `replaces`; empty when unnamed.
     pub name: String,
@@ -122,11 +122,11 @@ pub struct Rule {
     pub(crate) stats: OnceLock<RuleStats>,
 }
 
-impl Rule {
+impl ConfiguredLimit {
     /// A request's override in `domain`: `requests_per_unit` per `unit`,
     /// unnamed, a fixed window, counted in metrics as `<domain>.override`.
-    pub(crate) fn adhoc(domain: &str, requests_per_unit: u32, unit: Unit) -> Rule {
-        Rule {
+    pub(crate) fn adhoc(domain: &str, requests_per_unit: u32, unit: Unit) -> ConfiguredLimit {
+        ConfiguredLimit {
             name: String::new(),
             requests_per_unit,
             unit: Some(unit),
@@ -154,7 +154,7 @@ pub(crate) struct Node {
     pub(crate) wildcards: Vec<(String, Vec<String>)>,
     /// The limits at this node (none: the node only leads deeper, or
     /// exempts what it matches).
-    pub(crate) rules: Vec<Arc<Rule>>,
+    pub(crate) rules: Vec<Arc<ConfiguredLimit>>,
     /// With `share_threshold`: the pattern (the part after `key_`) that
     /// stands for every value it matches in counter keys.
     pub(crate) share: Option<String>,
@@ -303,8 +303,8 @@ impl RlsConfig {
     }
 
     /// Every limit of `domain`, in no particular order.
-    pub fn rules(&self, domain: &str) -> Vec<Arc<Rule>> {
-        fn walk(node: &Node, out: &mut Vec<Arc<Rule>>) {
+    pub fn rules(&self, domain: &str) -> Vec<Arc<ConfiguredLimit>> {
+        fn walk(node: &Node, out: &mut Vec<Arc<ConfiguredLimit>>) {
             out.extend(node.rules.iter().cloned());
             for child in node.children.values() {
                 walk(child, out);
@@ -372,7 +372,7 @@ fn add_children(
                     .map_err(|e| ConfigError::new(file, format!("{path}: {e}")))?,
                 None => None,
             };
-            child.rules.push(Arc::new(Rule {
+            child.rules.push(Arc::new(ConfiguredLimit {
                 name: limit.name.clone(),
                 requests_per_unit: limit.requests_per_unit,
                 unit,

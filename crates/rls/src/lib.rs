@@ -60,7 +60,7 @@ mod service;
 mod unit;
 
 pub use clock::UnixClock;
-pub use config::{Algorithm, ConfigError, RlsConfig, Rule};
+pub use config::{Algorithm, ConfigError, ConfiguredLimit, RlsConfig};
 pub use grpc::{RlsServer, ShouldRateLimitService, HEALTH_CHECK_PATH, SHOULD_RATE_LIMIT_PATH};
 pub use http::router as http_router;
 pub use metrics::RlsMetrics;

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tollgate::Clock;
 use tollgate_service::RwLockUnpoisoned;
 
-use super::config::{RlsConfig, Rule};
+use super::config::{ConfiguredLimit, RlsConfig};
 use super::counter::{Counted, Counters, Touch};
 use super::matching;
 use super::metrics::RlsMetrics;
@@ -250,12 +250,12 @@ enum Matched<'a> {
     /// No limit applies.
     None,
     /// An unlimited rule (with the node's limits, for their `replaces`).
-    Unlimited(&'a [Arc<Rule>]),
+    Unlimited(&'a [Arc<ConfiguredLimit>]),
     /// Limits to count (those `replaces` names aside), with the counter
     /// key.
-    Rules(&'a [Arc<Rule>], String),
+    Rules(&'a [Arc<ConfiguredLimit>], String),
     /// A request's override, with the counter key.
-    Override(Arc<Rule>, String),
+    Override(Arc<ConfiguredLimit>, String),
 }
 
 impl RateLimitService {
@@ -343,7 +343,7 @@ impl RateLimitService {
                 let mut key = String::new();
                 matching::plain_key(&request.domain, &d.entries, &mut key);
                 matched.push(Matched::Override(
-                    Arc::new(Rule::adhoc(&request.domain, limit, unit)),
+                    Arc::new(ConfiguredLimit::adhoc(&request.domain, limit, unit)),
                     key,
                 ));
                 continue;
@@ -479,18 +479,18 @@ impl RateLimitService {
         now_ns: u64,
         hits: u64,
         touch: Touch,
-    ) -> Option<(Counted, &'a Rule)> {
-        let (rules, key): (&[Arc<Rule>], &str) = match m {
+    ) -> Option<(Counted, &'a ConfiguredLimit)> {
+        let (rules, key): (&[Arc<ConfiguredLimit>], &str) = match m {
             Matched::Rules(rules, key) => (rules, key),
             Matched::Override(rule, key) => (std::slice::from_ref(rule), key),
             Matched::None | Matched::Unlimited(_) => return None,
         };
         let several = rules.len() > 1;
-        let mut best: Option<(Counted, &Rule)> = None;
+        let mut best: Option<(Counted, &ConfiguredLimit)> = None;
         let mut slot_key = String::new();
         // Smooth limits that admitted the hits, to give them back if
         // another limit of the descriptor refuses.
-        let mut admitted: Vec<(&Rule, String)> = Vec::new();
+        let mut admitted: Vec<(&ConfiguredLimit, String)> = Vec::new();
         for rule in rules {
             if is_replaced(rule, replaced) {
                 continue;
@@ -544,7 +544,7 @@ impl RateLimitService {
     }
 
     /// Counts `hits` of `rule` in its metrics.
-    fn record(&self, rule: &Rule, counted: Counted, hits: u64) {
+    fn record(&self, rule: &ConfiguredLimit, counted: Counted, hits: u64) {
         let stats = rule.stats.get_or_init(|| self.metrics.rule(&rule.path));
         stats.total_hits.inc_by(hits);
         if counted.over {
@@ -595,12 +595,12 @@ impl RateLimitService {
 }
 
 /// Whether `rule` is one of the limits a request's `replaces` knock out.
-fn is_replaced(rule: &Rule, replaced: &HashSet<&str>) -> bool {
+fn is_replaced(rule: &ConfiguredLimit, replaced: &HashSet<&str>) -> bool {
     !replaced.is_empty() && !rule.name.is_empty() && replaced.contains(rule.name.as_str())
 }
 
 /// A counted limit's status; a shadow rule over its limit answers OK.
-fn status(rule: &Rule, counted: Counted) -> DescriptorStatus {
+fn status(rule: &ConfiguredLimit, counted: Counted) -> DescriptorStatus {
     let code = if counted.over && !rule.shadow_mode {
         Code::OverLimit
     } else {

@@ -11,7 +11,7 @@ use crate::metrics::QuotaMetrics;
 
 /// One live bucket.
 #[derive(Debug)]
-pub struct Slot {
+pub struct LiveBucket {
     bucket: TokenBucket,
     kind: BucketKind,
     /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
@@ -45,11 +45,11 @@ impl SlotCounters {
     }
 }
 
-impl Slot {
+impl LiveBucket {
     /// A bucket of `kind` that never idles out until told its max idle
     /// time, with no demand yet.
-    pub(super) fn new(bucket: TokenBucket, kind: BucketKind, counters: SlotCounters) -> Slot {
-        Slot {
+    pub(super) fn new(bucket: TokenBucket, kind: BucketKind, counters: SlotCounters) -> LiveBucket {
+        LiveBucket {
             bucket,
             kind,
             max_idle_ms: AtomicU64::new(u64::MAX),
