@@ -20,8 +20,10 @@
 //! histogram in a slot of its own while its `acquire_async` waits (two
 //! uncontended locks per wait, when it is suspended anyway), and the
 //! coordinator takes those left when the run ends, so the ops of tasks
-//! waiting past the end are reported too. A thread blocked past the end
-//! is not: knowing it is about to block would cost the measured path a
+//! waiting past the end are reported too; it then waits for the last
+//! report of every task that was not waiting (each sends it within an op,
+//! once polled), so a run of tasks reports every op it ran. A thread
+//! blocked past the end is not: knowing it is about to block would cost the measured path a
 //! lock or a second atomic per op; the summary says how many ops the
 //! lateness figures cover instead.
 //!

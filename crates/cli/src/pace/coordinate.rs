@@ -59,11 +59,26 @@ impl Run<'_> {
         }
     }
 
-    /// Adds the histograms of the tasks waiting in `acquire_async` now.
-    fn merge_parked(&mut self, shared: &Shared) {
-        for histogram in shared.take_parked() {
-            self.open.add(&histogram).expect("histograms auto-resize");
-            self.total.add(&histogram).expect("histograms auto-resize");
+    /// At the end of a run of tasks: adds the histograms of the tasks
+    /// waiting in `acquire_async` now, then waits for the last report of
+    /// every task that was running (each sends it once it sees the stop,
+    /// within an op), so that every op run is reported. `until` bounds the
+    /// wait, for a runtime that stopped polling.
+    fn collect_tasks(&mut self, shared: &Shared, inbox: &mpsc::Receiver<Report>, until: Duration) {
+        let (left, mut running) = shared.close_parked();
+        for histogram in &left {
+            self.open.add(histogram).expect("histograms auto-resize");
+            self.total.add(histogram).expect("histograms auto-resize");
+        }
+        let mut owed = running.iter().filter(|r| **r).count();
+        while owed > 0 {
+            let Ok(report) = inbox.recv_timeout(until.saturating_sub(self.now())) else {
+                return;
+            };
+            if report.last && std::mem::take(&mut running[report.caller]) {
+                owed -= 1;
+            }
+            self.receive(&report);
         }
     }
 
@@ -118,6 +133,12 @@ impl Run<'_> {
         }
     }
 }
+
+/// The longest the end of a run of tasks waits for the last reports of the
+/// tasks that were running (beyond `--op-time`): each sends it within an
+/// op, when its worker thread polls it; only a runtime that stopped
+/// polling takes longer.
+const TASKS_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a line waits for histograms from workers blocked across its end.
 fn grace(interval: Duration) -> Duration {
@@ -231,8 +252,13 @@ pub(super) fn coordinate(
     // low rate with many threads most are; what threads recorded before
     // blocking is left out, and their next op would come after the end
     // anyway). Tasks leave theirs parked while they wait: it joins the last
-    // line.
+    // line, with the last reports of every task that was running, which
+    // the line waits for.
     run.print_pending();
+    if use_async {
+        let until = run.now() + TASKS_GRACE + plan.op_time;
+        run.collect_tasks(shared, inbox, until);
+    }
     if end.0 > last.0 + Duration::from_millis(1) {
         run.pending = Some(Pending {
             epoch: control.epoch - 1,
@@ -243,13 +269,15 @@ pub(super) fn coordinate(
             deadline: end.0 + grace(plan.interval),
             seen: 0,
         });
-        run.merge_parked(shared);
+        if use_async {
+            // Every report is in.
+            run.print_pending();
+        }
         while run.pending.is_some() {
             let deadline = run.pending.as_ref().map_or(end.0, |p| p.deadline);
             run.wait(inbox, deadline);
         }
-    } else {
-        run.merge_parked(shared);
+    } else if !use_async {
         let deadline = run.now() + grace(plan.interval);
         while let Ok(report) = inbox.recv_timeout(deadline.saturating_sub(run.now())) {
             run.receive(&report);

@@ -106,8 +106,9 @@ pub(super) struct Summary {
     /// Over every op the callers reported (`lateness_ops` of them).
     #[serde(flatten)]
     pub(super) lateness: Lateness,
-    /// Ops whose lateness the callers reported: those run by callers not
-    /// blocked in `acquire` at the end (their last ops are not reported).
+    /// Ops whose lateness the callers reported: every op run by tasks
+    /// (`--async`); with threads, those run by threads not blocked in
+    /// `acquire` at the end (their last ops are not reported).
     pub(super) lateness_ops: u64,
     /// `stats().admitted` at the end of the run.
     pub(super) admitted: u64,
