@@ -810,20 +810,24 @@ fn run_one_shot(limiter: &Arc<RateLimiter>, spec: RateSpec, tasks: usize) -> One
     }
 }
 
+/// One row: `ach/tgt` is the achieved rate over the target, `rate err`
+/// the same as a signed error in percent (within 0.1% reads -0.10% to
+/// +0.10%).
 fn report(case: &str, limiter: &Limiter, spec: RateSpec, out: &Outcome, with_cpu: bool) {
     let ratio = out.ops as f64 / out.elapsed.as_secs_f64() / spec.ops_per_sec();
+    let error = format!("{:+.2}%", (ratio - 1.0) * 100.0);
     if with_cpu {
         let per_op = out.cpu.as_nanos() as f64 / out.ops.max(1) as f64;
         let cores = out.cpu.as_secs_f64() / out.elapsed.as_secs_f64();
         let switches = out.switches as f64 * 1000.0 / out.ops.max(1) as f64;
         println!(
-            "{case:<28} {:<14} {:>10} {ratio:>9.4} {per_op:>10.0} {cores:>6.2} {switches:>10.1}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {error:>9} {per_op:>10.0} {cores:>6.2} {switches:>10.1}",
             limiter.name(),
             out.ops
         );
     } else {
         println!(
-            "{case:<28} {:<14} {:>10} {ratio:>9.4} {:>10} {:>6} {:>10}",
+            "{case:<28} {:<14} {:>10} {ratio:>9.4} {error:>9} {:>10} {:>6} {:>10}",
             limiter.name(),
             out.ops,
             "-",
@@ -872,8 +876,8 @@ fn main() {
     let cases =
         std::env::var("CROWD_CASES").unwrap_or_else(|_| "threads,async,oneshot,contention".into());
     println!(
-        "{:<28} {:<14} {:>10} {:>9} {:>10} {:>6} {:>10}",
-        "case", "limiter", "ops", "ach/tgt", "cpu ns/op", "cores", "sleeps/kop"
+        "{:<28} {:<14} {:>10} {:>9} {:>9} {:>10} {:>6} {:>10}",
+        "case", "limiter", "ops", "ach/tgt", "rate err", "cpu ns/op", "cores", "sleeps/kop"
     );
     if cases.contains("threads") {
         for threads in [8, 64, 512] {
