@@ -73,8 +73,10 @@
 //! them by two thirds of the active pool (667 µs at 100K ops/s, 66.7 ops),
 //! and each fill hands all of its ops to the task at the front of the
 //! queue, which spends them from its worker thread's slice of the pool
-//! without waiting again (the task queued behind it is polled once, finds
-//! nothing left, and waits on). A fill therefore costs the filler's own
+//! without waiting again (a task's first such grant also wakes the task
+//! behind it, which finds nothing left and waits on; once a task waits
+//! again after spending its ops, its grants wake it alone). A fill
+//! therefore costs the filler's own
 //! wake-up and the wake of the task, which under tokio's multi-thread
 //! runtime wakes two workers (the one that runs the task, and a searching
 //! one that finds nothing):
