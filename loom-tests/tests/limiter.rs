@@ -313,7 +313,18 @@ fn block_on<F: Future>(
     unparker: &std::sync::Arc<Unparker>,
 ) -> F::Output {
     let waker = Waker::from(std::sync::Arc::clone(unparker));
-    let mut cx = Context::from_waker(&waker);
+    block_on_with(fut, unparker, &waker)
+}
+
+/// [`block_on`] with `waker`, `unparker`'s: one task polling one future
+/// after another shows the limiter one waker (`Waker::will_wake` may tell
+/// two wakers made apart from the same `Arc` as different).
+fn block_on_with<F: Future>(
+    fut: std::pin::Pin<&mut F>,
+    unparker: &std::sync::Arc<Unparker>,
+    waker: &Waker,
+) -> F::Output {
+    let mut cx = Context::from_waker(waker);
     let mut fut = fut;
     loop {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
@@ -381,8 +392,8 @@ fn what_a_looping_task_leaves_reaches_the_task_behind_at_the_next_fill() {
         // next acquire waits, as a task acquiring in a loop.
         clock.advance(Duration::from_millis(2));
         limiter.backlog();
-        block_on(first, &unparker);
-        block_on(std::pin::pin!(limiter.acquire_async()), &unparker);
+        block_on_with(first, &unparker, &waker);
+        block_on_with(std::pin::pin!(limiter.acquire_async()), &unparker, &waker);
         let mut again = std::pin::pin!(limiter.acquire_async());
         assert!(again
             .as_mut()
@@ -398,7 +409,7 @@ fn what_a_looping_task_leaves_reaches_the_task_behind_at_the_next_fill() {
         // Two more ops, the looping task's: it takes one and stops.
         clock.advance(Duration::from_millis(2));
         limiter.backlog();
-        block_on(again, &unparker);
+        block_on_with(again, &unparker, &waker);
         // A fill with no time to add.
         limiter.backlog();
         other.join().unwrap();
