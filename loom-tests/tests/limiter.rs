@@ -4,7 +4,9 @@
 //! while a grant races it gives back what it was handed.
 //!
 //! A served task that takes one op and ends leaves the rest of its
-//! hand-off to the task queued behind it, which is woken to take it.
+//! hand-off to the task queued behind it, which is woken to take it; a
+//! task acquiring in a loop wakes no one, and what it leaves when it stops
+//! reaches the task behind at the next fill.
 //!
 //! The filler thread's idle hand-off loses no kick, and stopping it ends
 //! it wherever it is. Thread budgets conserve tokens, a thread that exits
@@ -311,7 +313,18 @@ fn block_on<F: Future>(
     unparker: &std::sync::Arc<Unparker>,
 ) -> F::Output {
     let waker = Waker::from(std::sync::Arc::clone(unparker));
-    let mut cx = Context::from_waker(&waker);
+    block_on_with(fut, unparker, &waker)
+}
+
+/// [`block_on`] with `waker`, `unparker`'s: one task polling one future
+/// after another shows the limiter one waker (`Waker::will_wake` may tell
+/// two wakers made apart from the same `Arc` as different).
+fn block_on_with<F: Future>(
+    fut: std::pin::Pin<&mut F>,
+    unparker: &std::sync::Arc<Unparker>,
+    waker: &Waker,
+) -> F::Output {
+    let mut cx = Context::from_waker(waker);
     let mut fut = fut;
     loop {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
@@ -353,6 +366,54 @@ fn a_one_shot_task_leaves_its_hand_off_to_the_task_behind() {
         block_on(own, &unparker);
         other.join().unwrap();
         assert_conserved(&limiter, 3);
+    });
+}
+
+/// A task that waits again after spending its hand-off acquires in a loop:
+/// its next grant wakes no one else. Here it then stops after one op,
+/// leaving the other in the pool, while a one-shot task on another thread
+/// queues (before or after the grant, or not at all if it finds the op):
+/// the next fill, though it adds nothing, serves it from the pool. A lost
+/// wake leaves that task parked for ever (loom reports the deadlock); a
+/// token lost or made breaks the ledger.
+#[test]
+fn what_a_looping_task_leaves_reaches_the_task_behind_at_the_next_fill() {
+    loom::model(|| {
+        let (limiter, clock) = limiter(1);
+        assert!(limiter.try_acquire()); // empty the start allowance
+        let unparker = Unparker::new();
+        let waker = Waker::from(std::sync::Arc::clone(&unparker));
+        let mut first = std::pin::pin!(limiter.acquire_async());
+        assert!(first
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // Two ops: this task's op and one beyond, which it spends; its
+        // next acquire waits, as a task acquiring in a loop.
+        clock.advance(Duration::from_millis(2));
+        limiter.backlog();
+        block_on_with(first, &unparker, &waker);
+        block_on_with(std::pin::pin!(limiter.acquire_async()), &unparker, &waker);
+        let mut again = std::pin::pin!(limiter.acquire_async());
+        assert!(again
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let unparker = Unparker::new();
+                block_on(std::pin::pin!(limiter.acquire_async()), &unparker);
+            })
+        };
+        // Two more ops, the looping task's: it takes one and stops.
+        clock.advance(Duration::from_millis(2));
+        limiter.backlog();
+        block_on_with(again, &unparker, &waker);
+        // A fill with no time to add.
+        limiter.backlog();
+        other.join().unwrap();
+        assert_conserved(&limiter, 5);
     });
 }
 

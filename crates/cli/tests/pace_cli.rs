@@ -85,6 +85,34 @@ fn the_callers_never_report_more_ops_than_ran() {
     }
 }
 
+/// Tasks that never wait (at a rate no caller reaches) yield to the
+/// runtime every 64 ops, holding what they recorded since their last
+/// report: when the run ends, thousands are queued to be polled again, each
+/// with counted ops to report, which takes the runtime far longer than a
+/// line waits for stragglers (a quarter of its 10 ms interval). The end of
+/// the run must wait for them: every op run is reported.
+#[test]
+fn async_callers_report_every_op_they_run() {
+    let o = tollgate(&[
+        "pace",
+        "1e11",
+        "--threads",
+        "20000",
+        "--async",
+        "--duration",
+        "500ms",
+        "--interval",
+        "10ms",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = summary(&o);
+    let (run, reported) = (u64_of(&s, "total_ops"), u64_of(&s, "lateness_ops"));
+    assert!(run > 0, "{s}");
+    assert_eq!(reported, run, "{s}");
+}
+
 /// At a rate no caller can keep up with, the backlog grows to most of the
 /// run; the limiter's mean wait must account for the ops admitted since
 /// its last fill, not read 0.

@@ -723,6 +723,124 @@ fn a_served_async_acquire_in_a_loop_spends_the_rest_of_the_fill_without_waiting(
     assert_conserved(&limiter, start + 101);
 }
 
+/// Acquires on `cx` until one waits: the ops taken, and the pending future.
+fn spend_until_pending<'a>(
+    limiter: &'a RateLimiter,
+    cx: &mut Context<'_>,
+) -> (u64, std::pin::Pin<Box<tollgate::AcquireFuture<'a>>>) {
+    let mut ops = 0;
+    loop {
+        let mut next = Box::pin(limiter.acquire_async());
+        if next.as_mut().poll(cx).is_pending() {
+            return (ops, next);
+        }
+        ops += 1;
+    }
+}
+
+/// Two tasks acquiring in a loop on one thread, each fill handed to one of
+/// them: a task's first grant also wakes the task behind (it might have
+/// taken one op and ended), but once a task comes back to wait after
+/// spending its hand-off, its grants wake it alone: one wake-up per fill.
+#[test]
+fn a_looping_task_is_woken_alone_once_for_each_fill() {
+    let (limiter, clock) = manual("100K,1.0");
+    let start = drain(&limiter);
+    let (first_wakes, first_waker) = counting_waker();
+    let (second_wakes, second_waker) = counting_waker();
+    let wakes = || {
+        (
+            first_wakes.0.load(Ordering::SeqCst),
+            second_wakes.0.load(Ordering::SeqCst),
+        )
+    };
+    let mut first_cx = Context::from_waker(&first_waker);
+    let mut second_cx = Context::from_waker(&second_waker);
+    let mut first = Box::pin(limiter.acquire_async());
+    let mut second = Box::pin(limiter.acquire_async());
+    assert!(first.as_mut().poll(&mut first_cx).is_pending());
+    assert!(second.as_mut().poll(&mut second_cx).is_pending());
+    // Fill 1 (100 ops) is the first task's, a first grant: the second is
+    // woken too, and finds nothing once the first has spent the fill.
+    clock.advance(MS);
+    limiter.backlog();
+    assert!(first.as_mut().poll(&mut first_cx).is_ready());
+    assert_eq!(wakes(), (1, 1));
+    let (ops, next) = spend_until_pending(&limiter, &mut first_cx);
+    assert_eq!(ops, 99);
+    first = next;
+    assert!(second.as_mut().poll(&mut second_cx).is_pending());
+    // Fill 2 is the second task's, its first grant: the first, now at the
+    // front, is woken too and finds nothing.
+    clock.advance(MS);
+    limiter.backlog();
+    assert!(second.as_mut().poll(&mut second_cx).is_ready());
+    assert_eq!(wakes(), (2, 2));
+    let (ops, next) = spend_until_pending(&limiter, &mut second_cx);
+    assert_eq!(ops, 99);
+    second = next;
+    assert!(first.as_mut().poll(&mut first_cx).is_pending());
+    // From here both loop: each fill wakes the task it is handed to, and
+    // no one else.
+    for fill in 3..=8u64 {
+        clock.advance(MS);
+        limiter.backlog();
+        let (turn, cx) = if fill % 2 == 1 {
+            (&mut first, &mut first_cx)
+        } else {
+            (&mut second, &mut second_cx)
+        };
+        assert!(turn.as_mut().poll(cx).is_ready(), "fill {fill}");
+        let (ops, next) = spend_until_pending(&limiter, cx);
+        assert_eq!(ops, 99, "fill {fill}");
+        *turn = next;
+        assert_eq!(wakes(), (fill.div_ceil(2) + 1, fill / 2 + 1), "fill {fill}");
+    }
+    assert_eq!(limiter.stats().admitted, start + 800);
+    assert_conserved(&limiter, start + 800);
+}
+
+/// A looping task that stops after one op of a hand-off wakes no one: the
+/// rest waits in its slice, and the next fill serves the task behind from
+/// it, though the fill itself adds nothing.
+#[test]
+fn what_a_looping_task_leaves_when_it_stops_serves_the_queue_at_the_next_fill() {
+    let (limiter, clock) = manual("100K,1.0");
+    let start = drain(&limiter);
+    let (looper_wakes, looper_waker) = counting_waker();
+    let (behind_wakes, behind_waker) = counting_waker();
+    let mut looper_cx = Context::from_waker(&looper_waker);
+    let mut behind_cx = Context::from_waker(&behind_waker);
+    // The looper spends a first fill and waits again; then the other task
+    // queues behind it.
+    let mut looper = Box::pin(limiter.acquire_async());
+    assert!(looper.as_mut().poll(&mut looper_cx).is_pending());
+    clock.advance(MS);
+    limiter.backlog();
+    assert!(looper.as_mut().poll(&mut looper_cx).is_ready());
+    let (ops, mut looper) = spend_until_pending(&limiter, &mut looper_cx);
+    assert_eq!(ops, 99);
+    let mut behind = Box::pin(limiter.acquire_async());
+    assert!(behind.as_mut().poll(&mut behind_cx).is_pending());
+    // The next fill is the looper's; it takes one op and stops.
+    clock.advance(MS);
+    limiter.backlog();
+    assert!(looper.as_mut().poll(&mut looper_cx).is_ready());
+    drop(looper);
+    assert_eq!(behind_wakes.0.load(Ordering::SeqCst), 0, "no one woken");
+    let ledger = limiter.ledger();
+    assert_eq!(ledger.active, 99 * u128::from(ledger.tokens_per_op));
+    // A fill with no time to add still serves the queue from the pool.
+    limiter.backlog();
+    assert_eq!(behind_wakes.0.load(Ordering::SeqCst), 1);
+    assert!(behind.as_mut().poll(&mut behind_cx).is_ready());
+    assert_eq!(looper_wakes.0.load(Ordering::SeqCst), 2);
+    // The rest of the fill is the task behind's to spend.
+    let (ops, _) = spend_until_pending(&limiter, &mut behind_cx);
+    assert_eq!(ops, 98);
+    assert_conserved(&limiter, start + 200);
+}
+
 /// Queued tasks that each take one op and end, on an executor that polls
 /// a task only when it is woken: every op a fill brings reaches a queued
 /// task, in queue order, each woken once.

@@ -29,7 +29,22 @@ const STALL: u64 = 2;
 const EPOCH_SHIFT: u32 = 2;
 
 /// Where a waiting task leaves its histogram (see `Shared::parked`).
-type Slot = Mutex<Option<Histogram<u64>>>;
+type Slot = Mutex<Parked>;
+
+/// A task's slot, one per caller.
+#[derive(Debug, Default)]
+enum Parked {
+    /// The task holds its histogram: it runs, or waits to be polled.
+    #[default]
+    Running,
+    /// The task waits in `acquire_async` and left what it recorded here
+    /// (`None`: nothing since it last reported).
+    Waiting(Option<Histogram<u64>>),
+    /// The run has ended and the coordinator took what was left
+    /// (`Shared::close_parked`): the task runs no more ops, and if it was
+    /// running then, it owes the coordinator its last report.
+    Closed,
+}
 
 /// The decoded control word.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,9 +91,10 @@ pub(super) struct Shared {
     /// Each task's histogram while it waits in `acquire_async` (tasks
     /// only): a task parks it here when its acquire does not complete at
     /// once and takes it back when it does, so the coordinator can collect
-    /// the ops of tasks still waiting when the run ends. Locked twice per
-    /// wait by its task, which is about to be suspended anyway, and once
-    /// by the coordinator at the end.
+    /// the ops of tasks still waiting when the run ends, and knows which
+    /// tasks were running then, whose last reports it waits for. Locked
+    /// twice per wait by its task, which is about to be suspended anyway,
+    /// and once by the coordinator at the end.
     parked: Box<[CachePadded<Slot>]>,
 }
 
@@ -94,19 +110,36 @@ impl Shared {
             op_time,
             gate: (Mutex::new(()), Condvar::new()),
             parked: (0..callers)
-                .map(|_| CachePadded::new(Mutex::new(None)))
+                .map(|_| CachePadded::new(Mutex::new(Parked::Running)))
                 .collect(),
         }
     }
 
-    /// The histograms of the tasks waiting in `acquire_async` now, taken:
-    /// each task's ops since it last reported. A task that resumes later
-    /// finds its histogram gone and reports only what it records after.
-    pub(super) fn take_parked(&self) -> Vec<Histogram<u64>> {
-        self.parked
+    /// At the end of a run (after the stop is set), closes every task's
+    /// slot: returns the histograms the tasks waiting in `acquire_async`
+    /// left (each task's ops since it last reported), and which tasks were
+    /// running instead. A waiting task resumes to find its slot closed and
+    /// runs no more ops; a running task sends its last report (`last`) when
+    /// it sees the stop or, if it starts to wait first, when it finds its
+    /// slot closed.
+    pub(super) fn close_parked(&self) -> (Vec<Histogram<u64>>, Vec<bool>) {
+        let mut left = Vec::new();
+        let running = self
+            .parked
             .iter()
-            .filter_map(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take())
-            .collect()
+            .map(|slot| {
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                match std::mem::replace(&mut *slot, Parked::Closed) {
+                    Parked::Running => true,
+                    Parked::Waiting(histogram) => {
+                        left.extend(histogram);
+                        false
+                    }
+                    Parked::Closed => false,
+                }
+            })
+            .collect();
+        (left, running)
     }
 
     pub(super) fn set_control(&self, control: Control) {
@@ -193,6 +226,10 @@ pub(super) struct Report {
     pub(super) epoch: u64,
     /// `None` when the caller recorded nothing in it.
     pub(super) histogram: Option<Histogram<u64>>,
+    /// Which caller sent it.
+    pub(super) caller: usize,
+    /// Sent once the caller saw the stop: it records nothing more.
+    pub(super) last: bool,
 }
 
 /// A histogram for lateness in nanoseconds (3 significant digits, grows
@@ -210,6 +247,7 @@ pub(super) fn new_histogram() -> Histogram<u64> {
 /// The histogram is created on the first record: a caller that never got
 /// an op (thousands of threads at a low rate) costs no memory.
 struct Recorder {
+    caller: usize,
     epoch: u64,
     histogram: Option<Histogram<u64>>,
     reports: mpsc::Sender<Report>,
@@ -219,8 +257,9 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new(reports: mpsc::Sender<Report>) -> Recorder {
+    fn new(caller: usize, reports: mpsc::Sender<Report>) -> Recorder {
         Recorder {
+            caller,
             epoch: 0,
             histogram: None,
             reports,
@@ -233,16 +272,23 @@ impl Recorder {
     #[inline]
     fn roll(&mut self, control: Control) {
         if control.epoch != self.epoch {
-            self.flush();
-            let fresh = self.histogram.as_ref().map(Histogram::new_from);
-            let histogram = std::mem::replace(&mut self.histogram, fresh);
-            // The coordinator may have finished: nothing to do then.
-            let _ = self.reports.send(Report {
-                epoch: self.epoch,
-                histogram,
-            });
+            self.send(control.stop);
             self.epoch = control.epoch;
         }
+    }
+
+    /// Sends what was recorded since the last report.
+    fn send(&mut self, last: bool) {
+        self.flush();
+        let fresh = self.histogram.as_ref().map(Histogram::new_from);
+        let histogram = std::mem::replace(&mut self.histogram, fresh);
+        // The coordinator may have finished: nothing to do then.
+        let _ = self.reports.send(Report {
+            epoch: self.epoch,
+            histogram,
+            caller: self.caller,
+            last,
+        });
     }
 
     #[inline]
@@ -256,18 +302,32 @@ impl Recorder {
     }
 
     /// Before a wait: leaves what was recorded in `slot` for the
-    /// coordinator, in case the wait outlasts the run.
+    /// coordinator, in case the wait outlasts the run. If the run has
+    /// ended (the slot is closed), sends it as the last report instead:
+    /// the coordinator waits for it.
     fn park(&mut self, slot: &Slot) {
         self.flush();
-        if let Some(histogram) = self.histogram.take() {
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(histogram);
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        match &*slot {
+            Parked::Closed => {
+                drop(slot);
+                self.send(true);
+            }
+            Parked::Running | Parked::Waiting(_) => {
+                *slot = Parked::Waiting(self.histogram.take());
+            }
         }
     }
 
     /// After a wait: takes back what [`Recorder::park`] left, unless the
-    /// coordinator collected it.
+    /// coordinator collected it (the run has ended: the caller's next
+    /// look at the control word sees the stop).
     fn unpark(&mut self, slot: &Slot) {
-        self.histogram = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Parked::Waiting(histogram) = &mut *slot {
+            self.histogram = histogram.take();
+            *slot = Parked::Running;
+        }
     }
 
     /// Records the pending run of equal values.
@@ -288,7 +348,7 @@ impl Recorder {
 
 /// One caller thread.
 fn run_thread(shared: &Shared, caller: usize, reports: mpsc::Sender<Report>) {
-    let mut recorder = Recorder::new(reports);
+    let mut recorder = Recorder::new(caller, reports);
     let mut ops = 0;
     loop {
         let control = shared.control();
@@ -312,7 +372,7 @@ fn run_thread(shared: &Shared, caller: usize, reports: mpsc::Sender<Report>) {
 
 /// One caller task.
 async fn run_task(shared: Arc<Shared>, caller: usize, reports: mpsc::Sender<Report>) {
-    let mut recorder = Recorder::new(reports);
+    let mut recorder = Recorder::new(caller, reports);
     let mut ops = 0;
     loop {
         let control = shared.control();

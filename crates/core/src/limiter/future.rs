@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::budget::take_fast;
+use super::budget::{is_recipient, take_fast};
 use super::core::Core;
 use super::wait::Waiter;
 use crate::sync::Arc;
@@ -15,12 +15,14 @@ use crate::sync::Arc;
 ///
 /// A pending future is one node in the limiter's wait queue, woken when
 /// its tokens have been handed to it; polling it then does not touch any
-/// lock other waiters share. At the front of the queue it may also be woken
-/// once without them, to take what a task served before it left: a task
-/// served with more ops than it needs keeps the rest for its own next
-/// acquires, which take them first without waiting (one wake-up admits
-/// many ops to a task acquiring in a loop), and the task behind takes the
-/// rest when that task ends or leaves some.
+/// lock other waiters share. A task served with more ops than it needs
+/// keeps the rest for its own next acquires, which take them first without
+/// waiting: one wake-up admits many ops to a task acquiring in a loop. The
+/// first time a task is served that way, the task behind it is woken too,
+/// to take what the first leaves (all but one op, if the first took one
+/// and ended); a task that comes back to wait after spending its ops
+/// acquires in a loop, and its later grants wake no one else: what it
+/// leaves, if it stops, is served to the queue by the next fill.
 ///
 /// # Cancel safety
 ///
@@ -35,6 +37,9 @@ pub struct AcquireFuture<'a> {
     held: u64,
     node: Option<std::sync::Arc<Waiter>>,
     done: bool,
+    /// Whether the task queued after spending a hand-off its thread left
+    /// for it (`budget::is_recipient`): it acquires in a loop.
+    looping: bool,
 }
 
 impl<'a> AcquireFuture<'a> {
@@ -45,6 +50,7 @@ impl<'a> AcquireFuture<'a> {
             held: 0,
             node: None,
             done: need == 0,
+            looping: false,
         }
     }
 }
@@ -61,6 +67,7 @@ impl Future for AcquireFuture<'_> {
             this.done = true;
             return Poll::Ready(this.core.lateness());
         }
+        let queued = this.node.is_some();
         match this
             .core
             .poll_acquire(this.need, &mut this.held, &mut this.node, cx.waker())
@@ -71,10 +78,15 @@ impl Future for AcquireFuture<'_> {
                 // may never come, while queued tasks wait for these tokens.
                 // They stay in the pool, where this thread takes them first
                 // and the queue takes what it leaves.
-                this.core.leave_handoff(extra);
+                this.core.leave_handoff(extra, this.looping, cx.waker());
                 Poll::Ready(this.core.lateness())
             }
-            None => Poll::Pending,
+            None => {
+                if !queued {
+                    this.looping = is_recipient(this.core, cx.waker());
+                }
+                Poll::Pending
+            }
         }
     }
 }

@@ -35,7 +35,11 @@
 //! After a task that took one op and ended, it takes the rest and leaves
 //! what it does not need in turn, so no token waits where no queued waiter
 //! looks. A front thread, which need not defer to anyone's loop, is served
-//! at once.
+//! at once. A task that queued again after spending the hand-off its
+//! thread last left for it acquires in a loop: its grants nudge no one,
+//! so each fill wakes one task, and if it stops, what it leaves waits in
+//! the pool for the next fill, which serves the queue from the whole pool
+//! even when it adds nothing.
 //!
 //! The head: the front node is flagged `head` when it reaches the front
 //! (and a parked thread is unparked once to learn it). A head thread

@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use super::Core;
+use crate::limiter::budget::note_recipient;
 use crate::limiter::units::mul_div;
 use crate::limiter::wait::{Cancel, Waiter};
 use crate::sync::{current, lock, park, park_timeout, Ordering::Relaxed};
@@ -316,22 +317,31 @@ impl Core {
 
     /// Where a served task leaves the tokens it was handed beyond its need:
     /// in the pool, in the home slice of the thread that polled it, where
-    /// that thread's next acquire finds them first, and then wakes the
-    /// front of the queue to take what that acquire leaves.
+    /// that thread's next acquire finds them first. The thread notes the
+    /// task (`budget::note_recipient`), and unless the task is `looping`
+    /// (it queued after spending the last hand-off this thread left for
+    /// it), wakes the front of the queue to take what that acquire leaves.
     ///
     /// A task that acquires in a loop goes on in the same poll: its next
     /// acquires take the hand-off from the slice, one compare-exchange
-    /// each, and the front task, polled after it, finds nothing and waits
-    /// on; one wake-up of the task admits the whole hand-off. A task that
-    /// takes one op and ends leaves the slice full, and the front task
-    /// takes it (and leaves the rest, in turn): no token waits in a place
-    /// that no queued waiter looks.
-    pub(crate) fn leave_handoff(&self, extra: u64) {
+    /// each, and once it has spent it, it queues again as `looping`, so its
+    /// later grants wake it alone: one wake-up admits the whole hand-off.
+    /// The first grant of any task also wakes the front task, which after
+    /// a looping task finds nothing and waits on; after a task that took
+    /// one op and ended it takes the rest (and leaves what it does not
+    /// need, in turn): no token waits in a place that no queued waiter
+    /// looks. A looping task that stops leaves the rest in its slice, part
+    /// of the pool that every fill serves the queue from: its queued
+    /// waiters get it at the next fill.
+    pub(crate) fn leave_handoff(&self, extra: u64, looping: bool, waker: &std::task::Waker) {
         if extra == 0 {
             return;
         }
         self.slices.put_home(extra);
-        self.waiters.nudge(self, self.handoff_tokens());
+        note_recipient(self, waker);
+        if !looping {
+            self.waiters.nudge(self, self.handoff_tokens());
+        }
     }
 }
 

@@ -27,9 +27,9 @@ impl Core {
         };
         let added = self.fill_locked(&mut st, now);
         drop(st);
-        if added > 0 {
-            self.serve();
-        }
+        // Even when the fill added nothing, the pool may hold what a
+        // looping task left without waking the queue (`leave_handoff`).
+        self.serve();
         added > 0
     }
 
@@ -37,11 +37,10 @@ impl Core {
     pub(crate) fn fill_and_wake(&self) {
         let now = self.clock.now_ns();
         let mut st = lock(&self.schedule);
-        let added = self.fill_locked(&mut st, now);
+        self.fill_locked(&mut st, now);
         drop(st);
-        if added > 0 {
-            self.serve();
-        }
+        // Even when the fill added nothing: see `fill_if_late`.
+        self.serve();
     }
 
     /// How long the filler thread sleeps before its next fill. While only
