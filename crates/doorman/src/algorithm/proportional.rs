@@ -23,7 +23,7 @@
 //! `extra_capacity = eq*S - W`; and since the sum over *all* clients of
 //! `eq*sub_i - wants_i` is `capacity - sum_wants`,
 //! `extra_need = extra_capacity + (sum_wants - capacity)`, which is positive
-//! on this branch: no division by zero, and the ratio is at most 1, so the
+//! on this path: no division by zero, and the ratio is at most 1, so the
 //! grant lies between `eqC` and `wants` (the ratio is clamped to `[0, 1]`
 //! against rounding).
 //!
