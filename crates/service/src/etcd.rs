@@ -472,7 +472,7 @@ mod tests {
         assert!(matches!(e, EtcdError::Call { op: "range", .. }), "{e}");
         // One line, the address and the cause in words: no dump of the
         // status's fields, however the chain is printed.
-        let line = super::super::ErrorChain(&e).to_string();
+        let line = crate::ErrorChain(&e).to_string();
         assert_eq!(
             line,
             "etcd range of \"/k\" at 127.0.0.1:1 failed: Unavailable: tcp connect error: \

@@ -132,7 +132,7 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::Lateness;
+    use crate::pace::report::Lateness;
     use super::*;
 
     fn line(t: usize) -> Line {
