@@ -228,6 +228,9 @@ impl EntryState {
         // When this request's learning mode ends, if it is decided in one.
         let mut learning_ends =
             learning.then(|| master_since.learning_ends(self.template.learning_mode()));
+        // What the client itself asked for: whether to ask it back when
+        // learning mode ends depends on that, not on its wants as counted.
+        let asked = request.wants;
         let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
             if let Some((held, until)) = self.relearn(&request, now) {
@@ -250,7 +253,7 @@ impl EntryState {
         let (mut lease, capacity) =
             self.grant(request, priority, (now, until), learning, upstream, old);
         if let Some(ends) = learning_ends {
-            lease.refresh_interval = back_when_learning_ends(&lease, request.wants, now, ends);
+            lease.refresh_interval = back_when_learning_ends(&lease, asked, now, ends);
         }
         if let Some(Subtree { until, .. }) = subtree {
             let hold = hold::hold(request.has, until, &lease, learning, old, now);
@@ -382,7 +385,8 @@ fn relearning_ends(now: Timestamp, length: Duration, forgotten: Option<Timestamp
 
 /// While a server client relearns, its request's demand is the sums of the
 /// clients back to its new master so far: it is taken as at least what the
-/// client wanted before (its `lease` here, as the last request left it), so
+/// client wanted before (its `lease` here, as the last request left it: the
+/// forgotten lease's wants, or the most it asked for since), so
 /// that neither this server's algorithm nor its own parent (to which it
 /// reports its clients' wants) divides the capacity by a part of the
 /// subtree's demand. Without it, a parent that kept its leases through an
