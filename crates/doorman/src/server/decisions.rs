@@ -171,10 +171,9 @@ impl EntryState {
     /// A server that asks with a `has` below its unexpired lease here has
     /// forgotten that lease: it is a new master of its job, and its clients
     /// may still hold all of it. For as long as this resource's learning
-    /// mode lasts, or until the forgotten lease ends if that is sooner
-    /// ([`relearning_ends`]), that server is answered as a new master
-    /// answers every client: with what it holds, at first the forgotten
-    /// lease, and its wants count as at least what they were
+    /// mode lasts, that server is answered as a new master answers every
+    /// client: with what it holds, at first the forgotten lease, and its
+    /// wants count as at least what they were
     /// ([`distrust_partial_demand`]). Otherwise this server would decide
     /// on the wants of the few clients that have come back to the new
     /// master so far, and hand the rest to other servers while the old
@@ -187,11 +186,7 @@ impl EntryState {
             .map(|_| self.store.occupied(request.client));
         if let Some(held) = held {
             self.relearning.retain(|_, until| *until > now);
-            let until = relearning_ends(
-                now,
-                self.template.learning_mode(),
-                self.store.get(request.client).map(|l| l.expiry),
-            );
+            let until = now + self.template.learning_mode();
             self.relearning.insert(request.client.to_owned(), until);
             return Some((held, until));
         }
@@ -369,18 +364,6 @@ fn back_when_learning_ends(
     lease
         .refresh_interval
         .min(Duration::from_secs(whole.max(1)))
-}
-
-/// When an intermediate server that forgot its lease here (see
-/// [`EntryState::relearn`]) at `now` stops being relearned: after a
-/// learning mode's `length`, or as soon as the `forgotten` lease ends if
-/// that is sooner. Its predecessor granted nothing that outlives that
-/// lease (an intermediate's leases never outlive its parent's), so from
-/// then on its subtree holds only what this server counted for it since,
-/// and its requests may be decided as anyone's.
-fn relearning_ends(now: Timestamp, length: Duration, forgotten: Option<Timestamp>) -> Timestamp {
-    let full = now + length;
-    forgotten.map_or(full, |f| f.min(full))
 }
 
 /// While a server client relearns, its request's demand is the sums of the
