@@ -570,10 +570,12 @@ impl ResourceState {
     /// forgotten that lease: it is a new master of its job, and its clients
     /// may still hold all of it. For as long as this resource's learning
     /// mode lasts, that server is answered as a new master answers every
-    /// client: with what it holds, at first the forgotten lease. Otherwise
-    /// this server would decide on the wants of the few clients that have
-    /// come back to the new master so far, and hand the rest to other
-    /// servers while the old leases still run. Expects a swept store.
+    /// client: with what it holds, at first the forgotten lease, and its
+    /// wants count as at least what they were
+    /// ([`distrust_partial_demand`]). Otherwise this server would decide
+    /// on the wants of the few clients that have come back to the new
+    /// master so far, and hand the rest to other servers while the old
+    /// leases still run. Expects a swept store.
     fn relearn(&mut self, request: &Request<'_>, now: Timestamp) -> Option<(f64, Timestamp)> {
         let held = self
             .store
@@ -619,11 +621,16 @@ impl ResourceState {
         // When this request's learning mode ends, if it is decided in one.
         let mut learning_ends =
             learning.then(|| master_since.learning_ends(self.template.learning_mode()));
+        // What the client itself asked for: whether to ask it back when
+        // learning mode ends depends on that, not on its wants as counted.
+        let asked = request.wants;
         let mut request = *request;
         if subtree.is_some_and(|s| s.reports) {
             if let Some((held, until)) = self.relearn(&request, now) {
                 learning = true;
                 request.has = request.has.max(held);
+                let before = self.store.get(request.client).copied();
+                distrust_partial_demand(&mut request, before.as_ref());
                 learning_ends = learning_ends.max(Some(until));
             }
         }
@@ -639,7 +646,7 @@ impl ResourceState {
         let (mut lease, capacity) =
             self.grant(request, priority, (now, until), learning, upstream, old);
         if let Some(ends) = learning_ends {
-            lease.refresh_interval = back_when_learning_ends(&lease, request.wants, now, ends);
+            lease.refresh_interval = back_when_learning_ends(&lease, asked, now, ends);
         }
         if let Some(Subtree { until, .. }) = subtree {
             let hold = hold::hold(request.has, until, &lease, learning, old, now);
@@ -755,4 +762,20 @@ fn back_when_learning_ends(
     lease
         .refresh_interval
         .min(Duration::from_secs(whole.max(1)))
+}
+
+/// While a server client relearns, its request's demand is the sums of the
+/// clients back to its new master so far: it is taken as at least what the
+/// client wanted before (its `lease` here, as the last request left it: the
+/// forgotten lease's wants, or the most it asked for since), so
+/// that neither this server's algorithm nor its own parent (to which it
+/// reports its clients' wants) divides the capacity by a part of the
+/// subtree's demand. Without it, a parent that kept its leases through an
+/// etcd outage cut each region whose datacenters were new masters to a
+/// fraction of what their clients held, for a learning mode's length.
+fn distrust_partial_demand(request: &mut Request<'_>, lease: Option<&ClientLease>) {
+    if let Some(lease) = lease {
+        request.wants = request.wants.max(lease.wants);
+        request.subclients = request.subclients.max(lease.subclients);
+    }
 }

@@ -819,6 +819,57 @@ resources:
     assert_eq!(h.get("c", "other", 5.0, None).await.gets.capacity, 5.0);
 }
 
+/// 100 units shared fairly, 60 s leases, 60 s of learning mode: the
+/// timings of a tree's levels.
+const RELEARN: &str = r#"
+resources:
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 8, learning_mode_duration: 60}
+"#;
+
+/// `a` and `b`, each a server of 4 clients wanting 60, share 100 after
+/// this server's learning mode: 50 each.
+async fn two_servers_sharing() -> Harness {
+    let mut h = start_with(RELEARN, &SingleElection::new(Some("me:1".into()))).await;
+    h.clock.advance(Duration::from_secs(61));
+    assert_eq!(ask_as_server(&mut h, "a", "r", 4, 60.0, None).await, 60.0);
+    assert_eq!(ask_as_server(&mut h, "b", "r", 4, 60.0, None).await, 40.0);
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 4, 60.0, Some(60.0)).await,
+        50.0
+    );
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        ask_as_server(&mut h, "b", "r", 4, 60.0, Some(40.0)).await,
+        50.0
+    );
+    h
+}
+
+/// What this server's leases want in all: what it reports to a parent.
+fn sum_wants(h: &Harness) -> f64 {
+    h.server.status()[0].sum_wants
+}
+
+#[tokio::test]
+async fn a_relearning_server_wants_at_least_what_it_wanted_before_it_forgot() {
+    let mut h = two_servers_sharing().await;
+    assert_eq!(sum_wants(&h), 120.0);
+    // A new master of "a" asks with the one client back so far, wanting
+    // 6. Its other clients are still out there, and want what they did:
+    // what this server reports upwards stays 120, not 66 (a parent would
+    // cut this server to what a part of its subtree asked).
+    h.clock.advance(Duration::from_secs(7));
+    assert_eq!(
+        ask_as_server(&mut h, "a", "r", 1, 6.0, Some(5.0)).await,
+        50.0
+    );
+    assert_eq!(sum_wants(&h), 120.0);
+    assert_eq!(h.server.status()[0].subclients, 8);
+}
+
 #[tokio::test]
 async fn a_reload_that_shortens_the_lease_length_cuts_existing_leases() {
     let mut h = start().await;

@@ -132,8 +132,8 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use crate::pace::report::Lateness;
     use super::*;
+    use crate::pace::report::Lateness;
 
     fn line(t: usize) -> Line {
         Line {

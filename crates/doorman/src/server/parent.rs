@@ -51,7 +51,8 @@
 //! `has` than its unexpired lease there has forgotten it (a new master with
 //! an empty state); the parent answers it with that lease, as in learning
 //! mode, for a learning mode's length, rather than hand the lease to others
-//! while the subtree still holds it.
+//! while the subtree still holds it; and counts its wants as at least what
+//! they were before, not the sums of the few clients back so far.
 //!
 //! The poller asks again after the shortest refresh interval the parent
 //! gave (at least one second), follows the parent's mastership redirects,
