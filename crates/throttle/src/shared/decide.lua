@@ -1,8 +1,9 @@
 -- tollgate: the throttler's policies on keys kept in Redis (see
 -- `crates/throttle/src/shared/mod.rs`). Redis' Lua numbers are doubles,
--- exact only below 2^53, so every quantity here (nanoseconds since the
--- epoch, tokens) is a natural number in 24-bit limbs, least significant
--- first, with the same integer arithmetic as the Rust policies.
+-- exact only below 2^53, so every quantity here is a natural number with
+-- the same integer arithmetic as the Rust policies: a double while it is
+-- below 2^48 (counts, limits, durations), 24-bit limbs above (nanoseconds
+-- since the epoch, tokens).
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
@@ -23,22 +24,59 @@
 -- with a TTL of the time until it decides like a fresh key.
 
 local B = 16777216 -- 2^24
+local SMALL = 281474976710656 -- 2^48
+local EXACT = 9007199254740992 -- 2^53
 
-local function norm(a)
+-- A natural number below 2^48 is a Lua number; from 2^48 on it is a table
+-- of 24-bit limbs (at least three, the top one nonzero). Each operation
+-- computes on doubles when its operands are numbers and its result is
+-- exact, and on limbs otherwise.
+
+-- The limbs of an integer double.
+local function limbs(x)
+  local a, n = {}, 0
+  while x > 0 do
+    local l = x % B
+    n = n + 1
+    a[n] = l
+    x = (x - l) / B
+  end
+  return a
+end
+
+-- The number that limbs `a` hold, in its form above.
+local function canon(a)
   local n = #a
   while n > 0 and a[n] == 0 do
     a[n] = nil
     n = n - 1
   end
+  if n <= 2 then return (a[1] or 0) + (a[2] or 0) * B end
   return a
 end
 
-local fromd
+-- An integer double below 2^53 in the form above.
+local function num(x)
+  if x < SMALL then return x end
+  return limbs(x)
+end
+
+local function big(a)
+  if type(a) == "number" then return limbs(a) end
+  return a
+end
+
+local function tod(a)
+  if type(a) == "number" then return a end
+  local x = 0
+  for k = #a, 1, -1 do x = x * B + a[k] end
+  return x
+end
 
 local function parse(s)
   if #s <= 15 then
     -- Below 10^15 < 2^53: exact as a double.
-    return fromd(tonumber(s))
+    return num(tonumber(s))
   end
   local a = {}
   local len = #s
@@ -60,9 +98,10 @@ local function parse(s)
     pos = pos + chunk
     chunk = 6
   end
-  return norm(a)
+  return canon(a)
 end
 
+-- Limbs `a` divided by a small d: the quotient's limbs and the remainder.
 local function divsmall(a, d)
   local q, r = {}, 0
   for k = #a, 1, -1 do
@@ -71,15 +110,16 @@ local function divsmall(a, d)
     q[k] = qk
     r = t - qk * d
   end
-  return norm(q), r
+  local n = #q
+  while n > 0 and q[n] == 0 do
+    q[n] = nil
+    n = n - 1
+  end
+  return q, r
 end
 
 local function str(a)
-  if #a == 0 then return "0" end
-  if #a <= 2 then
-    -- Below 2^48: exact as a double.
-    return string.format("%.0f", a[1] + (a[2] or 0) * B)
-  end
+  if type(a) == "number" then return string.format("%.0f", a) end
   local parts, r = {}, 0
   while #a > 0 do
     a, r = divsmall(a, 1000000)
@@ -93,6 +133,13 @@ local function str(a)
 end
 
 local function cmp(a, b)
+  local na, nb = type(a) == "number", type(b) == "number"
+  if na and nb then
+    if a == b then return 0 end
+    return a < b and -1 or 1
+  end
+  if na then return -1 end
+  if nb then return 1 end
   if #a ~= #b then return #a < #b and -1 or 1 end
   for k = #a, 1, -1 do
     if a[k] ~= b[k] then return a[k] < b[k] and -1 or 1 end
@@ -101,6 +148,11 @@ local function cmp(a, b)
 end
 
 local function add(a, b)
+  if type(a) == "number" and type(b) == "number" then
+    -- Below 2^49: exact.
+    return num(a + b)
+  end
+  a, b = big(a), big(b)
   local r, c = {}, 0
   local n = math.max(#a, #b)
   for k = 1, n do
@@ -108,21 +160,29 @@ local function add(a, b)
     if t >= B then r[k], c = t - B, 1 else r[k], c = t, 0 end
   end
   if c > 0 then r[n + 1] = c end
-  return r
+  return canon(r)
 end
 
 -- a - b, for a >= b.
 local function sub(a, b)
+  if type(a) == "number" then return a - b end
+  b = big(b)
   local r, c = {}, 0
   for k = 1, #a do
     local t = a[k] - (b[k] or 0) - c
     if t < 0 then r[k], c = t + B, 1 else r[k], c = t, 0 end
   end
-  return norm(r)
+  return canon(r)
 end
 
 local function mul(a, b)
-  if #a == 0 or #b == 0 then return {} end
+  if type(a) == "number" and type(b) == "number" then
+    -- A product below 2^53 is exact; one above it rounds to 2^53 or more.
+    local x = a * b
+    if x < EXACT then return num(x) end
+  end
+  if a == 0 or b == 0 then return 0 end
+  a, b = big(a), big(b)
   local r = {}
   for k = 1, #a + #b do r[k] = 0 end
   for i = 1, #a do
@@ -140,49 +200,34 @@ local function mul(a, b)
       k = k + 1
     end
   end
-  return norm(r)
-end
-
-local function tod(a)
-  local x = 0
-  for k = #a, 1, -1 do x = x * B + a[k] end
-  return x
-end
-
-function fromd(x)
-  local a = {}
-  while x > 0 do
-    local l = x % B
-    a[#a + 1] = l
-    x = (x - l) / B
-  end
-  return a
+  return canon(r)
 end
 
 -- floor(a / b) for b > 0: a quotient estimated in doubles, kept below the
 -- true one (the margin 2^-40 exceeds the estimate's rounding), subtracted,
 -- and again on the remainder until it is below b.
 local function divq(a, b)
-  if #a <= 2 then
+  if type(a) == "number" then
     -- Below 2^48 the quotient of doubles rounds to no integer above the
     -- true one, so its floor is exact.
-    if cmp(a, b) < 0 then return {} end
-    return fromd(math.floor(tod(a) / tod(b)))
+    if type(b) ~= "number" then return 0 end
+    return math.floor(a / b)
   end
-  local q, r = {}, a
+  local q, r = 0, a
   while cmp(r, b) >= 0 do
     local qe = math.floor(tod(r) / tod(b) * (1 - 2 ^ -40))
-    local qb = qe >= 1 and fromd(qe) or { 1 }
+    if qe < 1 then qe = 1 end
+    local qb = qe < SMALL and qe or limbs(qe)
     r = sub(r, mul(qb, b))
     q = add(q, qb)
   end
   return q
 end
 
-local ZERO, ONE = {}, { 1 }
-local U64MAX = parse("18446744073709551615")
-local TPO = parse("1048576") -- tokens per op
-local MILLION = parse("1000000")
+local ZERO, ONE = 0, 1
+local U64MAX = { 16777215, 16777215, 65535 } -- 2^64 - 1
+local TPO = 1048576 -- tokens per op
+local MILLION = 1000000
 
 local function maxb(a, b) return cmp(a, b) >= 0 and a or b end
 local function minb(a, b) return cmp(a, b) <= 0 and a or b end
@@ -225,7 +270,7 @@ function fw.standing(P, s0, now)
   local s = copy(s0)
   local n = fw.roll(P, s, now)
   local reset = ZERO
-  if #s.c > 0 then reset = sub(sat(mul(add(s.i, ONE), P.w)), n) end
+  if s.c ~= 0 then reset = sub(sat(mul(add(s.i, ONE), P.w)), n) end
   return satsub(P.limit, s.c), reset
 end
 function fw.fresh_at(P, s) return mul(add(s.i, ONE), P.w) end
@@ -281,14 +326,14 @@ function swc.standing(P, s0, now)
   local wp = weighted(P, s.p, r)
   local est = sat(add(s.c, wp))
   local reset = ZERO
-  if #s.c > 0 then
+  if s.c ~= 0 then
     reset = sat(add(sub(P.w, r), P.w))
-  elseif #wp > 0 then
+  elseif wp ~= 0 then
     reset = sub(P.w, r)
   end
   return satsub(P.limit, est), reset
 end
-function swc.fresh_at(P, s) return mul(add(s.i, { 2 }), P.w) end
+function swc.fresh_at(P, s) return mul(add(s.i, 2), P.w) end
 
 -- GCRA: {t = theoretical arrival time, in tokens}.
 local gcra = {}
@@ -346,7 +391,7 @@ if ARGV[2] ~= "" then
   now = parse(ARGV[2])
 else
   local t = redis.call("TIME")
-  now = add(mul(parse(t[1]), parse("1000000000")), mul(parse(t[2]), parse("1000")))
+  now = add(mul(parse(t[1]), 1000000000), mul(parse(t[2]), 1000))
 end
 local explicit = ARGV[2] ~= ""
 
@@ -398,7 +443,7 @@ local function save(list)
     if explicit then
       -- A time given by the caller runs apart from Redis' own: keep the
       -- key at least a minute of Redis' time.
-      ms = maxb(ms, parse("60000"))
+      ms = maxb(ms, 60000)
     end
     redis.call("PEXPIRE", item.key, str(ms))
   end
