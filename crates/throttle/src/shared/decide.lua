@@ -239,58 +239,125 @@ local function copy(s)
   return c
 end
 
+-- The time: S seconds and N nanoseconds since the epoch (S below 2^35,
+-- N below 10^9), the number of nanoseconds built only when a step needs
+-- it whole.
+local S, N
+local explicit = ARGV[2] ~= ""
+if explicit then
+  local t = ARGV[2]
+  if #t > 9 then
+    S, N = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+  else
+    S, N = 0, tonumber(t)
+  end
+else
+  local t = redis.call("TIME")
+  S, N = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+local whole
+local function now()
+  if not whole then whole = add(mul(S, 1000000000), N) end
+  return whole
+end
+
+-- floor(now / w) and now mod w, by long division of S, then of N a digit
+-- at a time: every step stays below 10w, exact for w below 2^40 (18
+-- minutes; longer windows divide on limbs, with no remainder).
+local divided = {}
+local function index(w)
+  local d = divided[w]
+  if d then return d[1], d[2] end
+  if type(w) ~= "number" or w >= 1099511627776 then
+    d = { divq(now(), w) }
+  else
+    local q1 = math.floor(S / w)
+    local x, q2, n, pow = S - q1 * w, 0, N, 100000000
+    for _ = 1, 9 do
+      local digit = math.floor(n / pow)
+      n = n - digit * pow
+      pow = pow / 10
+      x = x * 10 + digit
+      local qd = math.floor(x / w)
+      x = x - qd * w
+      q2 = q2 * 10 + qd
+    end
+    d = { add(mul(q1, 1000000000), q2), x }
+  end
+  divided[w] = d
+  return d[1], d[2]
+end
+
+-- The nanoseconds from now to window i's end, sat((i + 1) w) -
+-- max(now, i w): in the window that holds now, and not near 2^64, w less
+-- now mod w.
+local function window_left(w, i)
+  local idx, r = index(w)
+  if r and cmp(i, idx) == 0 and S + w / 1000000000 + 2 < 18446744073 then
+    return w - r
+  end
+  return sub(sat(mul(add(i, ONE), w)), maxb(now(), mul(i, w)))
+end
+
 -- The fixed window: {i = window index, c = count}.
 local fw = {}
-function fw.fresh(P, now) return { i = divq(now, P.w), c = ZERO } end
+function fw.fresh(P) return { i = (index(P.w)), c = ZERO } end
 function fw.load(v) return { i = parse(v[1]), c = parse(v[2]) } end
 function fw.save(s) return { "i", str(s.i), "c", str(s.c) } end
 function fw.fields() return { "i", "c" } end
-function fw.roll(P, s, now)
-  local idx = divq(now, P.w)
+function fw.roll(P, s)
+  local idx = index(P.w)
   if cmp(idx, s.i) > 0 then
     s.i, s.c = idx, ZERO
   end
-  return maxb(now, mul(s.i, P.w))
 end
-function fw.check(P, s, now, cost)
+function fw.check(P, s, cost)
   if cmp(cost, P.limit) > 0 then return "R", U64MAX end
-  local n = fw.roll(P, s, now)
+  fw.roll(P, s)
   local c = add(s.c, cost)
   if cmp(c, P.limit) <= 0 then
     s.c = c
     return "A", sub(P.limit, c)
   end
-  return "R", sub(sat(mul(add(s.i, ONE), P.w)), n)
+  return "R", window_left(P.w, s.i)
 end
-function fw.settle(P, s, now, neg, d)
-  fw.roll(P, s, now)
+function fw.settle(P, s, neg, d)
+  fw.roll(P, s)
   s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
 end
-function fw.standing(P, s0, now)
+function fw.standing(P, s0)
   local s = copy(s0)
-  local n = fw.roll(P, s, now)
+  fw.roll(P, s)
   local reset = ZERO
-  if s.c ~= 0 then reset = sub(sat(mul(add(s.i, ONE), P.w)), n) end
+  if s.c ~= 0 then reset = window_left(P.w, s.i) end
   return satsub(P.limit, s.c), reset
 end
-function fw.fresh_at(P, s) return mul(add(s.i, ONE), P.w) end
+-- The nanoseconds from now until the key decides like a fresh one.
+function fw.fresh_in(P, s)
+  local idx, r = index(P.w)
+  if r and cmp(s.i, idx) == 0 then return P.w - r end
+  return satsub(mul(add(s.i, ONE), P.w), now())
+end
 
 -- The sliding window counter: {i = window index, p = previous, c = current}.
 local swc = {}
-function swc.fresh(P, now) return { i = divq(now, P.w), p = ZERO, c = ZERO } end
+function swc.fresh(P) return { i = (index(P.w)), p = ZERO, c = ZERO } end
 function swc.load(v) return { i = parse(v[1]), p = parse(v[2]), c = parse(v[3]) } end
 function swc.save(s) return { "i", str(s.i), "p", str(s.p), "c", str(s.c) } end
 function swc.fields() return { "i", "p", "c" } end
-function swc.roll(P, s, now)
-  local idx = divq(now, P.w)
+function swc.roll(P, s)
+  local idx, rem = index(P.w)
   local c = cmp(idx, add(s.i, ONE))
   if c == 0 then
     s.i, s.p, s.c = idx, s.c, ZERO
   elseif c > 0 then
     s.i, s.p, s.c = idx, ZERO, ZERO
   end
-  local start = mul(s.i, P.w)
-  return sub(maxb(now, start), start)
+  -- now - i w in the window that holds now, 0 in a later one.
+  local c = cmp(s.i, idx)
+  if c > 0 then return ZERO end
+  if rem then return rem end
+  return sub(now(), mul(s.i, P.w))
 end
 local function weighted(P, prev, r)
   return divq(mul(prev, sub(P.w, r)), P.w)
@@ -300,9 +367,9 @@ local function first_fit(P, prev, m, r)
   local span = divq(sub(mul(add(m, ONE), P.w), ONE), prev)
   return maxb(sat(satsub(P.w, span)), r)
 end
-function swc.check(P, s, now, cost)
+function swc.check(P, s, cost)
   if cmp(cost, P.limit) > 0 then return "R", U64MAX end
-  local r = swc.roll(P, s, now)
+  local r = swc.roll(P, s)
   local est = sat(add(s.c, weighted(P, s.p, r)))
   if cmp(sat(add(est, cost)), P.limit) <= 0 then
     s.c = add(s.c, cost)
@@ -316,13 +383,13 @@ function swc.check(P, s, now, cost)
   local fit = minb(first_fit(P, s.c, m, ZERO), P.w)
   return "R", sat(add(sub(P.w, r), fit))
 end
-function swc.settle(P, s, now, neg, d)
-  swc.roll(P, s, now)
+function swc.settle(P, s, neg, d)
+  swc.roll(P, s)
   s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
 end
-function swc.standing(P, s0, now)
+function swc.standing(P, s0)
   local s = copy(s0)
-  local r = swc.roll(P, s, now)
+  local r = swc.roll(P, s)
   local wp = weighted(P, s.p, r)
   local est = sat(add(s.c, wp))
   local reset = ZERO
@@ -333,7 +400,11 @@ function swc.standing(P, s0, now)
   end
   return satsub(P.limit, est), reset
 end
-function swc.fresh_at(P, s) return mul(add(s.i, 2), P.w) end
+function swc.fresh_in(P, s)
+  local idx, r = index(P.w)
+  if r and cmp(s.i, idx) == 0 then return 2 * P.w - r end
+  return satsub(mul(add(s.i, 2), P.w), now())
+end
 
 -- GCRA: {t = theoretical arrival time, in tokens}.
 local gcra = {}
@@ -349,10 +420,10 @@ function gcra.fresh() return { t = ZERO } end
 function gcra.load(v) return { t = parse(v[1]) } end
 function gcra.save(s) return { "t", str(s.t) } end
 function gcra.fields() return { "t" } end
-function gcra.check(P, s, now, cost)
+function gcra.check(P, s, cost)
   local most = add(P.burst, P.queue)
   if cmp(cost, most) > 0 then return "R", U64MAX end
-  local t = tokens_floor(P, now)
+  local t = tokens_floor(P, now())
   local tat = add(maxb(s.t, t), mul(cost, TPO))
   local ahead = sub(tat, t)
   local burst = mul(P.burst, TPO)
@@ -367,8 +438,8 @@ function gcra.check(P, s, now, cost)
   end
   return "R", ceil_ns(P, sub(ahead, limit))
 end
-function gcra.settle(P, s, now, neg, d)
-  local t = tokens_floor(P, now)
+function gcra.settle(P, s, neg, d)
+  local t = tokens_floor(P, now())
   local tokens = mul(d, TPO)
   if neg then
     s.t = maxb(satsub(s.t, tokens), minb(t, s.t))
@@ -376,24 +447,14 @@ function gcra.settle(P, s, now, neg, d)
     s.t = add(maxb(s.t, t), tokens)
   end
 end
-function gcra.standing(P, s, now)
-  local ahead = satsub(s.t, tokens_floor(P, now))
+function gcra.standing(P, s)
+  local ahead = satsub(s.t, tokens_floor(P, now()))
   local burst = mul(P.burst, TPO)
   return sat(divq(satsub(burst, ahead), TPO)), ceil_ns(P, ahead)
 end
-function gcra.fresh_at(P, s) return ceil_ns(P, s.t) end
+function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
 local policies = { fw = fw, swc = swc, gcra = gcra }
-
--- The time.
-local now
-if ARGV[2] ~= "" then
-  now = parse(ARGV[2])
-else
-  local t = redis.call("TIME")
-  now = add(mul(parse(t[1]), 1000000000), mul(parse(t[2]), 1000))
-end
-local explicit = ARGV[2] ~= ""
 
 -- The items.
 local n = tonumber(ARGV[3])
@@ -427,7 +488,7 @@ local function state_of(item)
   if v[1] then
     s = item.policy.load(v)
   else
-    s = item.policy.fresh(item.P, now)
+    s = item.policy.fresh(item.P)
   end
   states[item.key] = s
   return s
@@ -438,8 +499,7 @@ local function save(list)
   for _, item in ipairs(list) do
     local s = states[item.key]
     redis.call("HSET", item.key, unpack(item.policy.save(s)))
-    local at = item.policy.fresh_at(item.P, s)
-    local ms = add(divq(satsub(at, now), MILLION), ONE)
+    local ms = add(divq(item.policy.fresh_in(item.P, s), MILLION), ONE)
     if explicit then
       -- A time given by the caller runs apart from Redis' own: keep the
       -- key at least a minute of Redis' time.
@@ -449,14 +509,14 @@ local function save(list)
   end
 end
 
-local out = { str(now) }
+local out = { S > 0 and string.format("%.0f%09d", S, N) or str(N) }
 local function push(...)
   for _, v in ipairs({ ... }) do out[#out + 1] = v end
 end
 if ARGV[1] == "settle" then
   for _, item in ipairs(items) do
     local s = state_of(item)
-    item.policy.settle(item.P, s, now, item.neg, item.amount)
+    item.policy.settle(item.P, s, item.neg, item.amount)
   end
   save(items)
   for _ = 1, n do push("-", "0", "0", "0") end
@@ -471,7 +531,7 @@ for i, item in ipairs(items) do
   else
     local s = state_of(item)
     local trial = copy(s)
-    local code, value = item.policy.check(item.P, trial, now, item.amount)
+    local code, value = item.policy.check(item.P, trial, item.amount)
     results[i] = { code, value }
     decided[#decided + 1] = i
     local admitted = code ~= "R"
@@ -496,9 +556,9 @@ for i, item in ipairs(items) do
     local s = states[item.key]
     if rejected then
       local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P, now)
+      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
     end
-    local remaining, reset = item.policy.standing(item.P, s, now)
+    local remaining, reset = item.policy.standing(item.P, s)
     push(str(remaining), str(reset))
   end
 end
