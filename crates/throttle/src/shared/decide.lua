@@ -23,15 +23,16 @@
 -- limit rejects; otherwise it writes every admitted item's state, each
 -- with a TTL of the time until it decides like a fresh key.
 
--- The common call, a check of one fixed window on small numbers, runs on
--- doubles alone, before the general path defines anything: Redis runs the
--- whole script on every call, and each function it defines costs about
--- 0.1 µs. Any other call breaks out to the general path, which takes the
--- time read here.
+-- The common call, a check of one fixed window or sliding window counter
+-- on small numbers, runs on doubles alone, before the general path defines
+-- anything: Redis runs the whole script on every call, and each function
+-- it defines costs about 0.1 µs. Any other call breaks out, before it
+-- writes, to the general path, which takes the time read here.
 local fast_S, fast_N
 repeat
-  local op = ARGV[1]
-  if ARGV[3] ~= "1" or ARGV[4] ~= "fw" or ARGV[5] == "s" or op == "settle" then break end
+  local op, kind = ARGV[1], ARGV[4]
+  if ARGV[3] ~= "1" or ARGV[5] == "s" or op == "settle" then break end
+  if kind ~= "fw" and kind ~= "swc" then break end
   local cs, ls, ws = ARGV[6], ARGV[7], ARGV[8]
   -- cost, limit and window below 10^14 < 2^47.
   if #cs > 14 or #ls > 14 or #ws > 14 then break end
@@ -64,36 +65,105 @@ repeat
     q2 = q2 * 10 + qd
   end
   -- Below 9 * 10^15 < 2^53.
-  local idx = q1 * 1000000000 + q2
-  local i, c = idx, 0
-  local v = redis.call("HMGET", KEYS[1], "i", "c")
-  if v[1] then
-    if #v[1] > 15 or #v[2] > 15 then break end
-    i, c = tonumber(v[1]), tonumber(v[2])
-    -- A window after now's (a time that went back) takes the general path.
-    if i > idx then break end
-    if i < idx then i, c = idx, 0 end
-  end
-  local left = w - x
-  local code, value
-  if cost > limit then
-    code, value = "R", "18446744073709551615"
-  elseif c + cost <= limit then
-    c = c + cost
-    code, value = "A", string.format("%.0f", limit - c)
-    redis.call("HSET", KEYS[1], "i", string.format("%.0f", i), "c", string.format("%.0f", c))
-    local ms = math.floor(left / 1000000) + 1
-    if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
-    redis.call("PEXPIRE", KEYS[1], string.format("%.0f", ms))
-  else
-    code, value = "R", string.format("%.0f", left)
-  end
+  local idx, r = q1 * 1000000000 + q2, x
+  local left = w - r
+  local fmt = string.format
+  local code, value, fields, ttl
   local remaining, reset = "0", "0"
-  if op == "standing" then
-    remaining = string.format("%.0f", limit > c and limit - c or 0)
-    if c ~= 0 then reset = string.format("%.0f", left) end
+  if kind == "fw" then
+    local i, c = idx, 0
+    local v = redis.call("HMGET", KEYS[1], "i", "c")
+    if v[1] then
+      if #v[1] > 15 or #v[2] > 14 then break end
+      i, c = tonumber(v[1]), tonumber(v[2])
+      -- A window after now's (a time that went back) takes the general path.
+      if i > idx then break end
+      if i < idx then i, c = idx, 0 end
+    end
+    if cost > limit then
+      code, value = "R", "18446744073709551615"
+    elseif c + cost <= limit then
+      c = c + cost
+      code, value = "A", fmt("%.0f", limit - c)
+      fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
+    else
+      code, value = "R", fmt("%.0f", left)
+    end
+    if op == "standing" then
+      remaining = fmt("%.0f", limit > c and limit - c or 0)
+      if c ~= 0 then reset = fmt("%.0f", left) end
+    end
+  else
+    local i, p, c = idx, 0, 0
+    local v = redis.call("HMGET", KEYS[1], "i", "p", "c")
+    if v[1] then
+      if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then break end
+      i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+      if i > idx then break end
+      if idx == i + 1 then
+        i, p, c = idx, c, 0
+      elseif idx > i + 1 then
+        i, p, c = idx, 0, 0
+      end
+    end
+    -- floor(prev (w - r) / w) and the first offset at which the previous
+    -- window's weight is at most m, as `weighted` and `first_fit` below;
+    -- nil where a product reaches 2^53.
+    local function weighted(prev, rr)
+      local y = prev * (w - rr)
+      if y >= 9007199254740992 then return nil end
+      return math.floor(y / w)
+    end
+    local function first_fit(prev, m, rr)
+      local wp = weighted(prev, rr)
+      if not wp then return nil end
+      if wp <= m then return rr end
+      local y = (m + 1) * w
+      if y >= 9007199254740992 then return nil end
+      local span = math.floor((y - 1) / prev)
+      local fit = w > span and w - span or 0
+      return fit > rr and fit or rr
+    end
+    local wp = weighted(p, r)
+    if not wp then break end
+    local est = c + wp
+    if cost > limit then
+      code, value = "R", "18446744073709551615"
+    elseif est + cost <= limit then
+      c = c + cost
+      code, value = "A", fmt("%.0f", limit - est - cost)
+      fields, ttl = { "i", fmt("%.0f", i), "p", fmt("%.0f", p), "c", fmt("%.0f", c) }, left + w
+    else
+      local m = limit - cost
+      if c <= m then
+        local fit = first_fit(p, m - c, r)
+        if not fit then break end
+        if fit < w then code, value = "R", fmt("%.0f", fit - r) end
+      end
+      if not code then
+        local fit = first_fit(c, m, 0)
+        if not fit then break end
+        if fit > w then fit = w end
+        code, value = "R", fmt("%.0f", left + fit)
+      end
+    end
+    if op == "standing" then
+      est = c + wp
+      remaining = fmt("%.0f", limit > est and limit - est or 0)
+      if c ~= 0 then
+        reset = fmt("%.0f", left + w)
+      elseif wp ~= 0 then
+        reset = fmt("%.0f", left)
+      end
+    end
   end
-  local now = S > 0 and string.format("%.0f%09d", S, N) or string.format("%.0f", N)
+  if fields then
+    redis.call("HSET", KEYS[1], unpack(fields))
+    local ms = math.floor(ttl / 1000000) + 1
+    if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
+    redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
+  end
+  local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
   return { now, code, value, remaining, reset }
 until true
 
