@@ -2,8 +2,11 @@
 -- `crates/throttle/src/shared/mod.rs`). Redis' Lua numbers are doubles,
 -- exact only below 2^53, so every quantity here is a natural number with
 -- the same integer arithmetic as the Rust policies: a double while it is
--- below 2^48 (counts, limits, durations), 24-bit limbs above (nanoseconds
--- since the epoch, tokens).
+-- below 2^48 (counts, limits, durations, window indexes), 24-bit limbs
+-- above (a GCRA's tokens); the time is S seconds and N nanoseconds, whole
+-- only where a step needs it (a GCRA's meter, windows of 6.5 days or
+-- more). A check of one fixed window or sliding window counter on small
+-- numbers takes the fast path below, on doubles alone.
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
