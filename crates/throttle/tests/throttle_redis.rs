@@ -23,6 +23,7 @@ use tollgate_throttle::{
 };
 
 const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
 
 fn request(key: &str) -> Request<()> {
     Request::builder()
@@ -623,4 +624,63 @@ async fn a_reloaded_rule_the_store_cannot_keep_is_decided_locally_and_logged() {
     );
     // Decided on this replica alone, at half the burst of 6.
     assert_eq!(admitted(&throttler, "k", 6).await, 3);
+}
+
+#[tokio::test]
+async fn one_fixed_window_with_headers_decides_as_in_memory_when_time_steps_back() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let rule = || {
+        Rule::new(
+            "per-key",
+            Extract::header("x-api-key"),
+            Limit::FixedWindow(FixedWindow::new(4, Duration::from_millis(300)).unwrap()),
+        )
+        .ratelimit_headers(true)
+    };
+    let memory = Throttler::builder()
+        .clock(clock.clone())
+        .rule(rule())
+        .build();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let shared = Throttler::builder()
+        .store(store)
+        .rule(rule())
+        .try_build()
+        .unwrap();
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut now = 1_000 * S;
+    let (mut admitted, mut rejected) = (0, 0);
+    for step in 0..300 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if rng % 10 == 0 {
+            // Back, often into the window before.
+            now -= (rng >> 8) % (400 * MS);
+        } else {
+            now += (rng % 60) * MS;
+        }
+        clock.set_ns(now);
+        let req = request(["a", "b"][(rng >> 32) as usize % 2]);
+        let head = RequestHead::of(&req);
+        let m = outcome(memory.check(&head));
+        let r = outcome(shared.decide(&head).await);
+        assert_eq!(r, m, "step {step}");
+        if m.0 {
+            admitted += 1;
+        } else {
+            rejected += 1;
+        }
+    }
+    assert!(
+        admitted > 50 && rejected > 50,
+        "{admitted} admitted, {rejected} rejected"
+    );
 }

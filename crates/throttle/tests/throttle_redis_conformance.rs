@@ -274,3 +274,74 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     assert!((99_000..=101_001).contains(&ms), "{ms}");
     let _ = &mut conn;
 }
+
+#[tokio::test]
+async fn windows_agree_where_times_step_back_and_near_the_ends_of_their_ranges() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let fw = |l, w| Limit::FixedWindow(FixedWindow::new(l, Duration::from_nanos(w)).unwrap());
+    let swc = |l, w| {
+        Limit::SlidingWindowCounter(SlidingWindowCounter::new(l, Duration::from_nanos(w)).unwrap())
+    };
+    // Small and large limits, windows around the script's bounds (10^14 ns,
+    // 2^49 ns, 2^53 ns) and one window of a nanosecond.
+    let limits = [
+        fw(3, 1),
+        fw(4, 999),
+        fw(5, 3_600 * S),
+        fw(6, 99_999_999_999_999),
+        fw(7, 100_000_000_000_000),
+        fw(8, (1 << 49) - 1),
+        fw(9, 1 << 49),
+        fw(10, 1 << 53),
+        fw(99_999_999_999_999, 7 * S),
+        fw(100_000_000_000_000, 7 * S),
+        fw(u64::MAX, 7 * S),
+        swc(3, 1),
+        swc(4, 999),
+        swc(5, 3_600 * S),
+        swc(6, 99_999_999_999_999),
+        swc(7, 100_000_000_000_000),
+        swc(8, 1 << 53),
+        swc(99_999_999_999_999, 7 * S),
+        swc(100_000_000_000_000, 7 * S),
+        swc(u64::MAX, 7 * S),
+    ];
+    let origins = [0, 1_795_000_000_123_456_789, u64::MAX - 20 * S];
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for (i, limit) in limits.iter().enumerate() {
+        let big = matches!(i, 8..=10 | 17..=19);
+        for (j, origin) in origins.into_iter().enumerate() {
+            let mut now = origin;
+            let mut steps = Vec::new();
+            for _ in 0..80 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Forward mostly, sometimes back across a window's start.
+                now = match rng % 8 {
+                    0 => now.saturating_sub((rng >> 20) % (3 * S)),
+                    1 => now.saturating_add(rng >> 30),
+                    2 | 3 => now,
+                    _ => now.saturating_add((rng >> 20) % 2_000_000),
+                }
+                .min(u64::MAX - 1);
+                // Up to 2^50: more than 10^14, and no sum of them overflows.
+                let cost = if big && rng % 5 == 0 {
+                    rng >> 14
+                } else if big && rng % 5 == 1 {
+                    (rng >> 20) % 40_000_000_000_000
+                } else {
+                    1 + (rng >> 8) % 4
+                };
+                steps.push((now, cost));
+            }
+            let key = format!("edges-{i}-{j}");
+            assert_eq!(
+                redis_answers(&store, limit, &key, &steps).await,
+                memory_answers(limit, &steps),
+                "limit {i} ({limit:?}) from {origin}"
+            );
+        }
+    }
+}

@@ -1,8 +1,12 @@
 -- tollgate: the throttler's policies on keys kept in Redis (see
 -- `crates/throttle/src/shared/mod.rs`). Redis' Lua numbers are doubles,
--- exact only below 2^53, so every quantity here (nanoseconds since the
--- epoch, tokens) is a natural number in 24-bit limbs, least significant
--- first, with the same integer arithmetic as the Rust policies.
+-- exact only below 2^53, so every quantity here is a natural number with
+-- the same integer arithmetic as the Rust policies: a double while it is
+-- below 2^48 (counts, limits, durations, window indexes), 24-bit limbs
+-- above (a GCRA's tokens); the time is S seconds and N nanoseconds, whole
+-- only where a step needs it (a GCRA's meter, windows of 6.5 days or
+-- more). A check of one fixed window or sliding window counter on small
+-- numbers takes the fast path below, on doubles alone.
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
@@ -22,23 +26,204 @@
 -- limit rejects; otherwise it writes every admitted item's state, each
 -- with a TTL of the time until it decides like a fresh key.
 
-local B = 16777216 -- 2^24
+-- The common call, a check of one fixed window or sliding window counter
+-- on small numbers, runs on doubles alone, before the general path defines
+-- anything: Redis runs the whole script on every call, and each function
+-- it defines costs about 0.1 µs. Any other call breaks out, before it
+-- writes, to the general path, which takes the time read here.
+local fast_S, fast_N
+repeat
+  local op, kind = ARGV[1], ARGV[4]
+  if ARGV[3] ~= "1" or ARGV[5] == "s" or op == "settle" then break end
+  if kind ~= "fw" and kind ~= "swc" then break end
+  local cs, ls, ws = ARGV[6], ARGV[7], ARGV[8]
+  -- cost, limit and window below 10^14 < 2^47.
+  if #cs > 14 or #ls > 14 or #ws > 14 then break end
+  local cost, limit, w = tonumber(cs), tonumber(ls), tonumber(ws)
+  local t = ARGV[2]
+  if t ~= "" then
+    if #t > 9 then
+      fast_S, fast_N = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+    else
+      fast_S, fast_N = 0, tonumber(t)
+    end
+  else
+    t = redis.call("TIME")
+    fast_S, fast_N = tonumber(t[1]), tonumber(t[2]) * 1000
+  end
+  local S, N = fast_S, fast_N
+  -- Far below 2^64, a window's end does not saturate.
+  if S > 18446743000 then break end
+  -- The window index and now mod w, as in `index` below.
+  local q1 = math.floor(S / w)
+  if q1 >= 9000000 then break end
+  local x, q2, n, pow = S - q1 * w, 0, N, 100000000
+  for _ = 1, 9 do
+    local digit = math.floor(n / pow)
+    n = n - digit * pow
+    pow = pow / 10
+    x = x * 10 + digit
+    local qd = math.floor(x / w)
+    x = x - qd * w
+    q2 = q2 * 10 + qd
+  end
+  -- Below 9 * 10^15 < 2^53.
+  local idx, r = q1 * 1000000000 + q2, x
+  local left = w - r
+  local fmt = string.format
+  local code, value, fields, ttl
+  local remaining, reset = "0", "0"
+  if kind == "fw" then
+    local i, c = idx, 0
+    local v = redis.call("HMGET", KEYS[1], "i", "c")
+    if v[1] then
+      if #v[1] > 15 or #v[2] > 14 then break end
+      i, c = tonumber(v[1]), tonumber(v[2])
+      -- A window after now's (a time that went back) takes the general path.
+      if i > idx then break end
+      if i < idx then i, c = idx, 0 end
+    end
+    if cost > limit then
+      code, value = "R", "18446744073709551615"
+    elseif c + cost <= limit then
+      c = c + cost
+      code, value = "A", fmt("%.0f", limit - c)
+      fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
+    else
+      code, value = "R", fmt("%.0f", left)
+    end
+    if op == "standing" then
+      remaining = fmt("%.0f", limit > c and limit - c or 0)
+      if c ~= 0 then reset = fmt("%.0f", left) end
+    end
+  else
+    local i, p, c = idx, 0, 0
+    local v = redis.call("HMGET", KEYS[1], "i", "p", "c")
+    if v[1] then
+      if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then break end
+      i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+      if i > idx then break end
+      if idx == i + 1 then
+        i, p, c = idx, c, 0
+      elseif idx > i + 1 then
+        i, p, c = idx, 0, 0
+      end
+    end
+    -- floor(prev (w - r) / w) and the first offset at which the previous
+    -- window's weight is at most m, as `weighted` and `first_fit` below;
+    -- nil where a product reaches 2^53.
+    local function weighted(prev, rr)
+      local y = prev * (w - rr)
+      if y >= 9007199254740992 then return nil end
+      return math.floor(y / w)
+    end
+    local function first_fit(prev, m, rr)
+      local wp = weighted(prev, rr)
+      if not wp then return nil end
+      if wp <= m then return rr end
+      local y = (m + 1) * w
+      if y >= 9007199254740992 then return nil end
+      local span = math.floor((y - 1) / prev)
+      local fit = w > span and w - span or 0
+      return fit > rr and fit or rr
+    end
+    local wp = weighted(p, r)
+    if not wp then break end
+    local est = c + wp
+    if cost > limit then
+      code, value = "R", "18446744073709551615"
+    elseif est + cost <= limit then
+      c = c + cost
+      code, value = "A", fmt("%.0f", limit - est - cost)
+      fields, ttl = { "i", fmt("%.0f", i), "p", fmt("%.0f", p), "c", fmt("%.0f", c) }, left + w
+    else
+      local m = limit - cost
+      if c <= m then
+        local fit = first_fit(p, m - c, r)
+        if not fit then break end
+        if fit < w then code, value = "R", fmt("%.0f", fit - r) end
+      end
+      if not code then
+        local fit = first_fit(c, m, 0)
+        if not fit then break end
+        if fit > w then fit = w end
+        code, value = "R", fmt("%.0f", left + fit)
+      end
+    end
+    if op == "standing" then
+      est = c + wp
+      remaining = fmt("%.0f", limit > est and limit - est or 0)
+      if c ~= 0 then
+        reset = fmt("%.0f", left + w)
+      elseif wp ~= 0 then
+        reset = fmt("%.0f", left)
+      end
+    end
+  end
+  if fields then
+    redis.call("HSET", KEYS[1], unpack(fields))
+    local ms = math.floor(ttl / 1000000) + 1
+    if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
+    redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
+  end
+  local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
+  return { now, code, value, remaining, reset }
+until true
 
-local function norm(a)
+local B = 16777216 -- 2^24
+local SMALL = 281474976710656 -- 2^48
+local EXACT = 9007199254740992 -- 2^53
+
+-- A natural number below 2^48 is a Lua number; from 2^48 on it is a table
+-- of 24-bit limbs (at least three, the top one nonzero). Each operation
+-- computes on doubles when its operands are numbers and its result is
+-- exact, and on limbs otherwise.
+
+-- The limbs of an integer double.
+local function limbs(x)
+  local a, n = {}, 0
+  while x > 0 do
+    local l = x % B
+    n = n + 1
+    a[n] = l
+    x = (x - l) / B
+  end
+  return a
+end
+
+-- The number that limbs `a` hold, in its form above.
+local function canon(a)
   local n = #a
   while n > 0 and a[n] == 0 do
     a[n] = nil
     n = n - 1
   end
+  if n <= 2 then return (a[1] or 0) + (a[2] or 0) * B end
   return a
 end
 
-local fromd
+-- An integer double below 2^53 in the form above.
+local function num(x)
+  if x < SMALL then return x end
+  return limbs(x)
+end
+
+local function big(a)
+  if type(a) == "number" then return limbs(a) end
+  return a
+end
+
+local function tod(a)
+  if type(a) == "number" then return a end
+  local x = 0
+  for k = #a, 1, -1 do x = x * B + a[k] end
+  return x
+end
 
 local function parse(s)
   if #s <= 15 then
     -- Below 10^15 < 2^53: exact as a double.
-    return fromd(tonumber(s))
+    return num(tonumber(s))
   end
   local a = {}
   local len = #s
@@ -60,9 +245,10 @@ local function parse(s)
     pos = pos + chunk
     chunk = 6
   end
-  return norm(a)
+  return canon(a)
 end
 
+-- Limbs `a` divided by a small d: the quotient's limbs and the remainder.
 local function divsmall(a, d)
   local q, r = {}, 0
   for k = #a, 1, -1 do
@@ -71,15 +257,16 @@ local function divsmall(a, d)
     q[k] = qk
     r = t - qk * d
   end
-  return norm(q), r
+  local n = #q
+  while n > 0 and q[n] == 0 do
+    q[n] = nil
+    n = n - 1
+  end
+  return q, r
 end
 
 local function str(a)
-  if #a == 0 then return "0" end
-  if #a <= 2 then
-    -- Below 2^48: exact as a double.
-    return string.format("%.0f", a[1] + (a[2] or 0) * B)
-  end
+  if type(a) == "number" then return string.format("%.0f", a) end
   local parts, r = {}, 0
   while #a > 0 do
     a, r = divsmall(a, 1000000)
@@ -93,6 +280,13 @@ local function str(a)
 end
 
 local function cmp(a, b)
+  local na, nb = type(a) == "number", type(b) == "number"
+  if na and nb then
+    if a == b then return 0 end
+    return a < b and -1 or 1
+  end
+  if na then return -1 end
+  if nb then return 1 end
   if #a ~= #b then return #a < #b and -1 or 1 end
   for k = #a, 1, -1 do
     if a[k] ~= b[k] then return a[k] < b[k] and -1 or 1 end
@@ -101,6 +295,11 @@ local function cmp(a, b)
 end
 
 local function add(a, b)
+  if type(a) == "number" and type(b) == "number" then
+    -- Below 2^49: exact.
+    return num(a + b)
+  end
+  a, b = big(a), big(b)
   local r, c = {}, 0
   local n = math.max(#a, #b)
   for k = 1, n do
@@ -108,21 +307,29 @@ local function add(a, b)
     if t >= B then r[k], c = t - B, 1 else r[k], c = t, 0 end
   end
   if c > 0 then r[n + 1] = c end
-  return r
+  return canon(r)
 end
 
 -- a - b, for a >= b.
 local function sub(a, b)
+  if type(a) == "number" then return a - b end
+  b = big(b)
   local r, c = {}, 0
   for k = 1, #a do
     local t = a[k] - (b[k] or 0) - c
     if t < 0 then r[k], c = t + B, 1 else r[k], c = t, 0 end
   end
-  return norm(r)
+  return canon(r)
 end
 
 local function mul(a, b)
-  if #a == 0 or #b == 0 then return {} end
+  if type(a) == "number" and type(b) == "number" then
+    -- A product below 2^53 is exact; one above it rounds to 2^53 or more.
+    local x = a * b
+    if x < EXACT then return num(x) end
+  end
+  if a == 0 or b == 0 then return 0 end
+  a, b = big(a), big(b)
   local r = {}
   for k = 1, #a + #b do r[k] = 0 end
   for i = 1, #a do
@@ -140,49 +347,34 @@ local function mul(a, b)
       k = k + 1
     end
   end
-  return norm(r)
-end
-
-local function tod(a)
-  local x = 0
-  for k = #a, 1, -1 do x = x * B + a[k] end
-  return x
-end
-
-function fromd(x)
-  local a = {}
-  while x > 0 do
-    local l = x % B
-    a[#a + 1] = l
-    x = (x - l) / B
-  end
-  return a
+  return canon(r)
 end
 
 -- floor(a / b) for b > 0: a quotient estimated in doubles, kept below the
 -- true one (the margin 2^-40 exceeds the estimate's rounding), subtracted,
 -- and again on the remainder until it is below b.
 local function divq(a, b)
-  if #a <= 2 then
+  if type(a) == "number" then
     -- Below 2^48 the quotient of doubles rounds to no integer above the
     -- true one, so its floor is exact.
-    if cmp(a, b) < 0 then return {} end
-    return fromd(math.floor(tod(a) / tod(b)))
+    if type(b) ~= "number" then return 0 end
+    return math.floor(a / b)
   end
-  local q, r = {}, a
+  local q, r = 0, a
   while cmp(r, b) >= 0 do
     local qe = math.floor(tod(r) / tod(b) * (1 - 2 ^ -40))
-    local qb = qe >= 1 and fromd(qe) or { 1 }
+    if qe < 1 then qe = 1 end
+    local qb = qe < SMALL and qe or limbs(qe)
     r = sub(r, mul(qb, b))
     q = add(q, qb)
   end
   return q
 end
 
-local ZERO, ONE = {}, { 1 }
-local U64MAX = parse("18446744073709551615")
-local TPO = parse("1048576") -- tokens per op
-local MILLION = parse("1000000")
+local ZERO, ONE = 0, 1
+local U64MAX = { 16777215, 16777215, 65535 } -- 2^64 - 1
+local TPO = 1048576 -- tokens per op
+local MILLION = 1000000
 
 local function maxb(a, b) return cmp(a, b) >= 0 and a or b end
 local function minb(a, b) return cmp(a, b) <= 0 and a or b end
@@ -194,58 +386,128 @@ local function copy(s)
   return c
 end
 
+-- The time: S seconds and N nanoseconds since the epoch (S below 2^35,
+-- N below 10^9), the number of nanoseconds built only when a step needs
+-- it whole.
+local S, N = fast_S, fast_N
+local explicit = ARGV[2] ~= ""
+if S then
+  -- Read by the fast path above.
+elseif explicit then
+  local t = ARGV[2]
+  if #t > 9 then
+    S, N = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+  else
+    S, N = 0, tonumber(t)
+  end
+else
+  local t = redis.call("TIME")
+  S, N = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+local whole
+local function now()
+  if not whole then whole = add(mul(S, 1000000000), N) end
+  return whole
+end
+
+-- floor(now / w) and now mod w, by long division of S, then of N a digit
+-- at a time: every step divides a number below 10w < 2^53, whose floor
+-- in doubles is exact, for w below 2^49 (6.5 days; longer windows divide
+-- on limbs, with no remainder).
+local divided = {}
+local function index(w)
+  local d = divided[w]
+  if d then return d[1], d[2] end
+  if type(w) ~= "number" or w >= 562949953421312 then
+    d = { divq(now(), w) }
+  else
+    local q1 = math.floor(S / w)
+    local x, q2, n, pow = S - q1 * w, 0, N, 100000000
+    for _ = 1, 9 do
+      local digit = math.floor(n / pow)
+      n = n - digit * pow
+      pow = pow / 10
+      x = x * 10 + digit
+      local qd = math.floor(x / w)
+      x = x - qd * w
+      q2 = q2 * 10 + qd
+    end
+    d = { add(mul(q1, 1000000000), q2), x }
+  end
+  divided[w] = d
+  return d[1], d[2]
+end
+
+-- The nanoseconds from now to window i's end, sat((i + 1) w) -
+-- max(now, i w): in the window that holds now, and not near 2^64, w less
+-- now mod w.
+local function window_left(w, i)
+  local idx, r = index(w)
+  if r and cmp(i, idx) == 0 and S + w / 1000000000 + 2 < 18446744073 then
+    return w - r
+  end
+  return sub(sat(mul(add(i, ONE), w)), maxb(now(), mul(i, w)))
+end
+
 -- The fixed window: {i = window index, c = count}.
 local fw = {}
-function fw.fresh(P, now) return { i = divq(now, P.w), c = ZERO } end
+function fw.fresh(P) return { i = (index(P.w)), c = ZERO } end
 function fw.load(v) return { i = parse(v[1]), c = parse(v[2]) } end
 function fw.save(s) return { "i", str(s.i), "c", str(s.c) } end
 function fw.fields() return { "i", "c" } end
-function fw.roll(P, s, now)
-  local idx = divq(now, P.w)
+function fw.roll(P, s)
+  local idx = index(P.w)
   if cmp(idx, s.i) > 0 then
     s.i, s.c = idx, ZERO
   end
-  return maxb(now, mul(s.i, P.w))
 end
-function fw.check(P, s, now, cost)
+function fw.check(P, s, cost)
   if cmp(cost, P.limit) > 0 then return "R", U64MAX end
-  local n = fw.roll(P, s, now)
+  fw.roll(P, s)
   local c = add(s.c, cost)
   if cmp(c, P.limit) <= 0 then
     s.c = c
     return "A", sub(P.limit, c)
   end
-  return "R", sub(sat(mul(add(s.i, ONE), P.w)), n)
+  return "R", window_left(P.w, s.i)
 end
-function fw.settle(P, s, now, neg, d)
-  fw.roll(P, s, now)
+function fw.settle(P, s, neg, d)
+  fw.roll(P, s)
   s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
 end
-function fw.standing(P, s0, now)
+function fw.standing(P, s0)
   local s = copy(s0)
-  local n = fw.roll(P, s, now)
+  fw.roll(P, s)
   local reset = ZERO
-  if #s.c > 0 then reset = sub(sat(mul(add(s.i, ONE), P.w)), n) end
+  if s.c ~= 0 then reset = window_left(P.w, s.i) end
   return satsub(P.limit, s.c), reset
 end
-function fw.fresh_at(P, s) return mul(add(s.i, ONE), P.w) end
+-- The nanoseconds from now until the key decides like a fresh one.
+function fw.fresh_in(P, s)
+  local idx, r = index(P.w)
+  if r and cmp(s.i, idx) == 0 then return P.w - r end
+  return satsub(mul(add(s.i, ONE), P.w), now())
+end
 
 -- The sliding window counter: {i = window index, p = previous, c = current}.
 local swc = {}
-function swc.fresh(P, now) return { i = divq(now, P.w), p = ZERO, c = ZERO } end
+function swc.fresh(P) return { i = (index(P.w)), p = ZERO, c = ZERO } end
 function swc.load(v) return { i = parse(v[1]), p = parse(v[2]), c = parse(v[3]) } end
 function swc.save(s) return { "i", str(s.i), "p", str(s.p), "c", str(s.c) } end
 function swc.fields() return { "i", "p", "c" } end
-function swc.roll(P, s, now)
-  local idx = divq(now, P.w)
+function swc.roll(P, s)
+  local idx, rem = index(P.w)
   local c = cmp(idx, add(s.i, ONE))
   if c == 0 then
     s.i, s.p, s.c = idx, s.c, ZERO
   elseif c > 0 then
     s.i, s.p, s.c = idx, ZERO, ZERO
   end
-  local start = mul(s.i, P.w)
-  return sub(maxb(now, start), start)
+  -- now - i w in the window that holds now, 0 in a later one.
+  local c = cmp(s.i, idx)
+  if c > 0 then return ZERO end
+  if rem then return rem end
+  return sub(now(), mul(s.i, P.w))
 end
 local function weighted(P, prev, r)
   return divq(mul(prev, sub(P.w, r)), P.w)
@@ -255,9 +517,9 @@ local function first_fit(P, prev, m, r)
   local span = divq(sub(mul(add(m, ONE), P.w), ONE), prev)
   return maxb(sat(satsub(P.w, span)), r)
 end
-function swc.check(P, s, now, cost)
+function swc.check(P, s, cost)
   if cmp(cost, P.limit) > 0 then return "R", U64MAX end
-  local r = swc.roll(P, s, now)
+  local r = swc.roll(P, s)
   local est = sat(add(s.c, weighted(P, s.p, r)))
   if cmp(sat(add(est, cost)), P.limit) <= 0 then
     s.c = add(s.c, cost)
@@ -271,24 +533,28 @@ function swc.check(P, s, now, cost)
   local fit = minb(first_fit(P, s.c, m, ZERO), P.w)
   return "R", sat(add(sub(P.w, r), fit))
 end
-function swc.settle(P, s, now, neg, d)
-  swc.roll(P, s, now)
+function swc.settle(P, s, neg, d)
+  swc.roll(P, s)
   s.c = neg and satsub(s.c, d) or sat(add(s.c, d))
 end
-function swc.standing(P, s0, now)
+function swc.standing(P, s0)
   local s = copy(s0)
-  local r = swc.roll(P, s, now)
+  local r = swc.roll(P, s)
   local wp = weighted(P, s.p, r)
   local est = sat(add(s.c, wp))
   local reset = ZERO
-  if #s.c > 0 then
+  if s.c ~= 0 then
     reset = sat(add(sub(P.w, r), P.w))
-  elseif #wp > 0 then
+  elseif wp ~= 0 then
     reset = sub(P.w, r)
   end
   return satsub(P.limit, est), reset
 end
-function swc.fresh_at(P, s) return mul(add(s.i, { 2 }), P.w) end
+function swc.fresh_in(P, s)
+  local idx, r = index(P.w)
+  if r and cmp(s.i, idx) == 0 then return 2 * P.w - r end
+  return satsub(mul(add(s.i, 2), P.w), now())
+end
 
 -- GCRA: {t = theoretical arrival time, in tokens}.
 local gcra = {}
@@ -304,10 +570,10 @@ function gcra.fresh() return { t = ZERO } end
 function gcra.load(v) return { t = parse(v[1]) } end
 function gcra.save(s) return { "t", str(s.t) } end
 function gcra.fields() return { "t" } end
-function gcra.check(P, s, now, cost)
+function gcra.check(P, s, cost)
   local most = add(P.burst, P.queue)
   if cmp(cost, most) > 0 then return "R", U64MAX end
-  local t = tokens_floor(P, now)
+  local t = tokens_floor(P, now())
   local tat = add(maxb(s.t, t), mul(cost, TPO))
   local ahead = sub(tat, t)
   local burst = mul(P.burst, TPO)
@@ -322,8 +588,8 @@ function gcra.check(P, s, now, cost)
   end
   return "R", ceil_ns(P, sub(ahead, limit))
 end
-function gcra.settle(P, s, now, neg, d)
-  local t = tokens_floor(P, now)
+function gcra.settle(P, s, neg, d)
+  local t = tokens_floor(P, now())
   local tokens = mul(d, TPO)
   if neg then
     s.t = maxb(satsub(s.t, tokens), minb(t, s.t))
@@ -331,24 +597,14 @@ function gcra.settle(P, s, now, neg, d)
     s.t = add(maxb(s.t, t), tokens)
   end
 end
-function gcra.standing(P, s, now)
-  local ahead = satsub(s.t, tokens_floor(P, now))
+function gcra.standing(P, s)
+  local ahead = satsub(s.t, tokens_floor(P, now()))
   local burst = mul(P.burst, TPO)
   return sat(divq(satsub(burst, ahead), TPO)), ceil_ns(P, ahead)
 end
-function gcra.fresh_at(P, s) return ceil_ns(P, s.t) end
+function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
 local policies = { fw = fw, swc = swc, gcra = gcra }
-
--- The time.
-local now
-if ARGV[2] ~= "" then
-  now = parse(ARGV[2])
-else
-  local t = redis.call("TIME")
-  now = add(mul(parse(t[1]), parse("1000000000")), mul(parse(t[2]), parse("1000")))
-end
-local explicit = ARGV[2] ~= ""
 
 -- The items.
 local n = tonumber(ARGV[3])
@@ -382,7 +638,7 @@ local function state_of(item)
   if v[1] then
     s = item.policy.load(v)
   else
-    s = item.policy.fresh(item.P, now)
+    s = item.policy.fresh(item.P)
   end
   states[item.key] = s
   return s
@@ -393,25 +649,24 @@ local function save(list)
   for _, item in ipairs(list) do
     local s = states[item.key]
     redis.call("HSET", item.key, unpack(item.policy.save(s)))
-    local at = item.policy.fresh_at(item.P, s)
-    local ms = add(divq(satsub(at, now), MILLION), ONE)
+    local ms = add(divq(item.policy.fresh_in(item.P, s), MILLION), ONE)
     if explicit then
       -- A time given by the caller runs apart from Redis' own: keep the
       -- key at least a minute of Redis' time.
-      ms = maxb(ms, parse("60000"))
+      ms = maxb(ms, 60000)
     end
     redis.call("PEXPIRE", item.key, str(ms))
   end
 end
 
-local out = { str(now) }
+local out = { S > 0 and string.format("%.0f%09d", S, N) or str(N) }
 local function push(...)
   for _, v in ipairs({ ... }) do out[#out + 1] = v end
 end
 if ARGV[1] == "settle" then
   for _, item in ipairs(items) do
     local s = state_of(item)
-    item.policy.settle(item.P, s, now, item.neg, item.amount)
+    item.policy.settle(item.P, s, item.neg, item.amount)
   end
   save(items)
   for _ = 1, n do push("-", "0", "0", "0") end
@@ -426,7 +681,7 @@ for i, item in ipairs(items) do
   else
     local s = state_of(item)
     local trial = copy(s)
-    local code, value = item.policy.check(item.P, trial, now, item.amount)
+    local code, value = item.policy.check(item.P, trial, item.amount)
     results[i] = { code, value }
     decided[#decided + 1] = i
     local admitted = code ~= "R"
@@ -451,9 +706,9 @@ for i, item in ipairs(items) do
     local s = states[item.key]
     if rejected then
       local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P, now)
+      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
     end
-    local remaining, reset = item.policy.standing(item.P, s, now)
+    local remaining, reset = item.policy.standing(item.P, s)
     push(str(remaining), str(reset))
   end
 end

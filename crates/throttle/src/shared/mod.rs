@@ -4,8 +4,11 @@
 //! # Implementation notes
 //!
 //! Each policy's step is Lua (`decide.lua`) with the Rust policy's
-//! integer arithmetic on exact multi-limb integers (Redis' Lua has only
-//! doubles). The script is loaded once and called by its SHA-1 (`EVALSHA`,
+//! exact integer arithmetic (Redis' Lua has only doubles): on doubles
+//! while numbers stay below 2^48, with the time as seconds and
+//! nanoseconds, and on multi-limb integers above (a GCRA's tokens). A
+//! check of one fixed window or sliding window counter on small numbers
+//! runs on doubles alone, before the script defines anything else. The script is loaded once and called by its SHA-1 (`EVALSHA`,
 //! loaded again on `NOSCRIPT`). One call decides every limit a request
 //! meets, in rule order, and writes nothing when an enforced limit
 //! rejects, so a rejected request costs nothing without a refund (on a

@@ -3,9 +3,9 @@
 //!
 //! # Implementation notes
 //!
-//! Every number crosses as decimal text: the script computes on 24-bit
-//! limbs (Redis' Lua numbers are doubles), so it takes and gives back
-//! exact integers of any size. A GCRA's meter crosses as the reduced
+//! Every number crosses as decimal text: the script computes on doubles
+//! below 2^48 and on 24-bit limbs above (Redis' Lua numbers are doubles),
+//! so it takes and gives back exact integers of any size. A GCRA's meter crosses as the reduced
 //! fraction the core's `Meter` holds (`whole + fraction / den` tokens per
 //! nanosecond), computed here the same way.
 
