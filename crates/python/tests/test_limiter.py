@@ -178,8 +178,13 @@ def test_acquire_async_awaited_outside_a_loop_is_an_error():
         coroutine.send(None)
 
 
+# A child started where SIGINT is ignored (a background job of a shell
+# without job control, as CI runners may start the suite) inherits that,
+# and Python then installs no KeyboardInterrupt handler: put back the one a
+# terminal's Ctrl-C meets.
 BLOCKED = """
-import sys, tollgate
+import signal, sys, tollgate
+signal.signal(signal.SIGINT, signal.default_int_handler)
 limiter = tollgate.RateLimiter("0.001,1.0")   # one op in 1,000 s
 while limiter.try_acquire():
     pass
@@ -194,7 +199,8 @@ print("acquired", flush=True)
 
 
 LEASED = """
-import socket, sys, tollgate
+import signal, socket, sys, tollgate
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     dead = "127.0.0.1:%d" % s.getsockname()[1]
