@@ -130,6 +130,48 @@ fn fixed_window_admits_twice_the_limit_across_a_boundary() {
 }
 
 #[test]
+fn fixed_window_limits_above_half_of_u64_do_not_overflow() {
+    let p = FixedWindow::new(u64::MAX, Duration::from_secs(1)).unwrap();
+    let mut s = p.new_state(0);
+    let half = u64::MAX / 2 + 1;
+    assert_eq!(
+        p.check(&mut s, 0, half),
+        Verdict::Admit {
+            remaining: half - 1
+        }
+    );
+    // count + cost would be 2^64: over the limit, refused, count unchanged.
+    assert_eq!(
+        p.check(&mut s, 1, half),
+        Verdict::Reject {
+            retry_after_ns: 999_999_999
+        }
+    );
+    assert_eq!(
+        p.check(&mut s, 2, half - 1),
+        Verdict::Admit { remaining: 0 }
+    );
+    assert_eq!(p.check(&mut s, 3, 0), Verdict::Admit { remaining: 0 });
+}
+
+#[test]
+fn fixed_window_at_the_end_of_the_timeline_does_not_overflow() {
+    let p = FixedWindow::new(2, Duration::from_nanos(1)).unwrap();
+    let mut s = p.new_state(u64::MAX);
+    assert_eq!(
+        p.check(&mut s, u64::MAX, 2),
+        Verdict::Admit { remaining: 0 }
+    );
+    // The last window never ends: no retry time before the clock runs out.
+    assert_eq!(
+        p.check(&mut s, u64::MAX, 1),
+        Verdict::Reject { retry_after_ns: 0 }
+    );
+    let standing = p.standing(&s, u64::MAX);
+    assert_eq!((standing.remaining, standing.reset_ns), (0, 0));
+}
+
+#[test]
 fn bad_limits_are_errors() {
     assert!(FixedWindow::new(0, Duration::from_secs(1)).is_err());
     assert!(FixedWindow::new(1, Duration::ZERO).is_err());

@@ -84,6 +84,14 @@ impl FixedWindow {
         }
         now_ns.max(s.index * self.window_ns)
     }
+
+    /// Where the key's window ends, or `u64::MAX` for the last window of
+    /// the timeline, which never ends (its next index does not exist).
+    fn window_end(&self, s: &FixedWindowState) -> u64 {
+        s.index
+            .checked_add(1)
+            .map_or(u64::MAX, |next| next.saturating_mul(self.window_ns))
+    }
 }
 
 impl Policy for FixedWindow {
@@ -103,15 +111,18 @@ impl Policy for FixedWindow {
             };
         }
         let now = self.roll(s, now_ns);
-        if s.count + cost <= self.limit {
-            s.count += cost;
-            Verdict::Admit {
-                remaining: self.limit - s.count,
+        // `checked_add`: a count and a cost each up to a limit above 2^63
+        // sum past `u64::MAX`, and such a sum is over any limit.
+        match s.count.checked_add(cost) {
+            Some(count) if count <= self.limit => {
+                s.count = count;
+                Verdict::Admit {
+                    remaining: self.limit - count,
+                }
             }
-        } else {
-            Verdict::Reject {
-                retry_after_ns: (s.index + 1).saturating_mul(self.window_ns) - now,
-            }
+            _ => Verdict::Reject {
+                retry_after_ns: self.window_end(s) - now,
+            },
         }
     }
 
@@ -140,7 +151,7 @@ impl Policy for FixedWindow {
             reset_ns: if s.count == 0 {
                 0
             } else {
-                (s.index + 1).saturating_mul(self.window_ns) - now
+                self.window_end(&s) - now
             },
         }
     }
