@@ -172,6 +172,20 @@ fn fixed_window_at_the_end_of_the_timeline_does_not_overflow() {
 }
 
 #[test]
+fn sliding_window_counter_at_the_end_of_the_timeline_does_not_overflow() {
+    let p = SlidingWindowCounter::new(2, Duration::from_nanos(1)).unwrap();
+    let mut s = p.new_state(u64::MAX);
+    assert_eq!(
+        p.check(&mut s, u64::MAX, 2),
+        Verdict::Admit { remaining: 0 }
+    );
+    assert!(matches!(
+        p.check(&mut s, u64::MAX, 1),
+        Verdict::Reject { .. }
+    ));
+}
+
+#[test]
 fn bad_limits_are_errors() {
     assert!(FixedWindow::new(0, Duration::from_secs(1)).is_err());
     assert!(FixedWindow::new(1, Duration::ZERO).is_err());

@@ -91,16 +91,13 @@ impl SlidingWindowCounter {
     /// Moves the state to `now`'s window; returns the position in it.
     fn roll(&self, s: &mut SlidingWindowCounterState, now_ns: u64) -> u64 {
         let index = now_ns / self.window_ns;
-        if index == s.index + 1 {
+        // `index - s.index`, not `s.index + 1`: the timeline's last window
+        // has no next index.
+        if index > s.index {
+            let prev = if index - s.index == 1 { s.cur } else { 0 };
             *s = SlidingWindowCounterState {
                 index,
-                prev: s.cur,
-                cur: 0,
-            };
-        } else if index > s.index + 1 {
-            *s = SlidingWindowCounterState {
-                index,
-                prev: 0,
+                prev,
                 cur: 0,
             };
         }
