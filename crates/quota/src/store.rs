@@ -9,7 +9,10 @@
 //! arithmetic: the level in the core's fixed-point tokens (2^20 per op),
 //! signed for debt, the meter's carry below one token, and the time the
 //! level is up to date with. Redis' Lua has only doubles, so the script
-//! computes on 24-bit limbs above 2^48. The clock is Redis' `TIME`, so
+//! computes on 24-bit limbs above 2^48; a bucket whose numbers stay small
+//! (most) is decided first on a fast path of doubles alone, each product
+//! checked below 2^53, before the script defines its limb arithmetic
+//! (Redis runs the whole script on every call). The clock is Redis' `TIME`, so
 //! servers with skewed clocks agree; a store built with
 //! [`QuotaStore::clock`] passes that clock's time instead (tests).
 //!

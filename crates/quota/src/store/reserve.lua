@@ -4,7 +4,8 @@
 -- Lua numbers are doubles, exact only below 2^53: every quantity here is a
 -- natural number, a double below 2^48 and 24-bit limbs above (a bucket's
 -- tokens are ops * 2^20, and a debt times the meter's denominator reaches
--- 2^123).
+-- 2^123). A bucket of small numbers, in no counted namespace, takes the
+-- fast path first, on doubles alone.
 --
 -- KEYS[1]: the bucket's state, a hash: l (level in tokens, "-" for debt),
 --   c (the meter's carry, below den), t (the time the level is up to
@@ -26,6 +27,132 @@
 --
 -- A bucket idle for max_idle starts afresh, and leaves its namespace's
 -- count, as the in-memory reaper removes it.
+
+-- The common call, a bucket of no counted namespace whose numbers stay
+-- small, runs on doubles alone, before the general path defines anything
+-- (Redis runs the whole script on every call). Every product is checked
+-- below 2^53, where doubles are exact; any other call breaks out, before
+-- it writes, to the general path below.
+local fast_now
+repeat
+  local A = ARGV
+  if A[1] ~= "reserve" or A[10] ~= "" then break end
+  local long = false
+  for i = 3, 9 do
+    if #A[i] > 15 then long = true end
+  end
+  if long or #A[12] > 15 then break end
+  local EX = 9007199254740992 -- 2^53
+  local ops, size, whole, fraction, den = tonumber(A[3]), tonumber(A[4]), tonumber(A[5]), tonumber(A[6]), tonumber(A[7])
+  local max_debt, max_wait = tonumber(A[8]), tonumber(A[9])
+  local max_idle = A[12] ~= "" and tonumber(A[12]) or nil
+  -- Tokens (2^20 to an op) below 2^48.
+  if size >= 268435456 or ops >= 268435456 then break end
+  size = size * 1048576
+  local need = ops * 1048576
+  local num = whole * den + fraction
+  if num >= EX then break end
+  -- The time as seconds and nanoseconds.
+  local S, N
+  local t = A[2]
+  if t ~= "" then
+    if #t > 9 then
+      S, N = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+    else
+      S, N = 0, tonumber(t)
+    end
+  else
+    t = redis.call("TIME")
+    S, N = tonumber(t[1]), tonumber(t[2]) * 1000
+  end
+  fast_now = { S, N }
+  -- Nanoseconds from (s, n) to now, nil when negative or too far.
+  local function since(v)
+    local s, n
+    if #v > 9 then
+      s, n = tonumber(string.sub(v, 1, -10)), tonumber(string.sub(v, -9))
+    else
+      s, n = 0, tonumber(v)
+    end
+    local d = (S - s) * 1000000000 + (N - n)
+    if S - s > 9000000 then return nil end
+    return d
+  end
+  local v = redis.call("HMGET", KEYS[1], "l", "c", "t", "u", "s")
+  local sid = A[4] .. ":" .. A[5] .. ":" .. A[6] .. ":" .. A[7]
+  local live = v[1] ~= false
+  local level, carry, dt = size, 0, 0
+  if live then
+    if v[5] ~= sid or #v[1] > 16 or #v[2] > 15 then break end
+    if max_idle then
+      local du = since(v[4])
+      if not du then break end
+      if du >= max_idle then live = false end
+    end
+  end
+  if live then
+    level, carry, dt = tonumber(v[1]), tonumber(v[2]), since(v[3])
+    if not dt then break end
+    if dt > 0 then
+      -- The meter: dt whole + (dt fraction + carry) / den tokens.
+      local scaled = dt * fraction
+      local fresh = dt * whole
+      if scaled >= EX - den or fresh >= 281474976710656 then break end
+      scaled = scaled + carry
+      local q = math.floor(scaled / den)
+      local r = scaled - q * den
+      if r < 0 then q, r = q - 1, r + den elseif r >= den then q, r = q + 1, r - den end
+      carry = r
+      level = level + fresh + q
+      if level >= size then level, carry = size, 0 end
+    end
+  end
+  -- ceil((debt den - carry) / num): the time to earn debt.
+  local function nanos_until(debt)
+    local x = debt * den
+    if x >= EX - num then return nil end
+    x = x - carry + num - 1
+    local q = math.floor(x / num)
+    local r = x - q * num
+    if r < 0 then q = q - 1 elseif r >= num then q = q + 1 end
+    return q
+  end
+  local code, value = "OK", 0
+  if level < 0 then
+    value = nanos_until(-level)
+    if not value then break end
+  end
+  local after = level - need
+  if value > max_wait then
+    code = "W"
+  elseif after < 0 then
+    local earned = max_debt * num
+    if earned >= EX or -after * den >= EX then break end
+    if earned + carry < -after * den then
+      code = "D"
+      value = nanos_until(-after)
+      if not value then break end
+    end
+  end
+  if code == "OK" then level = after end
+  local fresh_in = 0
+  if level < size then
+    fresh_in = nanos_until(size - level)
+    if not fresh_in then break end
+  end
+  -- Writes, as `save` below.
+  local fmt = string.format
+  local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
+  -- The level was up to date with now if time passed, else as it was.
+  local last = now
+  if live and dt <= 0 then last = v[3] end
+  redis.call("HSET", KEYS[1], "l", fmt("%.0f", level), "c", fmt("%.0f", carry), "t", last, "u", now, "s", sid)
+  if max_idle and max_idle < fresh_in then fresh_in = max_idle end
+  local ms = math.floor(fresh_in / 1000000) + 1
+  if A[2] ~= "" and ms < 60000 then ms = 60000 end
+  redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
+  return { code, fmt("%.0f", value), now }
+until true
 
 local B = 16777216 -- 2^24
 local SMALL = 281474976710656 -- 2^48
