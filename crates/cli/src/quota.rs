@@ -71,7 +71,8 @@ pub(crate) struct Args {
     /// `rediss://` for TLS, `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER`),
     /// shared by every quota server on it with the same --store-prefix, so
     /// that several servers behind one address answer as one. Redis must be
-    /// reachable at start (within --store-connect-timeout).
+    /// reachable at start (within --store-connect-timeout). Replaces the
+    /// configuration file's `store:` section, if any.
     #[arg(long, value_name = "URL", conflicts_with_all = ["lease_servers", "tls_cert"])]
     store: Option<String>,
     /// With --store: the prefix of every Redis key.
@@ -234,11 +235,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         );
     }
     let clock = Arc::new(tollgate::SystemClock::new());
+    // --store, else the file's `store:` section.
+    let store = store.or_else(|| config.store().cloned());
     let quota = match store {
         Some(store) => {
-            let url = args.store.clone().unwrap_or_default();
+            let shown = format!("{store:?}");
             let quota = Quota::with_store(config, limits, clock, store).await?;
-            info!(store = %url, prefix = %args.store_prefix, on_error = ?args.store_on_error, "buckets kept in redis");
+            info!(store = %shown, "buckets kept in redis");
             quota
         }
         None => Quota::new(config, limits, clock),

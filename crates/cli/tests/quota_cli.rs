@@ -364,8 +364,9 @@ fn admin_changes_are_logged_and_kept_beside_the_operator_s_file() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
 }
 
-/// Two `tollgate quota --store` servers on one Redis answer as one: the
-/// tokens one grants are gone from the other.
+/// Two `tollgate quota` servers on one Redis (one by `--store`, one by its
+/// file's `store:` section) answer as one: the tokens one grants are gone
+/// from the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_on_one_redis_share_their_buckets() {
     let redis = tollgate_testkit::redis::RedisServer::start();
@@ -376,7 +377,15 @@ async fn servers_on_one_redis_share_their_buckets() {
     let url = redis.url();
     let store = ["--store", url.as_str(), "--store-replicas", "2"];
     let (_a, a) = tokio::task::block_in_place(|| start(&path, &store));
-    let (_b, b) = tokio::task::block_in_place(|| start(&path, &store));
+    // The other from its file's `store:` section.
+    let (_dir2, path2) = config_file(
+        "shared-store.yaml",
+        &format!(
+            "store: {{url: \"{url}\", replicas: 2}}\n{}",
+            std::fs::read_to_string(&path).unwrap()
+        ),
+    );
+    let (_b, b) = tokio::task::block_in_place(|| start(&path2, &[]));
     let ask = |addr: String| async move {
         let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
             .await
@@ -426,6 +435,24 @@ fn a_bad_or_unreachable_store_is_one_line() {
          of redis://, rediss://, redis+sentinel://"
     );
     let port = tollgate_testkit::net::free_port();
+    let (_dir2, bad) = config_file("bad-store.yaml", "store: {url: \"redis//x\"}\n");
+    let out = cli::tollgate()
+        .args(["quota", "--port", "0", "--debug-port", "0", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("redis"))
+            .collect::<Vec<_>>(),
+        [format!(
+            "error: loading {}: store.url: invalid redis store: cannot parse \"redis//x\": the \
+             scheme is none of redis://, rediss://, redis+sentinel://",
+            bad.display()
+        )]
+    );
     let line = run(&format!("redis://127.0.0.1:{port}"));
     assert!(
         line.starts_with(&format!("error: redis unreachable: 127.0.0.1:{port}: ")),

@@ -430,6 +430,13 @@ impl Quota {
     /// Replaces the configuration, keeping the state of every bucket that
     /// still exists in it; returns how many buckets were dropped.
     pub fn reload(&self, config: QuotaConfig) -> usize {
+        let connected = self.store.as_ref().map(Connected::settings);
+        if config.store().is_some() && config.store() != connected {
+            tracing::warn!(
+                "the configuration's store section changed: it is read at start only, \
+                 the buckets stay where they are until a restart"
+            );
+        }
         self.registry.reload(config)
     }
 

@@ -231,16 +231,44 @@ impl QuotaStore {
     }
 }
 
+/// Equal settings; the test clock is not compared.
+impl PartialEq for QuotaStore {
+    fn eq(&self, other: &QuotaStore) -> bool {
+        self.url == other.url
+            && self.prefix == other.prefix
+            && self.pool_size == other.pool_size
+            && self.deadline == other.deadline
+            && self.connect_timeout == other.connect_timeout
+            && self.on_error == other.on_error
+            && self.replicas == other.replicas
+    }
+}
+
 impl fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QuotaStore")
-            .field("url", &self.url)
+            .field("url", &redacted(&self.url))
             .field("prefix", &self.prefix)
             .field("pool_size", &self.pool_size)
             .field("deadline", &self.deadline)
             .field("on_error", &self.on_error)
             .field("replicas", &self.replicas)
             .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`, for logs.
+fn redacted(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    match url[start..].find('@') {
+        Some(at) => {
+            let userinfo = &url[start..start + at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..start], &url[start + at..])
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -290,6 +318,11 @@ impl Connected {
     /// The servers sharing the buckets.
     pub(crate) fn replicas(&self) -> u32 {
         self.store.replicas
+    }
+
+    /// The settings it was connected with.
+    pub(crate) fn settings(&self) -> &QuotaStore {
+        &self.store
     }
 
     /// The key of bucket `name` of `namespace`.
@@ -413,6 +446,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            redacted("redis://app:s3cret@redis.internal:6379/2"),
+            "redis://app:***@redis.internal:6379/2"
+        );
+        assert_eq!(
+            redacted("redis://redis.internal:6379"),
+            "redis://redis.internal:6379"
+        );
+        let store = QuotaStore::new("rediss://:pw@h:1").unwrap();
+        assert!(!format!("{store:?}").contains("pw"));
     }
 
     #[test]
