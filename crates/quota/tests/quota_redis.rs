@@ -503,7 +503,7 @@ async fn until_redis_answers(quota: &Quota, mode: OnError) {
 /// in Redis are used again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_on_error_mode_applies_and_redis_comes_back() {
-    let yaml = "namespaces:\n  ns:\n    buckets:\n      b: {size: 10, fill_rate: 0.001, max_debt_millis: 1, max_tokens_per_request: 10}\n      \
+    let yaml = "namespaces:\n  ns:\n    buckets:\n      b: {size: 10, fill_rate: 0.01, max_debt_millis: 1, max_tokens_per_request: 10}\n      \
                 probe: {size: 1000000, fill_rate: 1000}\n";
     for mode in [OnError::Allow, OnError::Deny, OnError::Local] {
         let mut server = RedisServer::start();
@@ -546,11 +546,11 @@ async fn each_on_error_mode_applies_and_redis_comes_back() {
             let expected = match mode {
                 OnError::Allow => vec![Status::Ok; 3],
                 OnError::Deny => vec![Status::RejectedServerError; 3],
-                // This server's own bucket, at half the size's rate of
-                // 0.001/s: 10 on hand, 4 and 4 granted, then refused (the
-                // same bucket through both outages).
+                // This server's own bucket, at half the rate (two
+                // replicas) and so half the size: 5 on hand, 4 granted,
+                // then refused (the same bucket through both outages).
                 OnError::Local if outage == "pause" => {
-                    vec![Status::Ok, Status::Ok, Status::RejectedTimeout]
+                    vec![Status::Ok, Status::RejectedTimeout, Status::RejectedTimeout]
                 }
                 OnError::Local => vec![Status::RejectedTimeout; 3],
             };
