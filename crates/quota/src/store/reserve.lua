@@ -4,8 +4,8 @@
 -- Lua numbers are doubles, exact only below 2^53: every quantity here is a
 -- natural number, a double below 2^48 and 24-bit limbs above (a bucket's
 -- tokens are ops * 2^20, and a debt times the meter's denominator reaches
--- 2^123). A bucket of small numbers, in no counted namespace, takes the
--- fast path first, on doubles alone.
+-- 2^123). A reservation of small numbers takes the fast path first, on
+-- doubles alone.
 --
 -- KEYS[1]: the bucket's state, a hash: l (level in tokens, "-" for debt),
 --   c (the meter's carry, below den), t (the time the level is up to
@@ -28,20 +28,21 @@
 -- A bucket idle for max_idle starts afresh, and leaves its namespace's
 -- count, as the in-memory reaper removes it.
 
--- The common call, a bucket of no counted namespace whose numbers stay
--- small, runs on doubles alone, before the general path defines anything
--- (Redis runs the whole script on every call). Every product is checked
--- below 2^53, where doubles are exact; any other call breaks out, before
--- it writes, to the general path below.
+-- The common call, a reservation whose numbers stay small, runs on
+-- doubles alone, before the general path defines anything (Redis runs the
+-- whole script on every call). Every product is checked below 2^53, where
+-- doubles are exact; any other call breaks out, before it writes, to the
+-- general path below.
 local fast_now
 repeat
   local A = ARGV
-  if A[1] ~= "reserve" or A[10] ~= "" then break end
+  if A[1] ~= "reserve" then break end
   local long = false
-  for i = 3, 9 do
-    if #A[i] > 15 then long = true end
+  -- The numbers (the name, 11, is not one).
+  for i = 3, 12 do
+    if i ~= 11 and #A[i] > 15 then long = true end
   end
-  if long or #A[12] > 15 then break end
+  if long then break end
   local EX = 9007199254740992 -- 2^53
   local ops, size, whole, fraction, den = tonumber(A[3]), tonumber(A[4]), tonumber(A[5]), tonumber(A[6]), tonumber(A[7])
   local max_debt, max_wait = tonumber(A[8]), tonumber(A[9])
@@ -140,9 +141,28 @@ repeat
     fresh_in = nanos_until(size - level)
     if not fresh_in then break end
   end
-  -- Writes, as `save` below.
   local fmt = string.format
   local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
+  -- A counted namespace: a name not counted yet needs room under the cap.
+  local cap = A[10]
+  if cap ~= "" then
+    local now_ms = S * 1000 + math.floor(N / 1000000)
+    local score = redis.call("ZSCORE", KEYS[2], A[11])
+    local member = false
+    if score == "inf" then
+      member = true
+    elseif score then
+      if #score > 15 then break end
+      member = tonumber(score) > now_ms
+    end
+    if not member then
+      redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", fmt("%.0f", now_ms))
+      if redis.call("ZCARD", KEYS[2]) >= tonumber(cap) then
+        return { "B", "0", now }
+      end
+    end
+  end
+  -- Writes, as `save` below.
   -- The level was up to date with now if time passed, else as it was.
   local last = now
   if live and dt <= 0 then last = v[3] end
@@ -151,6 +171,22 @@ repeat
   local ms = math.floor(fresh_in / 1000000) + 1
   if A[2] ~= "" and ms < 60000 then ms = 60000 end
   redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
+  if cap ~= "" then
+    if max_idle then
+      -- Idle from the first millisecond at or after now + max_idle.
+      local score = S * 1000 + math.ceil((N + max_idle) / 1000000)
+      redis.call("ZADD", KEYS[2], fmt("%.0f", score), A[11])
+      local keep = math.floor(max_idle / 1000000) + 1
+      if A[2] ~= "" and keep < 60000 then keep = 60000 end
+      local pttl = redis.call("PTTL", KEYS[2])
+      if pttl == -2 or (pttl >= 0 and pttl < keep) then
+        redis.call("PEXPIRE", KEYS[2], fmt("%.0f", keep))
+      end
+    else
+      redis.call("ZADD", KEYS[2], "inf", A[11])
+      redis.call("PERSIST", KEYS[2])
+    end
+  end
   return { code, fmt("%.0f", value), now }
 until true
 
