@@ -48,6 +48,12 @@ const MIN_REAP_INTERVAL: Duration = Duration::from_millis(10);
 /// connections on the calling runtime, no TLS, and nothing beside Allow
 /// (no debug port, no reaping, no reload, no cluster mode).
 ///
+/// A [`Quota`] whose buckets are in Redis ([`Quota::with_store`]) is
+/// served by tonic's transport, each Allow a task awaiting Redis, under
+/// the limits tonic has (message size, streams, windows, keepalive,
+/// request timeout) and without [`threads`](QuotaServer::threads); such a
+/// server refuses TLS and cluster mode.
+///
 /// # Examples
 ///
 /// ```no_run

@@ -609,3 +609,33 @@ async fn start_up_errors_are_one_line() {
         "invalid redis store: the key prefix \"a{b}:\" holds a brace, which would move the hash tag"
     );
 }
+
+/// A server whose buckets are in Redis refuses cluster mode, which would
+/// lease the rates of buckets it does not keep.
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_on_redis_refuses_cluster_mode() {
+    let server = RedisServer::start();
+    let quota = Quota::with_store(
+        QuotaConfig::from_yaml("global_default_bucket: {}\n").unwrap(),
+        QuotaLimits::default(),
+        Arc::new(tollgate::SystemClock::new()),
+        QuotaStore::new(server.url()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = tollgate_doorman::Client::builder()
+        .server("127.0.0.1:1")
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let e = tollgate_quota::QuotaServer::builder(Arc::new(quota))
+        .cluster(client, tollgate_quota::ClusterOptions::default())
+        .serve(listener, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        e.to_string(),
+        "a quota server keeps its buckets in Redis or leases their rates (cluster mode), not both"
+    );
+}
