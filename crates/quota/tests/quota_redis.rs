@@ -499,7 +499,8 @@ async fn until_redis_answers(quota: &Quota, mode: OnError) {
 }
 
 /// Redis stopped (its socket open, unanswered) and then killed: each
-/// `on_error` mode answers, after at most the deadline, and the buckets
+/// `on_error` mode answers, after at most the deadline (300 ms: a loaded
+/// machine must not pass it while Redis runs), and the buckets
 /// in Redis are used again once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_on_error_mode_applies_and_redis_comes_back() {
@@ -509,7 +510,7 @@ async fn each_on_error_mode_applies_and_redis_comes_back() {
         let mut server = RedisServer::start();
         let store = QuotaStore::new(server.url())
             .unwrap()
-            .deadline(Duration::from_millis(50))
+            .deadline(Duration::from_millis(300))
             .connect_timeout(Duration::from_millis(500))
             .on_error(mode)
             .replicas(2);
