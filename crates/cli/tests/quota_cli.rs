@@ -375,13 +375,23 @@ async fn servers_on_one_redis_share_their_buckets() {
         "namespaces:\n  svc:\n    buckets:\n      db: {size: 5, fill_rate: 0.001, max_debt_millis: 1, max_tokens_per_request: 5}\n",
     );
     let url = redis.url();
-    let store = ["--store", url.as_str(), "--store-replicas", "2"];
+    // A deadline a loaded machine does not pass, and no local fallback.
+    let store = [
+        "--store",
+        url.as_str(),
+        "--store-replicas",
+        "2",
+        "--store-deadline",
+        "1s",
+        "--store-on-error",
+        "deny",
+    ];
     let (_a, a) = tokio::task::block_in_place(|| start(&path, &store));
     // The other from its file's `store:` section.
     let (_dir2, path2) = config_file(
         "shared-store.yaml",
         &format!(
-            "store: {{url: \"{url}\", replicas: 2}}\n{}",
+            "store: {{url: \"{url}\", replicas: 2, deadline_millis: 1000, on_error: deny}}\n{}",
             std::fs::read_to_string(&path).unwrap()
         ),
     );
