@@ -31,8 +31,8 @@
 //!   `/healthz` that follows its [`Readiness`] ([`DebugPort`]).
 //!
 //! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic,
-//! axum and tracing alone, and the Doorman, quota and throttle crates build on
-//! it.
+//! axum, redis and tracing alone, and the Doorman, quota and throttle crates
+//! build on it.
 //!
 //! A service that reloads its configuration says how to read, parse and
 //! apply it; the kit reads, applies and logs:
