@@ -1,6 +1,9 @@
 //! `tollgate quota`: the quotaservice-compatible Allow server, its debug
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
+//! With `--store redis://HOST:PORT`, the buckets are kept in Redis and
+//! shared by every server on it (see `tollgate_quota::QuotaStore`).
+//!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
 //! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
 //! back after draining on SIGTERM or SIGINT. The server is assembled by
@@ -18,7 +21,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    load_config, Admin, ClusterOptions, EtcdDocument, Quota, QuotaLimits, QuotaServer,
+    load_config, Admin, ClusterOptions, EtcdDocument, OnError, Quota, QuotaLimits, QuotaServer,
+    QuotaStore,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -31,6 +35,7 @@ use crate::cli;
     tollgate quota --config crates/quota/examples/quota-test-namespace.yaml\n  \
     tollgate quota --config /etc/tollgate/quota.yaml --admin --lease-servers 10.0.0.1:15000\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --lease-servers doorman.example:15000 --lease-tls-ca ca.pem\n  \
+    tollgate quota --config quota.yaml --store redis://10.0.0.5:6379 --store-replicas 3 --store-on-error local\n  \
     tollgate quota --config crates/quota/examples/quota-load.yaml --tls-cert server.pem --tls-key server.key --tls-client-ca clients-ca.pem")]
 pub(crate) struct Args {
     /// Bucket configuration in the reference quotaservice's YAML format.
@@ -62,6 +67,34 @@ pub(crate) struct Args {
     /// How often the configuration file is checked for changes.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
+    /// Keep the buckets in Redis at this URL (`redis://[user:pass@]HOST:PORT[/DB]`,
+    /// `rediss://` for TLS, `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER`),
+    /// shared by every quota server on it with the same --store-prefix, so
+    /// that several servers behind one address answer as one. Redis must be
+    /// reachable at start (within --store-connect-timeout). Replaces the
+    /// configuration file's `store:` section, if any.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["lease_servers", "tls_cert"])]
+    store: Option<String>,
+    /// With --store: the prefix of every Redis key.
+    #[arg(long, default_value = "tollgate:quota:", requires = "store")]
+    store_prefix: String,
+    /// With --store: what an Allow is answered when Redis fails or is
+    /// later than --store-deadline: `allow` (OK, no wait), `deny`
+    /// (REJECTED_SERVER_ERROR) or `local` (this server's own bucket at the
+    /// fill rate divided by --store-replicas).
+    #[arg(long, default_value = "local", requires = "store", value_parser = on_error)]
+    store_on_error: OnError,
+    /// With --store: the longest an Allow waits for Redis.
+    #[arg(long, default_value = "10ms", requires = "store", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    store_deadline: Duration,
+    /// With --store: how many quota servers share the buckets (for
+    /// `--store-on-error local`).
+    #[arg(long, default_value_t = 1, requires = "store", value_parser = cli::positive::<u32>)]
+    store_replicas: u32,
+    /// With --store: the longest connecting to Redis may take, at start
+    /// and at each reconnection try.
+    #[arg(long, default_value = "2s", requires = "store", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    store_connect_timeout: Duration,
     /// Cluster mode: lease each named and default bucket's rate from the
     /// Doorman lease server(s) at these `host:port` addresses
     /// (comma-separated), whose resources `namespace:bucket` have the
@@ -151,6 +184,11 @@ impl Args {
     }
 }
 
+/// An `--store-on-error` mode.
+fn on_error(text: &str) -> Result<OnError, String> {
+    text.parse::<OnError>().map_err(|e| e.to_string())
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     cli::block_on(args.threads, serve(args))
 }
@@ -160,6 +198,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // default action once it runs.
     let signals =
         ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
+    // A store URL that cannot be parsed fails before anything starts.
+    let store = match &args.store {
+        Some(url) => Some(
+            QuotaStore::new(url.as_str())?
+                .prefix(args.store_prefix.clone())
+                .deadline(args.store_deadline)
+                .on_error(args.store_on_error)
+                .replicas(args.store_replicas)
+                .connect_timeout(args.store_connect_timeout),
+        ),
+        None => None,
+    };
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls();
     if let Some(tls) = &tls {
@@ -184,11 +234,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             "dynamic buckets capped server-wide ({why}); past the cap, REJECTED_TOO_MANY_BUCKETS"
         );
     }
-    let quota = Arc::new(Quota::new(
-        config,
-        limits,
-        Arc::new(tollgate::SystemClock::new()),
-    ));
+    let clock = Arc::new(tollgate::SystemClock::new());
+    // --store, else the file's `store:` section.
+    let store = store.or_else(|| config.store().cloned());
+    let quota = match store {
+        Some(store) => {
+            let shown = format!("{store:?}");
+            let quota = Quota::with_store(config, limits, clock, store).await?;
+            info!(store = %shown, "buckets kept in redis");
+            quota
+        }
+        None => Quota::new(config, limits, clock),
+    };
+    let quota = Arc::new(quota);
     let mut server = QuotaServer::builder(Arc::clone(&quota))
         .limits(server_limits)
         .threads(args.threads.unwrap_or_else(cli::cores))

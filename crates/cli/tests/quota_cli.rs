@@ -363,3 +363,109 @@ fn admin_changes_are_logged_and_kept_beside_the_operator_s_file() {
     assert!(answer.contains(r#""status":"OK""#), "{answer}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
 }
+
+/// Two `tollgate quota` servers on one Redis (one by `--store`, one by its
+/// file's `store:` section) answer as one: the tokens one grants are gone
+/// from the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_on_one_redis_share_their_buckets() {
+    let redis = tollgate_testkit::redis::RedisServer::start();
+    let (_dir, path) = config_file(
+        "shared.yaml",
+        "namespaces:\n  svc:\n    buckets:\n      db: {size: 5, fill_rate: 0.001, max_debt_millis: 1, max_tokens_per_request: 5}\n",
+    );
+    let url = redis.url();
+    // A deadline a loaded machine does not pass, and no local fallback.
+    let store = [
+        "--store",
+        url.as_str(),
+        "--store-replicas",
+        "2",
+        "--store-deadline",
+        "1s",
+        "--store-on-error",
+        "deny",
+    ];
+    let (_a, a) = tokio::task::block_in_place(|| start(&path, &store));
+    // The other from its file's `store:` section.
+    let (_dir2, path2) = config_file(
+        "shared-store.yaml",
+        &format!(
+            "store: {{url: \"{url}\", replicas: 2, deadline_millis: 1000, on_error: deny}}\n{}",
+            std::fs::read_to_string(&path).unwrap()
+        ),
+    );
+    let (_b, b) = tokio::task::block_in_place(|| start(&path2, &[]));
+    let ask = |addr: String| async move {
+        let mut client = QuotaServiceClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        client
+            .allow(AllowRequest {
+                namespace: "svc".into(),
+                bucket_name: "db".into(),
+                tokens_requested: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status()
+    };
+    assert_eq!(ask(a.clone()).await, allow_response::Status::Ok);
+    // 2 left in Redis: refused by the other server too.
+    assert_eq!(
+        ask(b.clone()).await,
+        allow_response::Status::RejectedTimeout
+    );
+    assert_eq!(ask(a).await, allow_response::Status::RejectedTimeout);
+}
+
+/// `--store` with a URL that cannot be parsed, or a Redis that cannot be
+/// reached within the connect timeout, is one line and exit status 1.
+#[test]
+fn a_bad_or_unreachable_store_is_one_line() {
+    let (_dir, path) = config_file("ok.yaml", "global_default_bucket: {}\n");
+    let run = |store: &str| {
+        let out = cli::tollgate()
+            .args(["quota", "--port", "0", "--debug-port", "0", "--config"])
+            .arg(&path)
+            .args(["--store", store, "--store-connect-timeout", "300ms"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("redis")).collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        errors[0].to_owned()
+    };
+    assert_eq!(
+        run("http://localhost:6379"),
+        "error: invalid redis store: cannot parse \"http://localhost:6379\": the scheme is none \
+         of redis://, rediss://, redis+sentinel://"
+    );
+    let port = tollgate_testkit::net::free_port();
+    let (_dir2, bad) = config_file("bad-store.yaml", "store: {url: \"redis//x\"}\n");
+    let out = cli::tollgate()
+        .args(["quota", "--port", "0", "--debug-port", "0", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("redis"))
+            .collect::<Vec<_>>(),
+        [format!(
+            "error: loading {}: store.url: invalid redis store: cannot parse \"redis//x\": the \
+             scheme is none of redis://, rediss://, redis+sentinel://",
+            bad.display()
+        )]
+    );
+    let line = run(&format!("redis://127.0.0.1:{port}"));
+    assert!(
+        line.starts_with(&format!("error: redis unreachable: 127.0.0.1:{port}: ")),
+        "{line}"
+    );
+}

@@ -45,6 +45,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::names::{check_name, NameError};
+use super::store::{OnError, QuotaStore};
 use tollgate::BucketSettings;
 use tollgate::RateSpec;
 
@@ -122,6 +123,8 @@ pub struct QuotaConfig {
     pub global_default_bucket: Option<BucketConfig>,
     /// Namespaces by name.
     pub namespaces: BTreeMap<String, NamespaceConfig>,
+    /// The `store:` section: where the buckets are kept in Redis.
+    store: Option<QuotaStore>,
 }
 
 /// Why a configuration was rejected.
@@ -214,6 +217,84 @@ pub struct Document {
     admin_port: Option<serde_norway::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     filler_frequency_millis: Option<serde_norway::Value>,
+    // Tollgate's own: the buckets kept in Redis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    store: Option<RawStore>,
+}
+
+/// The `store:` section as written (see [`QuotaStore`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline_millis: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    connect_timeout_millis: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replicas: Option<u32>,
+}
+
+impl RawStore {
+    fn validate(&self) -> Result<QuotaStore, QuotaConfigError> {
+        let invalid = |field: &'static str, problem: String| QuotaConfigError::Invalid {
+            namespace: None,
+            bucket: None,
+            field,
+            problem,
+        };
+        let mut store =
+            QuotaStore::new(self.url.as_str()).map_err(|e| invalid("store.url", e.to_string()))?;
+        if let Some(prefix) = &self.prefix {
+            store = store.prefix(prefix.clone());
+        }
+        if let Some(n) = self.pool_size {
+            if n == 0 {
+                return Err(invalid("store.pool_size", "must be at least 1".into()));
+            }
+            store = store.pool_size(n);
+        }
+        if let Some(ms) = self.deadline_millis {
+            if ms == 0 {
+                return Err(invalid(
+                    "store.deadline_millis",
+                    "must be at least 1".into(),
+                ));
+            }
+            store = store.deadline(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.connect_timeout_millis {
+            if ms == 0 {
+                return Err(invalid(
+                    "store.connect_timeout_millis",
+                    "must be at least 1".into(),
+                ));
+            }
+            store = store.connect_timeout(Duration::from_millis(ms));
+        }
+        if let Some(mode) = &self.on_error {
+            let mode = mode.parse::<OnError>().map_err(|_| {
+                invalid(
+                    "store.on_error",
+                    format!("{mode:?} is none of allow, deny, local"),
+                )
+            })?;
+            store = store.on_error(mode);
+        }
+        if let Some(n) = self.replicas {
+            if n == 0 {
+                return Err(invalid("store.replicas", "must be at least 1".into()));
+            }
+            store = store.replicas(n);
+        }
+        Ok(store)
+    }
 }
 
 fn is_zero_i64(v: &i64) -> bool {
@@ -478,9 +559,11 @@ impl Document {
                 },
             );
         }
+        let store = raw.store.as_ref().map(RawStore::validate).transpose()?;
         Ok(QuotaConfig {
             global_default_bucket,
             namespaces,
+            store,
         })
     }
 }
@@ -517,6 +600,42 @@ impl QuotaConfig {
     /// namespace with both a default bucket and a dynamic template.
     pub fn from_yaml(text: &str) -> Result<QuotaConfig, QuotaConfigError> {
         Document::from_yaml(text)?.validate()
+    }
+
+    /// Where the file's `store:` section keeps the buckets in Redis, if it
+    /// has one: `tollgate quota` uses it unless `--store` is given. A
+    /// reload keeps the store the server started with.
+    ///
+    /// ```yaml
+    /// store:
+    ///   url: redis://redis.internal:6379   # rediss://, redis+sentinel://HOST:PORT/MASTER
+    ///   prefix: "tollgate:quota:"
+    ///   pool_size: 2
+    ///   deadline_millis: 10
+    ///   connect_timeout_millis: 2000
+    ///   on_error: local                    # allow | deny | local
+    ///   replicas: 3
+    /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_quota::{OnError, QuotaConfig};
+    ///
+    /// let config = QuotaConfig::from_yaml(
+    ///     "store: {url: \"redis://127.0.0.1:6379\", on_error: deny}\nglobal_default_bucket: {}\n",
+    /// )?;
+    /// assert_eq!(config.store().map(|s| s.on_error_mode()), Some(OnError::Deny));
+    /// let bad = QuotaConfig::from_yaml("store: {url: \"http://x\"}\n").unwrap_err();
+    /// assert_eq!(
+    ///     bad.to_string(),
+    ///     "store.url: invalid redis store: cannot parse \"http://x\": the scheme is none of \
+    ///      redis://, rediss://, redis+sentinel://"
+    /// );
+    /// # Ok::<(), tollgate_quota::QuotaConfigError>(())
+    /// ```
+    pub fn store(&self) -> Option<&QuotaStore> {
+        self.store.as_ref()
     }
 
     /// Whether no request can find a bucket: no global default bucket and

@@ -78,7 +78,7 @@ impl pb::quota_service_server::QuotaService for AllowService {
         request: tonic::Request<pb::AllowRequest>,
     ) -> Result<tonic::Response<pb::AllowResponse>, tonic::Status> {
         let req = request.into_inner();
-        let decision = self.quota.allow(&AllowRequest::from(&req));
+        let decision = self.quota.allow_async(&AllowRequest::from(&req)).await;
         Ok(tonic::Response::new(decision.into()))
     }
 }

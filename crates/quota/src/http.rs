@@ -113,14 +113,16 @@ async fn allow(State(quota): State<Arc<Quota>>, body: Bytes) -> Response {
             )
         }
     };
-    let d = quota.allow(&AllowRequest {
-        namespace: &req.namespace,
-        bucket: &req.bucket_name,
-        tokens: req.tokens_requested,
-        max_wait_millis: req
-            .max_wait_time_override
-            .then_some(req.max_wait_millis_override),
-    });
+    let d = quota
+        .allow_async(&AllowRequest {
+            namespace: &req.namespace,
+            bucket: &req.bucket_name,
+            tokens: req.tokens_requested,
+            max_wait_millis: req
+                .max_wait_time_override
+                .then_some(req.max_wait_millis_override),
+        })
+        .await;
     json(
         StatusCode::OK,
         &serde_json::json!({

@@ -88,6 +88,7 @@ mod registry;
 mod reload;
 mod server;
 mod service;
+mod store;
 
 pub use admin::{router as admin_router, Admin, AdminError};
 pub use client::{
@@ -113,3 +114,4 @@ pub use registry::{resolve, BucketKind, LiveBucket, QuotaLimits, Registry, TooMa
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
 pub use server::QuotaServer;
 pub use service::{AllowRequest, Decision, Quota, Status};
+pub use store::{OnError, QuotaStore};

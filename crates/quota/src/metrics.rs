@@ -53,6 +53,8 @@ pub struct QuotaMetrics {
     pub(crate) removed: CounterVec,
     pub(crate) invalid: IntCounter,
     pub(crate) buckets: IntGauge,
+    /// Allow requests Redis failed, by the `on_error` mode that answered.
+    store_errors: IntCounterVec,
 }
 
 impl Default for QuotaMetrics {
@@ -144,6 +146,18 @@ impl QuotaMetrics {
         registry
             .register(Box::new(decision_seconds.clone()))
             .expect("unique metric");
+        let store_errors = IntCounterVec::new(
+            Opts::new(
+                "tollgate_quota_store_errors_total",
+                "Allow requests that Redis did not answer within the deadline (or failed), \
+                 by the on_error mode that answered instead: allow, deny or local.",
+            ),
+            &["on_error"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(store_errors.clone()))
+            .expect("unique metric");
         QuotaMetrics {
             registry,
             requests,
@@ -157,7 +171,28 @@ impl QuotaMetrics {
             removed,
             invalid,
             buckets,
+            store_errors,
         }
+    }
+
+    /// Counts one Allow that Redis failed, answered by `mode`.
+    pub(crate) fn store_error(&self, mode: crate::OnError) {
+        let label = match mode {
+            crate::OnError::Allow => "allow",
+            crate::OnError::Deny => "deny",
+            crate::OnError::Local => "local",
+        };
+        self.store_errors.with_label_values(&[label]).inc();
+    }
+
+    /// Allow requests that Redis failed, answered by `mode`.
+    pub fn store_errors(&self, mode: crate::OnError) -> u64 {
+        let label = match mode {
+            crate::OnError::Allow => "allow",
+            crate::OnError::Deny => "deny",
+            crate::OnError::Local => "local",
+        };
+        self.store_errors.with_label_values(&[label]).get()
     }
 
     /// Counts one Allow answered with `status`, decided in `nanos`.

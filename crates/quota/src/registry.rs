@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use super::config::{BucketConfig, QuotaConfig, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE};
@@ -84,6 +84,10 @@ pub struct Registry {
     /// Cluster mode leases dynamic buckets: a new one starts at a share of
     /// zero until its lease is applied.
     lease_dynamic: AtomicBool,
+    /// With a Redis store, the servers sharing the buckets: this server's
+    /// own buckets (the fallback) fill at the rate divided by it; 1: the
+    /// configured rate (Relaxed: set once, before the first request).
+    divide_by: AtomicU32,
 }
 
 impl Registry {
@@ -104,6 +108,7 @@ impl Registry {
             metrics,
             shares: RwLock::new(HashMap::new()),
             lease_dynamic: AtomicBool::new(false),
+            divide_by: AtomicU32::new(1),
         }
     }
 
@@ -116,6 +121,24 @@ impl Registry {
     pub fn lease_dynamic_buckets(&self, on: bool) {
         // Relaxed: a flag read when a bucket is made; no other data hangs on it.
         self.lease_dynamic.store(on, Ordering::Relaxed);
+    }
+
+    /// This server's own buckets fill at their rate divided by `replicas`
+    /// (the Redis store's fallback, see [`OnError::Local`]), unless a
+    /// share replaces it.
+    ///
+    /// [`OnError::Local`]: crate::OnError::Local
+    pub(crate) fn divide_rates(&self, replicas: u32) {
+        // Relaxed: see the field.
+        self.divide_by.store(replicas.max(1), Ordering::Relaxed);
+    }
+
+    /// The share of `bucket` this server fills at, with no lease share:
+    /// its rate divided by the replicas, if more than one.
+    fn divided(&self, bucket: &BucketConfig) -> Option<f64> {
+        // Relaxed: see the field.
+        let n = self.divide_by.load(Ordering::Relaxed);
+        (n > 1).then(|| bucket.fill_rate / f64::from(n))
     }
 
     /// The live dynamic buckets as (namespace, name), in no order.
@@ -198,7 +221,8 @@ impl Registry {
             .or_else(|| {
                 (kind == BucketKind::Dynamic && self.lease_dynamic.load(Ordering::Relaxed))
                     .then_some(0.0)
-            });
+            })
+            .or_else(|| self.divided(bucket));
         let slot = Arc::new(LiveBucket::new(
             TokenBucket::with_clock(effective(bucket, share), Arc::clone(&self.clock)),
             kind,
@@ -308,8 +332,9 @@ impl Registry {
                 };
                 match keep {
                     Some(b) => {
+                        let share = shares.get(k.as_str()).copied();
                         slot.bucket()
-                            .set_settings(effective(b, shares.get(k.as_str()).copied()));
+                            .set_settings(effective(b, share.or_else(|| self.divided(b))));
                         slot.set_max_idle(b.max_idle);
                         true
                     }

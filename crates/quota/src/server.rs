@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::admin::{router as admin_router, Admin};
 use super::cluster::{run_until as run_cluster_until, ClusterOptions};
-use super::grpc::{Allow, MAX_MESSAGE};
+use super::grpc::{Allow, AllowService, MAX_MESSAGE};
 use super::http::router as http_router;
 use super::reaper::spawn as spawn_reaper;
 use super::reload::spawn as spawn_config_reload;
@@ -47,6 +47,12 @@ const MIN_REAP_INTERVAL: Duration = Duration::from_millis(10);
 /// Every option has a default: the default [`ServerLimits`], the
 /// connections on the calling runtime, no TLS, and nothing beside Allow
 /// (no debug port, no reaping, no reload, no cluster mode).
+///
+/// A [`Quota`] whose buckets are in Redis ([`Quota::with_store`]) is
+/// served by tonic's transport, each Allow a task awaiting Redis, under
+/// the limits tonic has (message size, streams, windows, keepalive,
+/// request timeout) and without [`threads`](QuotaServer::threads); such a
+/// server refuses TLS and cluster mode.
 ///
 /// # Examples
 ///
@@ -201,6 +207,20 @@ impl QuotaServer {
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
         let quota = self.quota;
+        if quota.has_store() && self.tls.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a quota server with a Redis store serves plaintext gRPC only: \
+                 put TLS in front of it, or keep the buckets in memory",
+            ));
+        }
+        if quota.has_store() && self.cluster.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a quota server keeps its buckets in Redis or leases their rates \
+                 (cluster mode), not both",
+            ));
+        }
         let mut side: Vec<JoinHandle<()>> = Vec::new();
         if let Some(every) = self.reap_every {
             side.push(spawn_reaper(Arc::clone(&quota), every));
@@ -239,6 +259,16 @@ impl QuotaServer {
             ..self.limits
         };
         let local = listener.local_addr()?;
+        if quota.has_store() {
+            // Each Allow awaits Redis: served by tonic, whose calls are
+            // tasks, rather than the lean server, which answers at once.
+            info!(addr = %local, limits = ?self.limits, "quota gRPC listening");
+            let served = serve_awaiting(quota, listener, &limits, shutdown).await;
+            for task in side {
+                task.abort();
+            }
+            return served;
+        }
         let mut server = GrpcServer::new(Arc::new(Allow(quota))).limits(limits);
         match self.tls {
             None => info!(addr = %local, limits = ?self.limits, "quota gRPC listening"),
@@ -260,6 +290,32 @@ impl QuotaServer {
         }
         served
     }
+}
+
+/// Serves Allow from `quota`'s Redis store on tonic's transport, under
+/// the parts of `limits` it has: the message size, the streams per
+/// connection, the windows, keepalive and the request timeout.
+async fn serve_awaiting(
+    quota: Arc<Quota>,
+    listener: TcpListener,
+    limits: &ServerLimits,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let service = AllowService::new(quota)
+        .into_server()
+        .max_decoding_message_size(limits.max_message_bytes);
+    tonic::transport::Server::builder()
+        .timeout(limits.request_timeout)
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .initial_stream_window_size(limits.stream_window_bytes)
+        .initial_connection_window_size(limits.connection_window_bytes)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(io::Error::other)
 }
 
 /// Waits, at most [`RELEASE_BOUND`], for the stopped cluster mode to give

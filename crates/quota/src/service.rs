@@ -32,7 +32,8 @@ use std::time::Duration;
 use super::config::QuotaConfig;
 use super::metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 use super::names::check_name;
-use super::registry::{resolve, QuotaLimits, Registry};
+use super::registry::{resolve, BucketKind, QuotaLimits, Registry};
+use super::store::{Connected, OnError, QuotaStore, Reservation, Reserved};
 use tollgate::Clock;
 use tollgate::Refusal;
 use tollgate_service::Readiness;
@@ -172,6 +173,8 @@ pub struct Quota {
     clock: Arc<dyn Clock>,
     /// What the debug port's `/healthz` follows.
     readiness: Readiness,
+    /// The buckets in Redis, if kept there.
+    store: Option<Connected>,
 }
 
 impl Quota {
@@ -183,11 +186,158 @@ impl Quota {
             metrics,
             clock,
             readiness: Readiness::default(),
+            store: None,
+        }
+    }
+
+    /// A service for `config` whose buckets are kept in Redis as `store`
+    /// says, shared by every server with the same Redis and key prefix:
+    /// answer with [`allow_async`](Quota::allow_async). Connects now,
+    /// within the store's connect timeout.
+    ///
+    /// This server's own buckets remain, at `fill_rate / replicas`, for
+    /// [`OnError::Local`] and for [`allow`](Quota::allow).
+    ///
+    /// # Errors
+    ///
+    /// A key prefix with a brace, or a Redis that cannot be reached (or
+    /// does not answer `PING`) in time: one line naming it and why.
+    pub async fn with_store(
+        config: QuotaConfig,
+        limits: QuotaLimits,
+        clock: Arc<dyn Clock>,
+        store: QuotaStore,
+    ) -> Result<Quota, tollgate_service::redis_link::LinkError> {
+        let store = store.connect().await?;
+        let mut quota = Quota::new(config, limits, clock);
+        quota.registry.divide_rates(store.replicas());
+        quota.store = Some(store);
+        Ok(quota)
+    }
+
+    /// Whether the buckets are kept in Redis.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Answers one Allow request as [`allow`](Quota::allow) does, from the
+    /// buckets in Redis when the service has a store: one script call, at
+    /// most the store's deadline. When Redis fails, the store's
+    /// [`OnError`] answers, and `tollgate_quota_store_errors_total` counts
+    /// it. Without a store, the same as [`allow`](Quota::allow).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the tokens reserved in Redis.
+    pub async fn allow_async(&self, req: &AllowRequest<'_>) -> Decision {
+        let Some(store) = &self.store else {
+            return self.allow(req);
+        };
+        let start = self.clock.now_ns();
+        let decision = self.decide_shared(store, req).await;
+        let took = self.clock.now_ns().saturating_sub(start);
+        self.metrics.answered(decision.status, took);
+        decision
+    }
+
+    /// The answer to one Allow request from the buckets in Redis, checked
+    /// in the order of [`decide`](Quota::decide).
+    async fn decide_shared(&self, store: &Connected, req: &AllowRequest<'_>) -> Decision {
+        if check_name(req.namespace).is_err() || check_name(req.bucket).is_err() || req.tokens < 0 {
+            self.metrics.invalid.inc();
+            return Decision::rejected(Status::RejectedInvalidRequest);
+        }
+        let tokens = req.tokens.max(1).unsigned_abs();
+        // A snapshot: no lock is held across the call to Redis.
+        let config = self.registry.config();
+        let Some((kind, ns, name, bucket)) = resolve(&config, req.namespace, req.bucket) else {
+            let label = if config.namespaces.contains_key(req.namespace) {
+                req.namespace
+            } else {
+                UNKNOWN_NAMESPACE
+            };
+            self.metrics
+                .misses
+                .with_label_values(&[label, "no_bucket"])
+                .inc();
+            return Decision::rejected(Status::RejectedNoBucket);
+        };
+        let too_many_tokens =
+            tokens > bucket.max_tokens_per_request || tokens > tollgate::TokenBucket::MAX_OPS;
+        let dynamic_cap = config
+            .namespaces
+            .get(ns)
+            .map(|n| n.max_dynamic_buckets)
+            .filter(|&cap| kind == BucketKind::Dynamic && cap > 0);
+        if too_many_tokens && dynamic_cap.is_none() {
+            self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
+            return Decision::rejected(Status::RejectedTooManyTokensRequested);
+        }
+        let settings = bucket.settings();
+        let max_wait = match req.max_wait_millis {
+            Some(ms) => Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+                .min(settings.max_wait_duration()),
+            None => settings.max_wait_duration(),
+        };
+        let reservation = Reservation {
+            namespace: ns,
+            name,
+            ops: (!too_many_tokens).then_some(tokens),
+            settings,
+            max_wait,
+            dynamic_cap,
+            max_idle: bucket.max_idle,
+        };
+        match store.reserve(&reservation).await {
+            Ok(Reserved::Granted(wait)) => {
+                let waited = if wait.is_zero() { "false" } else { "true" };
+                self.metrics.served.with_label_values(&[ns, waited]).inc();
+                self.metrics
+                    .tokens_served
+                    .with_label_values(&[ns])
+                    .inc_by(tokens as f64);
+                Decision {
+                    status: Status::Ok,
+                    tokens_granted: req.tokens,
+                    wait,
+                }
+            }
+            Ok(Reserved::Refused) => {
+                self.metrics.timeouts.with_label_values(&[ns]).inc();
+                Decision::rejected(Status::RejectedTimeout)
+            }
+            Ok(Reserved::TooManyBuckets) => {
+                self.metrics
+                    .misses
+                    .with_label_values(&[ns, "too_many_buckets"])
+                    .inc();
+                Decision::rejected(Status::RejectedTooManyBuckets)
+            }
+            Ok(Reserved::TooManyTokens) => {
+                self.metrics.too_many_tokens.with_label_values(&[ns]).inc();
+                Decision::rejected(Status::RejectedTooManyTokensRequested)
+            }
+            Err(_) => {
+                // The link logs the error, at most once per 10 s.
+                let mode = store.on_error();
+                self.metrics.store_error(mode);
+                match mode {
+                    OnError::Allow => Decision {
+                        status: Status::Ok,
+                        tokens_granted: req.tokens,
+                        wait: Duration::ZERO,
+                    },
+                    OnError::Deny => Decision::rejected(Status::RejectedServerError),
+                    OnError::Local => self.decide(req),
+                }
+            }
         }
     }
 
     /// Answers one Allow request, counting it by status and timing it on
-    /// the service's clock. Never panics on any input.
+    /// the service's clock. Never panics on any input. With a store
+    /// ([`Quota::with_store`]) this decides on the server's own buckets,
+    /// as [`OnError::Local`] does: use [`allow_async`](Quota::allow_async).
     pub fn allow(&self, req: &AllowRequest<'_>) -> Decision {
         let start = self.clock.now_ns();
         let decision = self.decide(req);
@@ -280,6 +430,13 @@ impl Quota {
     /// Replaces the configuration, keeping the state of every bucket that
     /// still exists in it; returns how many buckets were dropped.
     pub fn reload(&self, config: QuotaConfig) -> usize {
+        let connected = self.store.as_ref().map(Connected::settings);
+        if config.store().is_some() && config.store() != connected {
+            tracing::warn!(
+                "the configuration's store section changed: it is read at start only, \
+                 the buckets stay where they are until a restart"
+            );
+        }
         self.registry.reload(config)
     }
 

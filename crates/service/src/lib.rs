@@ -24,12 +24,15 @@
 //! * locks that keep serving after a panic under them
 //!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
 //! * an error with its causes for log lines ([`ErrorChain`]);
+//! * the connections to Redis that the Redis stores share
+//!   ([`redis_link`]: standalone, Sentinel or Cluster, multiplexed,
+//!   reconnected with backoff, every call under a deadline);
 //! * one debug port: an index of the server's pages, `/metrics` and a
 //!   `/healthz` that follows its [`Readiness`] ([`DebugPort`]).
 //!
 //! Nothing here knows a product: the kit depends on tokio, h2, rustls, tonic,
-//! axum and tracing alone, and the Doorman, quota and throttle crates build on
-//! it.
+//! axum, redis and tracing alone, and the Doorman, quota and throttle crates
+//! build on it.
 //!
 //! A service that reloads its configuration says how to read, parse and
 //! apply it; the kit reads, applies and logs:
@@ -83,6 +86,7 @@ mod lean;
 mod limits;
 mod locks;
 mod readiness;
+pub mod redis_link;
 mod reload;
 mod shutdown;
 mod tls;

@@ -6,6 +6,7 @@
 //! * [`net`]: listeners and dead addresses on loopback;
 //! * [`process`]: a `tollgate` process started for a test, its output read
 //!   as it comes;
+//! * [`redis`]: a real `redis-server` (or a Cluster of them) on a free port;
 //! * [`fixtures`]: the Doorman resource templates the tests write alike;
 //! * [`ask`]: the Doorman requests the tests send;
 //! * `lease` (feature `lease`): an in-process Doorman lease server and the
@@ -23,3 +24,4 @@ pub mod lease;
 pub mod logs;
 pub mod net;
 pub mod process;
+pub mod redis;

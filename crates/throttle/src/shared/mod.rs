@@ -30,7 +30,6 @@
 //! jitter while calls answer at once by the store's [`OnError`] mode.
 //! Every call has a deadline, so no request waits longer for Redis.
 
-mod link;
 pub(crate) mod script;
 
 use std::error::Error;
@@ -43,8 +42,8 @@ use tollgate::Clock;
 
 use crate::policy::Verdict;
 use crate::rules::{Limit, Rule};
-use link::{Link, Target};
 pub(crate) use script::{Answer, Item, Params, Role};
+use tollgate_service::redis_link::{Link, LinkError, Target};
 
 /// What a throttler does with a decision when Redis does not answer within
 /// the deadline (or is unreachable).
@@ -155,6 +154,17 @@ impl fmt::Display for StoreError {
 
 impl Error for StoreError {}
 
+impl From<LinkError> for StoreError {
+    fn from(e: LinkError) -> StoreError {
+        match e {
+            LinkError::Config(m) => StoreError::config(m),
+            LinkError::Unreachable(m) => StoreError::unreachable(m),
+            LinkError::Redis(m) => StoreError::redis(m),
+            LinkError::Deadline(d) => StoreError::deadline(d),
+        }
+    }
+}
+
 /// Builds a [`RedisStore`] (see [`RedisStore::builder`]).
 #[derive(Debug)]
 pub struct RedisStoreBuilder {
@@ -246,7 +256,13 @@ impl RedisStoreBuilder {
         } else {
             Target::cluster(&self.cluster)?
         };
-        let link = Link::connect(target, self.pool_size, self.connect_timeout).await?;
+        let link = Link::connect(
+            target,
+            self.pool_size,
+            self.connect_timeout,
+            "throttle store",
+        )
+        .await?;
         Ok(RedisStore {
             inner: Arc::new(StoreInner {
                 link,
@@ -329,7 +345,7 @@ impl RedisStore {
     ///
     /// As [`RedisStoreBuilder::connect`] for a bad URL.
     pub fn check_url(url: &str) -> Result<(), StoreError> {
-        Target::parse(url).map(|_| ())
+        Target::parse(url).map(|_| ()).map_err(StoreError::from)
     }
 
     /// What decisions do when Redis fails.

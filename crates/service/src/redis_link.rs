@@ -1,4 +1,5 @@
-//! The connections to Redis: which server (standalone, Sentinel, Cluster),
+//! The connections to Redis that the Redis stores (the throttler's and the
+//! quota service's) share: which server (standalone, Sentinel, Cluster),
 //! a few multiplexed connections used in turn, each reconnected by its own
 //! task with backoff and jitter, and a rate-limited log of failures.
 //!
@@ -19,15 +20,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::{LockUnpoisoned, RwLockUnpoisoned};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, RedisError, ScriptInvocation};
 use tokio::sync::Notify;
-use tollgate_service::{LockUnpoisoned, RwLockUnpoisoned};
-
-use super::StoreError;
 
 /// The first reconnection backoff.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -36,17 +35,50 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per this long.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// What went wrong reaching Redis; each store turns it into its own error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkError {
+    /// A URL or seed list that cannot be used.
+    Config(String),
+    /// No connection: Redis cannot be reached, or is being reconnected.
+    Unreachable(String),
+    /// Redis answered with an error.
+    Redis(String),
+    /// No answer within the deadline.
+    Deadline(Duration),
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::Config(m) => write!(f, "invalid redis store: {m}"),
+            LinkError::Unreachable(m) => write!(f, "redis unreachable: {m}"),
+            LinkError::Redis(m) => write!(f, "redis error: {m}"),
+            LinkError::Deadline(d) => write!(f, "redis: no answer within the deadline of {d:?}"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
 /// Where Redis is.
-pub(crate) enum Target {
+pub enum Target {
+    /// One server.
     Single(Client),
+    /// The master that Sentinels name.
     Sentinel(tokio::sync::Mutex<SentinelClient>),
+    /// A Cluster, through its seed nodes.
     Cluster(ClusterClient),
 }
 
 impl Target {
     /// A `redis://`, `rediss://` or `redis+sentinel://` URL.
-    pub(crate) fn parse(url: &str) -> Result<Target, StoreError> {
-        let bad = |why: String| StoreError::config(format!("cannot parse \"{url}\": {why}"));
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::Config`] naming the URL and what is wrong with it.
+    pub fn parse(url: &str) -> Result<Target, LinkError> {
+        let bad = |why: String| LinkError::Config(format!("cannot parse \"{url}\": {why}"));
         if let Some(rest) = url.strip_prefix("redis+sentinel://") {
             let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
             let mut path = path.split('/');
@@ -94,11 +126,15 @@ impl Target {
     }
 
     /// A Cluster reached through `seeds`.
-    pub(crate) fn cluster(seeds: &[String]) -> Result<Target, StoreError> {
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::Config`] for seeds that cannot be used.
+    pub fn cluster(seeds: &[String]) -> Result<Target, LinkError> {
         ClusterClient::new(seeds.to_vec())
             .map(Target::Cluster)
             .map_err(|e| {
-                StoreError::config(format!(
+                LinkError::Config(format!(
                     "cannot use the cluster seeds {}: {e}",
                     seeds.join(",")
                 ))
@@ -106,7 +142,7 @@ impl Target {
     }
 
     /// A new connection, answering `PING`, within `timeout`.
-    async fn open(&self, timeout: Duration) -> Result<Conn, StoreError> {
+    async fn open(&self, timeout: Duration) -> Result<Conn, LinkError> {
         let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
         let attempt = async {
             let mut conn = match self {
@@ -129,11 +165,17 @@ impl Target {
         };
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(StoreError::unreachable(format!("{self}: {e}"))),
-            Err(_) => Err(StoreError::unreachable(format!(
+            Ok(Err(e)) => Err(LinkError::Unreachable(format!("{self}: {e}"))),
+            Err(_) => Err(LinkError::Unreachable(format!(
                 "{self}: no connection within {timeout:?}"
             ))),
         }
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Target({self})")
     }
 }
 
@@ -201,18 +243,29 @@ struct Shared {
 }
 
 /// The connections to one Redis.
-pub(crate) struct Link {
+pub struct Link {
     shared: Arc<Shared>,
     next: AtomicUsize,
 }
 
 impl Link {
-    /// `pool_size` connections to `target`, the first made now.
-    pub(crate) async fn connect(
+    /// `pool_size` connections to `target`, the first made now (within
+    /// `connect_timeout`); failures are logged as `what` (`throttle
+    /// store`, `quota store`).
+    ///
+    /// Needs a tokio runtime: each connection's reconnection is a task.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::Unreachable`] when the first connection cannot be made
+    /// (or does not answer `PING`) in time.
+    pub async fn connect(
         target: Target,
         pool_size: usize,
         connect_timeout: Duration,
-    ) -> Result<Link, StoreError> {
+        what: &'static str,
+    ) -> Result<Link, LinkError> {
+        let pool_size = pool_size.max(1);
         let first = target.open(connect_timeout).await?;
         let slots: Vec<Slot> = (0..pool_size).map(|_| Slot::default()).collect();
         *slots[0].conn.write_unpoisoned() = Some(first);
@@ -220,7 +273,11 @@ impl Link {
             target,
             slots,
             connect_timeout,
-            log: FailureLog::default(),
+            log: FailureLog {
+                what,
+                last: Mutex::new(None),
+                suppressed: AtomicU64::new(0),
+            },
         });
         for index in 0..pool_size {
             let notify = Arc::clone(&shared.slots[index].broken);
@@ -237,16 +294,26 @@ impl Link {
     }
 
     /// Whether it is a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
+    pub fn is_cluster(&self) -> bool {
         matches!(self.shared.target, Target::Cluster(_))
     }
 
-    /// Runs `invocation` on the next connection, within `deadline`.
-    pub(crate) async fn invoke(
+    /// Runs `invocation` on the next connection, within `deadline`; a
+    /// connection found broken is reconnected in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::Unreachable`] at once while every connection is being
+    /// reconnected, Redis' error, or [`LinkError::Deadline`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the script run in Redis.
+    pub async fn invoke<T: redis::FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
         deadline: Duration,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<T, LinkError> {
         let shared = &self.shared;
         // Relaxed: a turn counter; any spread over the slots will do.
         let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -258,7 +325,7 @@ impl Link {
             conn.map(|c| (index, c))
         });
         let Some((index, mut conn)) = found else {
-            let e = StoreError::unreachable(format!("{}: reconnecting", shared.target));
+            let e = LinkError::Unreachable(format!("{}: reconnecting", shared.target));
             shared.log.failed(&e);
             return Err(e);
         };
@@ -266,10 +333,10 @@ impl Link {
             match tokio::time::timeout(deadline, invocation.invoke_async(&mut conn)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) => (
-                    StoreError::redis(format!("{}: {e}", shared.target)),
+                    LinkError::Redis(format!("{}: {e}", shared.target)),
                     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
                 ),
-                Err(_) => (StoreError::deadline(deadline), false),
+                Err(_) => (LinkError::Deadline(deadline), false),
             };
         // Logged before the reconnection starts, so the line names the
         // error that broke the connection rather than a failed reconnection.
@@ -350,14 +417,15 @@ fn seed(index: usize) -> u64 {
 }
 
 /// Logs a failure at most once per [`LOG_EVERY`], counting the rest.
-#[derive(Default)]
 struct FailureLog {
+    /// Which store the line names.
+    what: &'static str,
     last: Mutex<Option<Instant>>,
     suppressed: AtomicU64,
 }
 
 impl FailureLog {
-    fn failed(&self, error: &StoreError) {
+    fn failed(&self, error: &LinkError) {
         let now = Instant::now();
         let mut last = self.last.lock_unpoisoned();
         if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
@@ -369,7 +437,8 @@ impl FailureLog {
         let more = self.suppressed.swap(0, Ordering::Relaxed);
         tracing::warn!(
             suppressed = more,
-            "throttle store: {error} ({more} more failures since the last line)"
+            "{}: {error} ({more} more failures since the last line)",
+            self.what
         );
     }
 }

@@ -1,0 +1,476 @@
+//! [`QuotaStore`]: the quota service's buckets kept in Redis, so that
+//! several quota servers behind one address answer as one.
+//!
+//! # Implementation notes
+//!
+//! One Allow is one call of one Lua script (`store/reserve.lua`, loaded
+//! once and called by its SHA-1, loaded again on `NOSCRIPT`) with the
+//! in-memory [`TokenBucket`](tollgate::TokenBucket)'s exact integer
+//! arithmetic: the level in the core's fixed-point tokens (2^20 per op),
+//! signed for debt, the meter's carry below one token, and the time the
+//! level is up to date with. Redis' Lua has only doubles, so the script
+//! computes on 24-bit limbs above 2^48; a bucket whose numbers stay small
+//! (most) is decided first on a fast path of doubles alone, each product
+//! checked below 2^53, before the script defines its limb arithmetic
+//! (Redis runs the whole script on every call). The clock is Redis' `TIME`, so
+//! servers with skewed clocks agree; a store built with
+//! [`QuotaStore::clock`] passes that clock's time instead (tests).
+//!
+//! The settings (size, max debt, max wait, meter) cross with every call,
+//! from the configuration in force on the server that answers, so a
+//! reload applies from the next Allow. The state records the size and
+//! meter it was kept under: a call under new ones first earns the time up
+//! to now at the old rate, then cuts the level to the new size and drops
+//! the old meter's carry, as [`TokenBucket::set_settings`] does.
+//!
+//! A bucket's key is `PREFIX` + the namespace's length + `{NAMESPACE}:` +
+//! the bucket's name: the length makes the name unambiguous whatever
+//! characters the names hold, and the braces are Redis Cluster's hash
+//! tag, so every key of a namespace sits in one slot. Each key expires
+//! when its bucket would be full again, and so decide like a fresh one,
+//! or when it has been idle for its `max_idle_millis`, after which the
+//! in-memory reaper would have removed it: Redis holds only buckets in
+//! use. The dynamic buckets of a namespace with a `max_dynamic_buckets`
+//! are counted in a sorted set (`PREFIX` + length + `{NAMESPACE}`) scored
+//! by the millisecond each turns idle (never, without a max idle: then the
+//! cap bounds the set), and a new name past the cap is refused.
+//!
+//! [`TokenBucket::set_settings`]: tollgate::TokenBucket::set_settings
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{BucketSettings, Clock};
+use tollgate_service::redis_link::{Link, LinkError, Target};
+
+/// The script every Allow runs.
+const SOURCE: &str = include_str!("store/reserve.lua");
+
+/// Tokens per op, as in the limiter core.
+const TOKEN_SHIFT: u32 = 20;
+/// Nano-ops per second times nanoseconds per second.
+const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
+
+/// What an Allow is answered when Redis does not answer within the
+/// deadline (or is unreachable).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_quota::OnError;
+///
+/// assert_eq!("deny".parse::<OnError>(), Ok(OnError::Deny));
+/// assert_eq!(
+///     "open".parse::<OnError>().unwrap_err().to_string(),
+///     "invalid redis store: on_error \"open\" is none of allow, deny, local"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnError {
+    /// `OK` with no wait, charging nothing (fail open).
+    Allow,
+    /// `REJECTED_SERVER_ERROR` (fail closed).
+    Deny,
+    /// Decided by this server's own in-memory bucket, filled at the
+    /// bucket's rate divided by the store's
+    /// [`replicas`](QuotaStore::replicas), so that the servers together
+    /// keep about the rate (the default).
+    #[default]
+    Local,
+}
+
+impl FromStr for OnError {
+    type Err = LinkError;
+
+    fn from_str(s: &str) -> Result<OnError, LinkError> {
+        match s {
+            "allow" => Ok(OnError::Allow),
+            "deny" => Ok(OnError::Deny),
+            "local" => Ok(OnError::Local),
+            _ => Err(LinkError::Config(format!(
+                "on_error \"{s}\" is none of allow, deny, local"
+            ))),
+        }
+    }
+}
+
+/// Where and how a quota server keeps its buckets in Redis: give it to
+/// [`Quota::with_store`](crate::Quota::with_store), and every server with
+/// the same Redis and key prefix shares every bucket.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate_quota::{AllowRequest, OnError, Quota, QuotaConfig, QuotaLimits, QuotaStore, Status};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = QuotaConfig::from_yaml("global_default_bucket: {size: 10, fill_rate: 5}\n")?;
+/// let store = QuotaStore::new("redis://127.0.0.1:6379")?
+///     .deadline(Duration::from_millis(10))
+///     .on_error(OnError::Local)
+///     .replicas(3);
+/// let clock = Arc::new(tollgate::SystemClock::new());
+/// let quota = Quota::with_store(config, QuotaLimits::default(), clock, store).await?;
+/// let decision = quota.allow_async(&AllowRequest::new("any", "bucket", 3)).await;
+/// assert_eq!(decision.status, Status::Ok);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct QuotaStore {
+    url: String,
+    prefix: String,
+    pool_size: usize,
+    deadline: Duration,
+    connect_timeout: Duration,
+    on_error: OnError,
+    replicas: u32,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl QuotaStore {
+    /// A store at `url`: `redis://[user:password@]host:port[/db]`,
+    /// `rediss://` (TLS, the system's roots), or
+    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`; the key
+    /// prefix `tollgate:quota:`, 2 connections, a deadline of 10 ms, a
+    /// connect timeout of 2 s, [`OnError::Local`] and one replica.
+    ///
+    /// # Errors
+    ///
+    /// A URL that cannot be parsed: one line naming it and why.
+    pub fn new(url: impl Into<String>) -> Result<QuotaStore, LinkError> {
+        let url = url.into();
+        Target::parse(&url)?;
+        Ok(QuotaStore {
+            url,
+            prefix: "tollgate:quota:".to_owned(),
+            pool_size: 2,
+            deadline: Duration::from_millis(10),
+            connect_timeout: Duration::from_secs(2),
+            on_error: OnError::Local,
+            replicas: 1,
+            clock: None,
+        })
+    }
+
+    /// The prefix of every key (default `tollgate:quota:`); servers share
+    /// buckets by sharing a prefix. A brace in it is refused when
+    /// connecting (it would move the hash tag).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> QuotaStore {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Multiplexed connections, used in turn (default 2, at least 1).
+    pub fn pool_size(mut self, n: usize) -> QuotaStore {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// The longest an Allow waits for Redis (default 10 ms); past it the
+    /// [`OnError`] mode answers.
+    pub fn deadline(mut self, deadline: Duration) -> QuotaStore {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The longest connecting at start-up, and each reconnection try, take
+    /// (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> QuotaStore {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What an Allow is answered when Redis fails (default
+    /// [`OnError::Local`]).
+    pub fn on_error(mut self, on_error: OnError) -> QuotaStore {
+        self.on_error = on_error;
+        self
+    }
+
+    /// How many servers share the buckets (default 1): under
+    /// [`OnError::Local`] each decides alone at `fill_rate / replicas`.
+    pub fn replicas(mut self, replicas: u32) -> QuotaStore {
+        self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Decides at this clock's time instead of Redis' `TIME`: for tests,
+    /// which drive every server from one manual clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> QuotaStore {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// What an Allow is answered when Redis fails.
+    pub fn on_error_mode(&self) -> OnError {
+        self.on_error
+    }
+
+    /// Connects, within the connect timeout.
+    pub(crate) async fn connect(self) -> Result<Connected, LinkError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(LinkError::Config(format!(
+                "the key prefix \"{}\" holds a brace, which would move the hash tag",
+                self.prefix
+            )));
+        }
+        let target = Target::parse(&self.url)?;
+        let link =
+            Link::connect(target, self.pool_size, self.connect_timeout, "quota store").await?;
+        Ok(Connected {
+            link,
+            script: redis::Script::new(SOURCE),
+            store: self,
+        })
+    }
+}
+
+/// Equal settings; the test clock is not compared.
+impl PartialEq for QuotaStore {
+    fn eq(&self, other: &QuotaStore) -> bool {
+        self.url == other.url
+            && self.prefix == other.prefix
+            && self.pool_size == other.pool_size
+            && self.deadline == other.deadline
+            && self.connect_timeout == other.connect_timeout
+            && self.on_error == other.on_error
+            && self.replicas == other.replicas
+    }
+}
+
+impl fmt::Debug for QuotaStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuotaStore")
+            .field("url", &redacted(&self.url))
+            .field("prefix", &self.prefix)
+            .field("pool_size", &self.pool_size)
+            .field("deadline", &self.deadline)
+            .field("on_error", &self.on_error)
+            .field("replicas", &self.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`, for logs.
+fn redacted(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    match url[start..].find('@') {
+        Some(at) => {
+            let userinfo = &url[start..start + at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..start], &url[start + at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// One reservation the script decides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reservation<'a> {
+    pub(crate) namespace: &'a str,
+    pub(crate) name: &'a str,
+    /// Ops to reserve; `None`: the request asks too many, so only a new
+    /// dynamic bucket's room is checked.
+    pub(crate) ops: Option<u64>,
+    pub(crate) settings: BucketSettings,
+    /// The max wait in force (the request's, if lower).
+    pub(crate) max_wait: Duration,
+    /// For a dynamic bucket of a namespace with a cap, the cap.
+    pub(crate) dynamic_cap: Option<u64>,
+    /// How long the bucket may go unused before it starts afresh.
+    pub(crate) max_idle: Option<Duration>,
+}
+
+/// What the script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reserved {
+    /// Granted: wait this long before using the tokens.
+    Granted(Duration),
+    /// Refused for the max wait or the max debt; nothing claimed.
+    Refused,
+    /// A new dynamic bucket past its namespace's cap.
+    TooManyBuckets,
+    /// Too many tokens asked, with room for the bucket.
+    TooManyTokens,
+}
+
+/// A connected store.
+pub(crate) struct Connected {
+    link: Link,
+    script: redis::Script,
+    store: QuotaStore,
+}
+
+impl Connected {
+    /// What an Allow is answered when Redis fails.
+    pub(crate) fn on_error(&self) -> OnError {
+        self.store.on_error
+    }
+
+    /// The servers sharing the buckets.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.store.replicas
+    }
+
+    /// The settings it was connected with.
+    pub(crate) fn settings(&self) -> &QuotaStore {
+        &self.store
+    }
+
+    /// The key of bucket `name` of `namespace`.
+    fn key(&self, namespace: &str, name: &str) -> String {
+        format!(
+            "{}{}{{{namespace}}}:{name}",
+            self.store.prefix,
+            namespace.len()
+        )
+    }
+
+    /// The key of `namespace`'s set of live dynamic buckets.
+    fn dynamic_key(&self, namespace: &str) -> String {
+        format!("{}{}{{{namespace}}}", self.store.prefix, namespace.len())
+    }
+
+    /// Decides `r` in Redis, within the deadline.
+    pub(crate) async fn reserve(&self, r: &Reservation<'_>) -> Result<Reserved, LinkError> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation.key(self.key(r.namespace, r.name));
+        if r.dynamic_cap.is_some() {
+            invocation.key(self.dynamic_key(r.namespace));
+        }
+        for arg in args(r, self.store.clock.as_ref().map(|c| c.now_ns())) {
+            invocation.arg(arg);
+        }
+        let reply: Vec<String> = self.link.invoke(&invocation, self.store.deadline).await?;
+        answer(&reply)
+    }
+}
+
+impl fmt::Debug for Connected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connected")
+            .field("link", &self.link)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The core meter's exact rate for `nano_ops_per_sec`: tokens per
+/// nanosecond as `(whole, fraction, den)`.
+fn meter(nano_ops_per_sec: u128) -> (u128, u128, u128) {
+    let num = nano_ops_per_sec << TOKEN_SHIFT;
+    let g = gcd(num, DENOMINATOR);
+    let (num, den) = (num / g, DENOMINATOR / g);
+    (num / den, num % den, den)
+}
+
+/// Nanoseconds, at most `u64::MAX`, as the bucket compares them.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The script's arguments for `r` at `now_ns` (`None`: Redis' `TIME`).
+fn args(r: &Reservation<'_>, now_ns: Option<u64>) -> [String; 12] {
+    let s = &r.settings;
+    let (whole, fraction, den) = meter(s.rate().nano_ops_per_sec());
+    [
+        if r.ops.is_some() { "reserve" } else { "refuse" }.to_owned(),
+        now_ns.map(|t| t.to_string()).unwrap_or_default(),
+        r.ops.unwrap_or(0).to_string(),
+        s.size_ops().to_string(),
+        whole.to_string(),
+        fraction.to_string(),
+        den.to_string(),
+        nanos(s.max_debt_duration()).to_string(),
+        nanos(r.max_wait).to_string(),
+        r.dynamic_cap.map(|c| c.to_string()).unwrap_or_default(),
+        r.name.to_owned(),
+        r.max_idle.map(|d| nanos(d).to_string()).unwrap_or_default(),
+    ]
+}
+
+/// The script's answer.
+fn answer(reply: &[String]) -> Result<Reserved, LinkError> {
+    let bad = || LinkError::Redis(format!("the quota script answered {reply:?}"));
+    let [code, value, _now] = reply else {
+        return Err(bad());
+    };
+    match code.as_str() {
+        "OK" => value
+            .parse()
+            .map(|ns| Reserved::Granted(Duration::from_nanos(ns)))
+            .map_err(|_| bad()),
+        "W" | "D" => Ok(Reserved::Refused),
+        "B" => Ok(Reserved::TooManyBuckets),
+        "T" => Ok(Reserved::TooManyTokens),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::pool::Meter;
+
+    #[test]
+    fn the_meter_crosses_as_the_cores_exact_fraction() {
+        for nano in [
+            1_000_000u128,
+            10_000_000_000,
+            7_000_000_001,
+            300_000_000_000_000_000,
+        ] {
+            let (whole, fraction, den) = meter(nano);
+            let core = Meter::new(nano);
+            for ns in [0u64, 1, 999, 1_000_000_007, u64::MAX / 3] {
+                let ns128 = u128::from(ns);
+                assert_eq!(
+                    ns128 * whole + ns128 * fraction / den,
+                    core.tokens_floor(ns),
+                    "{nano} at {ns}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            redacted("redis://app:s3cret@redis.internal:6379/2"),
+            "redis://app:***@redis.internal:6379/2"
+        );
+        assert_eq!(
+            redacted("redis://redis.internal:6379"),
+            "redis://redis.internal:6379"
+        );
+        let store = QuotaStore::new("rediss://:pw@h:1").unwrap();
+        assert!(!format!("{store:?}").contains("pw"));
+    }
+
+    #[test]
+    fn a_bad_url_or_mode_is_one_line() {
+        let e = QuotaStore::new("http://localhost:6379").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid redis store: cannot parse \"http://localhost:6379\": the scheme is none of \
+             redis://, rediss://, redis+sentinel://"
+        );
+        assert!(QuotaStore::new("redis://127.0.0.1:6379").is_ok());
+        assert!("local".parse::<OnError>().is_ok());
+    }
+}

@@ -1,0 +1,214 @@
+//! A real `redis-server` (Debian's) for tests: started on 127.0.0.1 on a
+//! free port with no persistence, killed when dropped. Tests that use it
+//! fail, not skip, where it is not installed (`.ci/run` installs it).
+//! Shared by the throttler's and the quota service's Redis tests.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    /// Arguments beyond the port, the persistence and the directory.
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts one on a free port and waits until it answers `PING`.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// As [`start`](Self::start), with more `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let mut dir = tempfile::tempdir().expect("a temporary directory");
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
+            };
+            if server.spawn() {
+                return server;
+            }
+            dir = server.take_dir();
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    fn take_dir(mut self) -> tempfile::TempDir {
+        self.kill();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().expect("a directory"))
+    }
+
+    /// Starts the server on this port; false if it exited (the port was
+    /// taken meanwhile).
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run redis-server ({e}): install Debian's redis-server \
+                     (`apt-get install redis-server`, as .ci/run does)"
+                )
+            });
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return false;
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        );
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server (SIGSTOP): its sockets stay open, unanswered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let status = Command::new("kill")
+            .arg(which)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {which} {pid}");
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Cluster of `redis-server`s on 127.0.0.1, one master each and no
+/// replicas, its slots spread by `redis-cli --cluster create`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The nodes, in the order they were started.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` (at least 3) nodes and waits until the cluster is ok.
+    pub fn start(n: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..n)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs (Debian's redis-tools, with redis-server)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        let start = Instant::now();
+        while !cluster.nodes.iter().all(|n| n.cluster_ok()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the cluster was not ok within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// Every node's `redis://` URL: the seed list.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl RedisServer {
+    fn cluster_ok(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"CLUSTER INFO\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
+    }
+}
