@@ -185,9 +185,15 @@ impl RlsServer {
     /// Serves on `listener` until `shutdown` completes; then drains. See
     /// [`GrpcServer::serve`] for what is done with each connection.
     ///
+    /// A service with a Redis store
+    /// ([`RateLimitService::with_store`]) is served through tonic instead,
+    /// on the calling runtime, since each call waits on Redis; the thread
+    /// option does not apply, and TLS is refused there (terminate it in
+    /// front).
+    ///
     /// # Errors
     ///
-    /// An error starting a thread's runtime.
+    /// An error starting a thread's runtime; TLS with a store.
     ///
     /// # Cancel safety
     ///
@@ -201,6 +207,15 @@ impl RlsServer {
             max_message_bytes: self.limits.max_message_bytes.min(MAX_MESSAGE),
             ..self.limits
         };
+        if self.service.store().is_some() {
+            if self.tls.is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "TLS is not served with a Redis store yet: terminate TLS in front of it",
+                ));
+            }
+            return serve_tonic(self.service, &limits, listener, shutdown).await;
+        }
         let mut server = GrpcServer::new(Arc::new(Lean(self.service))).limits(limits);
         if let Some(tls) = self.tls {
             server = server.tls_config(tls);
@@ -307,8 +322,45 @@ impl pb::rate_limit_service_server::RateLimitService for ShouldRateLimitService 
         let req = request.into_inner();
         let answer = self
             .service
-            .should_rate_limit(&Request::from(req))
+            .should_rate_limit_async(&Request::from(req))
+            .await
             .map_err(|e| status(&e))?;
         Ok(tonic::Response::new(answer.into()))
     }
+}
+
+#[tonic::async_trait]
+impl pb::health::health_server::Health for ShouldRateLimitService {
+    async fn check(
+        &self,
+        request: tonic::Request<pb::health::HealthCheckRequest>,
+    ) -> Result<tonic::Response<pb::health::HealthCheckResponse>, tonic::Status> {
+        Ok(tonic::Response::new(health(
+            &self.service,
+            &request.into_inner().service,
+        )))
+    }
+}
+
+/// Serves `service` (which has a Redis store, so answers asynchronously)
+/// through tonic: each call waits on Redis without holding up the others.
+async fn serve_tonic(
+    service: Arc<RateLimitService>,
+    limits: &ServerLimits,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let rls = ShouldRateLimitService::new(service);
+    let health = pb::health::health_server::HealthServer::new(rls.clone());
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+        .add_service(
+            rls.into_server()
+                .max_decoding_message_size(limits.max_message_bytes),
+        )
+        .add_service(health)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(io::Error::other)
 }

@@ -141,7 +141,7 @@ async fn json_call(State(service): State<Arc<RateLimitService>>, body: Bytes) ->
             .collect(),
         hits_addend: req.hits_addend,
     };
-    match service.should_rate_limit(&request) {
+    match service.should_rate_limit_async(&request).await {
         Ok(r) => {
             let code = if r.overall_code == Code::OverLimit {
                 StatusCode::TOO_MANY_REQUESTS

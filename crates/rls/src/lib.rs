@@ -57,6 +57,7 @@ pub mod pb;
 mod raw;
 mod reload;
 mod service;
+mod shared;
 mod unit;
 
 pub use clock::UnixClock;
