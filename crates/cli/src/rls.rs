@@ -17,6 +17,7 @@ use tollgate_rls::{
     http_router, spawn_config_reload, RateLimitService, RlsConfig, RlsServer, RlsSettings,
     UnixClock,
 };
+use tollgate_rls::{OnError, RedisStore};
 use tollgate_service::{ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -95,6 +96,27 @@ pub(crate) struct Args {
     /// least recently used are forgotten (they start afresh).
     #[arg(long, default_value_t = RlsSettings::DEFAULT_MAX_KEYS, value_parser = cli::positive::<usize>)]
     max_keys: usize,
+    /// Keep the counters in Redis (`redis://HOST:PORT`, `rediss://` for
+    /// TLS, `redis+sentinel://HOST:PORT/MASTER`), so that every `tollgate
+    /// rls` on it answers as one, as envoyproxy/ratelimit's replicas on
+    /// its Redis do. Without it, each process counts alone in memory.
+    #[arg(long)]
+    store: Option<String>,
+    /// The prefix of every Redis key: replicas share counters by sharing
+    /// a store and a prefix.
+    #[arg(long, default_value = "tollgate:rls:", requires = "store")]
+    store_prefix: String,
+    /// The longest a call waits for Redis; past it --on-error decides.
+    #[arg(long, default_value = "10ms", value_parser = cli::positive_duration, requires = "store")]
+    store_deadline: Duration,
+    /// When Redis fails or is late: allow (answer OK), deny (answer
+    /// OVER_LIMIT) or local (count alone at each limit divided by
+    /// --replicas).
+    #[arg(long, default_value = "local", value_parser = ["allow", "deny", "local"], requires = "store")]
+    on_error: String,
+    /// How many replicas share the store, for --on-error local.
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<u32>, requires = "store")]
+    replicas: u32,
     /// How often the configuration's modification time is checked.
     #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
@@ -230,11 +252,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let service = Arc::new(RateLimitService::new(
-        Some(config),
-        settings,
-        Arc::new(UnixClock),
-    ));
+    let mut service = RateLimitService::new(Some(config), settings, Arc::new(UnixClock));
+    if let Some(url) = &args.store {
+        let on_error: OnError = args.on_error.parse()?;
+        let store = RedisStore::builder(url.as_str())
+            .prefix(args.store_prefix.as_str())
+            .deadline(args.store_deadline)
+            .on_error(on_error)
+            .replicas(args.replicas)
+            .connect()
+            .await?;
+        service = service.with_store(store)?;
+        info!(store = %url, prefix = %args.store_prefix, "rls counters in Redis");
+    }
+    let service = Arc::new(service);
     service.metrics().config_load_success_inc();
     spawn_config_reload(
         Arc::clone(&service),

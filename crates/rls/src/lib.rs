@@ -44,6 +44,11 @@
 //!
 //! Beyond the reference, a limit may name an [`Algorithm`] and a
 //! descriptor may carry several limits (see [`RlsConfig`]).
+//!
+//! Several services (or `tollgate rls` replicas) answer as one when they
+//! keep their counters in one Redis ([`RateLimitService::with_store`],
+//! the throttler's [`RedisStore`]): the same answers, each request one
+//! script call, Redis' clock.
 
 mod clock;
 mod config;
@@ -70,4 +75,7 @@ pub use service::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitService, Request, RequestError,
     Response, RlsSettings,
 };
+/// The throttler's Redis store, which [`RateLimitService::with_store`]
+/// counts in.
+pub use tollgate_throttle::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 pub use unit::Unit;

@@ -12,21 +12,32 @@ use super::config::{ConfigError, RlsConfig};
 use super::service::RateLimitService;
 
 /// The service as a reload target; `MERGE` is the documents' merge
-/// setting ([`RlsConfig::load`]).
+/// setting ([`RlsConfig::load`]), `SHARED` whether the service counts in
+/// a Redis store (which refuses what it cannot count,
+/// [`RlsConfig::check_store`]).
 #[derive(Debug)]
-struct Target<const MERGE: bool>(Arc<RateLimitService>);
+struct Target<const MERGE: bool, const SHARED: bool>(Arc<RateLimitService>);
 
-impl<const MERGE: bool> Reload for Target<MERGE> {
+impl<const MERGE: bool, const SHARED: bool> Target<MERGE, SHARED> {
+    fn checked(config: RlsConfig) -> Result<RlsConfig, ConfigError> {
+        if SHARED {
+            config.check_store()?;
+        }
+        Ok(config)
+    }
+}
+
+impl<const MERGE: bool, const SHARED: bool> Reload for Target<MERGE, SHARED> {
     type Config = RlsConfig;
     type Error = ConfigError;
     const WHAT: &'static str = "rate limit configuration";
 
     fn read_file(path: &Path) -> Result<RlsConfig, ConfigError> {
-        RlsConfig::load(path, MERGE)
+        RlsConfig::load(path, MERGE).and_then(Self::checked)
     }
 
     fn parse(text: &str) -> Result<RlsConfig, ConfigError> {
-        RlsConfig::from_yaml("config", text)
+        RlsConfig::from_yaml("config", text).and_then(Self::checked)
     }
 
     fn apply(&self, config: RlsConfig) {
@@ -43,10 +54,12 @@ impl<const MERGE: bool> Reload for Target<MERGE> {
 /// documents of one domain add up. Returns whether the new configuration
 /// was applied.
 pub fn reload(service: &Arc<RateLimitService>, path: &Path, merge: bool) -> bool {
-    if merge {
-        reload_file(&Target::<true>(Arc::clone(service)), path)
-    } else {
-        reload_file(&Target::<false>(Arc::clone(service)), path)
+    let service = Arc::clone(service);
+    match (merge, service.store().is_some()) {
+        (false, false) => reload_file(&Target::<false, false>(service), path),
+        (false, true) => reload_file(&Target::<false, true>(service), path),
+        (true, false) => reload_file(&Target::<true, false>(service), path),
+        (true, true) => reload_file(&Target::<true, true>(service), path),
     }
 }
 
@@ -58,9 +71,10 @@ pub fn spawn(
     merge: bool,
     poll: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    if merge {
-        watch_file(Target::<true>(service), path, poll, hangup())
-    } else {
-        watch_file(Target::<false>(service), path, poll, hangup())
+    match (merge, service.store().is_some()) {
+        (false, false) => watch_file(Target::<false, false>(service), path, poll, hangup()),
+        (false, true) => watch_file(Target::<false, true>(service), path, poll, hangup()),
+        (true, false) => watch_file(Target::<true, false>(service), path, poll, hangup()),
+        (true, true) => watch_file(Target::<true, true>(service), path, poll, hangup()),
     }
 }
