@@ -1,8 +1,9 @@
 //! `tollgate rls`: Envoy's rate limit service
 //! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) on
 //! envoyproxy/ratelimit's YAML configuration, with `grpc.health.v1.Health`
-//! on the same port, a debug port (`/metrics`, `/healthz`, `/rlconfig`,
-//! the reference's `/json`) and reload on SIGHUP.
+//! on the same port, the service kit's debug port (`/`, `/metrics`,
+//! `/healthz`, with `/rlconfig` and the reference's `/healthcheck` and
+//! `/json`) and reload on SIGHUP.
 //!
 //! The reference's settings that change answers are flags, and its
 //! environment variables are read when a flag is not given.
@@ -49,7 +50,7 @@ pub(crate) struct Args {
     /// GRPC_PORT; default 8081].
     #[arg(long)]
     port: Option<u16>,
-    /// HTTP debug port (/metrics, /healthz, /rlconfig, POST /json); 0
+    /// HTTP debug port (/, /metrics, /healthz, /rlconfig, POST /json); 0
     /// disables it [env: DEBUG_PORT; default 6070].
     #[arg(long)]
     debug_port: Option<u16>,

@@ -37,7 +37,7 @@
 //!
 //! The edges: [`RlsServer`] serves it (and `grpc.health.v1.Health`) on the
 //! service kit's lean gRPC server, [`ShouldRateLimitService`] in a tonic
-//! router; [`http_router`] is the debug port (`/metrics`, `/healthz`,
+//! router; [`http_router`] is the debug port (the kit's `/`, `/metrics`, `/healthz`;
 //! `/rlconfig`, the reference's `/json`); [`spawn_config_reload`] reloads
 //! on SIGHUP. The wire types live in the hidden `pb` module and stay at
 //! the edge.

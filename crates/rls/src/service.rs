@@ -20,11 +20,11 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::RwLockUnpoisoned;
+use tollgate_service::{LockUnpoisoned, NotReady, Readiness, RwLockUnpoisoned};
 use tollgate_throttle::{OnError, RedisStore};
 use tracing::error;
 
@@ -255,6 +255,10 @@ pub struct RateLimitService {
     metrics: RlsMetrics,
     /// The Redis store the counters live in; `None`: in memory.
     shared: Option<Shared>,
+    /// Ready once a configuration is loaded (the debug port's `/healthz`).
+    readiness: Readiness,
+    /// Held while no configuration is loaded.
+    unconfigured: Mutex<Option<NotReady>>,
 }
 
 /// What one descriptor matched.
@@ -365,7 +369,11 @@ impl RateLimitService {
         settings: RlsSettings,
         clock: Arc<dyn Clock>,
     ) -> RateLimitService {
+        let readiness = Readiness::default();
+        let unconfigured = config.is_none().then(|| readiness.not_ready());
         RateLimitService {
+            readiness,
+            unconfigured: Mutex::new(unconfigured),
             config: RwLock::new(config.map(Arc::new)),
             counters: Counters::new(settings.max_keys),
             clock,
@@ -449,7 +457,13 @@ impl RateLimitService {
             config.check_store()?;
         }
         *self.config.write_unpoisoned() = Some(Arc::new(config));
+        self.unconfigured.lock_unpoisoned().take();
         Ok(())
+    }
+
+    /// Ready once a configuration is loaded.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
     }
 
     /// The configuration in force.
