@@ -38,8 +38,9 @@ use crate::cli;
 pub(crate) struct Args {
     /// The configuration: a YAML file in envoyproxy/ratelimit's format, or
     /// a directory of them (every file under it, dot files aside). Reloaded
-    /// on SIGHUP and when its modification time changes; a configuration
-    /// that does not load is logged and the previous one keeps answering.
+    /// on SIGHUP and when a file is added, edited or removed (checked every
+    /// --reload-interval); a configuration that does not load is logged and
+    /// the previous one keeps answering.
     #[arg(long)]
     config: PathBuf,
     /// Address (or host name) the gRPC port listens on [env: GRPC_HOST;
@@ -118,8 +119,9 @@ pub(crate) struct Args {
     /// How many replicas share the store, for --on-error local.
     #[arg(long, default_value_t = 1, value_parser = cli::positive::<u32>, requires = "store")]
     replicas: u32,
-    /// How often the configuration's modification time is checked.
-    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    /// How often the configuration's files are checked for a change (a
+    /// file added, edited or removed under a directory).
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
     /// Threads (default: one per core): the gRPC connections run on this
     /// many single-threaded runtimes.

@@ -471,7 +471,7 @@ fn add_children(
 
 /// The files a `--config` path names: itself, or the regular files under
 /// it (recursively, in name order, dot files skipped).
-fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+pub(crate) fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         ConfigError::new(&path.display().to_string(), format!("cannot be read: {e}"))
     })?;

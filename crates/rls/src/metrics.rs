@@ -124,6 +124,11 @@ impl RlsMetrics {
         }
     }
 
+    /// Configurations refused so far (the previous one kept).
+    pub fn config_load_errors(&self) -> u64 {
+        self.config_load_error.get()
+    }
+
     /// Counts a configuration put in force at start.
     pub fn config_load_success_inc(&self) {
         self.config_load_success.inc();

@@ -20,6 +20,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -259,6 +260,8 @@ pub struct RateLimitService {
     readiness: Readiness,
     /// Held while no configuration is loaded.
     unconfigured: Mutex<Option<NotReady>>,
+    /// Configurations put in force since the service was made.
+    generation: AtomicU64,
 }
 
 /// What one descriptor matched.
@@ -374,6 +377,7 @@ impl RateLimitService {
         RateLimitService {
             readiness,
             unconfigured: Mutex::new(unconfigured),
+            generation: AtomicU64::new(0),
             config: RwLock::new(config.map(Arc::new)),
             counters: Counters::new(settings.max_keys),
             clock,
@@ -458,7 +462,18 @@ impl RateLimitService {
         }
         *self.config.write_unpoisoned() = Some(Arc::new(config));
         self.unconfigured.lock_unpoisoned().take();
+        // Relaxed: a count to watch; the configuration itself is published
+        // by the lock above.
+        self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// How many configurations [`set_config`](Self::set_config) (and so a
+    /// reload) has put in force, the first given to
+    /// [`new`](Self::new) aside.
+    pub fn generation(&self) -> u64 {
+        // Relaxed: as in `try_set_config`.
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Ready once a configuration is loaded.
