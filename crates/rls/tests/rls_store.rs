@@ -204,3 +204,46 @@ async fn case_39_redis_killed_mid_run_each_on_error_mode_then_recovery() {
         assert_eq!(remaining(&service, 1).await, [Some(48)], "{mode:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_decides_descriptors_on_different_slots() {
+    let cluster = common::redis_server::RedisCluster::start(3);
+    let clock = clock();
+    let store = RedisStore::builder("redis://unused")
+        .cluster(cluster.urls())
+        .prefix(fresh_prefix())
+        .deadline(Duration::from_secs(2))
+        .clock(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    let config = RlsConfig::from_yaml("limits.yaml", LIMITS).unwrap();
+    let service = RateLimitService::new(
+        Some(config),
+        RlsSettings::default(),
+        Arc::new(clock.clone()),
+    )
+    .with_store(store)
+    .unwrap();
+    // Many values, so the call's keys fall on several slots.
+    let descriptors: Vec<Descriptor> = (0..12)
+        .map(|i| Descriptor::new([("fixed", format!("v{i}"))]))
+        .collect();
+    let call = Request {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 10,
+    };
+    for expected in [40, 30, 20, 10, 0] {
+        let r = service.should_rate_limit_async(&call).await.unwrap();
+        assert_eq!(r.overall_code, Code::Ok);
+        assert!(r.statuses.iter().all(|s| s.limit_remaining == expected));
+    }
+    let r = service.should_rate_limit_async(&call).await.unwrap();
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert!(service
+        .metrics()
+        .render()
+        .lines()
+        .all(|l| !l.starts_with("tollgate_rls_store_errors_total{")));
+}
