@@ -17,6 +17,12 @@
 //! over any of them is charged to every fixed window (which count every
 //! hit, as the reference's do) and to none of the smooth limits (which
 //! charge only what they admit: the ones that admitted it give it back).
+//!
+//! A call runs in three steps: the plan (matching, `replaces`, hits), the
+//! count of every limit to count (`Job`s, in descriptor order), and the
+//! answer from the counts. The count is the in-memory tables' or, with a
+//! Redis store, one script call for all of them (`shared.rs`); when Redis
+//! fails, the store's `on_error` mode stands in for the counts.
 
 use std::collections::HashSet;
 use std::fmt;
