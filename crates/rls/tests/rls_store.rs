@@ -247,3 +247,66 @@ async fn a_redis_cluster_decides_descriptors_on_different_slots() {
         .lines()
         .all(|l| !l.starts_with("tollgate_rls_store_errors_total{")));
 }
+
+const SMOOTH: &str = r#"
+domain: beyond
+descriptors:
+  - key: gcra
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra}
+  - key: sw
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}
+  - key: burst_and_day
+    rate_limit:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: day, requests_per_unit: 30, name: daily}
+  - key: two_gcra
+    rate_limit:
+      - {unit: second, requests_per_unit: 2, algorithm: gcra}
+      - {unit: minute, requests_per_unit: 5, algorithm: gcra}
+"#;
+
+/// The same calls at the same times, one service in memory and one on
+/// Redis: the same answers, call by call (statuses and headers).
+#[tokio::test]
+async fn the_smooth_algorithms_and_several_limits_answer_alike_on_both_stores() {
+    let redis = RedisServer::start();
+    let clock = clock();
+    let settings = RlsSettings {
+        response_headers: true,
+        ..RlsSettings::default()
+    };
+    let config = || RlsConfig::from_yaml("smooth.yaml", SMOOTH).unwrap();
+    let memory = RateLimitService::new(Some(config()), settings.clone(), Arc::new(clock.clone()));
+    let shared = RateLimitService::new(Some(config()), settings, Arc::new(clock.clone()))
+        .with_store(common::redis_store(&redis.url(), &fresh_prefix(), &clock).await)
+        .unwrap();
+    // A fixed pseudo-random walk: keys, hits and steps of 0 to 390 ms.
+    let mut x: u64 = 12345;
+    let mut next = |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let keys = ["gcra", "sw", "burst_and_day", "two_gcra"];
+    let mut now = T * 1_000_000_000;
+    let mut over = 0;
+    for i in 0..400 {
+        now += next(4) * 130_000_000;
+        clock.set_ns(now);
+        let key = keys[next(4) as usize];
+        let request = Request {
+            domain: "beyond".into(),
+            descriptors: vec![Descriptor::new([(key, "x")])],
+            hits_addend: 1 + next(2) as u32,
+        };
+        let want = memory.should_rate_limit(&request).unwrap();
+        let got = shared.should_rate_limit_async(&request).await.unwrap();
+        assert_eq!(got, want, "call {i}: {key} at {now}");
+        if want.overall_code == Code::OverLimit {
+            over += 1;
+        }
+    }
+    // The walk reaches the limits, not only the admitted side.
+    assert!(over > 50, "{over} calls over a limit");
+}
