@@ -179,6 +179,25 @@ fn sigterm_drains_and_exits_zero() {
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_store_sigterm_drains_and_exits_zero_with_a_connection_open() {
+    let redis = redis_server::RedisServer::start();
+    let (_dir, path) = config_file("edge.yaml", EDGE);
+    let url = redis.url();
+    let flags = ["--store", url.as_str(), "--drain-timeout", "1s"];
+    let (mut server, addr) = tokio::task::block_in_place(|| start(&path, &flags, &[]));
+    // A client that keeps its connection open, as Envoy does.
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let _ = client.should_rate_limit(RateLimitRequest::default()).await;
+    server.signal(libc::SIGTERM);
+    tokio::task::block_in_place(|| server.wait_line("drained: exiting"));
+    let status = tokio::task::block_in_place(|| server.exit_status());
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    drop(client);
+}
+
 /// `tollgate load --mode rls` sends its descriptors with their distinct
 /// values: under a limit of one a day per value, the first call of each of
 /// the three values passes and every later one is over.

@@ -355,13 +355,31 @@ async fn serve_tonic(
                 .max_decoding_message_size(limits.max_message_bytes),
         )
         .add_service(health);
+    // At shutdown tonic stops accepting and lets the calls in flight
+    // finish; past the drain timeout the server is dropped, which closes
+    // every connection left.
+    let drain = limits.drain_timeout;
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    };
+    let deadline = async move {
+        if stopped.await.is_ok() {
+            tokio::time::sleep(drain).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     let Some(tls) = tls else {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        return router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-            .map_err(io::Error::other);
+        return tokio::select! {
+            served = router.serve_with_incoming_shutdown(incoming, shutdown) => {
+                served.map_err(io::Error::other)
+            }
+            () = deadline => Ok(()),
+        };
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsConn>>(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -390,10 +408,12 @@ async fn serve_tonic(
         }
     });
     let incoming = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(rx);
-    let served = router
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(io::Error::other);
+    let served = tokio::select! {
+        served = router.serve_with_incoming_shutdown(incoming, shutdown) => {
+            served.map_err(io::Error::other)
+        }
+        () = deadline => Ok(()),
+    };
     accept.abort();
     served
 }
