@@ -124,7 +124,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
     /// Threads (default: one per core): the gRPC connections run on this
-    /// many single-threaded runtimes.
+    /// many single-threaded runtimes (with --store, on one runtime of this
+    /// many workers).
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     #[command(flatten)]
