@@ -1,8 +1,9 @@
 //! `tollgate rls`: Envoy's rate limit service
 //! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) on
 //! envoyproxy/ratelimit's YAML configuration, with `grpc.health.v1.Health`
-//! on the same port, a debug port (`/metrics`, `/healthz`, `/rlconfig`,
-//! the reference's `/json`) and reload on SIGHUP.
+//! on the same port, the service kit's debug port (`/`, `/metrics`,
+//! `/healthz`, with `/rlconfig` and the reference's `/healthcheck` and
+//! `/json`) and reload on SIGHUP.
 //!
 //! The reference's settings that change answers are flags, and its
 //! environment variables are read when a flag is not given.
@@ -17,6 +18,7 @@ use tollgate_rls::{
     http_router, spawn_config_reload, RateLimitService, RlsConfig, RlsServer, RlsSettings,
     UnixClock,
 };
+use tollgate_rls::{OnError, RedisStore};
 use tollgate_service::{ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
 
@@ -36,8 +38,9 @@ use crate::cli;
 pub(crate) struct Args {
     /// The configuration: a YAML file in envoyproxy/ratelimit's format, or
     /// a directory of them (every file under it, dot files aside). Reloaded
-    /// on SIGHUP and when its modification time changes; a configuration
-    /// that does not load is logged and the previous one keeps answering.
+    /// on SIGHUP and when a file is added, edited or removed (checked every
+    /// --reload-interval); a configuration that does not load is logged and
+    /// the previous one keeps answering.
     #[arg(long)]
     config: PathBuf,
     /// Address (or host name) the gRPC port listens on [env: GRPC_HOST;
@@ -48,7 +51,7 @@ pub(crate) struct Args {
     /// GRPC_PORT; default 8081].
     #[arg(long)]
     port: Option<u16>,
-    /// HTTP debug port (/metrics, /healthz, /rlconfig, POST /json); 0
+    /// HTTP debug port (/, /metrics, /healthz, /rlconfig, POST /json); 0
     /// disables it [env: DEBUG_PORT; default 6070].
     #[arg(long)]
     debug_port: Option<u16>,
@@ -95,11 +98,34 @@ pub(crate) struct Args {
     /// least recently used are forgotten (they start afresh).
     #[arg(long, default_value_t = RlsSettings::DEFAULT_MAX_KEYS, value_parser = cli::positive::<usize>)]
     max_keys: usize,
-    /// How often the configuration's modification time is checked.
-    #[arg(long, default_value = "5s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
+    /// Keep the counters in Redis (`redis://HOST:PORT`, `rediss://` for
+    /// TLS, `redis+sentinel://HOST:PORT/MASTER`), so that every `tollgate
+    /// rls` on it answers as one, as envoyproxy/ratelimit's replicas on
+    /// its Redis do. Without it, each process counts alone in memory.
+    #[arg(long)]
+    store: Option<String>,
+    /// The prefix of every Redis key: replicas share counters by sharing
+    /// a store and a prefix.
+    #[arg(long, default_value = "tollgate:rls:", requires = "store")]
+    store_prefix: String,
+    /// The longest a call waits for Redis; past it --on-error decides.
+    #[arg(long, default_value = "10ms", value_parser = cli::positive_duration, requires = "store")]
+    store_deadline: Duration,
+    /// When Redis fails or is late: allow (answer OK), deny (answer
+    /// OVER_LIMIT) or local (count alone at each limit divided by
+    /// --replicas).
+    #[arg(long, default_value = "local", value_parser = ["allow", "deny", "local"], requires = "store")]
+    on_error: String,
+    /// How many replicas share the store, for --on-error local.
+    #[arg(long, default_value_t = 1, value_parser = cli::positive::<u32>, requires = "store")]
+    replicas: u32,
+    /// How often the configuration's files are checked for a change (a
+    /// file added, edited or removed under a directory).
+    #[arg(long, default_value = "1s", value_parser = cli::positive_duration, allow_hyphen_values = true)]
     reload_interval: Duration,
     /// Threads (default: one per core): the gRPC connections run on this
-    /// many single-threaded runtimes.
+    /// many single-threaded runtimes (with --store, on one runtime of this
+    /// many workers).
     #[arg(long, value_parser = cli::positive::<usize>)]
     threads: Option<usize>,
     #[command(flatten)]
@@ -230,11 +256,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
-    let service = Arc::new(RateLimitService::new(
-        Some(config),
-        settings,
-        Arc::new(UnixClock),
-    ));
+    let mut service = RateLimitService::new(Some(config), settings, Arc::new(UnixClock));
+    if let Some(url) = &args.store {
+        let on_error: OnError = args.on_error.parse()?;
+        let store = RedisStore::builder(url.as_str())
+            .prefix(args.store_prefix.as_str())
+            .deadline(args.store_deadline)
+            .on_error(on_error)
+            .replicas(args.replicas)
+            .connect()
+            .await?;
+        service = service.with_store(store)?;
+        info!(store = %url, prefix = %args.store_prefix, "rls counters in Redis");
+    }
+    let service = Arc::new(service);
     service.metrics().config_load_success_inc();
     spawn_config_reload(
         Arc::clone(&service),

@@ -179,6 +179,25 @@ fn sigterm_drains_and_exits_zero() {
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_store_sigterm_drains_and_exits_zero_with_a_connection_open() {
+    let redis = redis_server::RedisServer::start();
+    let (_dir, path) = config_file("edge.yaml", EDGE);
+    let url = redis.url();
+    let flags = ["--store", url.as_str(), "--drain-timeout", "1s"];
+    let (mut server, addr) = tokio::task::block_in_place(|| start(&path, &flags, &[]));
+    // A client that keeps its connection open, as Envoy does.
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let _ = client.should_rate_limit(RateLimitRequest::default()).await;
+    server.signal(libc::SIGTERM);
+    tokio::task::block_in_place(|| server.wait_line("drained: exiting"));
+    let status = tokio::task::block_in_place(|| server.exit_status());
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    drop(client);
+}
+
 /// `tollgate load --mode rls` sends its descriptors with their distinct
 /// values: under a limit of one a day per value, the first call of each of
 /// the three values passes and every later one is over.
@@ -215,4 +234,51 @@ async fn load_sends_descriptors_over_distinct_values() {
     );
     assert!(stdout.contains(" OK=3 "), "{stdout}");
     assert!(stdout.contains("OVER_LIMIT="), "{stdout}");
+}
+
+/// The throttler's launcher of a real `redis-server`.
+#[allow(dead_code)]
+#[path = "../../throttle/tests/common/redis_server.rs"]
+mod redis_server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_answer_as_one() {
+    let redis = redis_server::RedisServer::start();
+    let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 3}\n";
+    let (_dir, path) = config_file("edge.yaml", yaml);
+    let url = redis.url();
+    let flags = ["--store", url.as_str(), "--store-deadline", "1s"];
+    let ((_a, a), (_b, b)) =
+        tokio::task::block_in_place(|| (start(&path, &flags, &[]), start(&path, &flags, &[])));
+    // One count across both: 3 a day in all, whichever replica answers.
+    let mut remaining = Vec::new();
+    for addr in [&a, &b, &a, &b] {
+        let r = ask(addr, "9.9.9.9").await;
+        remaining.push((r.overall_code, r.statuses[0].limit_remaining));
+    }
+    let ok = Code::Ok as i32;
+    let over = Code::OverLimit as i32;
+    assert_eq!(remaining, [(ok, 2), (ok, 1), (ok, 0), (over, 0)]);
+}
+
+#[test]
+fn a_token_bucket_with_a_store_exits_naming_file_and_key() {
+    let redis = redis_server::RedisServer::start();
+    let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket}\n";
+    let (_dir, path) = config_file("tb.yaml", yaml);
+    let mut server = cli::start(
+        cli::on_free_ports("rls")
+            .arg("--config")
+            .arg(&path)
+            .args(["--store", &redis.url()]),
+    );
+    let status = server.exit_status();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(
+        server.lines().last().unwrap(),
+        &format!(
+            "error: {}: edge.user: algorithm token_bucket cannot be counted in a Redis store: use fixed_window, gcra or sliding_window",
+            path.display()
+        )
+    );
 }

@@ -737,6 +737,22 @@ async fn an_expired_server_certificate_is_warned_at_start_and_named_on_both_side
 /// client CA is refused, one with it is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rls_answers_over_mutual_tls_only_a_client_with_a_certificate() {
+    rls_over_mutual_tls(&[]).await;
+}
+
+/// The throttler's launcher of a real `redis-server`.
+#[allow(dead_code)]
+#[path = "../../throttle/tests/common/redis_server.rs"]
+mod redis_server;
+
+/// As above, with the counters in Redis (served through tonic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_with_a_store_answers_over_mutual_tls_only_a_client_with_a_certificate() {
+    let redis = redis_server::RedisServer::start();
+    rls_over_mutual_tls(&["--store", &redis.url(), "--store-deadline", "1s"]).await;
+}
+
+async fn rls_over_mutual_tls(extra: &[&str]) {
     use tollgate_rls::pb::rate_limit_descriptor::Entry;
     use tollgate_rls::pb::rate_limit_service_client::RateLimitServiceClient;
     use tollgate_rls::pb::{RateLimitDescriptor, RateLimitRequest};
@@ -760,7 +776,8 @@ async fn rls_answers_over_mutual_tls_only_a_client_with_a_certificate() {
             .arg("--tls-key")
             .arg(&key)
             .arg("--tls-client-ca")
-            .arg(&client_ca.cert_file),
+            .arg(&client_ca.cert_file)
+            .args(extra),
     );
     let addr = tokio::task::block_in_place(|| rls.logged_addr("rls gRPC listening over TLS"));
     let ask = |tls: ClientTls| {

@@ -112,12 +112,17 @@ pub struct ConfiguredLimit {
     /// Where it sits: the domain and the path of keys and values, joined
     /// with `.` (`edge.tenant_acme.user`), for logs and metrics.
     pub path: String,
+    /// The file it was loaded from (empty for an override).
+    pub(crate) file: Arc<str>,
     /// Which of its descriptor's limits it is (0 for the first or only).
     pub(crate) slot: usize,
     /// The smooth algorithm's policy; `None` for a fixed window.
     pub(crate) smooth: Option<Smooth>,
     /// The smooth algorithm's keys, made on first use.
     pub(crate) table: SmoothTable,
+    /// With a Redis store, the smooth policy at a replica's share of the
+    /// limit, for when Redis fails (`on_error: local`); made on first use.
+    pub(crate) local: OnceLock<Option<Smooth>>,
     /// Its metrics, resolved on first use.
     pub(crate) stats: OnceLock<RuleStats>,
 }
@@ -136,11 +141,26 @@ impl ConfiguredLimit {
             replaces: Vec::new(),
             algorithm: Algorithm::FixedWindow,
             path: format!("{domain}.override"),
+            file: Arc::from(""),
             slot: 0,
             smooth: None,
             table: SmoothTable::default(),
+            local: OnceLock::new(),
             stats: OnceLock::new(),
         }
+    }
+}
+
+impl ConfiguredLimit {
+    /// The smooth policy at `limit` (a replica's share) per `unit`, for
+    /// counting alone while Redis fails; the whole rule's where the share
+    /// is too slow to count. `None` for a fixed window.
+    pub(crate) fn local_smooth(&self, limit: u32, unit: Unit) -> Option<&Smooth> {
+        let smooth = self.smooth.as_ref()?;
+        self.local
+            .get_or_init(|| Smooth::new(self.algorithm, limit, unit).ok().flatten())
+            .as_ref()
+            .or(Some(smooth))
     }
 }
 
@@ -318,6 +338,47 @@ impl RlsConfig {
         out
     }
 
+    /// Whether every limit can be counted in a Redis store
+    /// ([`RateLimitService::with_store`](super::RateLimitService::with_store)):
+    /// fixed windows, GCRA and sliding windows can; a token bucket cannot
+    /// (the store's script has no exact token bucket).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate_rls::RlsConfig;
+    ///
+    /// let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket}\n";
+    /// let error = RlsConfig::from_yaml("edge.yaml", yaml)?.check_store().unwrap_err();
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "edge.yaml: edge.user: algorithm token_bucket cannot be counted in a Redis store: use fixed_window, gcra or sliding_window"
+    /// );
+    /// # Ok::<(), tollgate_rls::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file and the key of the first such limit
+    /// (in domain and path order).
+    pub fn check_store(&self) -> Result<(), ConfigError> {
+        for domain in self.domains() {
+            for rule in self.rules(domain) {
+                if rule.algorithm == Algorithm::TokenBucket && !rule.unlimited {
+                    return Err(ConfigError::new(
+                        &rule.file,
+                        format!(
+                            "{}: algorithm token_bucket cannot be counted in a Redis store: \
+                             use fixed_window, gcra or sliding_window",
+                            rule.path
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn load_document(&mut self, name: &str, text: &str, merge: bool) -> Result<(), ConfigError> {
         let de = serde_norway::Deserializer::from_str(text);
         let root = RawRoot::deserialize(de).map_err(|e| ConfigError::from_yaml(name, &e))?;
@@ -382,9 +443,11 @@ fn add_children(
                 replaces: limit.replaces.clone(),
                 algorithm: limit.algorithm,
                 path: path.clone(),
+                file: Arc::from(file),
                 slot,
                 smooth,
                 table: SmoothTable::default(),
+                local: OnceLock::new(),
                 stats: OnceLock::new(),
             }));
         }
@@ -408,7 +471,7 @@ fn add_children(
 
 /// The files a `--config` path names: itself, or the regular files under
 /// it (recursively, in name order, dot files skipped).
-fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+pub(crate) fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         ConfigError::new(&path.display().to_string(), format!("cannot be read: {e}"))
     })?;

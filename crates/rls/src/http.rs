@@ -1,7 +1,9 @@
-//! The HTTP debug port: `GET /metrics` (Prometheus), `GET /healthz` (and
-//! the reference's `/healthcheck`: 200 once a configuration is loaded),
-//! `GET /rlconfig` (the loaded domains and rules, as text) and the
-//! reference's `POST /json` (ShouldRateLimit as JSON).
+//! The HTTP debug port: the service kit's [`DebugPort`] (an index at `/`,
+//! `GET /metrics` in Prometheus' format, `GET /healthz`: `ok` once a
+//! configuration is loaded, 503 before), the reference's `GET
+//! /healthcheck` (`OK`, or 500 before a configuration is loaded), `GET
+//! /rlconfig` (the loaded domains and rules, as text) and the reference's
+//! `POST /json` (ShouldRateLimit as JSON).
 //!
 //! `/json` takes the request in the proto's JSON form, with the entries'
 //! field names, and answers 200 with the response when the overall code is
@@ -23,30 +25,45 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tollgate_service::DebugPort;
 
 use super::service::{Code, Descriptor, RateLimitService, Request, Response};
 
-/// The HTTP endpoints as an axum router.
+/// The HTTP endpoints as an axum router: the service kit's debug port
+/// (an index at `/`, `/metrics`, `/healthz` following
+/// [`RateLimitService::readiness`]) and the service's own pages.
 pub fn router(service: Arc<RateLimitService>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(health))
-        .route("/healthcheck", get(health))
-        .route("/rlconfig", get(rlconfig))
-        .route("/json", post(json_call))
-        .with_state(service)
-}
-
-async fn metrics(State(service): State<Arc<RateLimitService>>) -> HttpResponse {
-    service
-        .metrics()
-        .keys
-        .set(i64::try_from(service.keys()).unwrap_or(i64::MAX));
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        service.metrics().render(),
+    let metrics = Arc::clone(&service);
+    DebugPort::new(
+        "tollgate rls",
+        "tollgate rls: Envoy's rate limit service",
+        service.readiness().clone(),
     )
-        .into_response()
+    .metrics(move || {
+        let m = metrics.metrics();
+        m.keys
+            .set(i64::try_from(metrics.keys()).unwrap_or(i64::MAX));
+        m.render()
+    })
+    .page("/metrics", "Prometheus metrics")
+    .page("/healthz", "ok, or 503 while no configuration is loaded")
+    .page(
+        "/healthcheck",
+        "the reference's health check: OK, or 500 while no configuration is loaded",
+    )
+    .page("/rlconfig", "the loaded domains and rules")
+    .page(
+        "POST /json",
+        "ShouldRateLimit as JSON, e.g. <code>{\"domain\":\"edge\",\"descriptors\":[{\"entries\":[{\"key\":\"remote_address\",\"value\":\"1.2.3.4\"}]}]}</code>",
+    )
+    .router()
+    .merge(
+        Router::new()
+            .route("/healthcheck", get(health))
+            .route("/rlconfig", get(rlconfig))
+            .route("/json", post(json_call))
+            .with_state(service),
+    )
 }
 
 async fn health(State(service): State<Arc<RateLimitService>>) -> HttpResponse {
@@ -141,7 +158,7 @@ async fn json_call(State(service): State<Arc<RateLimitService>>, body: Bytes) ->
             .collect(),
         hits_addend: req.hits_addend,
     };
-    match service.should_rate_limit(&request) {
+    match service.should_rate_limit_async(&request).await {
         Ok(r) => {
             let code = if r.overall_code == Code::OverLimit {
                 StatusCode::TOO_MANY_REQUESTS

@@ -37,13 +37,18 @@
 //!
 //! The edges: [`RlsServer`] serves it (and `grpc.health.v1.Health`) on the
 //! service kit's lean gRPC server, [`ShouldRateLimitService`] in a tonic
-//! router; [`http_router`] is the debug port (`/metrics`, `/healthz`,
+//! router; [`http_router`] is the debug port (the kit's `/`, `/metrics`, `/healthz`;
 //! `/rlconfig`, the reference's `/json`); [`spawn_config_reload`] reloads
 //! on SIGHUP. The wire types live in the hidden `pb` module and stay at
 //! the edge.
 //!
 //! Beyond the reference, a limit may name an [`Algorithm`] and a
 //! descriptor may carry several limits (see [`RlsConfig`]).
+//!
+//! Several services (or `tollgate rls` replicas) answer as one when they
+//! keep their counters in one Redis ([`RateLimitService::with_store`],
+//! the throttler's [`RedisStore`]): the same answers, each request one
+//! script call, Redis' clock.
 
 mod clock;
 mod config;
@@ -57,6 +62,7 @@ pub mod pb;
 mod raw;
 mod reload;
 mod service;
+mod shared;
 mod unit;
 
 pub use clock::UnixClock;
@@ -69,4 +75,7 @@ pub use service::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitService, Request, RequestError,
     Response, RlsSettings,
 };
+/// The throttler's Redis store, which [`RateLimitService::with_store`]
+/// counts in.
+pub use tollgate_throttle::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 pub use unit::Unit;

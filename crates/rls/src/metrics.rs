@@ -9,7 +9,8 @@
 //! is near the limit when it is admitted with the count past
 //! `floor(limit × near_limit_ratio)`. Server-wide: calls answered and
 //! refused with an error, configuration loads and refusals, and the keys
-//! held.
+//! held, and the calls a Redis store did not answer
+//! (`tollgate_rls_store_errors_total`, by `on_error` mode).
 
 use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -37,6 +38,8 @@ pub struct RlsMetrics {
     pub(crate) config_load_success: IntCounter,
     pub(crate) config_load_error: IntCounter,
     pub(crate) keys: IntGauge,
+    /// Calls Redis did not answer, by the `on_error` mode that decided.
+    pub(crate) store_errors: IntCounterVec,
 }
 
 impl Default for RlsMetrics {
@@ -102,9 +105,28 @@ impl RlsMetrics {
                 "tollgate_rls_config_load_error_total",
                 "Configurations refused (the previous one kept).",
             ),
+            store_errors: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "tollgate_rls_store_errors_total",
+                        "Calls Redis did not answer in time, by the on_error mode that decided.",
+                    ),
+                    &["mode"],
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(c.clone()))
+                    .expect("unique metric");
+                c
+            },
             keys,
             registry,
         }
+    }
+
+    /// Configurations refused so far (the previous one kept).
+    pub fn config_load_errors(&self) -> u64 {
+        self.config_load_error.get()
     }
 
     /// Counts a configuration put in force at start.

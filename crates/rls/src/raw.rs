@@ -130,15 +130,55 @@ fn show(value: &Value) -> String {
 }
 
 /// Checks a key: a string, and one the reference knows.
-fn check_key(key: &Value) -> Result<&str, String> {
+fn check_key(key: &Value) -> Result<&'static str, String> {
     match key {
-        Value::String(k) if VALID_KEYS.contains(&k.as_str()) => Ok(k),
-        Value::String(k) => Err(format!("config error, unknown key '{k}'")),
+        Value::String(k) => VALID_KEYS
+            .iter()
+            .find(|valid| **valid == k)
+            .copied()
+            .ok_or_else(|| format!("config error, unknown key '{k}'")),
         other => Err(format!(
             "config error, key is not of type string: {}",
             show(other)
         )),
     }
+}
+
+/// The next key of a document's or a descriptor's map: checked
+/// ([`check_key`]) and not already in `seen`, the keys read so far.
+fn next_key<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    seen: &mut Vec<Value>,
+) -> Result<Option<&'static str>, A::Error> {
+    let Some(k) = map.next_key::<Value>()? else {
+        return Ok(None);
+    };
+    let name = check_key(&k).map_err(ours)?;
+    if seen.contains(&k) {
+        return Err(ours(format!("config error, duplicate key '{name}'")));
+    }
+    seen.push(k);
+    Ok(Some(name))
+}
+
+/// Reads a value its map does not use: `metadata`'s must be a map, any
+/// other is checked as the reference checks it.
+fn other_value<'de, A: MapAccess<'de>>(map: &mut A, name: &str) -> Result<(), A::Error> {
+    if name == "metadata" {
+        map.next_value::<Converted<Metadata>>()?;
+    } else {
+        map.next_value::<Converted<Checked>>()?;
+    }
+    Ok(())
+}
+
+/// The rest of a YAML list, as generic values.
+fn rest_of_list<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Vec<Value>, A::Error> {
+    let mut items = Vec::new();
+    while let Some(v) = seq.next_element::<Value>()? {
+        items.push(v);
+    }
+    Ok(items)
 }
 
 /// The reference's check of a value it does not read at this place: maps
@@ -352,12 +392,8 @@ impl<'de, T: Convert> Deserialize<'de> for Converted<T> {
             fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
                 Self::done(Value::Null)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::new();
-                while let Some(v) = seq.next_element::<Value>()? {
-                    items.push(v);
-                }
-                Self::done(Value::Sequence(items))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Self::done(Value::Sequence(rest_of_list(seq)?))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut out = serde_norway::Mapping::new();
@@ -378,24 +414,18 @@ impl Convert for Checked {
     }
 }
 
-struct DomainText(String);
-impl Convert for DomainText {
-    fn convert(value: &Value) -> Result<DomainText, String> {
-        text(value, "domain").map(DomainText)
+/// The string leaves read where they stand: `Text<F>` is the one named
+/// `TEXT_KEYS[F]`.
+const TEXT_KEYS: [&str; 3] = ["domain", "key", "value"];
+struct Text<const F: usize>(String);
+impl<const F: usize> Convert for Text<F> {
+    fn convert(value: &Value) -> Result<Text<F>, String> {
+        text(value, TEXT_KEYS[F]).map(Text)
     }
 }
-struct KeyText(String);
-impl Convert for KeyText {
-    fn convert(value: &Value) -> Result<KeyText, String> {
-        text(value, "key").map(KeyText)
-    }
-}
-struct ValueText(String);
-impl Convert for ValueText {
-    fn convert(value: &Value) -> Result<ValueText, String> {
-        text(value, "value").map(ValueText)
-    }
-}
+type DomainText = Text<0>;
+type KeyText = Text<1>;
+type ValueText = Text<2>;
 struct Flag(bool);
 impl Convert for Flag {
     fn convert(value: &Value) -> Result<Flag, String> {
@@ -466,26 +496,17 @@ impl<'de> Deserialize<'de> for RawDescriptor {
                     "config error, yaml file contains list of type other than map: <nil>",
                 ))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawDescriptor, A::Error> {
-                let mut items = Vec::new();
-                while let Some(v) = seq.next_element::<Value>()? {
-                    items.push(v);
-                }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawDescriptor, A::Error> {
                 Err(ours(format!(
                     "config error, yaml file contains list of type other than map: {}",
-                    show(&Value::Sequence(items))
+                    show(&Value::Sequence(rest_of_list(seq)?))
                 )))
             }
             not_a_map!("config error, yaml file contains list of type other than map: {}");
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDescriptor, A::Error> {
                 let mut out = RawDescriptor::default();
                 let mut seen = Vec::new();
-                while let Some(k) = map.next_key::<Value>()? {
-                    let name = check_key(&k).map_err(ours)?;
-                    if seen.contains(&k) {
-                        return Err(ours(format!("config error, duplicate key '{name}'")));
-                    }
-                    seen.push(k.clone());
+                while let Some(name) = next_key(&mut map, &mut seen)? {
                     match name {
                         "key" => out.key = map.next_value::<Converted<KeyText>>()?.0 .0,
                         "value" => out.value = map.next_value::<Converted<ValueText>>()?.0 .0,
@@ -500,12 +521,7 @@ impl<'de> Deserialize<'de> for RawDescriptor {
                         "share_threshold" => {
                             out.share_threshold = map.next_value::<Converted<Flag>>()?.0 .0
                         }
-                        "metadata" => {
-                            map.next_value::<Converted<Metadata>>()?;
-                        }
-                        _ => {
-                            map.next_value::<Converted<Checked>>()?;
-                        }
+                        _ => other_value(&mut map, name)?,
                     }
                 }
                 out.check().map_err(ours)?;
@@ -579,21 +595,11 @@ impl<'de> Deserialize<'de> for RawRoot {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRoot, A::Error> {
                 let mut out = RawRoot::default();
                 let mut seen = Vec::new();
-                while let Some(k) = map.next_key::<Value>()? {
-                    let name = check_key(&k).map_err(ours)?;
-                    if seen.contains(&k) {
-                        return Err(ours(format!("config error, duplicate key '{name}'")));
-                    }
-                    seen.push(k.clone());
+                while let Some(name) = next_key(&mut map, &mut seen)? {
                     match name {
                         "domain" => out.domain = map.next_value::<Converted<DomainText>>()?.0 .0,
                         "descriptors" => out.descriptors = map.next_value::<Descriptors>()?.0,
-                        "metadata" => {
-                            map.next_value::<Converted<Metadata>>()?;
-                        }
-                        _ => {
-                            map.next_value::<Converted<Checked>>()?;
-                        }
+                        _ => other_value(&mut map, name)?,
                     }
                 }
                 Ok(out)

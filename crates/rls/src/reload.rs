@@ -1,32 +1,57 @@
-//! Hot reload of the configuration: on SIGHUP and when the file's (or the
-//! directory's) modification time changes. A configuration that does not
-//! load is logged and refused, and the previous one keeps answering.
+//! Hot reload of the configuration: on SIGHUP and when any file it is read
+//! from is added, changed or removed. A configuration that does not load
+//! is logged and refused, and the previous one keeps answering.
+//!
+//! # Implementation notes
+//!
+//! Every `poll` the watcher lists the files a load reads (the file, or
+//! every file under the directory, dot files aside: `config::config_files`)
+//! with each one's modification time and length, and reloads when that
+//! list differs from the last one seen. A file edited in place changes its
+//! own time but not its directory's, so the directory's time alone would
+//! miss it. Polling rather than inotify (the `notify` crate): a handful of
+//! `stat` calls a second cost nothing beside a rate limit service's work,
+//! add no dependency, and see what inotify watches misread, such as a
+//! Kubernetes ConfigMap's directory swapped through a symlink, or a
+//! network filesystem. A SIGHUP reloads whatever the list says, and
+//! records it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use tollgate_service::{hangup, reload_file, watch_file, Reload};
+use tollgate_service::{hangup, reload_file, Reload};
 
-use super::config::{ConfigError, RlsConfig};
+use super::config::{config_files, ConfigError, RlsConfig};
 use super::service::RateLimitService;
 
 /// The service as a reload target; `MERGE` is the documents' merge
-/// setting ([`RlsConfig::load`]).
+/// setting ([`RlsConfig::load`]), `SHARED` whether the service counts in
+/// a Redis store (which refuses what it cannot count,
+/// [`RlsConfig::check_store`]).
 #[derive(Debug)]
-struct Target<const MERGE: bool>(Arc<RateLimitService>);
+struct Target<const MERGE: bool, const SHARED: bool>(Arc<RateLimitService>);
 
-impl<const MERGE: bool> Reload for Target<MERGE> {
+impl<const MERGE: bool, const SHARED: bool> Target<MERGE, SHARED> {
+    fn checked(config: RlsConfig) -> Result<RlsConfig, ConfigError> {
+        if SHARED {
+            config.check_store()?;
+        }
+        Ok(config)
+    }
+}
+
+impl<const MERGE: bool, const SHARED: bool> Reload for Target<MERGE, SHARED> {
     type Config = RlsConfig;
     type Error = ConfigError;
     const WHAT: &'static str = "rate limit configuration";
 
     fn read_file(path: &Path) -> Result<RlsConfig, ConfigError> {
-        RlsConfig::load(path, MERGE)
+        RlsConfig::load(path, MERGE).and_then(Self::checked)
     }
 
     fn parse(text: &str) -> Result<RlsConfig, ConfigError> {
-        RlsConfig::from_yaml("config", text)
+        RlsConfig::from_yaml("config", text).and_then(Self::checked)
     }
 
     fn apply(&self, config: RlsConfig) {
@@ -43,24 +68,95 @@ impl<const MERGE: bool> Reload for Target<MERGE> {
 /// documents of one domain add up. Returns whether the new configuration
 /// was applied.
 pub fn reload(service: &Arc<RateLimitService>, path: &Path, merge: bool) -> bool {
-    if merge {
-        reload_file(&Target::<true>(Arc::clone(service)), path)
-    } else {
-        reload_file(&Target::<false>(Arc::clone(service)), path)
+    let service = Arc::clone(service);
+    match (merge, service.store().is_some()) {
+        (false, false) => reload_file(&Target::<false, false>(service), path),
+        (false, true) => reload_file(&Target::<false, true>(service), path),
+        (true, false) => reload_file(&Target::<true, false>(service), path),
+        (true, true) => reload_file(&Target::<true, true>(service), path),
     }
 }
 
-/// Spawns a task that reloads `path` into `service` on SIGHUP (on Unix) and
-/// whenever its modification time changes (checked every `poll`).
+/// Spawns a task that reloads `path` into `service` on SIGHUP (on Unix)
+/// and whenever a file under it is added, changed or removed (checked
+/// every `poll`); each outcome is logged, a refused configuration leaving
+/// the previous one in force.
+///
+/// The files are listed before this returns, so any later change
+/// triggers a reload.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate_rls::{spawn_config_reload, RateLimitService, RlsConfig, RlsSettings, UnixClock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = std::path::PathBuf::from("/etc/ratelimit/config");
+/// let config = RlsConfig::load(&dir, false)?;
+/// let service = Arc::new(RateLimitService::new(Some(config), RlsSettings::default(), Arc::new(UnixClock)));
+/// spawn_config_reload(Arc::clone(&service), dir, false, Duration::from_secs(1));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Panics
+///
+/// Outside a tokio runtime.
 pub fn spawn(
     service: Arc<RateLimitService>,
     path: PathBuf,
     merge: bool,
     poll: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    if merge {
-        watch_file(Target::<true>(service), path, poll, hangup())
-    } else {
-        watch_file(Target::<false>(service), path, poll, hangup())
-    }
+    let mut last = files(&path);
+    #[cfg_attr(not(unix), allow(unused_mut, unused_variables))]
+    let mut hup = hangup();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            #[cfg(unix)]
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<Option<()>>();
+            tokio::select! {
+                _ = tick.tick() => {
+                    let now = files(&path);
+                    if now != last {
+                        last = now;
+                        reload(&service, &path, merge);
+                    }
+                }
+                Some(_) = hangup => {
+                    last = files(&path);
+                    reload(&service, &path, merge);
+                }
+            }
+        }
+    })
+}
+
+/// The files a load of `path` reads, each with its modification time and
+/// length; `None` where `path` cannot be listed (the load says why).
+fn files(path: &Path) -> Option<Vec<(PathBuf, Option<SystemTime>, u64)>> {
+    let files = config_files(path).ok()?;
+    Some(
+        files
+            .into_iter()
+            .map(|f| {
+                let meta = std::fs::metadata(&f).ok();
+                let modified = meta.as_ref().and_then(|m| m.modified().ok());
+                let len = meta.map_or(0, |m| m.len());
+                (f, modified, len)
+            })
+            .collect(),
+    )
 }

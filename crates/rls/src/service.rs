@@ -17,19 +17,29 @@
 //! over any of them is charged to every fixed window (which count every
 //! hit, as the reference's do) and to none of the smooth limits (which
 //! charge only what they admit: the ones that admitted it give it back).
+//!
+//! A call runs in three steps: the plan (matching, `replaces`, hits), the
+//! count of every limit to count (`Job`s, in descriptor order), and the
+//! answer from the counts. The count is the in-memory tables' or, with a
+//! Redis store, one script call for all of them (`shared.rs`); when Redis
+//! fails, the store's `on_error` mode stands in for the counts.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::RwLockUnpoisoned;
+use tollgate_service::{LockUnpoisoned, NotReady, Readiness, RwLockUnpoisoned};
+use tollgate_throttle::{OnError, RedisStore};
+use tracing::error;
 
-use super::config::{ConfiguredLimit, RlsConfig};
+use super::config::{ConfigError, ConfiguredLimit, RlsConfig};
 use super::counter::{Counted, Counters, Touch};
 use super::matching;
 use super::metrics::RlsMetrics;
+use super::shared::Shared;
 use super::Unit;
 
 /// A `ShouldRateLimit` request.
@@ -146,6 +156,10 @@ pub enum RequestError {
         /// The unit's wire number.
         unit: i32,
     },
+    /// The service keeps its counters in Redis: asked through the
+    /// blocking [`RateLimitService::should_rate_limit`] rather than
+    /// [`RateLimitService::should_rate_limit_async`].
+    NeedsAsync,
 }
 
 impl fmt::Display for RequestError {
@@ -159,6 +173,9 @@ impl fmt::Display for RequestError {
             RequestError::BadOverrideUnit { index, unit } => write!(
                 f,
                 "descriptor {index}: the limit override's unit {unit} is not one of SECOND (1) to WEEK (7)"
+            ),
+            RequestError::NeedsAsync => f.write_str(
+                "the counters are in a Redis store: ask through should_rate_limit_async",
             ),
         }
     }
@@ -243,6 +260,14 @@ pub struct RateLimitService {
     clock: Arc<dyn Clock>,
     settings: RlsSettings,
     metrics: RlsMetrics,
+    /// The Redis store the counters live in; `None`: in memory.
+    shared: Option<Shared>,
+    /// Ready once a configuration is loaded (the debug port's `/healthz`).
+    readiness: Readiness,
+    /// Held while no configuration is loaded.
+    unconfigured: Mutex<Option<NotReady>>,
+    /// Configurations put in force since the service was made.
+    generation: AtomicU64,
 }
 
 /// What one descriptor matched.
@@ -258,6 +283,91 @@ enum Matched<'a> {
     Override(Arc<ConfiguredLimit>, String),
 }
 
+/// A request matched: what each descriptor matched, the limit names
+/// `replaces` knocks out, and each descriptor's hits.
+struct Plan<'c> {
+    matched: Vec<Matched<'c>>,
+    replaced: HashSet<&'c str>,
+    hits: Vec<u64>,
+}
+
+/// One limit of one descriptor to count.
+#[derive(Debug, Clone)]
+pub(crate) struct Job<'a> {
+    /// The descriptor's index in the request.
+    pub(crate) desc: usize,
+    pub(crate) rule: &'a ConfiguredLimit,
+    /// The counter key (with the limit's slot when not the first).
+    pub(crate) key: String,
+    pub(crate) hits: u64,
+}
+
+impl Plan<'_> {
+    /// Every limit to count, descriptor by descriptor, with `hits` per
+    /// descriptor.
+    fn jobs(&self, hits: &[u64]) -> Vec<Job<'_>> {
+        let mut jobs = Vec::with_capacity(self.matched.len());
+        for (desc, (m, &hits)) in self.matched.iter().zip(hits).enumerate() {
+            let (rules, key): (&[Arc<ConfiguredLimit>], &str) = match m {
+                Matched::Rules(rules, key) => (rules, key),
+                Matched::Override(rule, key) => (std::slice::from_ref(rule), key),
+                Matched::None | Matched::Unlimited(_) => continue,
+            };
+            for rule in rules {
+                if is_replaced(rule, &self.replaced) {
+                    continue;
+                }
+                let key = if rule.slot == 0 {
+                    key.to_owned()
+                } else {
+                    format!("{key}#{}", rule.slot)
+                };
+                jobs.push(Job {
+                    desc,
+                    rule,
+                    key,
+                    hits,
+                });
+            }
+        }
+        jobs
+    }
+}
+
+/// With `stop incrementing when over limit`: when any descriptor would go
+/// over (a probe's `counted`), only those that go over are charged.
+fn stop_increment(jobs: &[Job<'_>], counted: &[Counted], charge: &mut [u64]) {
+    let mut over = vec![false; charge.len()];
+    for (job, c) in jobs.iter().zip(counted) {
+        over[job.desc] |= c.over;
+    }
+    if over.iter().any(|&o| o) {
+        for (c, o) in charge.iter_mut().zip(&over) {
+            if !o {
+                *c = 0;
+            }
+        }
+    }
+}
+
+/// The count Redis failed to give, under `on_error: allow` (the whole
+/// limit remaining) or `deny` (over).
+fn fallback(job: &Job<'_>, deny: bool, now_ns: u64) -> Counted {
+    let unit = job
+        .rule
+        .unit
+        .unwrap_or_else(|| unreachable!("a counted limit has a unit"));
+    Counted {
+        over: deny || job.rule.requests_per_unit == 0,
+        remaining: if deny {
+            0
+        } else {
+            u64::from(job.rule.requests_per_unit)
+        },
+        reset_s: unit.seconds() - now_ns / 1_000_000_000 % unit.seconds(),
+    }
+}
+
 impl RateLimitService {
     /// A service answering from `config` (none: every call fails until one
     /// is [`set`](Self::set_config)), with `settings`, on `clock`, whose
@@ -268,13 +378,64 @@ impl RateLimitService {
         settings: RlsSettings,
         clock: Arc<dyn Clock>,
     ) -> RateLimitService {
+        let readiness = Readiness::default();
+        let unconfigured = config.is_none().then(|| readiness.not_ready());
         RateLimitService {
+            readiness,
+            unconfigured: Mutex::new(unconfigured),
+            generation: AtomicU64::new(0),
             config: RwLock::new(config.map(Arc::new)),
             counters: Counters::new(settings.max_keys),
             clock,
             settings,
             metrics: RlsMetrics::new(),
+            shared: None,
         }
+    }
+
+    /// Keeps the counters in `store` (Redis) instead of memory, so that
+    /// every service on the same Redis and key prefix answers as one, as
+    /// envoyproxy/ratelimit's replicas do on its Redis. Call
+    /// [`should_rate_limit_async`](Self::should_rate_limit_async) then.
+    ///
+    /// Answers are those of the in-memory counters at the store's time
+    /// (Redis' `TIME`, or the store builder's clock), each request one
+    /// script call; when Redis fails, the store's
+    /// [`OnError`] mode decides (`local`: this service's own counters at
+    /// each limit divided by the store's replicas).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use tollgate_rls::{RateLimitService, RlsConfig, RlsSettings, UnixClock};
+    /// use tollgate_throttle::RedisStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RlsConfig::load("/etc/ratelimit/config".as_ref(), false)?;
+    /// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("rls:").connect().await?;
+    /// let service = RateLimitService::new(Some(config), RlsSettings::default(), Arc::new(UnixClock))
+    ///     .with_store(store)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] when the configuration has a limit the store cannot
+    /// count ([`RlsConfig::check_store`]).
+    pub fn with_store(mut self, store: RedisStore) -> Result<RateLimitService, ConfigError> {
+        if let Some(config) = self.config() {
+            config.check_store()?;
+        }
+        self.shared = Some(Shared::new(store));
+        Ok(self)
+    }
+
+    /// The Redis store the counters live in, if any.
+    pub fn store(&self) -> Option<&RedisStore> {
+        self.shared.as_ref().map(Shared::store)
     }
 
     /// The service's metrics.
@@ -285,8 +446,45 @@ impl RateLimitService {
     /// Puts `config` in force for the calls that start from now. The fixed
     /// windows' counts carry over (they are keyed by domain and entries);
     /// the smooth algorithms' start afresh.
+    ///
+    /// With a store, a configuration it cannot count is logged and
+    /// refused (see [`try_set_config`](Self::try_set_config)).
     pub fn set_config(&self, config: RlsConfig) {
+        if let Err(e) = self.try_set_config(config) {
+            error!(error = %e, "rate limit configuration refused");
+        }
+    }
+
+    /// As [`set_config`](Self::set_config), saying why a configuration
+    /// was refused.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`]: with a store, a limit it cannot count
+    /// ([`RlsConfig::check_store`]); the configuration in force stays.
+    pub fn try_set_config(&self, config: RlsConfig) -> Result<(), ConfigError> {
+        if self.shared.is_some() {
+            config.check_store()?;
+        }
         *self.config.write_unpoisoned() = Some(Arc::new(config));
+        self.unconfigured.lock_unpoisoned().take();
+        // Relaxed: a count to watch; the configuration itself is published
+        // by the lock above.
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many configurations [`set_config`](Self::set_config) (and so a
+    /// reload) has put in force, the first given to
+    /// [`new`](Self::new) aside.
+    pub fn generation(&self) -> u64 {
+        // Relaxed: as in `try_set_config`.
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Ready once a configuration is loaded.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
     }
 
     /// The configuration in force.
@@ -310,24 +508,69 @@ impl RateLimitService {
     ///
     /// [`RequestError`]: an empty domain or descriptor list, no
     /// configuration loaded, a limit override with an unknown unit.
+    /// A service with a store ([`with_store`](Self::with_store)) answers
+    /// only [`should_rate_limit_async`](Self::should_rate_limit_async).
+    ///
+    /// # Errors
+    ///
+    /// [`RequestError`]: an empty domain or descriptor list, no
+    /// configuration loaded, a limit override with an unknown unit, or a
+    /// store ([`RequestError::NeedsAsync`]).
     pub fn should_rate_limit(&self, request: &Request) -> Result<Response, RequestError> {
-        let answer = self.decide(request);
+        let answer = if self.shared.is_some() {
+            Err(RequestError::NeedsAsync)
+        } else {
+            self.decide(request)
+        };
+        self.count_call(&answer);
+        answer
+    }
+
+    /// Answers `request`, from the store when there is one (one Redis
+    /// script call; two with `stop incrementing when over limit`), else as
+    /// [`should_rate_limit`](Self::should_rate_limit).
+    ///
+    /// # Errors
+    ///
+    /// As [`should_rate_limit`](Self::should_rate_limit), never
+    /// [`RequestError::NeedsAsync`]. A Redis failure is no error: the
+    /// store's `on_error` mode answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the request counted in Redis.
+    pub async fn should_rate_limit_async(
+        &self,
+        request: &Request,
+    ) -> Result<Response, RequestError> {
+        let answer = match &self.shared {
+            Some(shared) => self.decide_shared(shared, request).await,
+            None => self.decide(request),
+        };
+        self.count_call(&answer);
+        answer
+    }
+
+    fn count_call(&self, answer: &Result<Response, RequestError>) {
         match answer {
             Ok(_) => self.metrics.calls.inc(),
             Err(_) => self.metrics.errors.inc(),
         }
-        answer
     }
 
-    fn decide(&self, request: &Request) -> Result<Response, RequestError> {
+    /// Matches every descriptor of `request` in `config`.
+    fn plan<'c>(
+        &self,
+        config: Option<&'c RlsConfig>,
+        request: &Request,
+    ) -> Result<Plan<'c>, RequestError> {
         if request.domain.is_empty() {
             return Err(RequestError::EmptyDomain);
         }
         if request.descriptors.is_empty() {
             return Err(RequestError::NoDescriptors);
         }
-        let config = self.config().ok_or(RequestError::NoConfig)?;
-        let now_ns = self.clock.now_ns();
+        let config = config.ok_or(RequestError::NoConfig)?;
         let root = config.domains.get(&request.domain);
 
         // Match every descriptor.
@@ -386,30 +629,140 @@ impl RateLimitService {
                     .unwrap_or(u64::from(request.hits_addend.max(1)))
             })
             .collect();
+        Ok(Plan {
+            matched,
+            replaced,
+            hits,
+        })
+    }
 
-        // With stop-increment: does any limit go over?
-        let mut charge: Vec<u64> = hits.clone();
+    /// Answers `request` with the counters in memory.
+    fn decide(&self, request: &Request) -> Result<Response, RequestError> {
+        let config = self.config();
+        let plan = self.plan(config.as_deref(), request)?;
+        let now_ns = self.clock.now_ns();
+        let mut charge = plan.hits.clone();
         if self.settings.stop_increment_when_over_limit {
-            let over: Vec<bool> = matched
-                .iter()
-                .zip(&hits)
-                .map(|(m, &h)| {
-                    self.count_all(m, &replaced, now_ns, h, Touch::Probe)
-                        .is_some_and(|(c, _)| c.over)
-                })
-                .collect();
-            if over.iter().any(|&o| o) {
-                for (c, o) in charge.iter_mut().zip(&over) {
-                    if !o {
-                        *c = 0;
-                    }
-                }
+            let jobs = plan.jobs(&plan.hits);
+            let counted = self.count_memory(&jobs, now_ns, Touch::Probe, 1);
+            stop_increment(&jobs, &counted, &mut charge);
+        }
+        let jobs = plan.jobs(&charge);
+        let counted = self.count_memory(&jobs, now_ns, Touch::Charge, 1);
+        let (response, refunds) = self.finish(&plan, &jobs, &counted);
+        for job in refunds {
+            if let Some(smooth) = &job.rule.smooth {
+                self.counters
+                    .refund(&job.key, (smooth, &job.rule.table), now_ns, job.hits);
             }
         }
+        Ok(response)
+    }
 
-        let mut statuses = Vec::with_capacity(matched.len());
-        let mut quota = Vec::with_capacity(matched.len());
-        for (m, &h) in matched.iter().zip(&charge) {
+    /// Answers `request` with the counters in the Redis store.
+    async fn decide_shared(
+        &self,
+        shared: &Shared,
+        request: &Request,
+    ) -> Result<Response, RequestError> {
+        let config = self.config();
+        let plan = self.plan(config.as_deref(), request)?;
+        let mut charge = plan.hits.clone();
+        if self.settings.stop_increment_when_over_limit {
+            let jobs = plan.jobs(&plan.hits);
+            let (counted, _) = self.count_shared(shared, &jobs, Touch::Probe).await;
+            stop_increment(&jobs, &counted, &mut charge);
+        }
+        let jobs = plan.jobs(&charge);
+        let (counted, now_ns) = self.count_shared(shared, &jobs, Touch::Charge).await;
+        let (response, refunds) = self.finish(&plan, &jobs, &counted);
+        if !refunds.is_empty() {
+            shared.refund(&refunds, now_ns).await;
+        }
+        Ok(response)
+    }
+
+    /// Counts `jobs` in memory, each limit divided by `replicas`.
+    fn count_memory(
+        &self,
+        jobs: &[Job<'_>],
+        now_ns: u64,
+        touch: Touch,
+        replicas: u32,
+    ) -> Vec<Counted> {
+        jobs.iter()
+            .map(|job| {
+                let rule = job.rule;
+                let unit = rule
+                    .unit
+                    .unwrap_or_else(|| unreachable!("a counted limit has a unit"));
+                let (limit, smooth) = if replicas > 1 {
+                    let limit = (rule.requests_per_unit / replicas).max(1);
+                    let smooth = rule.local_smooth(limit, unit);
+                    (limit, smooth.map(|s| (s, &rule.table)))
+                } else {
+                    let smooth = rule.smooth.as_ref().map(|s| (s, &rule.table));
+                    (rule.requests_per_unit, smooth)
+                };
+                let limit = if rule.requests_per_unit == 0 {
+                    0
+                } else {
+                    limit
+                };
+                self.counters
+                    .count(&job.key, limit, unit, smooth, now_ns, job.hits, touch)
+            })
+            .collect()
+    }
+
+    /// Counts `jobs` in Redis in one script call; when Redis fails, as
+    /// the store's `on_error` mode says.
+    async fn count_shared(
+        &self,
+        shared: &Shared,
+        jobs: &[Job<'_>],
+        touch: Touch,
+    ) -> (Vec<Counted>, u64) {
+        let now_ns = self.clock.now_ns();
+        match shared.count(jobs, touch, now_ns).await {
+            Ok(counted) => counted,
+            Err(_) => {
+                // The store's link logs Redis' error, rate-limited.
+                let mode = shared.on_error();
+                self.metrics
+                    .store_errors
+                    .with_label_values(&[match mode {
+                        OnError::Allow => "allow",
+                        OnError::Deny => "deny",
+                        OnError::Local => "local",
+                    }])
+                    .inc();
+                let counted = match mode {
+                    OnError::Local => self.count_memory(jobs, now_ns, touch, shared.replicas()),
+                    OnError::Allow | OnError::Deny => jobs
+                        .iter()
+                        .map(|job| fallback(job, mode == OnError::Deny, now_ns))
+                        .collect(),
+                };
+                (counted, now_ns)
+            }
+        }
+    }
+
+    /// The response from the counts of `jobs`, and the smooth limits to
+    /// give their hits back to (those that admitted a descriptor another
+    /// of its limits refused).
+    fn finish<'a>(
+        &self,
+        plan: &Plan<'_>,
+        jobs: &[Job<'a>],
+        counted: &[Counted],
+    ) -> (Response, Vec<Job<'a>>) {
+        let mut refunds = Vec::new();
+        let mut statuses = Vec::with_capacity(plan.matched.len());
+        let mut quota = Vec::with_capacity(plan.matched.len());
+        let mut next = 0;
+        for (index, m) in plan.matched.iter().enumerate() {
             let is_quota = self.settings.quota_mode
                 || match m {
                     Matched::Rules(rules, _) => rules.iter().any(|r| r.quota_mode),
@@ -417,6 +770,13 @@ impl RateLimitService {
                 };
             let unlimited = matches!(m, Matched::Unlimited(_));
             quota.push(is_quota && !unlimited);
+            // This descriptor's jobs: the run of them with its index.
+            let first = next;
+            while next < jobs.len() && jobs[next].desc == index {
+                next += 1;
+            }
+            let mine = &jobs[first..next];
+            let counts = &counted[first..next];
             statuses.push(match m {
                 Matched::None => DescriptorStatus::no_limit(),
                 Matched::Unlimited(_) => DescriptorStatus {
@@ -426,10 +786,29 @@ impl RateLimitService {
                     duration_until_reset: None,
                 },
                 _ => {
-                    let (counted, rule) = self
-                        .count_all(m, &replaced, now_ns, h, Touch::Charge)
-                        .unwrap_or_else(|| unreachable!("a matched limit counts"));
-                    status(rule, counted)
+                    let mut best: Option<(Counted, &ConfiguredLimit)> = None;
+                    for (job, &c) in mine.iter().zip(counts) {
+                        self.record(job.rule, c, job.hits);
+                        let closer = match &best {
+                            None => true,
+                            Some((b, _)) => {
+                                (c.over && !b.over)
+                                    || (c.over == b.over && !b.over && c.remaining < b.remaining)
+                            }
+                        };
+                        if closer {
+                            best = Some((c, job.rule));
+                        }
+                    }
+                    let (b, rule) = best.unwrap_or_else(|| unreachable!("a matched limit counts"));
+                    if b.over && mine.len() > 1 {
+                        for (job, c) in mine.iter().zip(counts) {
+                            if !c.over && job.rule.smooth.is_some() {
+                                refunds.push(job.clone());
+                            }
+                        }
+                    }
+                    status(rule, b)
                 }
             });
         }
@@ -463,84 +842,12 @@ impl RateLimitService {
         } else {
             Vec::new()
         };
-        Ok(Response {
+        let response = Response {
             overall_code,
             statuses,
             response_headers,
-        })
-    }
-
-    /// Counts every limit of `m`; the one closest to its limit, with its
-    /// rule. `None` when `m` has nothing to count.
-    fn count_all<'a>(
-        &self,
-        m: &'a Matched<'a>,
-        replaced: &HashSet<&str>,
-        now_ns: u64,
-        hits: u64,
-        touch: Touch,
-    ) -> Option<(Counted, &'a ConfiguredLimit)> {
-        let (rules, key): (&[Arc<ConfiguredLimit>], &str) = match m {
-            Matched::Rules(rules, key) => (rules, key),
-            Matched::Override(rule, key) => (std::slice::from_ref(rule), key),
-            Matched::None | Matched::Unlimited(_) => return None,
         };
-        let several = rules.len() > 1;
-        let mut best: Option<(Counted, &ConfiguredLimit)> = None;
-        let mut slot_key = String::new();
-        // Smooth limits that admitted the hits, to give them back if
-        // another limit of the descriptor refuses.
-        let mut admitted: Vec<(&ConfiguredLimit, String)> = Vec::new();
-        for rule in rules {
-            if is_replaced(rule, replaced) {
-                continue;
-            }
-            let unit = rule.unit?;
-            let key = if rule.slot == 0 {
-                key
-            } else {
-                slot_key.clear();
-                slot_key.push_str(key);
-                slot_key.push('#');
-                slot_key.push_str(&rule.slot.to_string());
-                &slot_key
-            };
-            let smooth = rule.smooth.as_ref().map(|s| (s, &rule.table));
-            let counted = self.counters.count(
-                key,
-                rule.requests_per_unit,
-                unit,
-                smooth,
-                now_ns,
-                hits,
-                touch,
-            );
-            if touch == Touch::Charge {
-                self.record(rule, counted, hits);
-                if several && !counted.over && rule.smooth.is_some() {
-                    admitted.push((rule, key.to_owned()));
-                }
-            }
-            let closer = match &best {
-                None => true,
-                Some((b, _)) => {
-                    (counted.over && !b.over)
-                        || (counted.over == b.over && !b.over && counted.remaining < b.remaining)
-                }
-            };
-            if closer {
-                best = Some((counted, rule));
-            }
-        }
-        if best.is_some_and(|(b, _)| b.over) {
-            for (rule, key) in admitted {
-                if let Some(smooth) = &rule.smooth {
-                    self.counters
-                        .refund(&key, (smooth, &rule.table), now_ns, hits);
-                }
-            }
-        }
-        best
+        (response, refunds)
     }
 
     /// Counts `hits` of `rule` in its metrics.

@@ -2,7 +2,9 @@
 //! port, a manual clock behind it at a known Unix time, a real client, and
 //! every answer compared whole (codes, current limits with their names,
 //! remaining, reset, headers) with envoyproxy/ratelimit's for the same
-//! configuration, requests and times. Redis-only behaviour aside.
+//! configuration, requests and times. Every case runs twice: on the
+//! in-memory counters (`memory::`) and on a Redis store of its own, the
+//! store on the same manual clock (`redis::`), with the same answers.
 
 mod common;
 
@@ -75,7 +77,6 @@ async fn one(
     (r.overall_code, r.statuses[0].clone())
 }
 
-#[tokio::test]
 async fn cases_1_to_4_count_per_address_in_minute_windows() {
     let mut s = edge().await;
     let ip = [("remote_address", "1.2.3.4")];
@@ -100,7 +101,6 @@ async fn cases_1_to_4_count_per_address_in_minute_windows() {
     assert_eq!(one(&mut s, &ip).await, (OK, ok(M3, 2, 60)));
 }
 
-#[tokio::test]
 async fn cases_5_to_11_blocked_exempt_unmatched_and_refused() {
     let mut s = edge().await;
     // 5: a limit of 0.
@@ -146,7 +146,6 @@ async fn cases_5_to_11_blocked_exempt_unmatched_and_refused() {
     );
 }
 
-#[tokio::test]
 async fn cases_12_to_16_nesting_wildcards_shared_counters_unlimited() {
     let mut s = edge().await;
     // 12
@@ -196,7 +195,6 @@ async fn cases_12_to_16_nesting_wildcards_shared_counters_unlimited() {
     );
 }
 
-#[tokio::test]
 async fn cases_17_to_19_shadow_and_quota_modes() {
     let mut s = edge().await;
     let m1 = (1, Unit::Minute, "");
@@ -214,7 +212,6 @@ async fn cases_17_to_19_shadow_and_quota_modes() {
     assert_eq!(r.statuses, vec![over(m1, 60), ok(m1, 0, 60)]);
 }
 
-#[tokio::test]
 async fn cases_21_to_24_hits_addend() {
     let mut s = edge().await;
     // 21: the request's hits_addend; 0 means 1.
@@ -264,7 +261,6 @@ async fn cases_21_to_24_hits_addend() {
     );
 }
 
-#[tokio::test]
 async fn cases_25_to_28_limit_overrides() {
     let mut s = edge().await;
     let minute = Unit::Minute as i32;
@@ -303,7 +299,6 @@ async fn cases_25_to_28_limit_overrides() {
     );
 }
 
-#[tokio::test]
 async fn cases_29_to_33_names_replaces_empty_values_weeks() {
     let mut s = edge().await;
     let gold = (5, Unit::Minute, "gold_user");
@@ -334,7 +329,6 @@ async fn cases_29_to_33_names_replaces_empty_values_weeks() {
     );
 }
 
-#[tokio::test]
 async fn case_38_identical_descriptors_count_in_order() {
     let mut s = edge().await;
     let c = [("remote_address", "c")];
@@ -357,7 +351,6 @@ fn h(limit: u32, remaining: u32, reset: u64) -> Vec<(String, String)> {
     ]
 }
 
-#[tokio::test]
 async fn cases_34_and_35_response_headers() {
     let settings = RlsSettings {
         response_headers: true,
@@ -396,7 +389,6 @@ async fn cases_34_and_35_response_headers() {
     assert_eq!(headers(&plain.ok("edge", both(), 0).await), vec![]);
 }
 
-#[tokio::test]
 async fn case_36_global_shadow_mode_answers_ok_and_keeps_the_statuses() {
     let settings = RlsSettings {
         shadow_mode: true,
@@ -410,7 +402,6 @@ async fn case_36_global_shadow_mode_answers_ok_and_keeps_the_statuses() {
     assert_eq!(one(&mut s, &ip).await, (OK, over(M3, 60)));
 }
 
-#[tokio::test]
 async fn case_37_stop_increment_when_over_limit_spares_the_siblings() {
     let user = (2, Unit::Minute, "");
     let pair = || {
@@ -446,7 +437,6 @@ async fn case_37_stop_increment_when_over_limit_spares_the_siblings() {
     }
 }
 
-#[tokio::test]
 async fn case_40_without_a_configuration_every_call_fails() {
     let mut s = Server::start(None, RlsSettings::default()).await;
     let e = s.call("edge", vec![d(&[("a", "b")])], 0).await.unwrap_err();
@@ -462,3 +452,40 @@ async fn case_40_without_a_configuration_every_call_fails() {
         (OK, ok(M3, 2, 60))
     );
 }
+
+/// Each case as a test on each store.
+macro_rules! on_each_store {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::Store::Memory.run(super::$case()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::Store::redis().run(super::$case()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_store!(
+    cases_1_to_4_count_per_address_in_minute_windows,
+    cases_5_to_11_blocked_exempt_unmatched_and_refused,
+    cases_12_to_16_nesting_wildcards_shared_counters_unlimited,
+    cases_17_to_19_shadow_and_quota_modes,
+    cases_21_to_24_hits_addend,
+    cases_25_to_28_limit_overrides,
+    cases_29_to_33_names_replaces_empty_values_weeks,
+    case_38_identical_descriptors_count_in_order,
+    cases_34_and_35_response_headers,
+    case_36_global_shadow_mode_answers_ok_and_keeps_the_statuses,
+    case_37_stop_increment_when_over_limit_spares_the_siblings,
+    case_40_without_a_configuration_every_call_fails,
+);

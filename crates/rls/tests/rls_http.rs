@@ -1,6 +1,7 @@
 //! The debug port: `/json` answers as ShouldRateLimit does (429 when over
 //! the limit), `/metrics` counts per rule under the reference's names,
-//! `/healthz` and `/rlconfig`.
+//! the service kit's `/` and `/healthz`, the reference's `/healthcheck`,
+//! and `/rlconfig`.
 
 use std::sync::Arc;
 
@@ -92,14 +93,38 @@ async fn metrics_count_hits_per_rule() {
 #[tokio::test]
 async fn health_and_rules_pages() {
     let addr = serve(Some(EDGE)).await;
+    // The service kit's health check, and the reference's.
     assert_eq!(
         http(&addr, "GET", "/healthz", "").await,
+        (200, "ok\n".to_owned())
+    );
+    assert_eq!(
+        http(&addr, "GET", "/healthcheck", "").await,
         (200, "OK\n".to_owned())
     );
+    // The kit's index lists the service's own pages.
+    let (status, index) = http(&addr, "GET", "/", "").await;
+    assert_eq!(status, 200);
+    for page in ["/rlconfig", "/healthcheck", "POST /json", "/metrics"] {
+        assert!(index.contains(page), "no {page} in:\n{index}");
+    }
     assert_eq!(
         http(&addr, "GET", "/rlconfig", "").await.1,
         "edge.remote_address: 1 per MINUTE, algorithm fixed_window, name per_ip\nedge.soft: 1 per MINUTE, algorithm fixed_window, shadow_mode\n"
     );
     let none = serve(None).await;
-    assert_eq!(http(&none, "GET", "/healthz", "").await.0, 500);
+    assert_eq!(http(&none, "GET", "/healthz", "").await.0, 503);
+    assert_eq!(http(&none, "GET", "/healthcheck", "").await.0, 500);
+}
+
+#[tokio::test]
+async fn healthz_turns_ready_when_a_configuration_is_set() {
+    let service = Arc::new(RateLimitService::new(
+        None,
+        RlsSettings::default(),
+        Arc::new(ManualClock::new()),
+    ));
+    assert!(!service.readiness().is_ready());
+    service.set_config(RlsConfig::from_yaml("c.yaml", EDGE).unwrap());
+    assert!(service.readiness().is_ready());
 }

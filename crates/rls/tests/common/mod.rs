@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
 
 use tollgate::ManualClock;
@@ -10,6 +12,66 @@ use tollgate_rls::pb::rate_limit_response::{self, rate_limit::Unit, Code, Descri
 use tollgate_rls::pb::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_rls::pb::{rate_limit_descriptor, RateLimitDescriptor, RateLimitRequest};
 use tollgate_rls::{RateLimitService, RlsConfig, RlsServer, RlsSettings};
+use tollgate_throttle::RedisStore;
+
+/// The throttler's launcher of a real `redis-server`.
+#[allow(dead_code)]
+#[path = "../../../throttle/tests/common/redis_server.rs"]
+pub mod redis_server;
+
+pub(crate) use redis_server::RedisServer;
+
+/// Where the servers a test starts keep their counters.
+pub enum Store {
+    /// In memory.
+    Memory,
+    /// In this Redis, each server on the test's manual clock.
+    Redis(RedisServer),
+}
+
+thread_local! {
+    /// The Redis of the test running on this thread, if any.
+    static REDIS: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+impl Store {
+    /// A fresh `redis-server` on a free port.
+    pub fn redis() -> Store {
+        Store::Redis(RedisServer::start())
+    }
+
+    /// Runs `case` with every [`Server::start`] in it keeping its counters
+    /// here (a `#[tokio::test]` runs on one thread).
+    pub async fn run(self, case: impl Future<Output = ()>) {
+        let url = match &self {
+            Store::Memory => None,
+            Store::Redis(r) => Some(r.url()),
+        };
+        REDIS.with(|r| *r.borrow_mut() = url);
+        case.await;
+        REDIS.with(|r| *r.borrow_mut() = None);
+        drop(self);
+    }
+}
+
+/// A store at `url` deciding on `clock`, its keys under `prefix`.
+pub async fn redis_store(url: &str, prefix: &str, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder(url)
+        .prefix(prefix)
+        .deadline(std::time::Duration::from_secs(2))
+        .clock(clock.clone())
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// A key prefix no other server of the test run has used: each
+/// [`Server`] starts with no counts, as an in-memory one does.
+pub fn fresh_prefix() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("rls{n}:")
+}
 
 /// Tuesday 2023-11-14 22:14:00 UTC: on a minute boundary.
 pub const T: u64 = 1_700_000_040;
@@ -28,11 +90,13 @@ impl Server {
         let config = yaml.map(|y| RlsConfig::from_yaml("config.yaml", y).unwrap());
         let clock = ManualClock::new();
         clock.set_ns(T * 1_000_000_000);
-        let service = Arc::new(RateLimitService::new(
-            config,
-            settings,
-            Arc::new(clock.clone()),
-        ));
+        let mut service = RateLimitService::new(config, settings, Arc::new(clock.clone()));
+        if let Some(url) = REDIS.with(|r| r.borrow().clone()) {
+            service = service
+                .with_store(redis_store(&url, &fresh_prefix(), &clock).await)
+                .unwrap();
+        }
+        let service = Arc::new(service);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(

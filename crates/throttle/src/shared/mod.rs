@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tollgate::Clock;
 
-use crate::policy::Verdict;
+use crate::policy::{Standing, Verdict};
 use crate::rules::{Limit, Rule};
 pub(crate) use script::{Answer, Item, Params, Role};
 use tollgate_service::redis_link::{Link, LinkError, Target};
@@ -451,6 +451,82 @@ impl RedisStore {
             amount: i128::from(delta),
         };
         self.call("settle", Some(now_ns), &[item]).await.map(|_| ())
+    }
+
+    /// Decides each of `checks` (a limit, a key and a cost) on its own, at
+    /// the store's time: one over its limit charges nothing and leaves the
+    /// others be, as independent requests would. Returns the time decided
+    /// at (nanoseconds since the Unix epoch, or the builder's clock) and,
+    /// per check in order, its verdict and where its key stands after it.
+    ///
+    /// One script call on a standalone Redis or Sentinel; on a Cluster,
+    /// one per hash slot (a key is its own hash tag), in order of first
+    /// appearance. Two checks on one key and limit count in turn on one
+    /// state.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate_throttle::{FixedWindow, Limit, RedisStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::builder("redis://127.0.0.1:6379").connect().await?;
+    /// let second = Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(1))?);
+    /// let hour = Limit::FixedWindow(FixedWindow::new(1000, Duration::from_secs(3600))?);
+    /// let (_now_ns, answers) = store.check_each(&[(&second, "alice", 1), (&hour, "bob", 5)]).await?;
+    /// assert!(answers[1].0.is_admitted());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); nothing is known decided then.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`check`](Self::check).
+    pub async fn check_each(
+        &self,
+        checks: &[(&Limit, &str, u64)],
+    ) -> Result<(u64, Vec<(Verdict, Standing)>), StoreError> {
+        let mut items = Vec::with_capacity(checks.len());
+        for &(limit, key, cost) in checks {
+            let params = Params::of(limit)?;
+            items.push(Item {
+                key: self.key_name(None, key, &params, ""),
+                params,
+                role: Role::Shadow,
+                amount: i128::from(cost),
+            });
+        }
+        let now = self.now();
+        let groups = if self.inner.link.is_cluster() {
+            groups(&items)
+        } else {
+            vec![(0..items.len()).collect()]
+        };
+        let mut at = None;
+        let mut answers = vec![None; items.len()];
+        for group in &groups {
+            let part: Vec<Item> = group.iter().map(|&i| items[i].clone()).collect();
+            let (t, got) = self.call("standing", now, &part).await?;
+            at.get_or_insert(t);
+            for (&i, answer) in group.iter().zip(got) {
+                answers[i] = Some(answer);
+            }
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for answer in answers {
+            let answer = answer.ok_or_else(|| StoreError::redis("the script skipped a check"))?;
+            let verdict = answer
+                .verdict
+                .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
+            out.push((verdict, answer.standing));
+        }
+        Ok((at.or(now).unwrap_or(0), out))
     }
 
     async fn check_one(
