@@ -236,10 +236,7 @@ async fn load_sends_descriptors_over_distinct_values() {
     assert!(stdout.contains("OVER_LIMIT="), "{stdout}");
 }
 
-/// The throttler's launcher of a real `redis-server`.
-#[allow(dead_code)]
-#[path = "../../throttle/tests/common/redis_server.rs"]
-mod redis_server;
+use tollgate_testkit::redis as redis_server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_redis_answer_as_one() {

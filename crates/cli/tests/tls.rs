@@ -740,10 +740,7 @@ async fn rls_answers_over_mutual_tls_only_a_client_with_a_certificate() {
     rls_over_mutual_tls(&[]).await;
 }
 
-/// The throttler's launcher of a real `redis-server`.
-#[allow(dead_code)]
-#[path = "../../throttle/tests/common/redis_server.rs"]
-mod redis_server;
+use tollgate_testkit::redis as redis_server;
 
 /// As above, with the counters in Redis (served through tonic).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -207,7 +207,7 @@ async fn case_39_redis_killed_mid_run_each_on_error_mode_then_recovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_cluster_decides_descriptors_on_different_slots() {
-    let cluster = common::redis_server::RedisCluster::start(3);
+    let cluster = tollgate_testkit::redis::RedisCluster::start(3);
     let clock = clock();
     let store = RedisStore::builder("redis://unused")
         .cluster(cluster.urls())

@@ -14,12 +14,7 @@ use tollgate_rls::pb::{rate_limit_descriptor, RateLimitDescriptor, RateLimitRequ
 use tollgate_rls::{RateLimitService, RlsConfig, RlsServer, RlsSettings};
 use tollgate_throttle::RedisStore;
 
-/// The throttler's launcher of a real `redis-server`.
-#[allow(dead_code)]
-#[path = "../../../throttle/tests/common/redis_server.rs"]
-pub mod redis_server;
-
-pub(crate) use redis_server::RedisServer;
+pub(crate) use tollgate_testkit::redis::RedisServer;
 
 /// Where the servers a test starts keep their counters.
 pub enum Store {
