@@ -42,6 +42,8 @@ struct StoreConfig {
     on_error: Option<String>,
     #[serde(default)]
     replicas: Option<u32>,
+    #[serde(default)]
+    over_limit_cache: Option<usize>,
 }
 
 impl StoreConfig {
@@ -80,6 +82,9 @@ impl StoreConfig {
         }
         if let Some(r) = self.replicas {
             b = b.replicas(r);
+        }
+        if let Some(n) = self.over_limit_cache {
+            b = b.over_limit_cache(n);
         }
         Ok(b)
     }
@@ -338,6 +343,7 @@ pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
 /// | `connect_timeout` | the longest start-up and each reconnection try wait (default 2s) |
 /// | `on_error` | when Redis fails: `allow`, `deny` or `local` (default: each replica alone at the limit divided by `replicas`) |
 /// | `replicas` | how many replicas share the limits (default 1) |
+/// | `over_limit_cache` | keys over their limit each replica answers itself until they could admit (default 10000; 0: none) |
 ///
 /// The store is fixed when the throttler is built: a reload applies the
 /// rules only. With a store, every rule must be one it keeps

@@ -412,8 +412,18 @@ impl Inner {
             return Ok(permit);
         }
         let standing = self.headers || rules.iter().any(|r| r.headers);
-        let answers = match store.check_items(&items, standing).await {
-            Ok(answers) => answers,
+        // Post-accounting lowers a key's count behind a rejection: the
+        // over-limit cache is exact only without it.
+        let cache = !matches!(self.cost, CostModel::Predicted { .. });
+        let answers = match store.check_items(&items, standing, cache).await {
+            Ok((answers, hit)) => {
+                if hit {
+                    if let Some((i, _, _)) = keyed.first() {
+                        self.metrics.cache_hit(&rules[*i].name);
+                    }
+                }
+                answers
+            }
             Err(_) => {
                 // The link logs the error, rate-limited.
                 let mode = store.on_error();

@@ -20,7 +20,9 @@
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
--- unless asked)}; code "A"
+-- unless asked), then, when a check's first item is rejected for a cost
+-- it could ever pay, "S" and that key's stored fields (three, "0" after
+-- the last)}; code "A"
 -- admit (value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
@@ -71,7 +73,7 @@ repeat
   local idx, r = q1 * 1000000000 + q2, x
   local left = w - r
   local fmt = string.format
-  local code, value, fields, ttl
+  local code, value, fields, ttl, tail
   local remaining, reset = "0", "0"
   if kind == "fw" then
     local i, c = idx, 0
@@ -91,6 +93,7 @@ repeat
       fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
     else
       code, value = "R", fmt("%.0f", left)
+      tail = { "S", fmt("%.0f", i), fmt("%.0f", c), "0" }
     end
     if op == "standing" then
       remaining = fmt("%.0f", limit > c and limit - c or 0)
@@ -149,6 +152,7 @@ repeat
         if fit > w then fit = w end
         code, value = "R", fmt("%.0f", left + fit)
       end
+      tail = { "S", fmt("%.0f", i), fmt("%.0f", p), fmt("%.0f", c) }
     end
     if op == "standing" then
       est = c + wp
@@ -167,6 +171,9 @@ repeat
     redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
   end
   local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
+  if tail then
+    return { now, code, value, remaining, reset, tail[1], tail[2], tail[3], tail[4] }
+  end
   return { now, code, value, remaining, reset }
 until true
 
@@ -711,5 +718,12 @@ for i, item in ipairs(items) do
     local remaining, reset = item.policy.standing(item.P, s)
     push(str(remaining), str(reset))
   end
+end
+-- The first item rejected for a cost it could ever pay: its stored state,
+-- from which the caller may answer that key alone for a while.
+if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+  local item = items[1]
+  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+  if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
 end
 return out

@@ -30,6 +30,7 @@
 //! jitter while calls answer at once by the store's [`OnError`] mode.
 //! Every call has a deadline, so no request waits longer for Redis.
 
+mod cache;
 mod link;
 pub(crate) mod script;
 
@@ -43,8 +44,9 @@ use tollgate::Clock;
 
 use crate::policy::Verdict;
 use crate::rules::{Limit, Rule};
+use cache::OverLimit;
 use link::{Link, Target};
-pub(crate) use script::{Answer, Item, Params, Role};
+pub(crate) use script::{Answer, Item, Params, Reply, Role};
 
 /// What a throttler does with a decision when Redis does not answer within
 /// the deadline (or is unreachable).
@@ -167,6 +169,7 @@ pub struct RedisStoreBuilder {
     on_error: OnError,
     replicas: u32,
     clock: Option<Arc<dyn Clock>>,
+    cache_keys: usize,
 }
 
 impl RedisStoreBuilder {
@@ -217,6 +220,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// How many keys known to be over their limit this replica answers
+    /// itself, without calling Redis, until they could admit again
+    /// (default 10 000; 0: none). Such an answer is the one Redis would
+    /// give (see the README's Redis section for when a throttler uses it).
+    pub fn over_limit_cache(mut self, keys: usize) -> Self {
+        self.cache_keys = keys;
+        self
+    }
+
     /// Decides at this clock's time instead of Redis' `TIME`: for tests,
     /// which drive every replica from one manual clock. Windows then align
     /// to this clock's origin.
@@ -249,6 +261,7 @@ impl RedisStoreBuilder {
         let link = Link::connect(target, self.pool_size, self.connect_timeout).await?;
         Ok(RedisStore {
             inner: Arc::new(StoreInner {
+                cache: OverLimit::new(self.cache_keys, self.clock.clone()),
                 link,
                 script: redis::Script::new(script::SOURCE),
                 prefix: self.prefix,
@@ -303,6 +316,8 @@ struct StoreInner {
     on_error: OnError,
     replicas: u32,
     clock: Option<Arc<dyn Clock>>,
+    /// Keys over their limit, answered here.
+    cache: OverLimit,
 }
 
 impl RedisStore {
@@ -320,6 +335,7 @@ impl RedisStore {
             on_error: OnError::Local,
             replicas: 1,
             clock: None,
+            cache_keys: 10_000,
         }
     }
 
@@ -482,7 +498,10 @@ impl RedisStore {
     /// Decides `items` (in rule order) at the store's time: one script
     /// call, or on a Redis Cluster one call per hash slot's group of keys.
     /// With `standing`, each answer says where its key stands after it
-    /// (otherwise zero: the script skips that arithmetic).
+    /// (otherwise zero: the script skips that arithmetic). With `cache`,
+    /// the over-limit cache answers when it knows the first item (an
+    /// enforced hard limit) rejects, and learns Redis' rejections; the
+    /// flag says whether it answered.
     ///
     /// # Implementation notes
     ///
@@ -495,6 +514,47 @@ impl RedisStore {
     /// decided, and every group that did charge is refunded (a settlement
     /// of minus the cost), as the in-memory store refunds earlier rules.
     pub(crate) async fn check_items(
+        &self,
+        items: &[Item],
+        standing: bool,
+        cache: bool,
+    ) -> Result<(Vec<Answer>, bool), StoreError> {
+        let first = items
+            .first()
+            .filter(|i| {
+                cache
+                    && i.role == Role::Hard
+                    && self.inner.cache.enabled()
+                    && !self.inner.link.is_cluster()
+            })
+            .and_then(|i| Some((i, u64::try_from(i.amount).ok()?)));
+        if let Some((item, cost)) = first {
+            if let Some(answer) = self.inner.cache.answer(&item.key, cost, standing) {
+                let mut answers = vec![
+                    Answer {
+                        verdict: None,
+                        standing: crate::policy::Standing {
+                            remaining: 0,
+                            reset_ns: 0,
+                        },
+                    };
+                    items.len()
+                ];
+                answers[0] = answer;
+                return Ok((answers, true));
+            }
+            let sent = std::time::Instant::now();
+            let op = if standing { "standing" } else { "check" };
+            let reply = self.call_reply(op, self.now(), items).await?;
+            self.inner.cache.learn(item, cost, &reply, sent);
+            return Ok((reply.answers, false));
+        }
+        self.check_uncached(items, standing)
+            .await
+            .map(|a| (a, false))
+    }
+
+    async fn check_uncached(
         &self,
         items: &[Item],
         standing: bool,
@@ -558,6 +618,18 @@ impl RedisStore {
         now: Option<u64>,
         items: &[Item],
     ) -> Result<(u64, Vec<Answer>), StoreError> {
+        self.call_reply(op, now, items)
+            .await
+            .map(|reply| (reply.now, reply.answers))
+    }
+
+    /// As [`call`](Self::call), with the whole reply.
+    async fn call_reply(
+        &self,
+        op: &str,
+        now: Option<u64>,
+        items: &[Item],
+    ) -> Result<Reply, StoreError> {
         let inner = &self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for item in items {

@@ -24,11 +24,13 @@ const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
 
 /// A limit as the script's kind, its five parameters and the text that
 /// tells it from another limit in a key's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub(crate) kind: &'static str,
     pub(crate) args: [String; 5],
     pub(crate) id: String,
+    /// The limit itself, whose policy decides as the script does.
+    pub(crate) limit: Limit,
 }
 
 impl Params {
@@ -50,6 +52,7 @@ impl Params {
                     dash(),
                 ],
                 id: format!("fw:{}:{}", p.limit, p.window_ns),
+                limit: limit.clone(),
             }),
             Limit::SlidingWindowCounter(p) => Ok(Params {
                 kind: "swc",
@@ -61,6 +64,7 @@ impl Params {
                     dash(),
                 ],
                 id: format!("swc:{}:{}", p.limit, p.window_ns),
+                limit: limit.clone(),
             }),
             Limit::Gcra(p) => {
                 let (whole, fraction, den) = meter(p.nano_ops_per_sec);
@@ -74,6 +78,7 @@ impl Params {
                         den.to_string(),
                     ],
                     id: format!("gcra:{}:{}:{}", p.nano_ops_per_sec, p.burst, p.queue),
+                    limit: limit.clone(),
                 })
             }
             Limit::TokenPool(_) => Err(StoreError::unsupported(
@@ -164,17 +169,39 @@ fn number(s: &str) -> Result<u64, StoreError> {
         .map_err(|_| StoreError::redis(format!("the script answered \"{s}\", not a number")))
 }
 
-/// The script's answer: the time it decided at and one answer per item.
-pub(crate) fn answers(reply: &[String], items: usize) -> Result<(u64, Vec<Answer>), StoreError> {
-    if reply.len() != 1 + 4 * items {
-        return Err(StoreError::redis(format!(
-            "the script answered {} values for {items} items",
-            reply.len()
-        )));
-    }
+/// What one script call answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    /// The time it decided at.
+    pub(crate) now: u64,
+    /// One answer per item.
+    pub(crate) answers: Vec<Answer>,
+    /// The first item's stored fields, when a check rejected it for a cost
+    /// it could ever pay ("0" after the last field).
+    pub(crate) state: Option<[String; 3]>,
+}
+
+/// The script's answer: the time it decided at, one answer per item and
+/// the first item's state if it was rejected.
+pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreError> {
+    let state = match reply.len().checked_sub(1 + 4 * items) {
+        Some(0) => None,
+        Some(4) if reply[reply.len() - 4] == "S" => {
+            let [_, a, b, c] = &reply[reply.len() - 4..] else {
+                unreachable!("four values")
+            };
+            Some([a.clone(), b.clone(), c.clone()])
+        }
+        _ => {
+            return Err(StoreError::redis(format!(
+                "the script answered {} values for {items} items",
+                reply.len()
+            )))
+        }
+    };
     let now = number(&reply[0])?;
     let mut out = Vec::with_capacity(items);
-    for chunk in reply[1..].chunks(4) {
+    for chunk in reply[1..1 + 4 * items].chunks(4) {
         let value = number(&chunk[1])?;
         let verdict = match chunk[0].as_str() {
             "A" => Some(Verdict::Admit { remaining: value }),
@@ -197,7 +224,11 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<(u64, Vec<Answer
             },
         });
     }
-    Ok((now, out))
+    Ok(Reply {
+        now,
+        answers: out,
+        state,
+    })
 }
 
 #[cfg(test)]
