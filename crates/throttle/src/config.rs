@@ -108,6 +108,10 @@ struct RuleConfig {
     missing_key: Option<MissingKeyConfig>,
     #[serde(default)]
     headers: bool,
+    #[serde(default)]
+    slice: Option<u64>,
+    #[serde(default)]
+    slice_expiry: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -250,6 +254,8 @@ impl LimitConfig {
 /// | `max_keys` | keys kept per limit (default 100000) |
 /// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400, an empty header value too) or `skip` (not limited by this rule; an empty header value is the key "", limited) |
 /// | `headers` | `true`: the rule's `RateLimit-Policy` and `RateLimit` fields on responses (default `false`) |
+/// | `slice` | with a `store`: tokens of a key each replica takes per Redis call and spends itself (default 0, none; fixed and sliding window counters, see [`Rule::slice`]) |
+/// | `slice_expiry` | how long a replica spends a slice before returning what is left (default `100ms`, never past the window) |
 ///
 /// Keys: `{ header: NAME }`, `{ grpc_metadata: NAME }`, `peer_ip`,
 /// `{ client_ip: { trusted_proxies: [CIDR, ...] } }` (the address a
@@ -426,6 +432,12 @@ fn rules_of(rules: Vec<RuleConfig>) -> Result<Vec<Rule>, RulesError> {
             }
             if r.headers {
                 rule = rule.ratelimit_headers(true);
+            }
+            if let Some(n) = r.slice {
+                rule = rule.slice(n);
+            }
+            if let Some(e) = r.slice_expiry {
+                rule = rule.slice_expiry(duration(&r.name, "slice_expiry", &e)?);
             }
             if let Some(m) = r.missing_key {
                 rule = rule.missing_key(match m {

@@ -172,6 +172,7 @@ impl OverLimit {
         Some(Answer {
             verdict: Some(verdict),
             standing,
+            taken: 0,
         })
     }
 
@@ -248,6 +249,8 @@ mod tests {
             params: Params::of(&limit).unwrap(),
             role: Role::Hard,
             amount: 1,
+            slice: 0,
+            slice_ns: 0,
         };
         let reply = Reply {
             now: 100 * S + S / 2,
@@ -259,6 +262,7 @@ mod tests {
                     remaining: 0,
                     reset_ns: 0,
                 },
+                taken: 0,
             }],
             state: Some(["100".into(), "10".into(), "0".into()]),
         };

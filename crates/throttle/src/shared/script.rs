@@ -137,6 +137,11 @@ pub(crate) struct Item {
     pub(crate) role: Role,
     /// The cost (a check) or the signed delta (a settlement).
     pub(crate) amount: i128,
+    /// In a check, the most an admitted enforced item takes (0: its cost
+    /// only); in a give, the window index its tokens were taken in.
+    pub(crate) slice: u64,
+    /// How long this replica may spend a slice (not sent to Redis).
+    pub(crate) slice_ns: u64,
 }
 
 /// What the script decided for one item.
@@ -146,12 +151,15 @@ pub(crate) struct Answer {
     /// a hard limit that rejected).
     pub(crate) verdict: Option<Verdict>,
     pub(crate) standing: Standing,
+    /// The tokens an admitted item took for its slice, its cost included
+    /// (0: no slice).
+    pub(crate) taken: u64,
 }
 
 /// The script's arguments for `items`: `check` or `settle`, at `now_ns`
 /// (`None`: Redis' `TIME`).
 pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + 8 * items.len());
+    let mut args = Vec::with_capacity(3 + 9 * items.len());
     args.push(op.to_owned());
     args.push(now_ns.map(|t| t.to_string()).unwrap_or_default());
     args.push(items.len().to_string());
@@ -160,6 +168,7 @@ pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String>
         args.push(item.role.code().to_owned());
         args.push(item.amount.to_string());
         args.extend(item.params.args.iter().cloned());
+        args.push(item.slice.to_string());
     }
     args
 }
@@ -203,8 +212,13 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreErro
     let mut out = Vec::with_capacity(items);
     for chunk in reply[1..1 + 4 * items].chunks(4) {
         let value = number(&chunk[1])?;
+        let mut taken = 0;
         let verdict = match chunk[0].as_str() {
             "A" => Some(Verdict::Admit { remaining: value }),
+            t if t.starts_with('T') => {
+                taken = number(&t[1..])?;
+                Some(Verdict::Admit { remaining: value })
+            }
             "D" => Some(Verdict::Delay { delay_ns: value }),
             "R" => Some(Verdict::Reject {
                 retry_after_ns: value,
@@ -222,6 +236,7 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreErro
                 remaining: number(&chunk[2])?,
                 reset_ns: number(&chunk[3])?,
             },
+            taken,
         });
     }
     Ok(Reply {
