@@ -24,11 +24,11 @@
 //! name, so a changed limit starts fresh as it does in memory. Each key expires when it would decide like
 //! a fresh one (a GCRA's debt included), so Redis holds only active keys.
 //!
-//! Two things spare Redis calls without changing an answer: the
-//! over-limit cache (`cache.rs`) answers a key that Redis rejected for
-//! every cost until it could admit again, and slices (`slices.rs`) let a
-//! replica take several of a hot key's tokens in one call and spend them
-//! itself.
+//! Two things spare Redis calls: the over-limit cache (`cache.rs`)
+//! answers a key that Redis rejected for every cost, as Redis would, until
+//! it could admit again; slices (`slices.rs`) let a replica take several
+//! of a hot key's tokens in one call and spend them itself, the replicas
+//! together still admitting at most the limit.
 //!
 //! The connections: `pool_size` multiplexed connections, used in turn
 //! (requests pipeline on each). A call that fails on a broken connection
