@@ -670,9 +670,8 @@ impl LiveRule {
     pub(crate) fn new(rule: Rule, clock_step: Duration, store: Option<&RedisStore>) -> LiveRule {
         let id = rule.key();
         let shared = store.and_then(|_| {
-            if rule.ban.is_some() {
-                return None;
-            }
+            // A ban, or a slice the store cannot keep exactly.
+            RedisStore::supports_rule(&rule).ok()?;
             let hard = Params::of(&rule.hard).ok()?;
             let soft = match &rule.soft {
                 Some(s) => Some(Params::of(s).ok()?),

@@ -467,3 +467,25 @@ async fn a_slice_the_store_cannot_keep_exactly_is_one_line() {
         .expect_err("refused");
     assert!(err.to_string().contains("a gcra takes no slices"), "{err}");
 }
+
+#[tokio::test]
+async fn a_reloaded_rule_with_a_slice_the_store_cannot_keep_is_decided_here() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let fw = Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(1)).unwrap());
+    let throttler = sliced(&server, &clock, fw, 4).await;
+    let req = request("k", 1);
+    assert!(throttler.decide(&RequestHead::of(&req)).await.is_ok());
+    let gcra = Limit::Gcra(Gcra::new(RateSpec::new(10.0).unwrap(), 10, 0).unwrap());
+    throttler.reload(vec![Rule::new(
+        "per-key",
+        Extract::header("x-api-key"),
+        gcra,
+    )
+    .slice(4)]);
+    let before = script_calls(&server).await;
+    assert!(throttler.decide(&RequestHead::of(&req)).await.is_ok());
+    // Decided on this replica's own tables, as the reload logged.
+    assert_eq!(script_calls(&server).await, before);
+}
