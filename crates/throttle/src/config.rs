@@ -42,6 +42,8 @@ struct StoreConfig {
     on_error: Option<String>,
     #[serde(default)]
     replicas: Option<u32>,
+    #[serde(default)]
+    over_limit_cache: Option<usize>,
 }
 
 impl StoreConfig {
@@ -81,6 +83,9 @@ impl StoreConfig {
         if let Some(r) = self.replicas {
             b = b.replicas(r);
         }
+        if let Some(n) = self.over_limit_cache {
+            b = b.over_limit_cache(n);
+        }
         Ok(b)
     }
 }
@@ -103,6 +108,10 @@ struct RuleConfig {
     missing_key: Option<MissingKeyConfig>,
     #[serde(default)]
     headers: bool,
+    #[serde(default)]
+    slice: Option<u64>,
+    #[serde(default)]
+    slice_expiry: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -245,6 +254,8 @@ impl LimitConfig {
 /// | `max_keys` | keys kept per limit (default 100000) |
 /// | `missing_key` | a request without a usable key: `shared` (one bucket for all such requests, the default), `reject` (HTTP 400, an empty header value too) or `skip` (not limited by this rule; an empty header value is the key "", limited) |
 /// | `headers` | `true`: the rule's `RateLimit-Policy` and `RateLimit` fields on responses (default `false`) |
+/// | `slice` | with a `store`: tokens of a key each replica takes per Redis call and spends itself (default 0, none; fixed and sliding window counters, see [`Rule::slice`]) |
+/// | `slice_expiry` | how long a replica spends a slice before returning what is left (default `100ms`, never past the window) |
 ///
 /// Keys: `{ header: NAME }`, `{ grpc_metadata: NAME }`, `peer_ip`,
 /// `{ client_ip: { trusted_proxies: [CIDR, ...] } }` (the address a
@@ -338,6 +349,7 @@ pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
 /// | `connect_timeout` | the longest start-up and each reconnection try wait (default 2s) |
 /// | `on_error` | when Redis fails: `allow`, `deny` or `local` (default: each replica alone at the limit divided by `replicas`) |
 /// | `replicas` | how many replicas share the limits (default 1) |
+/// | `over_limit_cache` | keys over their limit each replica answers itself until they could admit (default 10000; 0: none) |
 ///
 /// The store is fixed when the throttler is built: a reload applies the
 /// rules only. With a store, every rule must be one it keeps
@@ -420,6 +432,12 @@ fn rules_of(rules: Vec<RuleConfig>) -> Result<Vec<Rule>, RulesError> {
             }
             if r.headers {
                 rule = rule.ratelimit_headers(true);
+            }
+            if let Some(n) = r.slice {
+                rule = rule.slice(n);
+            }
+            if let Some(e) = r.slice_expiry {
+                rule = rule.slice_expiry(duration(&r.name, "slice_expiry", &e)?);
             }
             if let Some(m) = r.missing_key {
                 rule = rule.missing_key(match m {

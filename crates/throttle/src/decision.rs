@@ -30,7 +30,7 @@ use super::outcome::{LimitStatus, Rejection, RejectionKind, Warning};
 use super::policy::{Standing, Verdict};
 use super::queue::{Admission, Criticality};
 use super::rules::{LiveRule, Mode, RequestHead};
-use super::shared::{Item, OnError, RedisStore, Role};
+use super::shared::{Answer, Item, OnError, RedisStore, Role, Spent};
 use super::trust::Trust;
 
 /// An admitted request. Call [`finish`](Permit::finish) with the measured
@@ -397,6 +397,8 @@ impl Inner {
                     Role::Hard
                 },
                 amount: i128::from(permit.cost),
+                slice: rule.slice.0,
+                slice_ns: rule.slice.1,
             });
             if let Some(soft) = soft {
                 items.push(Item {
@@ -404,6 +406,8 @@ impl Inner {
                     params: soft.clone(),
                     role: Role::Soft,
                     amount: i128::from(permit.cost),
+                    slice: 0,
+                    slice_ns: 0,
                 });
             }
             keyed.push((i, key, at));
@@ -412,9 +416,65 @@ impl Inner {
             return Ok(permit);
         }
         let standing = self.headers || rules.iter().any(|r| r.headers);
-        let answers = match store.check_items(&items, standing).await {
-            Ok(answers) => answers,
+        // Sliced keys whose tokens this replica holds decide here; the
+        // others in one call.
+        let mut local = vec![None; items.len()];
+        let mut spent = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            if item.slice > 0 {
+                if let Spent::Here(answer, index) = store.spend(&item.key, permit.cost) {
+                    local[n] = Some(answer);
+                    spent.push((item.key.clone(), index));
+                }
+            }
+        }
+        let unspend = |spent: &[(String, u64)]| {
+            for (key, index) in spent {
+                store.unspend(key, *index, permit.cost);
+            }
+        };
+        let remote: Vec<Item> = items
+            .iter()
+            .zip(&local)
+            .filter(|(_, l)| l.is_none())
+            .map(|(item, _)| item.clone())
+            .collect();
+        // Post-accounting lowers a key's count behind a rejection: the
+        // over-limit cache is exact only without it.
+        let cache = !matches!(self.cost, CostModel::Predicted { .. });
+        let checked = if remote.is_empty() {
+            Ok((Vec::new(), false))
+        } else {
+            store.check_items(&remote, standing, cache).await
+        };
+        let answers = match checked {
+            Ok((remote_answers, hit)) => {
+                if hit {
+                    // The first item asked of Redis: its rule's hit.
+                    let first = local.iter().position(Option::is_none);
+                    if let Some((i, _, _)) = keyed.iter().find(|(_, _, at)| Some(*at) == first) {
+                        self.metrics.cache_hit(&rules[*i].name);
+                    }
+                }
+                let mut remote_answers = remote_answers.into_iter();
+                let mut answers: Vec<Answer> = local
+                    .into_iter()
+                    .map(|l| l.or_else(|| remote_answers.next()))
+                    .collect::<Option<_>>()
+                    .expect("an answer per item");
+                // What a replica's slice holds counts as remaining for its
+                // clients, as when it spends from the slice.
+                for a in &mut answers {
+                    let held = a.taken.saturating_sub(permit.cost);
+                    if let Some(Verdict::Admit { remaining }) = &mut a.verdict {
+                        *remaining = remaining.saturating_add(held);
+                    }
+                    a.standing.remaining = a.standing.remaining.saturating_add(held);
+                }
+                answers
+            }
             Err(_) => {
+                unspend(&spent);
                 // The link logs the error, rate-limited.
                 let mode = store.on_error();
                 self.metrics.store_error(match mode {
@@ -436,6 +496,14 @@ impl Inner {
                 };
             }
         };
+        let rejected = items.iter().zip(&answers).any(|(item, a)| {
+            item.role == Role::Hard && a.verdict.is_some_and(|v| !v.is_admitted())
+        });
+        if rejected {
+            // Nothing is charged: the cost goes back to the slices it
+            // was spent from.
+            unspend(&spent);
+        }
         for (i, key, at) in keyed {
             let rule = &rules[i];
             let hard = answers[at];
@@ -522,6 +590,8 @@ impl Inner {
                 params: hard.clone(),
                 role: Role::Hard,
                 amount: i128::from(delta),
+                slice: 0,
+                slice_ns: 0,
             });
             if let (true, Some(soft)) = (charge.soft, soft) {
                 items.push(Item {
@@ -529,6 +599,8 @@ impl Inner {
                     params: soft.clone(),
                     role: Role::Hard,
                     amount: i128::from(delta),
+                    slice: 0,
+                    slice_ns: 0,
                 });
             }
         }

@@ -35,6 +35,7 @@ pub(crate) struct ThrottleMetrics {
     decisions: IntCounterVec,
     queue: IntCounterVec,
     store_errors: IntCounterVec,
+    cache_hits: IntCounterVec,
     state: Arc<StateCollector>,
 }
 
@@ -77,6 +78,15 @@ impl ThrottleMetrics {
             &["on_error"],
         )
         .expect("valid metric");
+        let cache_hits = IntCounterVec::new(
+            Opts::new(
+                "tollgate_throttle_store_cache_hits_total",
+                "Decisions the Redis store's over-limit cache answered without calling Redis, \
+                 by rule (each a rejection).",
+            ),
+            &["rule"],
+        )
+        .expect("valid metric");
         let state = Arc::new(StateCollector {
             throttler: OnceLock::new(),
             keys: IntGaugeVec::new(
@@ -104,6 +114,7 @@ impl ThrottleMetrics {
             Box::new(decisions.clone()) as Box<dyn Collector>,
             Box::new(queue.clone()),
             Box::new(store_errors.clone()),
+            Box::new(cache_hits.clone()),
             Box::new(SharedCollector(state.clone())),
         ] {
             registry.register(c).expect("unique metric");
@@ -113,6 +124,7 @@ impl ThrottleMetrics {
             decisions,
             queue,
             store_errors,
+            cache_hits,
             state,
         }
     }
@@ -131,6 +143,10 @@ impl ThrottleMetrics {
 
     pub(crate) fn store_error(&self, on_error: &str) {
         self.store_errors.with_label_values(&[on_error]).inc();
+    }
+
+    pub(crate) fn cache_hit(&self, rule: &str) {
+        self.cache_hits.with_label_values(&[rule]).inc();
     }
 
     pub(crate) fn queue(&self, outcome: &str) {

@@ -482,11 +482,17 @@ pub struct Rule {
     pub(crate) max_keys: usize,
     pub(crate) missing_key: MissingKey,
     pub(crate) headers: bool,
+    /// Tokens a replica takes of a key per Redis call (0: one request's).
+    pub(crate) slice: u64,
+    pub(crate) slice_expiry: Duration,
 }
 
 impl Rule {
     /// The default cap on keys per rule.
     pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
+    /// How long a replica may spend a slice by default.
+    pub const DEFAULT_SLICE_EXPIRY: Duration = Duration::from_millis(100);
 
     /// Requests with a key from `key` are limited by `hard`: above it they
     /// are rejected.
@@ -501,6 +507,8 @@ impl Rule {
             max_keys: Rule::DEFAULT_MAX_KEYS,
             missing_key: MissingKey::Shared,
             headers: false,
+            slice: 0,
+            slice_expiry: Rule::DEFAULT_SLICE_EXPIRY,
         }
     }
 
@@ -510,6 +518,50 @@ impl Rule {
     /// [`ThrottleLayer`](super::ThrottleLayer)).
     pub fn ratelimit_headers(mut self, yes: bool) -> Rule {
         self.headers = yes;
+        self
+    }
+
+    /// With a Redis store, lets each replica take up to `tokens` of a key's
+    /// quota in the call that admits a request (its cost and what else
+    /// fits) and admit later requests on the key from them, with no Redis
+    /// call, until they run out, the [`slice_expiry`](Self::slice_expiry)
+    /// passes or the window ends; what is left then goes back to Redis.
+    /// Redis counts a slice spent when it is taken, so the replicas
+    /// together never admit more than the limit; a hot key costs one Redis
+    /// call per slice instead of one per request. Default 0: no slices.
+    ///
+    /// Only for an enforced fixed window or sliding window counter without
+    /// a soft limit: a store refuses other rules with a slice (see
+    /// [`RedisStore::supports_rule`]). Without a store it changes nothing.
+    ///
+    /// Under a slice, the `remaining` a client is told is what Redis had
+    /// left for every replica at this replica's latest take plus what is
+    /// left of this replica's slice: other replicas may have spent some of
+    /// the former since.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_throttle::{Extract, FixedWindow, Limit, Rule};
+    ///
+    /// let per_second = Limit::FixedWindow(FixedWindow::new(1000, Duration::from_secs(1))?);
+    /// let rule = Rule::new("api", Extract::header("x-api-key"), per_second)
+    ///     .slice(20)
+    ///     .slice_expiry(Duration::from_millis(50));
+    /// # let _ = rule;
+    /// # Ok::<(), tollgate_throttle::LimitError>(())
+    /// ```
+    pub fn slice(mut self, tokens: u64) -> Rule {
+        self.slice = tokens;
+        self
+    }
+
+    /// How long a replica may spend a [`slice`](Self::slice) before it
+    /// returns what is left (default [`Rule::DEFAULT_SLICE_EXPIRY`]; never
+    /// past the end of the window it was taken in).
+    pub fn slice_expiry(mut self, expiry: Duration) -> Rule {
+        self.slice_expiry = expiry;
         self
     }
 
@@ -563,6 +615,7 @@ impl Rule {
             max_keys: self.max_keys,
             missing_key: self.missing_key,
             headers: self.headers,
+            slice: (self.slice, self.slice_expiry),
         }
     }
 }
@@ -581,6 +634,7 @@ pub(crate) struct RuleKey {
     max_keys: usize,
     missing_key: MissingKey,
     headers: bool,
+    slice: (u64, Duration),
 }
 
 /// A rule with its keyed state.
@@ -600,6 +654,9 @@ pub(crate) struct LiveRule {
     /// that keeps them (the in-memory limits are then the fallback, per
     /// replica).
     pub(crate) shared: Option<(Params, Option<Params>)>,
+    /// The slice a replica takes of a key and how long it may spend it,
+    /// in nanoseconds (0 tokens: none).
+    pub(crate) slice: (u64, u64),
     /// The hard limit's quota, most cost and window, as shared (the
     /// in-memory fallback's are per replica).
     limits: (u64, u64, u64),
@@ -613,9 +670,8 @@ impl LiveRule {
     pub(crate) fn new(rule: Rule, clock_step: Duration, store: Option<&RedisStore>) -> LiveRule {
         let id = rule.key();
         let shared = store.and_then(|_| {
-            if rule.ban.is_some() {
-                return None;
-            }
+            // A ban, or a slice the store cannot keep exactly.
+            RedisStore::supports_rule(&rule).ok()?;
             let hard = Params::of(&rule.hard).ok()?;
             let soft = match &rule.soft {
                 Some(s) => Some(Params::of(s).ok()?),
@@ -649,6 +705,10 @@ impl LiveRule {
             mode: rule.mode,
             missing_key: rule.missing_key,
             headers: rule.headers,
+            slice: (
+                rule.slice,
+                u64::try_from(rule.slice_expiry.as_nanos()).unwrap_or(u64::MAX),
+            ),
             shared,
             limits,
             logged: AtomicBool::new(false),

@@ -45,6 +45,13 @@ pub struct FixedWindowState {
     count: u64,
 }
 
+impl FixedWindowState {
+    /// The state the Redis store holds in these fields.
+    pub(crate) fn from_parts(index: u64, count: u64) -> FixedWindowState {
+        FixedWindowState { index, count }
+    }
+}
+
 pub(crate) fn window_ns(window: Duration) -> Result<u64, LimitError> {
     match u64::try_from(window.as_nanos()) {
         Ok(0) => Err(LimitError::new("a window must be longer than zero")),

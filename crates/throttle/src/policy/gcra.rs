@@ -61,6 +61,13 @@ pub struct GcraState {
     tat: u128,
 }
 
+impl GcraState {
+    /// The state the Redis store holds in these fields.
+    pub(crate) fn from_parts(tat: u128) -> GcraState {
+        GcraState { tat }
+    }
+}
+
 impl Gcra {
     /// A bucket draining at `rate` (its burst ratio and verb are unused)
     /// that admits `burst` units at once and delays up to `queue` more.

@@ -64,6 +64,13 @@ pub struct SlidingWindowCounterState {
     cur: u64,
 }
 
+impl SlidingWindowCounterState {
+    /// The state the Redis store holds in these fields.
+    pub(crate) fn from_parts(index: u64, prev: u64, cur: u64) -> SlidingWindowCounterState {
+        SlidingWindowCounterState { index, prev, cur }
+    }
+}
+
 impl SlidingWindowCounter {
     /// At most `limit` units of cost in any `window`, estimated.
     ///

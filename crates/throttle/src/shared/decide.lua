@@ -10,18 +10,25 @@
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
--- stands after it) or "settle".
+-- stands after it), "settle" or "give" (a slice's unused tokens back).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
--- ARGV[3]: the number of items; then 8 arguments per item:
+-- ARGV[3]: the number of items; then 9 arguments per item:
 --   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
 --   hard limit, "s" the soft limit of the item before it), cost (check) or
 --   signed delta (settle), and five parameters:
 --   fw, swc: limit, window_ns, -, -, -
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
+--   and the slice: in a check, the most an admitted enforced fw or swc
+--   item takes (its cost and up to that much more that fits, "T" below;
+--   "0" none); in a give, the window index the tokens were taken in
+--   (returned only while that window is the key's latest).
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
--- unless asked)}; code "A"
--- admit (value: remaining), "D" delay (value: ns), "R" reject (value:
+-- unless asked), then, when a check's first item is rejected for a cost
+-- it could ever pay, "S" and that key's stored fields (three, "0" after
+-- the last)}; code "A"
+-- admit (value: remaining), "T" followed by the tokens taken (an admitted
+-- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
 -- with a TTL of the time until it decides like a fresh key.
@@ -36,6 +43,7 @@ repeat
   local op, kind = ARGV[1], ARGV[4]
   if ARGV[3] ~= "1" or ARGV[5] == "s" or op == "settle" then break end
   if kind ~= "fw" and kind ~= "swc" then break end
+  if ARGV[12] ~= "0" then break end
   local cs, ls, ws = ARGV[6], ARGV[7], ARGV[8]
   -- cost, limit and window below 10^14 < 2^47.
   if #cs > 14 or #ls > 14 or #ws > 14 then break end
@@ -71,7 +79,7 @@ repeat
   local idx, r = q1 * 1000000000 + q2, x
   local left = w - r
   local fmt = string.format
-  local code, value, fields, ttl
+  local code, value, fields, ttl, tail
   local remaining, reset = "0", "0"
   if kind == "fw" then
     local i, c = idx, 0
@@ -91,6 +99,7 @@ repeat
       fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
     else
       code, value = "R", fmt("%.0f", left)
+      tail = { "S", fmt("%.0f", i), fmt("%.0f", c), "0" }
     end
     if op == "standing" then
       remaining = fmt("%.0f", limit > c and limit - c or 0)
@@ -149,6 +158,7 @@ repeat
         if fit > w then fit = w end
         code, value = "R", fmt("%.0f", left + fit)
       end
+      tail = { "S", fmt("%.0f", i), fmt("%.0f", p), fmt("%.0f", c) }
     end
     if op == "standing" then
       est = c + wp
@@ -167,6 +177,9 @@ repeat
     redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
   end
   local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
+  if tail then
+    return { now, code, value, remaining, reset, tail[1], tail[2], tail[3], tail[4] }
+  end
   return { now, code, value, remaining, reset }
 until true
 
@@ -482,6 +495,13 @@ function fw.standing(P, s0)
   if s.c ~= 0 then reset = window_left(P.w, s.i) end
   return satsub(P.limit, s.c), reset
 end
+-- After an admitted check: takes up to `most` more that fits; returns
+-- how many and what remains.
+function fw.take(P, s, most)
+  local extra = minb(most, satsub(P.limit, s.c))
+  s.c = add(s.c, extra)
+  return extra, satsub(P.limit, s.c)
+end
 -- The nanoseconds from now until the key decides like a fresh one.
 function fw.fresh_in(P, s)
   local idx, r = index(P.w)
@@ -532,6 +552,13 @@ function swc.check(P, s, cost)
   end
   local fit = minb(first_fit(P, s.c, m, ZERO), P.w)
   return "R", sat(add(sub(P.w, r), fit))
+end
+function swc.take(P, s, most)
+  local r = swc.roll(P, s)
+  local est = sat(add(s.c, weighted(P, s.p, r)))
+  local extra = minb(most, satsub(P.limit, est))
+  s.c = add(s.c, extra)
+  return extra, satsub(satsub(P.limit, est), extra)
 end
 function swc.settle(P, s, neg, d)
   swc.roll(P, s)
@@ -610,7 +637,7 @@ local policies = { fw = fw, swc = swc, gcra = gcra }
 local n = tonumber(ARGV[3])
 local items = {}
 for i = 1, n do
-  local a = 3 + (i - 1) * 8
+  local a = 3 + (i - 1) * 9
   local kind = ARGV[a + 1]
   local P = {}
   if kind == "gcra" then
@@ -625,7 +652,7 @@ for i = 1, n do
   if neg then amount = string.sub(amount, 2) end
   items[i] = {
     key = KEYS[i], policy = policies[kind], P = P, role = ARGV[a + 2],
-    amount = parse(amount), neg = neg,
+    amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
   }
 end
 
@@ -673,6 +700,19 @@ if ARGV[1] == "settle" then
   return out
 end
 
+if ARGV[1] == "give" then
+  for _, item in ipairs(items) do
+    local s = state_of(item)
+    if item.policy.take then item.policy.roll(item.P, s) end
+    if item.policy.take and cmp(s.i, item.slice) == 0 then
+      s.c = satsub(s.c, item.amount)
+      save({ item })
+    end
+  end
+  for _ = 1, n do push("-", "0", "0", "0") end
+  return out
+end
+
 local results, charged, decided = {}, {}, {}
 local rejected, hard_admitted = false, false
 for i, item in ipairs(items) do
@@ -682,6 +722,12 @@ for i, item in ipairs(items) do
     local s = state_of(item)
     local trial = copy(s)
     local code, value = item.policy.check(item.P, trial, item.amount)
+    if code == "A" and item.role == "H" and item.policy.take
+        and cmp(item.slice, item.amount) > 0 then
+      local extra
+      extra, value = item.policy.take(item.P, trial, sub(item.slice, item.amount))
+      code = "T" .. str(add(item.amount, extra))
+    end
     results[i] = { code, value }
     decided[#decided + 1] = i
     local admitted = code ~= "R"
@@ -711,5 +757,12 @@ for i, item in ipairs(items) do
     local remaining, reset = item.policy.standing(item.P, s)
     push(str(remaining), str(reset))
   end
+end
+-- The first item rejected for a cost it could ever pay: its stored state,
+-- from which the caller may answer that key alone for a while.
+if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+  local item = items[1]
+  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+  if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
 end
 return out

@@ -24,26 +24,40 @@
 //! name, so a changed limit starts fresh as it does in memory. Each key expires when it would decide like
 //! a fresh one (a GCRA's debt included), so Redis holds only active keys.
 //!
+//! Two things spare Redis calls: the over-limit cache (`cache.rs`)
+//! answers a key that Redis rejected for every cost, as Redis would, until
+//! it could admit again; slices (`slices.rs`) let a replica take several
+//! of a hot key's tokens in one call and spend them itself, the replicas
+//! together still admitting at most the limit.
+//!
 //! The connections: `pool_size` multiplexed connections, used in turn
 //! (requests pipeline on each). A call that fails on a broken connection
 //! marks it broken; its task reconnects with exponential backoff and
 //! jitter while calls answer at once by the store's [`OnError`] mode.
 //! Every call has a deadline, so no request waits longer for Redis.
 
+mod cache;
 pub(crate) mod script;
+mod slices;
 
 use std::error::Error;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tollgate::Clock;
 
 use crate::policy::{Standing, Verdict};
 use crate::rules::{Limit, Rule};
-pub(crate) use script::{Answer, Item, Params, Role};
+use cache::OverLimit;
+pub(crate) use script::{Answer, Item, Params, Reply, Role};
+use slices::Slices;
+pub(crate) use slices::Spent;
 use tollgate_service::redis_link::{Link, LinkError, Target};
+
+/// How often expired slices are returned.
+const SWEEP: Duration = Duration::from_millis(5);
 
 /// What a throttler does with a decision when Redis does not answer within
 /// the deadline (or is unreachable).
@@ -177,6 +191,7 @@ pub struct RedisStoreBuilder {
     on_error: OnError,
     replicas: u32,
     clock: Option<Arc<dyn Clock>>,
+    cache_keys: usize,
 }
 
 impl RedisStoreBuilder {
@@ -227,6 +242,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// How many keys known to be over their limit this replica answers
+    /// itself, without calling Redis, until they could admit again
+    /// (default 10 000; 0: none). Such an answer is the one Redis would
+    /// give (see the README's Redis section for when a throttler uses it).
+    pub fn over_limit_cache(mut self, keys: usize) -> Self {
+        self.cache_keys = keys;
+        self
+    }
+
     /// Decides at this clock's time instead of Redis' `TIME`: for tests,
     /// which drive every replica from one manual clock. Windows then align
     /// to this clock's origin.
@@ -265,6 +289,9 @@ impl RedisStoreBuilder {
         .await?;
         Ok(RedisStore {
             inner: Arc::new(StoreInner {
+                cache: OverLimit::new(self.cache_keys, self.clock.clone()),
+                slices: Slices::new(self.clock.clone()),
+                sweeper: std::sync::OnceLock::new(),
                 link,
                 script: redis::Script::new(script::SOURCE),
                 prefix: self.prefix,
@@ -319,6 +346,12 @@ struct StoreInner {
     on_error: OnError,
     replicas: u32,
     clock: Option<Arc<dyn Clock>>,
+    /// Keys over their limit, answered here.
+    cache: OverLimit,
+    /// Tokens of sliced keys held here.
+    slices: Slices,
+    /// The task returning expired slices, started with the first.
+    sweeper: std::sync::OnceLock<()>,
 }
 
 impl RedisStore {
@@ -336,6 +369,7 @@ impl RedisStore {
             on_error: OnError::Local,
             replicas: 1,
             clock: None,
+            cache_keys: 10_000,
         }
     }
 
@@ -377,8 +411,9 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// A rule with a ban, a token pool or a sliding log: one line naming
-    /// the rule.
+    /// A rule with a ban, a token pool or a sliding log, or a
+    /// [`slice`](Rule::slice) on a GCRA, beside a soft limit or on a
+    /// shadow rule: one line naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
         let named = |e: StoreError| StoreError {
             kind: e.kind,
@@ -392,6 +427,26 @@ impl RedisStore {
         Params::of(&rule.hard).map_err(named)?;
         if let Some(soft) = &rule.soft {
             Params::of(soft).map_err(named)?;
+        }
+        if rule.slice > 0 {
+            if matches!(rule.hard, Limit::Gcra(_)) {
+                return Err(named(StoreError::unsupported(
+                    "a gcra takes no slices (tokens spent after they were taken would let \
+                     the bucket refill under them): use fixed_window or \
+                     sliding_window_counter, or drop the slice",
+                )));
+            }
+            if rule.soft.is_some() {
+                return Err(named(StoreError::unsupported(
+                    "a rule with a slice has no soft limit (it would need Redis on every \
+                     request): drop one",
+                )));
+            }
+            if rule.mode != crate::Mode::Enforce {
+                return Err(named(StoreError::unsupported(
+                    "a shadow rule takes no slices: drop the slice",
+                )));
+            }
         }
         Ok(())
     }
@@ -449,6 +504,8 @@ impl RedisStore {
             params: Params::of(limit)?,
             role: Role::Hard,
             amount: i128::from(delta),
+            slice: 0,
+            slice_ns: 0,
         };
         self.call("settle", Some(now_ns), &[item]).await.map(|_| ())
     }
@@ -500,6 +557,8 @@ impl RedisStore {
                 params,
                 role: Role::Shadow,
                 amount: i128::from(cost),
+                slice: 0,
+                slice_ns: 0,
             });
         }
         let now = self.now();
@@ -542,6 +601,8 @@ impl RedisStore {
             params,
             role: Role::Hard,
             amount: i128::from(cost),
+            slice: 0,
+            slice_ns: 0,
         };
         let (_, answers) = self.call("check", now, &[item]).await?;
         answers[0]
@@ -574,7 +635,10 @@ impl RedisStore {
     /// Decides `items` (in rule order) at the store's time: one script
     /// call, or on a Redis Cluster one call per hash slot's group of keys.
     /// With `standing`, each answer says where its key stands after it
-    /// (otherwise zero: the script skips that arithmetic).
+    /// (otherwise zero: the script skips that arithmetic). With `cache`,
+    /// the over-limit cache answers when it knows the first item (an
+    /// enforced hard limit) rejects, and learns Redis' rejections; the
+    /// flag says whether it answered.
     ///
     /// # Implementation notes
     ///
@@ -590,7 +654,36 @@ impl RedisStore {
         &self,
         items: &[Item],
         standing: bool,
-    ) -> Result<Vec<Answer>, StoreError> {
+        cache: bool,
+    ) -> Result<(Vec<Answer>, bool), StoreError> {
+        let first = items
+            .first()
+            .filter(|i| {
+                cache
+                    && i.role == Role::Hard
+                    && i.slice == 0
+                    && self.inner.cache.enabled()
+                    && !self.inner.link.is_cluster()
+            })
+            .and_then(|i| Some((i, u64::try_from(i.amount).ok()?)));
+        if let Some((item, cost)) = first {
+            if let Some(answer) = self.inner.cache.answer(&item.key, cost, standing) {
+                let mut answers = vec![
+                    Answer {
+                        verdict: None,
+                        standing: crate::policy::Standing {
+                            remaining: 0,
+                            reset_ns: 0,
+                        },
+                        taken: 0,
+                    };
+                    items.len()
+                ];
+                answers[0] = answer;
+                return Ok((answers, true));
+            }
+        }
+        let sent = Instant::now();
         let now = self.now();
         let op = if standing { "standing" } else { "check" };
         let groups = if self.inner.link.is_cluster() {
@@ -599,48 +692,120 @@ impl RedisStore {
             vec![(0..items.len()).collect()]
         };
         if groups.len() == 1 {
-            return self.call(op, now, items).await.map(|(_, a)| a);
+            let reply = self.call_reply(op, now, items).await?;
+            if let Some((item, cost)) = first {
+                self.inner.cache.learn(item, cost, &reply, sent);
+            }
+            let nows = vec![reply.now; items.len()];
+            self.grant(items, &reply.answers, &nows, sent);
+            return Ok((reply.answers, false));
         }
         let mut answers = vec![None; items.len()];
+        let mut nows = vec![0; items.len()];
         for group in &groups {
             let part: Vec<Item> = group.iter().map(|&i| items[i].clone()).collect();
-            let (_, got) = self.call(op, now, &part).await?;
-            for (&i, answer) in group.iter().zip(got) {
+            let reply = self.call_reply(op, now, &part).await?;
+            for (&i, answer) in group.iter().zip(reply.answers) {
                 answers[i] = Some(answer);
+                nows[i] = reply.now;
             }
         }
         let mut answers: Vec<Answer> = answers.into_iter().flatten().collect();
         let rejected_at = items.iter().zip(&answers).position(|(item, a)| {
             item.role == Role::Hard && a.verdict.is_some_and(|v| !v.is_admitted())
         });
-        if let Some(at) = rejected_at {
-            let mut refunds = Vec::new();
-            for group in &groups {
-                let rejected = group.iter().any(|&i| {
-                    items[i].role == Role::Hard
-                        && answers[i].verdict.is_some_and(|v| !v.is_admitted())
-                });
-                if rejected {
-                    continue;
-                }
-                for &i in group {
-                    if answers[i].verdict.is_some_and(|v| v.is_admitted()) {
-                        let mut refund = items[i].clone();
-                        refund.role = Role::Hard;
-                        refund.amount = -refund.amount;
-                        refunds.push(refund);
-                    }
-                }
+        let Some(at) = rejected_at else {
+            self.grant(items, &answers, &nows, sent);
+            return Ok((answers, false));
+        };
+        let mut refunds = Vec::new();
+        for group in &groups {
+            let rejected = group.iter().any(|&i| {
+                items[i].role == Role::Hard && answers[i].verdict.is_some_and(|v| !v.is_admitted())
+            });
+            if rejected {
+                continue;
             }
-            for a in &mut answers[at + 1..] {
-                a.verdict = None;
-            }
-            for group in groups_of(refunds) {
-                // A refund lost to Redis leaves the charge: logged by the link.
-                let _ = self.call("settle", now, &group).await;
+            for &i in group {
+                if answers[i].verdict.is_some_and(|v| v.is_admitted()) {
+                    let mut refund = items[i].clone();
+                    refund.role = Role::Hard;
+                    // A slice taken is refunded whole.
+                    refund.amount = match answers[i].taken {
+                        0 => -refund.amount,
+                        taken => -i128::from(taken),
+                    };
+                    refunds.push(refund);
+                }
             }
         }
-        Ok(answers)
+        for a in &mut answers[at + 1..] {
+            a.verdict = None;
+        }
+        for group in groups_of(refunds) {
+            // A refund lost to Redis leaves the charge: logged by the link.
+            let _ = self.call("settle", now, &group).await;
+        }
+        Ok((answers, false))
+    }
+
+    /// Keeps the slices `answers` took, unless an enforced item rejected
+    /// (the script then wrote nothing), at each item's Redis time `nows`.
+    fn grant(&self, items: &[Item], answers: &[Answer], nows: &[u64], sent: Instant) {
+        let rejected = items.iter().zip(answers).any(|(item, a)| {
+            item.role == Role::Hard && a.verdict.is_some_and(|v| !v.is_admitted())
+        });
+        if rejected {
+            return;
+        }
+        let mut any = false;
+        for ((item, answer), &now) in items.iter().zip(answers).zip(nows) {
+            if answer.taken > 0 {
+                self.inner.slices.grant(item, answer, now, sent);
+                any = true;
+            }
+        }
+        if any {
+            self.inner.sweeper.get_or_init(|| self.sweep());
+        }
+    }
+
+    /// Starts the task that returns expired slices every [`SWEEP`]: it
+    /// ends with the store.
+    fn sweep(&self) {
+        let store = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP).await;
+                let Some(inner) = store.upgrade() else {
+                    return;
+                };
+                RedisStore { inner }.give_back().await;
+            }
+        });
+    }
+
+    /// Returns the unused tokens of every expired slice: one call per
+    /// hash tag (a return lost to Redis leaves them counted, logged by the
+    /// link).
+    pub(crate) async fn give_back(&self) {
+        let gives = self.inner.slices.expired();
+        if gives.is_empty() {
+            return;
+        }
+        for group in groups_of(gives) {
+            let _ = self.call("give", self.now(), &group).await;
+        }
+    }
+
+    /// Spends `cost` of the slice this replica holds of `key`, if any.
+    pub(crate) fn spend(&self, key: &str, cost: u64) -> Spent {
+        self.inner.slices.spend(key, cost)
+    }
+
+    /// Gives `cost` back to the slice of `key` in window `index`.
+    pub(crate) fn unspend(&self, key: &str, index: u64, cost: u64) {
+        self.inner.slices.unspend(key, index, cost);
     }
 
     /// Runs the script on `items`, within the deadline.
@@ -650,6 +815,18 @@ impl RedisStore {
         now: Option<u64>,
         items: &[Item],
     ) -> Result<(u64, Vec<Answer>), StoreError> {
+        self.call_reply(op, now, items)
+            .await
+            .map(|reply| (reply.now, reply.answers))
+    }
+
+    /// As [`call`](Self::call), with the whole reply.
+    async fn call_reply(
+        &self,
+        op: &str,
+        now: Option<u64>,
+        items: &[Item],
+    ) -> Result<Reply, StoreError> {
         let inner = &self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for item in items {
@@ -732,6 +909,8 @@ mod tests {
             params: Params::of(&limit).expect("kept"),
             role: Role::Hard,
             amount: 1,
+            slice: 0,
+            slice_ns: 0,
         };
         let items = [
             item("{a}:1"),

@@ -24,11 +24,13 @@ const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
 
 /// A limit as the script's kind, its five parameters and the text that
 /// tells it from another limit in a key's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub(crate) kind: &'static str,
     pub(crate) args: [String; 5],
     pub(crate) id: String,
+    /// The limit itself, whose policy decides as the script does.
+    pub(crate) limit: Limit,
 }
 
 impl Params {
@@ -50,6 +52,7 @@ impl Params {
                     dash(),
                 ],
                 id: format!("fw:{}:{}", p.limit, p.window_ns),
+                limit: limit.clone(),
             }),
             Limit::SlidingWindowCounter(p) => Ok(Params {
                 kind: "swc",
@@ -61,6 +64,7 @@ impl Params {
                     dash(),
                 ],
                 id: format!("swc:{}:{}", p.limit, p.window_ns),
+                limit: limit.clone(),
             }),
             Limit::Gcra(p) => {
                 let (whole, fraction, den) = meter(p.nano_ops_per_sec);
@@ -74,6 +78,7 @@ impl Params {
                         den.to_string(),
                     ],
                     id: format!("gcra:{}:{}:{}", p.nano_ops_per_sec, p.burst, p.queue),
+                    limit: limit.clone(),
                 })
             }
             Limit::TokenPool(_) => Err(StoreError::unsupported(
@@ -132,6 +137,11 @@ pub(crate) struct Item {
     pub(crate) role: Role,
     /// The cost (a check) or the signed delta (a settlement).
     pub(crate) amount: i128,
+    /// In a check, the most an admitted enforced item takes (0: its cost
+    /// only); in a give, the window index its tokens were taken in.
+    pub(crate) slice: u64,
+    /// How long this replica may spend a slice (not sent to Redis).
+    pub(crate) slice_ns: u64,
 }
 
 /// What the script decided for one item.
@@ -141,12 +151,15 @@ pub(crate) struct Answer {
     /// a hard limit that rejected).
     pub(crate) verdict: Option<Verdict>,
     pub(crate) standing: Standing,
+    /// The tokens an admitted item took for its slice, its cost included
+    /// (0: no slice).
+    pub(crate) taken: u64,
 }
 
 /// The script's arguments for `items`: `check` or `settle`, at `now_ns`
 /// (`None`: Redis' `TIME`).
 pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + 8 * items.len());
+    let mut args = Vec::with_capacity(3 + 9 * items.len());
     args.push(op.to_owned());
     args.push(now_ns.map(|t| t.to_string()).unwrap_or_default());
     args.push(items.len().to_string());
@@ -155,6 +168,7 @@ pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String>
         args.push(item.role.code().to_owned());
         args.push(item.amount.to_string());
         args.extend(item.params.args.iter().cloned());
+        args.push(item.slice.to_string());
     }
     args
 }
@@ -164,20 +178,47 @@ fn number(s: &str) -> Result<u64, StoreError> {
         .map_err(|_| StoreError::redis(format!("the script answered \"{s}\", not a number")))
 }
 
-/// The script's answer: the time it decided at and one answer per item.
-pub(crate) fn answers(reply: &[String], items: usize) -> Result<(u64, Vec<Answer>), StoreError> {
-    if reply.len() != 1 + 4 * items {
-        return Err(StoreError::redis(format!(
-            "the script answered {} values for {items} items",
-            reply.len()
-        )));
-    }
+/// What one script call answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    /// The time it decided at.
+    pub(crate) now: u64,
+    /// One answer per item.
+    pub(crate) answers: Vec<Answer>,
+    /// The first item's stored fields, when a check rejected it for a cost
+    /// it could ever pay ("0" after the last field).
+    pub(crate) state: Option<[String; 3]>,
+}
+
+/// The script's answer: the time it decided at, one answer per item and
+/// the first item's state if it was rejected.
+pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreError> {
+    let state = match reply.len().checked_sub(1 + 4 * items) {
+        Some(0) => None,
+        Some(4) if reply[reply.len() - 4] == "S" => {
+            let [_, a, b, c] = &reply[reply.len() - 4..] else {
+                unreachable!("four values")
+            };
+            Some([a.clone(), b.clone(), c.clone()])
+        }
+        _ => {
+            return Err(StoreError::redis(format!(
+                "the script answered {} values for {items} items",
+                reply.len()
+            )))
+        }
+    };
     let now = number(&reply[0])?;
     let mut out = Vec::with_capacity(items);
-    for chunk in reply[1..].chunks(4) {
+    for chunk in reply[1..1 + 4 * items].chunks(4) {
         let value = number(&chunk[1])?;
+        let mut taken = 0;
         let verdict = match chunk[0].as_str() {
             "A" => Some(Verdict::Admit { remaining: value }),
+            t if t.starts_with('T') => {
+                taken = number(&t[1..])?;
+                Some(Verdict::Admit { remaining: value })
+            }
             "D" => Some(Verdict::Delay { delay_ns: value }),
             "R" => Some(Verdict::Reject {
                 retry_after_ns: value,
@@ -195,9 +236,14 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<(u64, Vec<Answer
                 remaining: number(&chunk[2])?,
                 reset_ns: number(&chunk[3])?,
             },
+            taken,
         });
     }
-    Ok((now, out))
+    Ok(Reply {
+        now,
+        answers: out,
+        state,
+    })
 }
 
 #[cfg(test)]
