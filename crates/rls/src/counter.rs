@@ -44,6 +44,11 @@ pub(crate) struct Counted {
     /// Whole seconds until the window ends (fixed windows) or the key holds
     /// its whole limit again (the smooth algorithms); at least 1.
     pub(crate) reset_s: u64,
+    /// A fixed window's count before these hits, capped at the limit (all
+    /// the per-rule statistics need: see `RateLimitService::record`);
+    /// `None` where it is not known (the smooth algorithms, a count Redis
+    /// refused or failed to give).
+    pub(crate) before: Option<u64>,
 }
 
 /// How a count touches the state.
@@ -134,11 +139,13 @@ where
                     over: false,
                     remaining,
                     reset_s,
+                    before: None,
                 },
                 Verdict::Delay { .. } | Verdict::Reject { .. } => Counted {
                     over: true,
                     remaining: 0,
                     reset_s,
+                    before: None,
                 },
             }
         })
@@ -210,6 +217,7 @@ impl Counters {
                 over: true,
                 remaining: 0,
                 reset_s: unit.seconds() - now_s % unit.seconds(),
+                before: Some(0),
             };
         }
         if let Some((smooth, table)) = smooth {
@@ -221,12 +229,13 @@ impl Counters {
         let now = now_s * NS;
         let policy = FixedWindow::new(u64::from(limit), Duration::from_secs(unit.seconds()))
             .unwrap_or_else(|_| unreachable!("a limit above 0 and a unit make a valid window"));
-        let (over, remaining) = self.fixed[unit.index()]
+        let (over, remaining, before) = self.fixed[unit.index()]
             .update(key, now, |_, state| fixed(&policy, state, now, hits, touch));
         Counted {
             over,
             remaining,
             reset_s: unit.seconds() - now_s % unit.seconds(),
+            before: Some(before),
         }
     }
 }
@@ -248,21 +257,24 @@ impl Counters {
 }
 
 /// The reference's fixed-window count on the throttler's window: over when
-/// the count after the hits passes the limit, every hit charged.
+/// the count after the hits passes the limit, every hit charged. Returns
+/// whether over, what remains, and the count before the hits capped at the
+/// limit.
 fn fixed(
     policy: &FixedWindow,
     state: &mut FixedWindowState,
     now_ns: u64,
     hits: u64,
     touch: Touch,
-) -> (bool, u64) {
+) -> (bool, u64, u64) {
     let mut probe = *state;
     let target = match touch {
         Touch::Charge => state,
         Touch::Probe => &mut probe,
     };
+    let before = policy.quota() - policy.standing(target, now_ns).remaining;
     match policy.check(target, now_ns, hits) {
-        Verdict::Admit { remaining } => (false, remaining),
+        Verdict::Admit { remaining } => (false, remaining, before),
         Verdict::Delay { .. } | Verdict::Reject { .. } => {
             // At most 2^32 - 1 a call (Envoy sends at most 10^9), so that
             // no run of calls brings the count near overflow.
@@ -271,7 +283,7 @@ fn fixed(
                 now_ns,
                 i64::from(u32::try_from(hits).unwrap_or(u32::MAX)),
             );
-            (true, 0)
+            (true, 0, before)
         }
     }
 }

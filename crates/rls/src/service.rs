@@ -365,6 +365,7 @@ fn fallback(job: &Job<'_>, deny: bool, now_ns: u64) -> Counted {
             u64::from(job.rule.requests_per_unit)
         },
         reset_s: unit.seconds() - now_ns / 1_000_000_000 % unit.seconds(),
+        before: None,
     }
 }
 
@@ -850,21 +851,39 @@ impl RateLimitService {
         (response, refunds)
     }
 
-    /// Counts `hits` of `rule` in its metrics.
+    /// Counts `hits` of `rule` in its metrics, splitting them as the
+    /// reference does when the count before them is known: of a call that
+    /// crosses the limit, only the hits past it are over the limit (and in
+    /// shadow mode), and those between the near-limit threshold and the
+    /// limit are near it; of an admitted call that crosses the threshold,
+    /// only the hits past it are near. Where the count before is not known
+    /// (the smooth algorithms), every hit of the call counts alike.
     fn record(&self, rule: &ConfiguredLimit, counted: Counted, hits: u64) {
         let stats = rule.stats.get_or_init(|| self.metrics.rule(&rule.path));
         stats.total_hits.inc_by(hits);
+        let limit = u64::from(rule.requests_per_unit);
+        let near = near_threshold(limit, self.settings.near_limit_ratio);
         if counted.over {
-            stats.over_limit.inc_by(hits);
+            let (over, near_hits) = match counted.before {
+                Some(before) if before < limit => (
+                    (before + hits).saturating_sub(limit),
+                    limit.saturating_sub(near.max(before)),
+                ),
+                _ => (hits, 0),
+            };
+            stats.over_limit.inc_by(over);
+            stats.near_limit.inc_by(near_hits);
             if rule.shadow_mode {
-                stats.shadow_mode.inc_by(hits);
+                stats.shadow_mode.inc_by(over);
             }
         } else {
             stats.within_limit.inc_by(hits);
-            let limit = u64::from(rule.requests_per_unit);
-            let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-            if limit - counted.remaining.min(limit) > near {
-                stats.near_limit.inc_by(hits);
+            let after = limit - counted.remaining.min(limit);
+            if after > near {
+                stats.near_limit.inc_by(match counted.before {
+                    Some(before) if before < near => after - near,
+                    _ => hits,
+                });
             }
         }
     }
@@ -899,6 +918,13 @@ impl RateLimitService {
             (self.settings.reset_header.clone(), reset.to_string()),
         ]
     }
+}
+
+/// The count past which a hit is near the limit: `limit × ratio` rounded
+/// down, computed in single precision as the reference computes it (so a
+/// limit above 2^24 rounds as it does there).
+fn near_threshold(limit: u64, ratio: f64) -> u64 {
+    ((limit as f32) * (ratio as f32)).floor() as u64
 }
 
 /// Whether `rule` is one of the limits a request's `replaces` knock out.

@@ -140,6 +140,7 @@ impl Shared {
                     over: true,
                     remaining: 0,
                     reset_s: window_reset,
+                    before: None,
                 });
                 continue;
             }
@@ -170,13 +171,13 @@ impl Shared {
 /// [`UNBOUNDED`] (or refused, a count past it: over any rule's limit).
 fn fixed(job: &Job<'_>, touch: Touch, verdict: Verdict, reset_s: u64) -> Counted {
     let limit = u64::from(job.rule.requests_per_unit);
-    let over = |reset_s| Counted {
-        over: true,
-        remaining: 0,
-        reset_s,
-    };
     let Verdict::Admit { remaining } = verdict else {
-        return over(reset_s);
+        return Counted {
+            over: true,
+            remaining: 0,
+            reset_s,
+            before: None,
+        };
     };
     let count = UNBOUNDED - remaining.min(UNBOUNDED);
     // A probe charged nothing: where the hits would take the count.
@@ -184,13 +185,20 @@ fn fixed(job: &Job<'_>, touch: Touch, verdict: Verdict, reset_s: u64) -> Counted
         Touch::Charge => count,
         Touch::Probe => count.saturating_add(job.hits),
     };
+    let before = Some(after.saturating_sub(job.hits).min(limit));
     if after > limit {
-        return over(reset_s);
+        return Counted {
+            over: true,
+            remaining: 0,
+            reset_s,
+            before,
+        };
     }
     Counted {
         over: false,
         remaining: limit - after,
         reset_s,
+        before,
     }
 }
 
@@ -210,11 +218,13 @@ fn smooth(job: &Job<'_>, touch: Touch, verdict: Verdict, standing: Standing) -> 
             over: false,
             remaining,
             reset_s,
+            before: None,
         },
         None => Counted {
             over: true,
             remaining: 0,
             reset_s,
+            before: None,
         },
     }
 }

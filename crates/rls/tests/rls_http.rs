@@ -128,3 +128,32 @@ async fn healthz_turns_ready_when_a_configuration_is_set() {
     service.set_config(RlsConfig::from_yaml("c.yaml", EDGE).unwrap());
     assert!(service.readiness().is_ready());
 }
+
+#[tokio::test]
+async fn metrics_split_a_call_across_the_thresholds_as_the_reference_does() {
+    // Limit 10, near-limit threshold floor(10 × 0.8) = 8.
+    let addr = serve(Some(
+        "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+    ))
+    .await;
+    // Counts 0→5 (within), 5→9 (one hit past 8: near), 9→12 (two past the
+    // limit: over; one between 9 and 10: near), 12→14 (all over).
+    for hits in [5, 4, 3, 2] {
+        let call = format!(
+            r#"{{"domain":"edge","hitsAddend":{hits},"descriptors":[{{"entries":[{{"key":"k","value":"v"}}]}}]}}"#
+        );
+        http(&addr, "POST", "/json", &call).await;
+    }
+    let (_, metrics) = http(&addr, "GET", "/metrics", "").await;
+    for line in [
+        "tollgate_rls_total_hits_total{key=\"edge.k\"} 14",
+        "tollgate_rls_within_limit_total{key=\"edge.k\"} 9",
+        "tollgate_rls_near_limit_total{key=\"edge.k\"} 2",
+        "tollgate_rls_over_limit_total{key=\"edge.k\"} 4",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in:\n{metrics}"
+        );
+    }
+}
