@@ -207,13 +207,6 @@ impl QuotaServer {
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
         let quota = self.quota;
-        if quota.has_store() && self.tls.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a quota server with a Redis store serves plaintext gRPC only: \
-                 put TLS in front of it, or keep the buckets in memory",
-            ));
-        }
         if quota.has_store() && self.cluster.is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -262,8 +255,14 @@ impl QuotaServer {
         if quota.has_store() {
             // Each Allow awaits Redis: served by tonic, whose calls are
             // tasks, rather than the lean server, which answers at once.
-            info!(addr = %local, limits = ?self.limits, "quota gRPC listening");
-            let served = serve_awaiting(quota, listener, &limits, shutdown).await;
+            let tls = self.tls.map(|(tls, mutual)| {
+                info!(addr = %local, limits = ?self.limits, mutual, "quota gRPC listening over TLS");
+                tls
+            });
+            if tls.is_none() {
+                info!(addr = %local, limits = ?self.limits, "quota gRPC listening");
+            }
+            let served = serve_awaiting(quota, listener, &limits, tls, shutdown).await;
             for task in side {
                 task.abort();
             }
@@ -292,30 +291,20 @@ impl QuotaServer {
     }
 }
 
-/// Serves Allow from `quota`'s Redis store on tonic's transport, under
-/// the parts of `limits` it has: the message size, the streams per
-/// connection, the windows, keepalive and the request timeout.
+/// Serves Allow from `quota`'s Redis store on the service kit's tonic
+/// edge, each call a task awaiting Redis.
 async fn serve_awaiting(
     quota: Arc<Quota>,
     listener: TcpListener,
     limits: &ServerLimits,
+    tls: Option<Arc<tollgate_service::rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let service = AllowService::new(quota)
         .into_server()
         .max_decoding_message_size(limits.max_message_bytes);
-    tonic::transport::Server::builder()
-        .timeout(limits.request_timeout)
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .initial_stream_window_size(limits.stream_window_bytes)
-        .initial_connection_window_size(limits.connection_window_bytes)
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(io::Error::other)
+    let router = tollgate_service::tonic_server(limits).add_service(service);
+    tollgate_service::serve_tonic(router, limits, tls, listener, shutdown).await
 }
 
 /// Waits, at most [`RELEASE_BOUND`], for the stopped cluster mode to give

@@ -20,7 +20,9 @@ use tonic::codegen::Bytes;
 use super::pb;
 use super::pb::rate_limit_response::{self, rate_limit::Unit as WireUnit};
 use super::service::{Code, Descriptor, RateLimitService, Request, RequestError, Response};
-use tollgate_service::{rustls, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService};
+use tollgate_service::{
+    rustls, serve_tonic, tonic_server, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService,
+};
 
 /// The rate limit method, as an HTTP/2 path.
 pub const SHOULD_RATE_LIMIT_PATH: &str =
@@ -207,7 +209,7 @@ impl RlsServer {
             ..self.limits
         };
         if self.service.store().is_some() {
-            return serve_tonic(self.service, &limits, self.tls, listener, shutdown).await;
+            return serve_awaiting(self.service, &limits, self.tls, listener, shutdown).await;
         }
         let mut server = GrpcServer::new(Arc::new(Lean(self.service))).limits(limits);
         if let Some(tls) = self.tls {
@@ -336,10 +338,9 @@ impl pb::health::health_server::Health for ShouldRateLimitService {
 }
 
 /// Serves `service` (which has a Redis store, so answers asynchronously)
-/// through tonic: each call waits on Redis without holding up the others.
-/// With `tls`, each connection's handshake is its own task, bounded by the
-/// handshake timeout; a failed one is logged and closed.
-async fn serve_tonic(
+/// through the service kit's tonic edge: each call waits on Redis without
+/// holding up the others.
+async fn serve_awaiting(
     service: Arc<RateLimitService>,
     limits: &ServerLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -348,115 +349,11 @@ async fn serve_tonic(
 ) -> io::Result<()> {
     let rls = ShouldRateLimitService::new(service);
     let health = pb::health::health_server::HealthServer::new(rls.clone());
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+    let router = tonic_server(limits)
         .add_service(
             rls.into_server()
                 .max_decoding_message_size(limits.max_message_bytes),
         )
         .add_service(health);
-    // At shutdown tonic stops accepting and lets the calls in flight
-    // finish; past the drain timeout the server is dropped, which closes
-    // every connection left.
-    let drain = limits.drain_timeout;
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        shutdown.await;
-        let _ = stopping.send(());
-    };
-    let deadline = async move {
-        if stopped.await.is_ok() {
-            tokio::time::sleep(drain).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    let Some(tls) = tls else {
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        return tokio::select! {
-            served = router.serve_with_incoming_shutdown(incoming, shutdown) => {
-                served.map_err(io::Error::other)
-            }
-            () = deadline => Ok(()),
-        };
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsConn>>(64);
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let handshake = limits.handshake_timeout;
-    let accept = tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(TlsConn(stream))).await;
-                    }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
-                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    let incoming = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(rx);
-    let served = tokio::select! {
-        served = router.serve_with_incoming_shutdown(incoming, shutdown) => {
-            served.map_err(io::Error::other)
-        }
-        () = deadline => Ok(()),
-    };
-    accept.abort();
-    served
-}
-
-/// A TLS connection, as tonic's server takes it.
-struct TlsConn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) {}
-}
-
-impl tokio::io::AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
-    }
+    serve_tonic(router, limits, tls, listener, shutdown).await
 }
