@@ -2,7 +2,7 @@
 //! port (JSON Allow, bucket list, metrics), idle reaping and config reload.
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
+//! (cluster mode, see `tollgate_quota::run_cluster`), and give them
 //! back after draining on SIGTERM or SIGINT. The server is assembled by
 //! `tollgate_quota::QuotaServer`; this module reads the flags.
 //!
