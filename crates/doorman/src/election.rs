@@ -28,7 +28,7 @@ use tokio::sync::watch;
 
 use tollgate_service::Readiness;
 
-use crate::lease::Timestamp;
+use crate::clock::Timestamp;
 
 /// What a server knows about mastership at one moment.
 ///

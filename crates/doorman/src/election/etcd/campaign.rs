@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::EtcdConfig;
 use crate::election::watermark::{self, Found, Record};
 use crate::election::{Mastership, Promise};
-use crate::lease::Timestamp;
+use crate::clock::Timestamp;
 use tollgate_service::etcd_wire::{self as wire, unary};
 use tollgate_service::LockUnpoisoned;
 use tollgate_service::Outage;
