@@ -70,6 +70,12 @@
 //! assert_eq!((decision.status, decision.tokens_granted), (Status::Ok, 3));
 //! # Ok::<(), tollgate_quota::QuotaConfigError>(())
 //! ```
+//!
+//! # Features
+//!
+//! | feature | default | what it builds |
+//! |---------|---------|----------------|
+//! | `wire`  | off     | `pb`: the messages and gRPC stubs generated from `proto/quotaservice/quotaservice.proto`, for tools and tests that speak the wire protocol themselves; `AllowService`: the Allow service as a tonic service, for a tonic router of one's own |
 
 mod admin;
 mod client;
@@ -81,8 +87,10 @@ mod http;
 mod metrics;
 mod names;
 mod overlay;
-#[doc(hidden)]
+#[cfg(feature = "wire")]
 pub mod pb;
+#[cfg(not(feature = "wire"))]
+mod pb;
 mod reaper;
 mod registry;
 mod reload;
@@ -99,7 +107,9 @@ pub use config::{
     QuotaConfig, QuotaConfigError, RawBucket, RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
 };
 pub use etcd::EtcdDocument;
-pub use grpc::{AllowService, ALLOW_PATH};
+#[cfg(feature = "wire")]
+pub use grpc::AllowService;
+pub use grpc::ALLOW_PATH;
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
 pub use overlay::{load as load_config, Change, Overlay};

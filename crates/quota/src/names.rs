@@ -65,7 +65,9 @@ mod tests {
         assert_eq!(check_name(""), Err(NameError::Empty));
         assert_eq!(
             check_name(&"x".repeat(MAX_NAME_LEN + 1)),
-            Err(NameError::TooLong { len: MAX_NAME_LEN + 1 })
+            Err(NameError::TooLong {
+                len: MAX_NAME_LEN + 1
+            })
         );
     }
 
