@@ -112,8 +112,9 @@ pub fn resource_id(namespace: &str, bucket: &str) -> String {
 /// `client`'s leases, until the task is dropped.
 ///
 /// A server that stops should give its leases back, so that the others
-/// get its share at once rather than when its leases expire: use
-/// [`run_until`], which releases them on shutdown.
+/// get its share at once rather than when its leases expire: a
+/// [`QuotaServer`](crate::QuotaServer) in cluster mode releases them on
+/// shutdown.
 ///
 /// # Cancel safety
 ///

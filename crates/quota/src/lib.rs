@@ -104,7 +104,8 @@ pub use client::{
 };
 pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
 pub use config::{
-    QuotaConfig, QuotaConfigError, RawBucket, RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
+    BucketConfig, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket, RawNamespace,
+    DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
 };
 pub use etcd::EtcdDocument;
 #[cfg(feature = "wire")]
