@@ -7,9 +7,8 @@
 use prost::Message as _;
 use tollgate_quota::pb::{AllowRequest, AllowResponse};
 use tollgate_quota::ALLOW_PATH;
-use tonic::codegen::Bytes;
 
-use crate::load_wire::{self, Workload};
+use crate::load_wire::{self, Cycle, Cycled};
 
 /// What the Allow load asks.
 #[derive(Debug)]
@@ -20,45 +19,10 @@ pub(crate) struct Params {
     pub(crate) tokens: i64,
 }
 
-/// Every bucket name's request, gRPC-framed, in one buffer.
-struct Bodies {
-    all: Bytes,
-    ends: Vec<usize>,
-}
+/// The Allow call, each bucket name's request sent in turn.
+struct Allow;
 
-impl Bodies {
-    fn new(namespace: &str, names: &[String], tokens: i64) -> Bodies {
-        let mut all = Vec::new();
-        let mut ends = Vec::with_capacity(names.len());
-        for name in names {
-            let req = AllowRequest {
-                namespace: namespace.to_owned(),
-                bucket_name: name.clone(),
-                tokens_requested: tokens,
-                max_wait_millis_override: 0,
-                max_wait_time_override: false,
-            };
-            all.extend_from_slice(&tollgate_service::grpc_frame(&req));
-            ends.push(all.len());
-        }
-        Bodies {
-            all: Bytes::from(all),
-            ends,
-        }
-    }
-
-    /// AllowRequest `k`'s framed body (round robin over the names).
-    fn get(&self, k: usize) -> Bytes {
-        let i = k % self.ends.len();
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        self.all.slice(start..self.ends[i])
-    }
-}
-
-impl Workload for Bodies {
-    /// The caller's next request number, and the step to the one after.
-    type Caller = (usize, usize);
-
+impl Cycled for Allow {
     const PATH: &'static str = ALLOW_PATH;
 
     /// `AllowResponse.Status` by number.
@@ -73,24 +37,21 @@ impl Workload for Bodies {
         "unknown status",
     ];
 
-    fn caller(&self, k: usize, n: usize) -> (usize, usize) {
-        (k, n)
-    }
-
-    fn warm_up(&self, _: &(usize, usize)) -> usize {
-        0
-    }
-
-    fn request(&self, (k, step): &mut (usize, usize)) -> Bytes {
-        let body = self.get(*k);
-        *k = k.wrapping_add(*step);
-        body
-    }
-
-    fn response(&self, _: &mut (usize, usize), message: &[u8]) -> anyhow::Result<usize> {
+    fn outcome(message: &[u8]) -> anyhow::Result<usize> {
         let status = AllowResponse::decode(message)?.status;
         Ok(usize::try_from(status).map_or(7, |s| s.min(7)))
     }
+}
+
+/// Every bucket name's request, gRPC-framed, in one buffer.
+fn bodies(namespace: &str, names: &[String], tokens: i64) -> Cycle<Allow> {
+    Cycle::new(names.iter().map(|name| AllowRequest {
+        namespace: namespace.to_owned(),
+        bucket_name: name.clone(),
+        tokens_requested: tokens,
+        max_wait_millis_override: 0,
+        max_wait_time_override: false,
+    }))
 }
 
 /// Runs the Allow load as `wire` says.
@@ -101,6 +62,6 @@ pub(crate) fn run(p: Params, wire: &load_wire::Params) -> anyhow::Result<()> {
         many => format!("{} bucket names", many.len()),
     };
     eprintln!("Allow load on {names} in namespace {:?}", p.namespace);
-    let bodies = Bodies::new(&p.namespace, &p.bucket_names, p.tokens);
+    let bodies = bodies(&p.namespace, &p.bucket_names, p.tokens);
     load_wire::run(bodies, wire, "allows")
 }

@@ -9,9 +9,8 @@ use prost::Message as _;
 use tollgate_rls::pb::rate_limit_descriptor::Entry;
 use tollgate_rls::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate_rls::SHOULD_RATE_LIMIT_PATH;
-use tonic::codegen::Bytes;
 
-use crate::load_wire::{self, Workload};
+use crate::load_wire::{self, Cycle, Cycled};
 
 /// What the rate limit load asks.
 #[derive(Debug)]
@@ -28,78 +27,42 @@ pub(crate) struct Params {
     pub(crate) hits_addend: u32,
 }
 
-/// Every distinct request, gRPC-framed, in one buffer.
-struct Bodies {
-    all: Bytes,
-    ends: Vec<usize>,
-}
+/// The ShouldRateLimit call, each distinct request sent in turn.
+struct ShouldRateLimit;
 
-impl Bodies {
-    /// `values` requests (at least one): request `i`'s descriptor `j` has
-    /// value `v((i * descriptors + j) % values)`, so that consecutive
-    /// requests use every value in turn.
-    fn new(p: &Params) -> Bodies {
-        let requests = p.values.max(1);
-        let mut all = Vec::new();
-        let mut ends = Vec::with_capacity(requests);
-        for i in 0..requests {
-            let req = RateLimitRequest {
-                domain: p.domain.clone(),
-                descriptors: (0..p.descriptors)
-                    .map(|j| RateLimitDescriptor {
-                        entries: vec![Entry {
-                            key: p.key.clone(),
-                            value: format!("v{}", (i * p.descriptors + j) % p.values),
-                        }],
-                        limit: None,
-                        hits_addend: None,
-                    })
-                    .collect(),
-                hits_addend: p.hits_addend,
-            };
-            all.extend_from_slice(&tollgate_service::grpc_frame(&req));
-            ends.push(all.len());
-        }
-        Bodies {
-            all: Bytes::from(all),
-            ends,
-        }
-    }
-
-    fn get(&self, k: usize) -> Bytes {
-        let i = k % self.ends.len();
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        self.all.slice(start..self.ends[i])
-    }
-}
-
-impl Workload for Bodies {
-    /// The caller's next request number, and the step to the one after.
-    type Caller = (usize, usize);
-
+impl Cycled for ShouldRateLimit {
     const PATH: &'static str = SHOULD_RATE_LIMIT_PATH;
 
     /// `RateLimitResponse.Code` by number.
     const OUTCOMES: &'static [&'static str] = &["UNKNOWN", "OK", "OVER_LIMIT", "unknown code"];
 
-    fn caller(&self, k: usize, n: usize) -> (usize, usize) {
-        (k, n)
-    }
-
-    fn warm_up(&self, _: &(usize, usize)) -> usize {
-        0
-    }
-
-    fn request(&self, (k, step): &mut (usize, usize)) -> Bytes {
-        let body = self.get(*k);
-        *k = k.wrapping_add(*step);
-        body
-    }
-
-    fn response(&self, _: &mut (usize, usize), message: &[u8]) -> anyhow::Result<usize> {
+    fn outcome(message: &[u8]) -> anyhow::Result<usize> {
         let code = RateLimitResponse::decode(message)?.overall_code;
         Ok(usize::try_from(code).map_or(3, |c| c.min(3)))
     }
+}
+
+/// Every distinct request, gRPC-framed, in one buffer: `values` requests
+/// (at least one), request `i`'s descriptor `j` with value
+/// `v((i * descriptors + j) % values)`, so that consecutive requests use
+/// every value in turn.
+fn bodies(p: &Params) -> Cycle<ShouldRateLimit> {
+    Cycle::new((0..p.values.max(1)).map(|i| {
+        RateLimitRequest {
+            domain: p.domain.clone(),
+            descriptors: (0..p.descriptors)
+                .map(|j| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: p.key.clone(),
+                        value: format!("v{}", (i * p.descriptors + j) % p.values),
+                    }],
+                    limit: None,
+                    hits_addend: None,
+                })
+                .collect(),
+            hits_addend: p.hits_addend,
+        }
+    }))
 }
 
 /// Runs the rate limit load as `wire` says.
@@ -110,6 +73,6 @@ pub(crate) fn run(p: Params, wire: &load_wire::Params) -> anyhow::Result<()> {
         "ShouldRateLimit load on domain {:?}: {} descriptor(s) of key {:?} per call over {} distinct values",
         p.domain, p.descriptors, p.key, p.values
     );
-    let bodies = Bodies::new(&p);
+    let bodies = bodies(&p);
     load_wire::run(bodies, wire, "calls")
 }

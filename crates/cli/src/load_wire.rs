@@ -7,7 +7,8 @@
 //! one current-thread runtime per thread, each with its own connections
 //! (plaintext or TLS), many streams in flight per connection, and no tower
 //! buffer or task between a caller and its connection. A mode says what its callers send and how to read the
-//! answers ([`Workload`]).
+//! answers ([`Workload`]); one that sends requests encoded before the run,
+//! in turn, says only how to read them ([`Cycled`]).
 //!
 //! The run starts when every caller has connected and warmed up: the first
 //! caller past the barrier sets the start, and every caller stops at the
@@ -53,6 +54,85 @@ pub(crate) trait Workload: Send + Sync + 'static {
     ///
     /// A message that does not decode.
     fn response(&self, caller: &mut Self::Caller, message: &[u8]) -> anyhow::Result<usize>;
+}
+
+/// A mode that sends requests encoded once before the run, in turn: what
+/// it calls and how it reads the answers ([`Cycle`] does the rest).
+pub(crate) trait Cycled: Send + Sync + 'static {
+    /// The method called, as an HTTP/2 path.
+    const PATH: &'static str;
+
+    /// The names of the outcomes [`outcome`](Self::outcome) counts.
+    const OUTCOMES: &'static [&'static str];
+
+    /// Reads one answer: the index of its outcome in
+    /// [`OUTCOMES`](Self::OUTCOMES).
+    ///
+    /// # Errors
+    ///
+    /// A message that does not decode.
+    fn outcome(message: &[u8]) -> anyhow::Result<usize>;
+}
+
+/// Requests gRPC-framed in one buffer, sent in turn: caller `k` of `n`
+/// sends request `k`, then `k + n`, `k + 2n`, ... (modulo their number),
+/// so that the callers together go round them all.
+pub(crate) struct Cycle<C> {
+    all: Bytes,
+    ends: Vec<usize>,
+    calls: std::marker::PhantomData<fn() -> C>,
+}
+
+impl<C: Cycled> Cycle<C> {
+    /// `requests`, framed once (at least one).
+    pub(crate) fn new<M: prost::Message>(requests: impl IntoIterator<Item = M>) -> Cycle<C> {
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for req in requests {
+            all.extend_from_slice(&tollgate_service::grpc_frame(&req));
+            ends.push(all.len());
+        }
+        assert!(!ends.is_empty(), "a load sends at least one request");
+        Cycle {
+            all: Bytes::from(all),
+            ends,
+            calls: std::marker::PhantomData,
+        }
+    }
+
+    /// Request `k`'s framed body (round robin over the requests).
+    fn get(&self, k: usize) -> Bytes {
+        let i = k % self.ends.len();
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.all.slice(start..self.ends[i])
+    }
+}
+
+impl<C: Cycled> Workload for Cycle<C> {
+    /// The caller's next request number, and the step to the one after.
+    type Caller = (usize, usize);
+
+    const PATH: &'static str = C::PATH;
+
+    const OUTCOMES: &'static [&'static str] = C::OUTCOMES;
+
+    fn caller(&self, k: usize, n: usize) -> (usize, usize) {
+        (k, n)
+    }
+
+    fn warm_up(&self, _: &(usize, usize)) -> usize {
+        0
+    }
+
+    fn request(&self, (k, step): &mut (usize, usize)) -> Bytes {
+        let body = self.get(*k);
+        *k = k.wrapping_add(*step);
+        body
+    }
+
+    fn response(&self, _: &mut (usize, usize), message: &[u8]) -> anyhow::Result<usize> {
+        C::outcome(message)
+    }
 }
 
 /// How to run a load.
@@ -464,5 +544,32 @@ mod tests {
             "no call was answered within --duration 1s (64 abandoned): is 127.0.0.1:15000 a \
              server of this kind, and not overloaded?"
         );
+    }
+
+    /// A mode whose answers all count as one outcome.
+    struct Echo;
+
+    impl Cycled for Echo {
+        const PATH: &'static str = "/echo";
+        const OUTCOMES: &'static [&'static str] = &["answered"];
+
+        fn outcome(_: &[u8]) -> anyhow::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn callers_go_round_the_requests_together() {
+        let cycle = Cycle::<Echo>::new(["a", "b", "c"].map(String::from));
+        let frame = |s: &str| tollgate_service::grpc_frame(&s.to_owned());
+        let mut first = cycle.caller(0, 2);
+        let mut second = cycle.caller(1, 2);
+        let sent: Vec<Bytes> = (0..3)
+            .flat_map(|_| [cycle.request(&mut first), cycle.request(&mut second)])
+            .collect();
+        let want: Vec<Bytes> = ["a", "b", "c", "a", "b", "c"].map(frame).into();
+        assert_eq!(sent, want);
+        assert_eq!(cycle.warm_up(&first), 0);
+        assert_eq!(cycle.response(&mut first, b"").unwrap(), 0);
     }
 }

@@ -5,7 +5,7 @@
 //! shared by every server on it (see `tollgate_quota::QuotaStore`).
 //!
 //! With `--lease-servers`, buckets take their rates as Doorman leases
-//! (cluster mode, see `tollgate_quota::run_cluster_until`), and give them
+//! (cluster mode, see `tollgate_quota::run_cluster`), and give them
 //! back after draining on SIGTERM or SIGINT. The server is assembled by
 //! `tollgate_quota::QuotaServer`; this module reads the flags.
 //!

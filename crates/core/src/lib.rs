@@ -82,10 +82,35 @@ pub use limiter::{
 #[doc(no_inline)]
 pub use spec::{RateSpec, SpecError};
 
-/// The limiter's exact token arithmetic, which the throttler's token pools
-/// and GCRA share: not part of the API. The methods they call on every
-/// decision are `#[inline]`, so the crate boundary costs them nothing.
-#[doc(hidden)]
+/// The limiter's exact token arithmetic, for pools of one's own: the
+/// throttler's token pools and GCRA keep their per-key state with it.
+///
+/// Time is counted in tokens, [`TOKENS_PER_OP`](pool::TOKENS_PER_OP) to
+/// an op at every rate; a [`Meter`](pool::Meter) converts between
+/// nanoseconds and tokens at one rate without losing a fraction, a
+/// [`Sizing`](pool::Sizing) says how much a pool holds, and a
+/// [`Pool`](pool::Pool) is its active level and backlog. The methods
+/// called on every decision are `#[inline]`, so the crate boundary costs
+/// nothing.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::pool::{Meter, Pool, Sizing, TOKENS_PER_OP};
+///
+/// // 1000 ops per second, in nano-ops per second.
+/// let meter = Meter::new(1_000 * 1_000_000_000);
+/// let mut carry = 0;
+/// // One millisecond is one op's worth of tokens.
+/// assert_eq!(meter.tokens_for(1_000_000, &mut carry), u128::from(TOKENS_PER_OP));
+/// assert_eq!(meter.nanos_for(u128::from(TOKENS_PER_OP)), 1_000_000);
+///
+/// // A pool with no burst above its active part, filled for 10 ms.
+/// let sizing = Sizing::new(&meter, 1_000_000);
+/// let mut pool = Pool::default();
+/// let to_active = pool.fill(u128::from(10 * TOKENS_PER_OP), &sizing);
+/// assert_eq!(u128::from(to_active) + pool.waiting, u128::from(10 * TOKENS_PER_OP));
+/// ```
 pub mod pool {
     pub use crate::limiter::pool::Pool;
     pub use crate::limiter::units::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};

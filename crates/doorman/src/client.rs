@@ -258,7 +258,8 @@ impl Client {
     ///
     /// # Examples
     ///
-    /// ```
+    #[cfg_attr(not(feature = "server"), doc = "```ignore")]
+    #[cfg_attr(feature = "server", doc = "```")]
     /// use tollgate_doorman::{Client, ResourceOptions};
     /// # use tollgate_doorman::{Server, ServerConfig, SingleElection};
     ///

@@ -4,8 +4,11 @@
 use std::fmt::Debug;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::lease::Timestamp;
 use tollgate::{Clock as _, ManualClock, SystemClock};
+
+/// An instant, as the time since an epoch the caller chooses (monotonic or
+/// wall clock). The wire has whole seconds; this keeps whatever it is given.
+pub(crate) type Timestamp = Duration;
 
 /// A source of Unix time.
 ///

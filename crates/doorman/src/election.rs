@@ -17,6 +17,12 @@
 #[cfg(feature = "etcd")]
 pub(super) mod etcd;
 pub(super) mod single;
+// Public to the simulator through `in_process::watermark`.
+#[cfg_attr(not(feature = "in-process"), allow(unreachable_pub))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "in-process", test)),
+    allow(dead_code)
+)]
 pub(super) mod watermark;
 
 use std::fmt::Debug;
@@ -28,7 +34,7 @@ use tokio::sync::watch;
 
 use tollgate_service::Readiness;
 
-use crate::lease::Timestamp;
+use crate::clock::Timestamp;
 
 /// What a server knows about mastership at one moment.
 ///

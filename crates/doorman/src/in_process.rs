@@ -1,7 +1,37 @@
-//! The simulator's transport (`tollgate-simulate`): servers in this
-//! process, called directly. Hidden from the docs and not part of the
-//! stable API: it is the one way in that the simulator, a crate of its
-//! own, needs below the public builders.
+//! Servers and clients in one process, calling each other directly: the
+//! transport of the `tollgate-simulate` crate, which runs a whole server
+//! tree and its clients on one virtual clock (feature `in-process`).
+//!
+//! An [`InProcess`] holds the [`Server`]s by address; a [`Link`] is one
+//! caller's way in. [`server_through`] and [`client_through`] put a link
+//! in a [`ServerBuilder`] or a [`ClientBuilder`] instead of gRPC, and
+//! [`watermark`] holds the rules of the etcd election, for a model of an
+//! election on a shared store.
+//!
+#![cfg_attr(not(feature = "in-process"), doc = "```ignore")]
+#![cfg_attr(feature = "in-process", doc = "```")]
+//! use std::sync::Arc;
+//! use tollgate_doorman::in_process::{self, InProcess};
+//! use tollgate_doorman::{CapacitySource, Client, ResourceOptions, Server, ServerConfig, SingleElection};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // One level of servers: a root alone.
+//! let net = Arc::new(InProcess::new(1));
+//! let election = SingleElection::new(Some("root:1".to_owned()));
+//! let server = Server::builder(ServerConfig::builtin()).election(&election).build();
+//! server.spawn_background(std::time::Duration::from_secs(1));
+//! net.add("root:1", server, 0);
+//!
+//! let builder = Client::builder().server("root:1");
+//! let client = in_process::client_through(builder, net.client_link(), 7).build()?;
+//! let resource = client.resource("any", ResourceOptions::new(10.0))?;
+//! resource.watch().wait_for(|c| c.source == CapacitySource::Lease).await?;
+//! assert!(net.rpcs()[0] >= 1);
+//! net.clear();
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Implementation notes
 //!

@@ -26,9 +26,7 @@ use super::algorithm::AlgorithmConfig;
 #[cfg(feature = "server")]
 use super::election::Mastership;
 
-/// An instant, as the time since an epoch the caller chooses (monotonic or
-/// wall clock). The wire has whole seconds; this keeps whatever it is given.
-pub(super) type Timestamp = Duration;
+pub(super) use super::clock::Timestamp;
 
 /// One client's lease on one resource.
 #[derive(Clone, Copy, Debug, PartialEq)]

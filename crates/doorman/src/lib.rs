@@ -90,11 +90,15 @@
 //! |------------|---------|----------------|
 //! | `server`   | on      | the lease server: [`Server`], [`ServerConfig`], the algorithms and lease store, [`Election`], [`reload`], [`debug`]; without it the crate is the lease client alone |
 //! | `etcd`     | on      | [`EtcdElection`]: master election among several servers on etcd v3, and a configuration kept in etcd ([`reload`]); turns on `server` |
+//! | `wire`     | off     | [`pb`]: the messages and gRPC stubs generated from `proto/doorman/doorman.proto`, for tools and tests that speak the wire protocol themselves (the `tollgate load` command's lease mode) |
+//! | `in-process` | off   | [`in_process`]: servers and clients in one process calling each other directly, so that a whole server tree runs on one clock (the `tollgate-simulate` crate's transport); turns on `server` |
 //!
 //! A service that only takes leases depends on the client alone:
 //! `tollgate-doorman = { version = "0.1", default-features = false }`.
 //!
 #![cfg_attr(not(feature = "etcd"), doc = "[`EtcdElection`]: crate#features")]
+#![cfg_attr(not(feature = "in-process"), doc = "[`in_process`]: crate#features")]
+#![cfg_attr(not(feature = "wire"), doc = "[`pb`]: crate#features")]
 #![cfg_attr(
     not(feature = "server"),
     doc = "[`Server`]: crate#features\n[`ServerConfig`]: crate#features\n[`Election`]: crate#features\n[`reload`]: crate#features\n[`debug`]: crate#features\n[`SingleElection`]: crate#features\n[`Parent`]: crate#features\n[`Server::builder`]: crate#features"
@@ -115,13 +119,14 @@ mod engine;
 mod error;
 #[cfg(feature = "server")]
 mod glob;
-#[cfg(feature = "server")]
-#[doc(hidden)]
+#[cfg(feature = "in-process")]
 pub mod in_process;
 mod lease;
 mod metrics;
-#[doc(hidden)]
+#[cfg(feature = "wire")]
 pub mod pb;
+#[cfg(not(feature = "wire"))]
+mod pb;
 #[cfg(feature = "server")]
 pub mod reload;
 #[cfg(feature = "server")]
@@ -154,7 +159,7 @@ pub use reload::EtcdConfigSource;
 #[cfg(feature = "etcd")]
 pub use server::Standalone;
 #[cfg(feature = "server")]
-pub use server::{CapacityService, Parent, Server, ServerBuilder};
+pub use server::{Parent, Server, ServerBuilder};
 // The service kit's types that the server and client builders take,
 // shown as re-exports: they are documented in `tollgate_service`.
 #[doc(no_inline)]

@@ -58,7 +58,7 @@ pub(crate) mod testing;
 mod wire;
 
 pub use builder::ServerBuilder;
-pub use grpc::CapacityService;
+use grpc::CapacityService;
 pub use parent::Parent;
 #[cfg(feature = "etcd")]
 pub use standalone::Standalone;
@@ -399,7 +399,18 @@ impl Server {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn into_tonic(self) -> pb::capacity_server::CapacityServer<CapacityService> {
+    pub fn into_tonic(
+        self,
+    ) -> impl tower::Service<
+        tonic::codegen::http::Request<tonic::body::Body>,
+        Response = tonic::codegen::http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + tonic::server::NamedService
+           + Clone
+           + Send
+           + Sync
+           + 'static {
         let max = self.inner.serving.limits.max_message_bytes;
         pb::capacity_server::CapacityServer::new(CapacityService::new(self))
             .max_decoding_message_size(max)

@@ -103,7 +103,8 @@ impl From<Denied> for tonic::Status {
 }
 
 /// The future of [`Admit::admit`].
-pub type AdmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Admitted, Denied>> + Send + 'a>>;
+pub(crate) type AdmitFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Admitted, Denied>> + Send + 'a>>;
 
 /// Something that admits calls by tokens: both clients, and test doubles.
 pub trait Admit: Send + Sync + fmt::Debug + 'static {

@@ -112,8 +112,9 @@ pub fn resource_id(namespace: &str, bucket: &str) -> String {
 /// `client`'s leases, until the task is dropped.
 ///
 /// A server that stops should give its leases back, so that the others
-/// get its share at once rather than when its leases expire: use
-/// [`run_until`], which releases them on shutdown.
+/// get its share at once rather than when its leases expire: a
+/// [`QuotaServer`](crate::QuotaServer) in cluster mode releases them on
+/// shutdown.
 ///
 /// # Cancel safety
 ///
@@ -134,7 +135,7 @@ pub async fn run(quota: Arc<Quota>, client: Client, options: ClusterOptions) {
 ///
 /// As [`run`]. Dropping it while it releases leaves the releases not yet
 /// sent to the lease client's task.
-pub async fn run_until(
+pub(crate) async fn run_until(
     quota: Arc<Quota>,
     client: Client,
     options: ClusterOptions,
@@ -173,12 +174,12 @@ pub async fn run_until(
 
 /// What [`run_until`] gave back on shutdown.
 #[derive(Debug, Default)]
-pub struct Released {
+pub(crate) struct Released {
     /// Leases released and acknowledged.
-    pub released: usize,
+    pub(crate) released: usize,
     /// Each lease whose release failed (the lease server lets it expire):
     /// its resource id and why.
-    pub failed: Vec<(String, ReleaseError)>,
+    pub(crate) failed: Vec<(String, ReleaseError)>,
 }
 
 /// One round: sends each shared bucket's demand since the last round

@@ -203,7 +203,7 @@ impl std::error::Error for QuotaConfigError {
 /// it and writes it back, so a restart keeps what was changed.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Document {
+pub(crate) struct Document {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) global_default_bucket: Option<RawBucket>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -463,16 +463,11 @@ impl Document {
     /// # Errors
     ///
     /// [`QuotaConfigError::Parse`] for malformed YAML or unknown keys.
-    pub fn from_yaml(text: &str) -> Result<Document, QuotaConfigError> {
+    pub(crate) fn from_yaml(text: &str) -> Result<Document, QuotaConfigError> {
         if text.trim().is_empty() {
             return Ok(Document::default());
         }
         serde_norway::from_str(text).map_err(QuotaConfigError::Parse)
-    }
-
-    /// The document as YAML, in the reference's format.
-    pub fn to_yaml(&self) -> String {
-        serde_norway::to_string(self).unwrap_or_default()
     }
 
     /// Validates the document.
@@ -480,7 +475,7 @@ impl Document {
     /// # Errors
     ///
     /// As [`QuotaConfig::from_yaml`].
-    pub fn validate(&self) -> Result<QuotaConfig, QuotaConfigError> {
+    pub(crate) fn validate(&self) -> Result<QuotaConfig, QuotaConfigError> {
         let raw = self;
         let global_default_bucket = raw
             .global_default_bucket

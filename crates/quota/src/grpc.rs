@@ -6,8 +6,8 @@
 //!
 //! [`QuotaServer`](crate::QuotaServer) serves it on the service kit's
 //! lean gRPC server, plaintext or TLS, which answers Allow inside each
-//! connection's task; [`AllowService`] is the tonic service, for a tonic
-//! router of one's own.
+//! connection's task; `AllowService` (feature `wire`) is the tonic
+//! service, for a tonic router of one's own.
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use prost::Message as _;
 use tonic::codegen::Bytes;
 
 use super::pb;
+#[cfg(feature = "wire")]
 use super::pb::quota_service_server::QuotaServiceServer;
 use super::service::{AllowRequest, Quota};
 use tollgate_service::UnaryService;
@@ -53,12 +54,14 @@ impl UnaryService for Allow {
     }
 }
 
-/// The tonic service.
+/// The tonic service (feature `wire`).
+#[cfg(feature = "wire")]
 #[derive(Debug, Clone)]
 pub struct AllowService {
     quota: Arc<Quota>,
 }
 
+#[cfg(feature = "wire")]
 impl AllowService {
     /// A service answering from `quota`.
     pub fn new(quota: Arc<Quota>) -> AllowService {
@@ -71,6 +74,7 @@ impl AllowService {
     }
 }
 
+#[cfg(feature = "wire")]
 #[tonic::async_trait]
 impl pb::quota_service_server::QuotaService for AllowService {
     async fn allow(

@@ -43,8 +43,8 @@
 //! default bucket, a dynamic bucket made from the namespace's template
 //! (capped per namespace, removed when idle), the global default bucket.
 //!
-//! The parts: [`QuotaConfig`] (the reference's YAML format, read from a
-//! [`Document`]), [`check_name`] (name rules), [`Registry`] (live buckets,
+//! The parts: [`QuotaConfig`] (the reference's YAML format, its names
+//! checked), [`Registry`] (live buckets,
 //! reload, idle removal), [`Quota`] (the Allow operation and its
 //! [`Status`]es), [`QuotaMetrics`] (Prometheus), [`spawn_reaper`] (the
 //! idle-removal task), [`spawn_config_reload`] (configuration hot reload),
@@ -54,8 +54,8 @@
 //! the Allow edge, and beside it as asked the debug port, the admin API,
 //! idle reaping, reload and the cluster mode. [`NaiveClient`] and
 //! [`SmartClient`] are the clients, [`QuotaLayer`] their tower layer;
-//! [`run_cluster`] (and [`run_cluster_until`], which gives the leases
-//! back on shutdown) shares each bucket's rate between several quota
+//! [`run_cluster`] (and [`QuotaServer`], which gives the leases back on
+//! shutdown) shares each bucket's rate between several quota
 //! servers through Doorman leases; [`Admin`] edits namespaces and buckets at run
 //! time, kept beside the config file ([`Overlay`], read with it by
 //! [`load_config`]) or in etcd ([`EtcdDocument`]).
@@ -70,6 +70,12 @@
 //! assert_eq!((decision.status, decision.tokens_granted), (Status::Ok, 3));
 //! # Ok::<(), tollgate_quota::QuotaConfigError>(())
 //! ```
+//!
+//! # Features
+//!
+//! | feature | default | what it builds |
+//! |---------|---------|----------------|
+//! | `wire`  | off     | `pb`: the messages and gRPC stubs generated from `proto/quotaservice/quotaservice.proto`, for tools and tests that speak the wire protocol themselves; `AllowService`: the Allow service as a tonic service, for a tonic router of one's own |
 
 mod admin;
 mod client;
@@ -81,8 +87,10 @@ mod http;
 mod metrics;
 mod names;
 mod overlay;
-#[doc(hidden)]
+#[cfg(feature = "wire")]
 pub mod pb;
+#[cfg(not(feature = "wire"))]
+mod pb;
 mod reaper;
 mod registry;
 mod reload;
@@ -92,25 +100,23 @@ mod store;
 
 pub use admin::{router as admin_router, Admin, AdminError};
 pub use client::{
-    Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted, NaiveClient, NaiveOptions,
-    QuotaLayer, QuotaLayerError, Quotaed, SmartClient, SmartOptions,
+    Admit, AdmitSource, Admitted, Denied, Granted, NaiveClient, NaiveOptions, QuotaLayer,
+    QuotaLayerError, Quotaed, SmartClient, SmartOptions,
 };
-pub use cluster::{
-    resource_id as cluster_resource_id, run as run_cluster, run_until as run_cluster_until,
-    ClusterOptions, Released,
-};
+pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
 pub use config::{
-    BucketConfig, Document, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket,
-    RawNamespace, DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
+    BucketConfig, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket, RawNamespace,
+    DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
 };
 pub use etcd::EtcdDocument;
-pub use grpc::{AllowService, ALLOW_PATH};
+#[cfg(feature = "wire")]
+pub use grpc::AllowService;
+pub use grpc::ALLOW_PATH;
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
-pub use names::{check_name, NameError, MAX_NAME_LEN};
 pub use overlay::{load as load_config, Change, Overlay};
 pub use reaper::spawn as spawn_reaper;
-pub use registry::{resolve, BucketKind, LiveBucket, QuotaLimits, Registry, TooManyBuckets};
+pub use registry::{resolve, BucketKind, QuotaLimits, Registry};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
 pub use server::QuotaServer;
 pub use service::{AllowRequest, Decision, Quota, Status};

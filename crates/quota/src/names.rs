@@ -11,11 +11,11 @@
 use std::fmt;
 
 /// The longest name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 256;
+pub(crate) const MAX_NAME_LEN: usize = 256;
 
 /// Why a name is invalid.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NameError {
+pub(crate) enum NameError {
     /// The name is empty.
     Empty,
     /// The name is longer than [`MAX_NAME_LEN`].
@@ -40,25 +40,10 @@ impl std::error::Error for NameError {}
 
 /// Checks a namespace or bucket name.
 ///
-/// # Examples
-///
-/// ```
-/// use tollgate_quota::{check_name, NameError, MAX_NAME_LEN};
-///
-/// assert_eq!(check_name("TheBrain_userLogins"), Ok(()));
-/// assert_eq!(check_name("test.namespace"), Ok(()));
-/// assert_eq!(check_name("10.0.0.1:443"), Ok(()));
-/// assert_eq!(check_name(""), Err(NameError::Empty));
-/// assert_eq!(
-///     check_name(&"x".repeat(MAX_NAME_LEN + 1)),
-///     Err(NameError::TooLong { len: MAX_NAME_LEN + 1 })
-/// );
-/// ```
-///
 /// # Errors
 ///
 /// A [`NameError`] saying what is wrong.
-pub fn check_name(name: &str) -> Result<(), NameError> {
+pub(crate) fn check_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
         return Err(NameError::Empty);
     }
@@ -71,6 +56,20 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_names_pass() {
+        assert_eq!(check_name("TheBrain_userLogins"), Ok(()));
+        assert_eq!(check_name("test.namespace"), Ok(()));
+        assert_eq!(check_name("10.0.0.1:443"), Ok(()));
+        assert_eq!(check_name(""), Err(NameError::Empty));
+        assert_eq!(
+            check_name(&"x".repeat(MAX_NAME_LEN + 1)),
+            Err(NameError::TooLong {
+                len: MAX_NAME_LEN + 1
+            })
+        );
+    }
 
     #[test]
     fn names() {

@@ -246,7 +246,7 @@ impl Overlay {
     /// Applies the changes to `doc` in order; returns those that no longer
     /// apply (skipped), with why. Deleting what is not there is not
     /// counted: it is already as the change wants it.
-    pub fn apply(&self, doc: &mut Document) -> Vec<(Change, String)> {
+    pub(crate) fn apply(&self, doc: &mut Document) -> Vec<(Change, String)> {
         let mut skipped = Vec::new();
         for change in &self.changes {
             if let Err(why) = change.apply(doc) {

@@ -42,9 +42,10 @@ mod lookup;
 mod slot;
 
 use key::{key, Key, Pair};
-pub use limits::{QuotaLimits, TooManyBuckets};
+pub use limits::QuotaLimits;
+pub(crate) use limits::TooManyBuckets;
 pub use lookup::{resolve, BucketKind};
-pub use slot::LiveBucket;
+pub(crate) use slot::LiveBucket;
 use slot::SlotCounters;
 
 /// How many shards the bucket map is split into.
@@ -189,7 +190,7 @@ impl Registry {
     ///
     /// [`TooManyBuckets`] when a dynamic bucket would exceed its
     /// namespace's cap or the server-wide one.
-    pub fn get_or_create(
+    pub(crate) fn get_or_create(
         &self,
         config: &QuotaConfig,
         kind: BucketKind,
@@ -243,7 +244,7 @@ impl Registry {
     ///
     /// [`TooManyBuckets`] when the bucket is a dynamic one not yet created
     /// and its namespace's cap or the server-wide one is reached.
-    pub fn has_room(
+    pub(crate) fn has_room(
         &self,
         config: &QuotaConfig,
         kind: BucketKind,

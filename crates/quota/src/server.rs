@@ -177,7 +177,7 @@ impl QuotaServer {
     }
 
     /// Cluster mode: the buckets' rates are leased through `client` as
-    /// `options` says ([`run_cluster_until`](crate::run_cluster_until));
+    /// `options` says ([`run_cluster`](crate::run_cluster));
     /// after the drain the leases are given back, waiting at most 6 s (the
     /// lease client's deadline, and a second more).
     pub fn cluster(mut self, client: Client, options: ClusterOptions) -> QuotaServer {

@@ -74,6 +74,12 @@
 //! assert_eq!(*greeter.0.lock().unwrap(), "bonjour");
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! # Features
+//!
+//! | feature     | default | what it builds |
+//! |-------------|---------|----------------|
+//! | `etcd-wire` | off     | `etcd_wire`: the etcd v3 messages and unary call the kit's etcd keys speak, for an etcd client of one's own (the Doorman election turns it on) |
 
 mod client;
 mod conn;
@@ -117,9 +123,13 @@ pub use watch::{hangup, watch_file};
 /// ([`GrpcServer::tls_config`]).
 pub use tokio_rustls::rustls;
 
-/// The etcd v3 messages and the one unary call the kit's keys and the
-/// Doorman election send: written by hand, not part of the API.
-#[doc(hidden)]
+/// The etcd v3 messages and the one unary call the kit's keys send, for an
+/// etcd client of one's own (the Doorman election's); feature `etcd-wire`.
+///
+/// The messages are written by hand with prost's derive, with the field
+/// numbers of etcd's `rpc.proto`, `kv.proto` and `v3election.proto`, and
+/// only the fields tollgate reads or sends: prost skips the others.
+#[cfg(feature = "etcd-wire")]
 pub mod etcd_wire {
     pub use crate::etcd::wire::*;
 }

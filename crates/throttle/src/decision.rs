@@ -241,10 +241,9 @@ impl Inner {
         });
         let outcome = match c.verdict {
             Verdict::Reject { retry_after_ns } => {
-                let most = rule.max_cost();
                 let kind = if c.banned {
                     RejectionKind::Banned
-                } else if permit.cost > most {
+                } else if permit.cost > rule.max_cost() {
                     RejectionKind::CostTooHigh
                 } else {
                     RejectionKind::Limited
@@ -257,14 +256,7 @@ impl Inner {
                     return Ok(());
                 }
                 self.refund(permit, now);
-                let name = Some(rule.name.clone());
-                let rejection = if kind == RejectionKind::CostTooHigh {
-                    Rejection::too_costly(name, permit.cost, most)
-                } else {
-                    let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
-                    Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
-                };
-                return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
+                return Err(self.rejection(rule, kind, permit, retry_after_ns));
             }
             Verdict::Delay { delay_ns } => {
                 permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
@@ -282,15 +274,7 @@ impl Inner {
             {
                 soft_charged = true;
             } else {
-                self.metrics.decision(&rule.name, "soft_exceeded");
-                permit.warnings.push(Warning {
-                    rule: rule.name.clone(),
-                    limit: rule.quota(),
-                    remaining: match c.verdict {
-                        Verdict::Admit { remaining } => remaining,
-                        _ => 0,
-                    },
-                });
+                self.soft_exceeded(permit, rule, c.verdict);
             }
         }
         permit.charged.push(Charge {
@@ -303,6 +287,40 @@ impl Inner {
     }
 
     /// What a client is told of `rule` for a key standing at `st`.
+    /// The answer to a request that `rule` refuses as `kind` (the charges
+    /// already undone): when to retry, or for a cost above what the rule
+    /// ever admits, that cost; with the statuses gathered so far.
+    fn rejection(
+        &self,
+        rule: &LiveRule,
+        kind: RejectionKind,
+        permit: &mut Permit,
+        retry_after_ns: u64,
+    ) -> Rejection {
+        let name = Some(rule.name.clone());
+        let rejection = if kind == RejectionKind::CostTooHigh {
+            Rejection::too_costly(name, permit.cost, rule.max_cost())
+        } else {
+            let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
+            Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
+        };
+        rejection.with_limits(std::mem::take(&mut permit.limits))
+    }
+
+    /// Counts and warns of a request over `rule`'s soft limit, `hard`
+    /// being what its hard limit answered.
+    fn soft_exceeded(&self, permit: &mut Permit, rule: &LiveRule, hard: Verdict) {
+        self.metrics.decision(&rule.name, "soft_exceeded");
+        permit.warnings.push(Warning {
+            rule: rule.name.clone(),
+            limit: rule.quota(),
+            remaining: match hard {
+                Verdict::Admit { remaining } => remaining,
+                _ => 0,
+            },
+        });
+    }
+
     pub(crate) fn status(&self, rule: &LiveRule, st: Standing) -> LimitStatus {
         LimitStatus {
             rule: rule.name.clone(),
@@ -517,8 +535,7 @@ impl Inner {
             });
             let outcome = match verdict {
                 Verdict::Reject { retry_after_ns } => {
-                    let most = rule.max_cost();
-                    let kind = if permit.cost > most {
+                    let kind = if permit.cost > rule.max_cost() {
                         RejectionKind::CostTooHigh
                     } else {
                         RejectionKind::Limited
@@ -529,14 +546,7 @@ impl Inner {
                     }
                     // Nothing was charged: the script writes nothing then.
                     permit.charged.clear();
-                    let name = Some(rule.name.clone());
-                    let rejection = if kind == RejectionKind::CostTooHigh {
-                        Rejection::too_costly(name, permit.cost, most)
-                    } else {
-                        let wait = retry_after_ns.saturating_add(self.retry_slack_ns);
-                        Rejection::new(kind, name, Some(Duration::from_nanos(wait)))
-                    };
-                    return Err(rejection.with_limits(std::mem::take(&mut permit.limits)));
+                    return Err(self.rejection(rule, kind, &mut permit, retry_after_ns));
                 }
                 Verdict::Delay { delay_ns } => {
                     permit.delay = permit.delay.max(Duration::from_nanos(delay_ns));
@@ -549,17 +559,7 @@ impl Inner {
             if rule.soft.is_some() {
                 match answers[at + 1].verdict {
                     Some(v) if v.is_admitted() => soft_charged = true,
-                    _ => {
-                        self.metrics.decision(&rule.name, "soft_exceeded");
-                        permit.warnings.push(Warning {
-                            rule: rule.name.clone(),
-                            limit: rule.quota(),
-                            remaining: match verdict {
-                                Verdict::Admit { remaining } => remaining,
-                                _ => 0,
-                            },
-                        });
-                    }
+                    _ => self.soft_exceeded(&mut permit, rule, verdict),
                 }
             }
             permit.charged.push(Charge {

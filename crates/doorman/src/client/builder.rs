@@ -156,7 +156,7 @@ impl ClientBuilder {
 
     /// Carries the RPCs some other way than gRPC (the simulator's
     /// in-process servers).
-    #[cfg(any(test, feature = "server"))]
+    #[cfg(any(test, feature = "in-process"))]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ClientBuilder {
         self.transport = Some(transport);
         self
@@ -164,7 +164,7 @@ impl ClientBuilder {
 
     /// Seeds the backoff's jitter (default: from the time, the process id
     /// and the client's number), so that a run can be repeated.
-    #[cfg(any(test, feature = "server"))]
+    #[cfg(any(test, feature = "in-process"))]
     pub(crate) fn seed(mut self, seed: u64) -> ClientBuilder {
         self.seed = Some(seed);
         self

@@ -33,7 +33,7 @@
 use std::time::Duration;
 
 use super::Mastership;
-use crate::lease::Timestamp;
+use crate::clock::Timestamp;
 
 /// The stored watermark: every lease of every master so far ends by
 /// `until`; `writer` wrote it last.

@@ -164,6 +164,7 @@ impl<'a> ServerBuilder<'a> {
     }
 
     /// Reaches the parent through `transport` instead of gRPC.
+    #[cfg(feature = "in-process")]
     pub(crate) fn transport(mut self, transport: Arc<dyn Transport>) -> ServerBuilder<'a> {
         self.transport = Some(transport);
         self

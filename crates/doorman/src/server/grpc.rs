@@ -158,7 +158,7 @@ fn encode<T: Message>(
 /// own; [`Server::serve`] serves it on the service kit's lean server
 /// instead. Made by [`Server::into_tonic`].
 #[derive(Debug)]
-pub struct CapacityService {
+pub(crate) struct CapacityService {
     server: Server,
     recorder: Recorder,
 }

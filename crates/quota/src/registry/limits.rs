@@ -6,11 +6,11 @@ use crate::config::QuotaConfig;
 /// A dynamic-bucket cap was reached: the namespace's own, or the
 /// server-wide one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooManyBuckets {
+pub(crate) struct TooManyBuckets {
     /// The cap.
-    pub cap: u64,
+    pub(crate) cap: u64,
     /// Whether it is the server-wide cap ([`QuotaLimits::max_dynamic_buckets`]).
-    pub server_wide: bool,
+    pub(crate) server_wide: bool,
 }
 
 /// Server-wide limits that the configuration cannot raise.

@@ -11,7 +11,7 @@ use crate::metrics::QuotaMetrics;
 
 /// One live bucket.
 #[derive(Debug)]
-pub struct LiveBucket {
+pub(crate) struct LiveBucket {
     bucket: TokenBucket,
     kind: BucketKind,
     /// The configured max idle in ms; `u64::MAX`: never reaped. Updated by
@@ -70,12 +70,12 @@ impl LiveBucket {
     }
 
     /// The bucket.
-    pub fn bucket(&self) -> &TokenBucket {
+    pub(crate) fn bucket(&self) -> &TokenBucket {
         &self.bucket
     }
 
     /// Which configuration it follows.
-    pub fn kind(&self) -> BucketKind {
+    pub(crate) fn kind(&self) -> BucketKind {
         self.kind
     }
 

@@ -13,9 +13,9 @@ use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 use super::EtcdConfig;
+use crate::clock::Timestamp;
 use crate::election::watermark::{self, Found, Record};
 use crate::election::{Mastership, Promise};
-use crate::lease::Timestamp;
 use tollgate_service::etcd_wire::{self as wire, unary};
 use tollgate_service::LockUnpoisoned;
 use tollgate_service::Outage;
