@@ -38,7 +38,6 @@
 //! [`TokenBucket::set_settings`]: tollgate::TokenBucket::set_settings
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,48 +52,7 @@ const TOKEN_SHIFT: u32 = 20;
 /// Nano-ops per second times nanoseconds per second.
 const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
 
-/// What an Allow is answered when Redis does not answer within the
-/// deadline (or is unreachable).
-///
-/// # Examples
-///
-/// ```
-/// use tollgate_quota::OnError;
-///
-/// assert_eq!("deny".parse::<OnError>(), Ok(OnError::Deny));
-/// assert_eq!(
-///     "open".parse::<OnError>().unwrap_err().to_string(),
-///     "invalid redis store: on_error \"open\" is none of allow, deny, local"
-/// );
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum OnError {
-    /// `OK` with no wait, charging nothing (fail open).
-    Allow,
-    /// `REJECTED_SERVER_ERROR` (fail closed).
-    Deny,
-    /// Decided by this server's own in-memory bucket, filled at the
-    /// bucket's rate divided by the store's
-    /// [`replicas`](QuotaStore::replicas), so that the servers together
-    /// keep about the rate (the default).
-    #[default]
-    Local,
-}
-
-impl FromStr for OnError {
-    type Err = LinkError;
-
-    fn from_str(s: &str) -> Result<OnError, LinkError> {
-        match s {
-            "allow" => Ok(OnError::Allow),
-            "deny" => Ok(OnError::Deny),
-            "local" => Ok(OnError::Local),
-            _ => Err(LinkError::Config(format!(
-                "on_error \"{s}\" is none of allow, deny, local"
-            ))),
-        }
-    }
-}
+pub use tollgate_service::redis_link::OnError;
 
 /// Where and how a quota server keeps its buckets in Redis: give it to
 /// [`Quota::with_store`](crate::Quota::with_store), and every server with

@@ -61,6 +61,52 @@ impl fmt::Display for LinkError {
 
 impl std::error::Error for LinkError {}
 
+/// What a store's caller answers when Redis does not answer within the
+/// deadline (or is unreachable): the throttler's and the quota service's
+/// Redis stores and `tollgate rls --store` each take one.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::redis_link::OnError;
+///
+/// assert_eq!("deny".parse::<OnError>(), Ok(OnError::Deny));
+/// assert_eq!(
+///     "open".parse::<OnError>().unwrap_err().to_string(),
+///     "invalid redis store: on_error \"open\" is none of allow, deny, local"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnError {
+    /// Admit, charging nothing (fail open): a throttler's request passes,
+    /// a quota Allow is `OK` with no wait, an rls descriptor is `OK` with
+    /// its whole limit remaining.
+    Allow,
+    /// Refuse (fail closed): a throttler rejects with a retry time of one
+    /// second, quota answers `REJECTED_SERVER_ERROR`, rls `OVER_LIMIT`.
+    Deny,
+    /// Decide on this replica's own in-memory state, each limit or rate
+    /// divided by the store's number of replicas, so that the replicas
+    /// together keep about the limit (the default).
+    #[default]
+    Local,
+}
+
+impl std::str::FromStr for OnError {
+    type Err = LinkError;
+
+    fn from_str(s: &str) -> Result<OnError, LinkError> {
+        match s {
+            "allow" => Ok(OnError::Allow),
+            "deny" => Ok(OnError::Deny),
+            "local" => Ok(OnError::Local),
+            _ => Err(LinkError::Config(format!(
+                "on_error \"{s}\" is none of allow, deny, local"
+            ))),
+        }
+    }
+}
+
 /// Where Redis is.
 pub enum Target {
     /// One server.

@@ -78,7 +78,7 @@ impl StoreConfig {
             b = b.connect_timeout(time("connect_timeout", &d)?);
         }
         if let Some(m) = self.on_error {
-            b = b.on_error(m.parse::<OnError>().map_err(bad)?);
+            b = b.on_error(m.parse::<OnError>().map_err(|e| bad(e.into()))?);
         }
         if let Some(r) = self.replicas {
             b = b.replicas(r);

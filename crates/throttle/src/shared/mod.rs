@@ -42,7 +42,6 @@ mod slices;
 
 use std::error::Error;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,35 +58,7 @@ use tollgate_service::redis_link::{Link, LinkError, Target};
 /// How often expired slices are returned.
 const SWEEP: Duration = Duration::from_millis(5);
 
-/// What a throttler does with a decision when Redis does not answer within
-/// the deadline (or is unreachable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum OnError {
-    /// Admit the request, charging nothing (fail open).
-    Allow,
-    /// Reject the request with a retry time of one second (fail closed).
-    Deny,
-    /// Decide on this replica's own in-memory tables, each rule's limit
-    /// divided by the store's [`replicas`](RedisStoreBuilder::replicas), so
-    /// that the replicas together keep about the limit (the default).
-    #[default]
-    Local,
-}
-
-impl FromStr for OnError {
-    type Err = StoreError;
-
-    fn from_str(s: &str) -> Result<OnError, StoreError> {
-        match s {
-            "allow" => Ok(OnError::Allow),
-            "deny" => Ok(OnError::Deny),
-            "local" => Ok(OnError::Local),
-            _ => Err(StoreError::config(format!(
-                "on_error \"{s}\" is none of allow, deny, local"
-            ))),
-        }
-    }
-}
+pub use tollgate_service::redis_link::OnError;
 
 /// What went wrong with a Redis store.
 #[derive(Debug, Clone, PartialEq, Eq)]
