@@ -27,7 +27,9 @@
 //! After a new mastership term the clients come back one by one, so while
 //! a resource is in learning mode the poller sends the bands it sent before
 //! the term rather than the partial sums, and as `has` at least the one it
-//! sent then, while that lasts; and learning mode echoes a client's `has`
+//! sent then, while that lasts (once the grant that answered them has
+//! ended, those bands are another term's, and count as nothing sent
+//! before); and learning mode echoes a client's `has`
 //! only as far as the grant reaches (capacity minus what other leases
 //! hold), since the parent may have cut the grant meanwhile, holding the
 //! rest when the client is a server (before the first grant of the term
@@ -45,7 +47,7 @@
 //! children that had not asked again yet (after an etcd outage, a root of
 //! 20,000 gave the first regions to ask all they wanted and the last
 //! nothing beyond their echo, and the fleet took 97 s to converge; now
-//! 34 s). A grant that merely
+//! 31 s). A grant that merely
 //! echoes such a request's `has`, where that `has` was more than the grant
 //! in force (its parent is in learning mode too, and knows no more than it
 //! was told), bounds nothing, so the echoes grow as the clients come back
