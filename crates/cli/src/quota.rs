@@ -73,7 +73,7 @@ pub(crate) struct Args {
     /// that several servers behind one address answer as one. Redis must be
     /// reachable at start (within --store-connect-timeout). Replaces the
     /// configuration file's `store:` section, if any.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["lease_servers", "tls_cert"])]
+    #[arg(long, value_name = "URL", conflicts_with = "lease_servers")]
     store: Option<String>,
     /// With --store: the prefix of every Redis key.
     #[arg(long, default_value = "tollgate:quota:", requires = "store")]

@@ -293,6 +293,16 @@ async fn allow(addr: &str, tls: &ClientTls) -> Result<i64, tonic::Code> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
+    quota_over_mutual_tls(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_with_a_store_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate() {
+    let redis = redis_server::RedisServer::start();
+    quota_over_mutual_tls(&["--store", &redis.url(), "--store-deadline", "1s"]).await;
+}
+
+async fn quota_over_mutual_tls(extra: &[&str]) {
     let tmp = dir("quota");
     let d = tmp.path();
     let server_ca = ca(d, "server-ca");
@@ -308,7 +318,8 @@ async fn quota_serves_allow_over_mutual_tls_only_to_a_client_with_a_certificate(
             .arg("--tls-key")
             .arg(&key)
             .arg("--tls-client-ca")
-            .arg(&client_ca.cert_file),
+            .arg(&client_ca.cert_file)
+            .args(extra),
     );
     let addr = tokio::task::block_in_place(|| quota.logged_addr("quota gRPC listening over TLS"));
 
