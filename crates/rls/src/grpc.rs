@@ -19,7 +19,8 @@ use tonic::codegen::Bytes;
 
 use super::pb;
 use super::pb::rate_limit_response::{self, rate_limit::Unit as WireUnit};
-use super::service::{Code, Descriptor, RateLimitService, Request, RequestError, Response};
+use super::request::{Code, Descriptor, Request, RequestError, Response};
+use super::service::RateLimitService;
 use tollgate_service::{
     rustls, serve_tonic, tonic_server, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService,
 };

@@ -27,7 +27,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tollgate_service::DebugPort;
 
-use super::service::{Code, Descriptor, RateLimitService, Request, Response};
+use super::request::{Code, Descriptor, Request, Response};
+use super::service::RateLimitService;
 
 /// The HTTP endpoints as an axum router: the service kit's debug port
 /// (an index at `/`, `/metrics`, `/healthz` following

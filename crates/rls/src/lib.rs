@@ -61,7 +61,9 @@ mod metrics;
 pub mod pb;
 mod raw;
 mod reload;
+mod request;
 mod service;
+mod settings;
 mod shared;
 mod unit;
 
@@ -71,10 +73,11 @@ pub use grpc::{RlsServer, ShouldRateLimitService, HEALTH_CHECK_PATH, SHOULD_RATE
 pub use http::router as http_router;
 pub use metrics::RlsMetrics;
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
-pub use service::{
-    Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitService, Request, RequestError,
-    Response, RlsSettings,
+pub use request::{
+    Code, CurrentLimit, Descriptor, DescriptorStatus, Request, RequestError, Response,
 };
+pub use service::RateLimitService;
+pub use settings::RlsSettings;
 /// The throttler's Redis store, which [`RateLimitService::with_store`]
 /// counts in.
 pub use tollgate_throttle::{OnError, RedisStore, RedisStoreBuilder, StoreError};
