@@ -18,7 +18,7 @@ pub use layer::{QuotaLayer, QuotaLayerError, Quotaed};
 pub use naive::{NaiveClient, NaiveOptions};
 pub use smart::{SmartClient, SmartOptions};
 
-use super::service::Status;
+use super::status::Status;
 
 /// Where an admission's tokens came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -96,6 +96,7 @@ mod registry;
 mod reload;
 mod server;
 mod service;
+mod status;
 mod store;
 
 pub use admin::{router as admin_router, Admin, AdminError};
@@ -119,5 +120,6 @@ pub use reaper::spawn as spawn_reaper;
 pub use registry::{resolve, BucketKind, QuotaLimits, Registry};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
 pub use server::QuotaServer;
-pub use service::{AllowRequest, Decision, Quota, Status};
+pub use service::{AllowRequest, Decision, Quota};
+pub use status::Status;
 pub use store::{OnError, QuotaStore};

@@ -15,7 +15,7 @@ use prometheus::{
     Registry,
 };
 
-use super::service::Status;
+use super::status::Status;
 
 /// Every status, in the order of [`QuotaMetrics::requests`].
 const STATUSES: [Status; 7] = [

@@ -20,7 +20,8 @@
 
 tonic::include_proto!("quotaservice");
 
-use super::service::{self, Decision, Status};
+use super::service::{self, Decision};
+use super::status::Status;
 
 impl From<Status> for allow_response::Status {
     fn from(status: Status) -> Self {

@@ -25,7 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied, Granted};
 use crate::pb;
 use crate::pb::quota_service_client::QuotaServiceClient;
-use crate::service::Status;
+use crate::status::Status;
 use tollgate::RateSpec;
 use tollgate::{BucketSettings, TokenBucket};
 use tollgate::{Clock, SystemClock};

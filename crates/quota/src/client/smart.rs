@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::{Admit, AdmitFuture, AdmitSource, Admitted, Denied};
 use crate::pb;
 use crate::pb::quota_service_client::QuotaServiceClient;
-use crate::service::Status;
+use crate::status::Status;
 
 /// Options of a [`SmartClient`].
 #[derive(Debug, Clone, Copy)]
