@@ -55,6 +55,7 @@ mod config;
 mod counter;
 mod grpc;
 mod http;
+mod job;
 mod matching;
 mod metrics;
 #[doc(hidden)]

@@ -36,6 +36,7 @@ use tracing::error;
 
 use super::config::{ConfigError, ConfiguredLimit, RlsConfig};
 use super::counter::{Counted, Counters, Touch};
+use super::job::Job;
 use super::matching;
 use super::metrics::RlsMetrics;
 use super::request::{Code, CurrentLimit, DescriptorStatus, Request, RequestError, Response};
@@ -101,17 +102,6 @@ struct Plan<'c> {
     matched: Vec<Matched<'c>>,
     replaced: HashSet<&'c str>,
     hits: Vec<u64>,
-}
-
-/// One limit of one descriptor to count.
-#[derive(Debug, Clone)]
-pub(crate) struct Job<'a> {
-    /// The descriptor's index in the request.
-    pub(crate) desc: usize,
-    pub(crate) rule: &'a ConfiguredLimit,
-    /// The counter key (with the limit's slot when not the first).
-    pub(crate) key: String,
-    pub(crate) hits: u64,
 }
 
 impl Plan<'_> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tollgate_throttle::{FixedWindow, Limit, OnError, RedisStore, Standing, StoreError, Verdict};
 
 use super::counter::{Counted, Smooth, Touch};
-use super::service::Job;
+use super::job::Job;
 use super::Unit;
 
 const NS: u64 = 1_000_000_000;
