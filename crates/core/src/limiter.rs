@@ -6,6 +6,7 @@ mod core;
 mod filler;
 mod future;
 pub(crate) mod pool;
+mod recipient;
 mod slice;
 pub mod spec;
 mod stats;

@@ -18,10 +18,8 @@
 //! ops it was handed beyond its need here too (`keep_extra`: whole ops only,
 //! at most 512, at most the active pool), so one wake-up admits many ops.
 //! A task does not: it leaves them in its thread's slice of the pool, where
-//! queued waiters can reach them (`Core::leave_handoff`). The thread
-//! remembers which task that was (`note_recipient`, by its waker), so that
-//! the task's next wait can tell that it spent them and came back for more
-//! (`is_recipient`): it acquires in a loop.
+//! queued waiters can reach them (`Core::leave_handoff`), and its thread
+//! notes which task that was (`recipient.rs`).
 //!
 //! Tokens in a budget have left the pool: the ledger counts them as
 //! admitted. Bounds: a thread holds at most one batch or one hand-off, for
@@ -35,7 +33,6 @@
 //! can never be spent on a new limiter that reuses a dropped one's memory.
 
 use std::cell::{Cell, RefCell};
-use std::task::Waker;
 
 use super::core::Core;
 use crate::sync::Arc;
@@ -113,38 +110,6 @@ crate::sync::thread_local! {
         tokens: Cell::new(0),
         core: RefCell::new(NO_HOME),
     };
-}
-
-crate::sync::thread_local! {
-    /// The task this thread last left a hand-off for (`Core::leave_handoff`),
-    /// with the id of the limiter that handed it: its waker, kept only to be
-    /// compared (`Waker::will_wake`), never woken from here.
-    static RECIPIENT: RefCell<Option<(u64, Waker)>> = RefCell::new(None);
-}
-
-/// Notes that the task woken by `waker` was just handed ops beyond its need
-/// by `core`, on this thread.
-pub(crate) fn note_recipient(core: &Core, waker: &Waker) {
-    let _ = RECIPIENT.try_with(|slot| {
-        let mut slot = slot.borrow_mut();
-        match &*slot {
-            Some((id, noted)) if *id == core.id() && noted.will_wake(waker) => {}
-            _ => *slot = Some((core.id(), waker.clone())),
-        }
-    });
-}
-
-/// Whether the task woken by `waker` is the last this thread left a
-/// hand-off of `core`'s for ([`note_recipient`]): a task that waits again
-/// on the thread where it was handed ops has spent them.
-pub(crate) fn is_recipient(core: &Core, waker: &Waker) -> bool {
-    RECIPIENT
-        .try_with(|slot| {
-            slot.borrow()
-                .as_ref()
-                .is_some_and(|(id, noted)| *id == core.id() && noted.will_wake(waker))
-        })
-        .unwrap_or(false)
 }
 
 /// The fast paths: takes `need` tokens from the thread's budget, then from

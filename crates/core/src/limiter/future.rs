@@ -5,8 +5,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::budget::{is_recipient, take_fast};
+use super::budget::take_fast;
 use super::core::Core;
+use super::recipient;
 use super::wait::Waiter;
 use crate::sync::Arc;
 
@@ -38,7 +39,7 @@ pub struct AcquireFuture<'a> {
     node: Option<std::sync::Arc<Waiter>>,
     done: bool,
     /// Whether the task queued after spending a hand-off its thread left
-    /// for it (`budget::is_recipient`): it acquires in a loop.
+    /// for it (`recipient::is`): it acquires in a loop.
     looping: bool,
 }
 
@@ -83,7 +84,7 @@ impl Future for AcquireFuture<'_> {
             }
             None => {
                 if !queued {
-                    this.looping = is_recipient(this.core, cx.waker());
+                    this.looping = recipient::is(this.core.id(), cx.waker());
                 }
                 Poll::Pending
             }

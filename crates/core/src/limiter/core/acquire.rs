@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use super::Core;
-use crate::limiter::budget::note_recipient;
+use crate::limiter::recipient;
 use crate::limiter::units::mul_div;
 use crate::limiter::wait::{Cancel, Waiter};
 use crate::sync::{current, lock, park, park_timeout, Ordering::Relaxed};
@@ -318,7 +318,7 @@ impl Core {
     /// Where a served task leaves the tokens it was handed beyond its need:
     /// in the pool, in the home slice of the thread that polled it, where
     /// that thread's next acquire finds them first. The thread notes the
-    /// task (`budget::note_recipient`), and unless the task is `looping`
+    /// task (`recipient::note`), and unless the task is `looping`
     /// (it queued after spending the last hand-off this thread left for
     /// it), wakes the front of the queue to take what that acquire leaves.
     ///
@@ -338,7 +338,7 @@ impl Core {
             return;
         }
         self.slices.put_home(extra);
-        note_recipient(self, waker);
+        recipient::note(self.id(), waker);
         if !looping {
             self.waiters.nudge(self, self.handoff_tokens());
         }
