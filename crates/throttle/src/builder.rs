@@ -8,9 +8,10 @@ use tollgate::{Clock, RateSpec, SystemClock};
 
 use super::cost::{CostModel, CostPredictor};
 use super::decision::{Inner, Rules};
+use super::live_rule::LiveRule;
 use super::metrics::ThrottleMetrics;
 use super::queue::{Admission, Criticality};
-use super::rules::{LiveRule, Rule};
+use super::rules::Rule;
 use super::shared::{RedisStore, StoreError};
 use super::throttler::Throttler;
 use super::trust::Trust;

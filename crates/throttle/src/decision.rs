@@ -25,11 +25,12 @@ use tollgate::Clock;
 use tollgate_service::RwLockUnpoisoned;
 
 use super::cost::{CostModel, CostPredictor};
+use super::live_rule::LiveRule;
 use super::metrics::{State, ThrottleMetrics};
 use super::outcome::{LimitStatus, Rejection, RejectionKind, Warning};
 use super::policy::{Standing, Verdict};
 use super::queue::{Admission, Criticality};
-use super::rules::{LiveRule, Mode, RequestHead};
+use super::rules::{Mode, RequestHead};
 use super::shared::{Answer, Item, OnError, RedisStore, Role, Spent};
 use super::trust::Trust;
 

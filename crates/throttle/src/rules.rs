@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,6 @@ use axum::http::{Extensions, HeaderMap, Method, Uri};
 
 use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 use super::policy::{LimitKey, Policy, Standing};
-use super::shared::{Params, RedisStore};
 use super::store::{BanCheck, KeyedLimiter};
 use super::trust::{client_key, Trust};
 
@@ -272,7 +270,8 @@ pub(crate) const MAX_KEY_BYTES: usize = 64;
 
 /// The key under which requests without one share a bucket: as long as a
 /// digest, and not hexadecimal, so no key or digest equals it.
-const SHARED_KEY: &str = "#****************************************************************";
+pub(crate) const SHARED_KEY: &str =
+    "#****************************************************************";
 
 /// The key as stored: itself when short, otherwise `#` and the hex SHA-256
 /// of it (65 bytes, longer than any key kept as it is), so a key costs at
@@ -319,7 +318,7 @@ impl Limit {
     }
 
     /// Its quota, most cost and window.
-    fn facts(&self) -> (u64, u64, u64) {
+    pub(crate) fn facts(&self) -> (u64, u64, u64) {
         fn of<P: Policy>(p: &P) -> (u64, u64, u64) {
             (p.quota(), p.max_cost(), p.window_ns())
         }
@@ -469,7 +468,7 @@ pub enum Mode {
 /// .soft(Limit::FixedWindow(FixedWindow::new(80, Duration::from_secs(60))?))
 /// .ban(Duration::from_secs(3600));
 /// assert_eq!(rule.name(), "per-api-key");
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -550,7 +549,7 @@ impl Rule {
     ///     .slice(20)
     ///     .slice_expiry(Duration::from_millis(50));
     /// # let _ = rule;
-    /// # Ok::<(), tollgate_throttle::LimitError>(())
+    /// # Ok::<(), tollgate_throttle::ValueError>(())
     /// ```
     pub fn slice(mut self, tokens: u64) -> Rule {
         self.slice = tokens;
@@ -635,130 +634,6 @@ pub(crate) struct RuleKey {
     missing_key: MissingKey,
     headers: bool,
     slice: (u64, Duration),
-}
-
-/// A rule with its keyed state.
-#[derive(Debug)]
-pub(crate) struct LiveRule {
-    /// The rule's identity, to recognise it on reload.
-    pub(crate) id: RuleKey,
-    pub(crate) name: Arc<str>,
-    pub(crate) key: Extract,
-    pub(crate) hard: Box<dyn Keyed>,
-    pub(crate) soft: Option<Box<dyn Keyed>>,
-    pub(crate) ban_ns: Option<u64>,
-    pub(crate) mode: Mode,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) headers: bool,
-    /// The hard and soft limits' script parameters, under a Redis store
-    /// that keeps them (the in-memory limits are then the fallback, per
-    /// replica).
-    pub(crate) shared: Option<(Params, Option<Params>)>,
-    /// The slice a replica takes of a key and how long it may spend it,
-    /// in nanoseconds (0 tokens: none).
-    pub(crate) slice: (u64, u64),
-    /// The hard limit's quota, most cost and window, as shared (the
-    /// in-memory fallback's are per replica).
-    limits: (u64, u64, u64),
-    /// Whether the extractor's unavailability was logged.
-    logged: AtomicBool,
-}
-
-impl LiveRule {
-    /// The rule with its keyed state: in memory, or in `store` if it keeps
-    /// every limit of the rule (see [`LiveRule::shared`]).
-    pub(crate) fn new(rule: Rule, clock_step: Duration, store: Option<&RedisStore>) -> LiveRule {
-        let id = rule.key();
-        let shared = store.and_then(|_| {
-            // A ban, or a slice the store cannot keep exactly.
-            RedisStore::supports_rule(&rule).ok()?;
-            let hard = Params::of(&rule.hard).ok()?;
-            let soft = match &rule.soft {
-                Some(s) => Some(Params::of(s).ok()?),
-                None => None,
-            };
-            Some((hard, soft))
-        });
-        let replicas = store.map_or(1, RedisStore::replicas);
-        let shared_facts = rule.hard.facts();
-        let (hard, soft) = match store {
-            Some(_) => (
-                rule.hard.per_replica(replicas),
-                rule.soft.map(|s| s.per_replica(replicas)),
-            ),
-            None => (rule.hard, rule.soft),
-        };
-        let hard = hard.keyed(rule.max_keys, clock_step);
-        let limits = match shared {
-            Some(_) => shared_facts,
-            None => (hard.quota(), hard.max_cost(), hard.window_ns()),
-        };
-        LiveRule {
-            id,
-            name: rule.name,
-            key: rule.key,
-            hard,
-            soft: soft.map(|s| s.keyed(rule.max_keys, clock_step)),
-            ban_ns: rule
-                .ban
-                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-            mode: rule.mode,
-            missing_key: rule.missing_key,
-            headers: rule.headers,
-            slice: (
-                rule.slice,
-                u64::try_from(rule.slice_expiry.as_nanos()).unwrap_or(u64::MAX),
-            ),
-            shared,
-            limits,
-            logged: AtomicBool::new(false),
-        }
-    }
-
-    /// The hard limit's quota (as shared by replicas).
-    pub(crate) fn quota(&self) -> u64 {
-        self.limits.0
-    }
-
-    /// The most cost the hard limit ever admits (as shared by replicas).
-    pub(crate) fn max_cost(&self) -> u64 {
-        self.limits.1
-    }
-
-    /// The hard limit's window (as shared by replicas).
-    pub(crate) fn window_ns(&self) -> u64 {
-        self.limits.2
-    }
-
-    /// The key `head` is counted under, or `None` when the request is not
-    /// subject to the rule (`Err` when the rule rejects it for having no
-    /// key). Keys are bounded in bytes ([`stored_key`]).
-    pub(crate) fn key_of(&self, head: &RequestHead<'_>) -> Result<Option<String>, ()> {
-        match self.key.find(head) {
-            Found::Key(k) => return Ok(Some(stored_key(k))),
-            Found::Empty if self.missing_key != MissingKey::Reject => {
-                return Ok(Some(String::new()))
-            }
-            Found::Empty | Found::Missing => {}
-            Found::Unavailable(why) => {
-                // Relaxed: a flag for one log line; a race logs it twice.
-                if !self.logged.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        rule = %self.name,
-                        missing_key = ?self.missing_key,
-                        "throttle rule \"{}\" can find no key: {why}; \
-                         requests are handled as having none",
-                        self.name
-                    );
-                }
-            }
-        }
-        match self.missing_key {
-            MissingKey::Shared => Ok(Some(SHARED_KEY.to_owned())),
-            MissingKey::Skip => Ok(None),
-            MissingKey::Reject => Err(()),
-        }
-    }
 }
 
 #[cfg(test)]

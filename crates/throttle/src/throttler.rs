@@ -18,9 +18,10 @@ use std::time::Duration;
 use tollgate_service::RwLockUnpoisoned;
 
 use super::decision::{Inner, Permit, Rules};
+use super::live_rule::LiveRule;
 use super::outcome::{Rejection, RejectionKind};
 use super::queue::Criticality;
-use super::rules::{LiveRule, RequestHead, Rule, RuleKey};
+use super::rules::{RequestHead, Rule, RuleKey};
 use super::shared::RedisStore;
 
 /// A server-side throttler: rules per key, an optional admission queue
