@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate_service::{hangup, reload_file, watch_file, Reload};
 
-use super::error::{LimitError, RulesError};
+use super::error::{RulesError, ValueError};
 use super::policy::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter, TokenPool};
 use super::rules::{Extract, Limit, MissingKey, Mode, Rule};
 use super::shared::{OnError, RedisStore, RedisStoreBuilder, StoreError};
@@ -196,7 +196,7 @@ impl LimitConfig {
                 let mut pool = TokenPool::new(rate(rule, &r)?);
                 if let Some(b) = backlog {
                     if burst.is_some() {
-                        return Err(bad(LimitError::new(
+                        return Err(bad(ValueError::limit(
                             "a token pool with a burst keeps no backlog",
                         )));
                     }
@@ -204,7 +204,7 @@ impl LimitConfig {
                 }
                 if let Some(b) = burst {
                     if r.contains(',') {
-                        return Err(bad(LimitError::new(
+                        return Err(bad(ValueError::limit(
                             "a token pool takes a burst ratio (\"5,2\") or a burst, not both",
                         )));
                     }

@@ -3,25 +3,52 @@
 use std::error::Error;
 use std::fmt;
 
-/// A limit's configuration was invalid (a zero limit, window or rate).
+/// A value that configures a rule was invalid: a limit's (a zero limit,
+/// window or rate) or a trusted network's (see
+/// [`Trust::networks`](super::Trust::networks)).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitError {
-    what: &'static str,
+pub struct ValueError {
+    invalid: Invalid,
 }
 
-impl LimitError {
-    pub(crate) fn new(what: &'static str) -> LimitError {
-        LimitError { what }
+/// Which value of a [`ValueError`], and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Invalid {
+    Limit(&'static str),
+    Network { network: String, why: &'static str },
+}
+
+impl ValueError {
+    /// A limit's value: `what` says which and why.
+    pub(crate) fn limit(what: &'static str) -> ValueError {
+        ValueError {
+            invalid: Invalid::Limit(what),
+        }
+    }
+
+    /// A trusted network that does not parse.
+    pub(crate) fn network(network: &str, why: &'static str) -> ValueError {
+        ValueError {
+            invalid: Invalid::Network {
+                network: network.to_owned(),
+                why,
+            },
+        }
     }
 }
 
-impl fmt::Display for LimitError {
+impl fmt::Display for ValueError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid limit: {}", self.what)
+        match &self.invalid {
+            Invalid::Limit(what) => write!(f, "invalid limit: {what}"),
+            Invalid::Network { network, why } => {
+                write!(f, "invalid trusted network \"{network}\": {why}")
+            }
+        }
     }
 }
 
-impl Error for LimitError {}
+impl Error for ValueError {}
 
 /// Throttle rules could not be read from YAML.
 ///
@@ -57,32 +84,3 @@ impl fmt::Display for RulesError {
 }
 
 impl Error for RulesError {}
-
-/// A trusted network could not be parsed (see
-/// [`Trust::networks`](super::Trust::networks)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrustError {
-    network: String,
-    why: &'static str,
-}
-
-impl TrustError {
-    pub(crate) fn new(network: &str, why: &'static str) -> TrustError {
-        TrustError {
-            network: network.to_owned(),
-            why,
-        }
-    }
-}
-
-impl fmt::Display for TrustError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid trusted network \"{}\": {}",
-            self.network, self.why
-        )
-    }
-}
-
-impl Error for TrustError {}

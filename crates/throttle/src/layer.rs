@@ -77,7 +77,7 @@ use super::throttler::Throttler;
 ///
 /// let per_client = Extract::client_ip(Trust::networks(["10.0.0.0/8"])?);
 /// # let _ = per_client;
-/// # Ok::<(), tollgate_throttle::TrustError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ThrottleLayer {

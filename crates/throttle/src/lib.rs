@@ -141,7 +141,7 @@
 //! assert!(log.check(&mut key, s(30), 1).is_admitted()); // 1:00:30
 //! assert!(!log.check(&mut key, s(50), 1).is_admitted()); // 1:00:50
 //! assert!(log.check(&mut key, s(100), 1).is_admitted()); // 1:01:40
-//! # Ok::<(), tollgate_throttle::LimitError>(())
+//! # Ok::<(), tollgate_throttle::ValueError>(())
 //! ```
 
 mod builder;
@@ -150,6 +150,7 @@ mod cost;
 mod decision;
 mod error;
 mod layer;
+mod live_rule;
 mod meter;
 mod metrics;
 mod outcome;
@@ -168,7 +169,7 @@ pub use config::{
 };
 pub use cost::CostModel;
 pub use decision::Permit;
-pub use error::{LimitError, RulesError, TrustError};
+pub use error::{RulesError, ValueError};
 pub use layer::{Throttle, ThrottleLayer};
 pub use meter::CostMeter;
 pub use outcome::{LimitStatus, Rejection, RejectionKind, Warning};
@@ -178,7 +179,9 @@ pub use policy::{
 };
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
-pub use shared::{OnError, RedisStore, RedisStoreBuilder, StoreError};
+#[doc(no_inline)]
+pub use shared::OnError;
+pub use shared::{RedisStore, RedisStoreBuilder, StoreError};
 pub use store::{Evictions, KeyedLimiter};
 pub use throttler::Throttler;
 pub use trust::Trust;

@@ -100,7 +100,7 @@ pub struct Standing {
 ///     policy.check(&mut state, 20, 1),
 ///     Verdict::Reject { retry_after_ns: 999_999_980 }
 /// );
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 pub trait Policy: Send + Sync + fmt::Debug + 'static {
     /// The state of one key.

@@ -89,7 +89,7 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// assert!(limiter.check("bob", 0, 1).is_admitted());
 /// assert!(!limiter.check("alice", 1, 1).is_admitted());
 /// assert_eq!(limiter.len(), 2);
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 pub struct KeyedLimiter<P: Policy, K = Box<str>> {
     policy: P,
@@ -207,7 +207,7 @@ impl<P: Policy, K: Hash + Eq> KeyedLimiter<P, K> {
     /// let three = FixedWindow::new(3, minute)?;
     /// let verdict = store.update("k", 0, |_, state| three.check(state, 0, 2));
     /// assert_eq!(verdict, Verdict::Admit { remaining: 1 });
-    /// # Ok::<(), tollgate_throttle::LimitError>(())
+    /// # Ok::<(), tollgate_throttle::ValueError>(())
     /// ```
     pub fn update<Q, R>(&self, key: &Q, now_ns: u64, f: impl FnOnce(&P, &mut P::State) -> R) -> R
     where

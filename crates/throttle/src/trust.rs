@@ -22,7 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::http::HeaderMap;
 
-use super::error::TrustError;
+use super::error::ValueError;
 
 /// Peers whose forwarded client address or criticality header is
 /// believed: none, every peer, or those in a list of networks.
@@ -72,7 +72,7 @@ impl Trust {
     ///
     /// An entry that is not an address, or a prefix longer than its
     /// address.
-    pub fn networks<I, S>(networks: I) -> Result<Trust, TrustError>
+    pub fn networks<I, S>(networks: I) -> Result<Trust, ValueError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -136,8 +136,8 @@ fn masked(ip: IpAddr, bits: u8) -> Option<IpAddr> {
     }
 }
 
-fn network(text: &str) -> Result<(IpAddr, u8), TrustError> {
-    let bad = |why: &'static str| TrustError::new(text, why);
+fn network(text: &str) -> Result<(IpAddr, u8), ValueError> {
+    let bad = |why: &'static str| ValueError::network(text, why);
     let (addr, bits) = match text.trim().split_once('/') {
         Some((addr, bits)) => (addr, Some(bits)),
         None => (text.trim(), None),

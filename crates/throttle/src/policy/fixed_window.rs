@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::{LimitKey, Policy, Standing, Verdict};
-use crate::error::LimitError;
+use crate::error::ValueError;
 
 /// At most `limit` units of cost per aligned window.
 ///
@@ -30,7 +30,7 @@ use crate::error::LimitError;
 /// assert_eq!(policy.check(&mut key, 59_000_000_000, 3), Verdict::Admit { remaining: 0 });
 /// // A new window: the full limit again, one second later.
 /// assert_eq!(policy.check(&mut key, 60_000_000_000, 3), Verdict::Admit { remaining: 0 });
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct FixedWindow {
@@ -52,11 +52,11 @@ impl FixedWindowState {
     }
 }
 
-pub(crate) fn window_ns(window: Duration) -> Result<u64, LimitError> {
+pub(crate) fn window_ns(window: Duration) -> Result<u64, ValueError> {
     match u64::try_from(window.as_nanos()) {
-        Ok(0) => Err(LimitError::new("a window must be longer than zero")),
+        Ok(0) => Err(ValueError::limit("a window must be longer than zero")),
         Ok(ns) => Ok(ns),
-        Err(_) => Err(LimitError::new("a window must be under 584 years")),
+        Err(_) => Err(ValueError::limit("a window must be under 584 years")),
     }
 }
 
@@ -66,9 +66,9 @@ impl FixedWindow {
     /// # Errors
     ///
     /// A zero limit or window, or a window of 2^64 ns or more.
-    pub fn new(limit: u64, window: Duration) -> Result<FixedWindow, LimitError> {
+    pub fn new(limit: u64, window: Duration) -> Result<FixedWindow, ValueError> {
         if limit == 0 {
-            return Err(LimitError::new("a limit of zero admits nothing"));
+            return Err(ValueError::limit("a limit of zero admits nothing"));
         }
         Ok(FixedWindow {
             limit,

@@ -24,7 +24,7 @@
 //! before its slot.
 
 use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
-use crate::error::LimitError;
+use crate::error::ValueError;
 use tollgate::pool::{Meter, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
 
@@ -76,12 +76,12 @@ impl Gcra {
     ///
     /// A `burst` of zero, or a burst plus queue too large to count in
     /// tokens.
-    pub fn new(rate: RateSpec, burst: u64, queue: u64) -> Result<Gcra, LimitError> {
+    pub fn new(rate: RateSpec, burst: u64, queue: u64) -> Result<Gcra, ValueError> {
         if burst == 0 {
-            return Err(LimitError::new("a burst of zero admits nothing"));
+            return Err(ValueError::limit("a burst of zero admits nothing"));
         }
         if burst.saturating_add(queue) > MAX_OPS_PER_ACQUIRE {
-            return Err(LimitError::new("burst plus queue is too large"));
+            return Err(ValueError::limit("burst plus queue is too large"));
         }
         Ok(Gcra {
             meter: Meter::new(rate.nano_ops_per_sec()),

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::fixed_window::window_ns;
 use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
-use crate::error::LimitError;
+use crate::error::ValueError;
 
 /// At most `limit` units of cost per window, estimated over a sliding
 /// window from two fixed-window counters.
@@ -48,7 +48,7 @@ use crate::error::LimitError;
 /// // 30% into the minute: 3 + floor(5 * 0.7) = 6 counted; one more fits.
 /// let t = minute + minute * 3 / 10;
 /// assert_eq!(policy.check(&mut key, t, 1), Verdict::Admit { remaining: 0 });
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct SlidingWindowCounter {
@@ -77,9 +77,9 @@ impl SlidingWindowCounter {
     /// # Errors
     ///
     /// A zero limit or window, or a window of 2^64 ns or more.
-    pub fn new(limit: u64, window: Duration) -> Result<SlidingWindowCounter, LimitError> {
+    pub fn new(limit: u64, window: Duration) -> Result<SlidingWindowCounter, ValueError> {
         if limit == 0 {
-            return Err(LimitError::new("a limit of zero admits nothing"));
+            return Err(ValueError::limit("a limit of zero admits nothing"));
         }
         Ok(SlidingWindowCounter {
             limit,

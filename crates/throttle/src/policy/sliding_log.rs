@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use super::fixed_window::window_ns;
 use super::{LimitKey, Policy, Standing, Verdict};
-use crate::error::LimitError;
+use crate::error::ValueError;
 
 /// At most `limit` units of cost in any window of length `W` ending now.
 ///
@@ -48,7 +48,7 @@ use crate::error::LimitError;
 ///     Verdict::Reject { retry_after_ns: 20_000_000_000 }
 /// );
 /// assert!(policy.check(&mut key, 60_000_000_000, 1).is_admitted());
-/// # Ok::<(), tollgate_throttle::LimitError>(())
+/// # Ok::<(), tollgate_throttle::ValueError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct SlidingLog {
@@ -71,12 +71,12 @@ impl SlidingLog {
     /// # Errors
     ///
     /// A zero limit or window, or a window of 2^64 ns or more.
-    pub fn new(limit: u64, window: Duration) -> Result<SlidingLog, LimitError> {
+    pub fn new(limit: u64, window: Duration) -> Result<SlidingLog, ValueError> {
         if limit == 0 {
-            return Err(LimitError::new("a limit of zero admits nothing"));
+            return Err(ValueError::limit("a limit of zero admits nothing"));
         }
         if limit > 1 << 24 {
-            return Err(LimitError::new(
+            return Err(ValueError::limit(
                 "a sliding log holds at most 2^24 entries per key",
             ));
         }

@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use super::{sat_u64, LimitKey, Policy, Standing, Verdict};
-use crate::error::LimitError;
+use crate::error::ValueError;
 use tollgate::pool::Pool;
 use tollgate::pool::{Meter, Sizing, MAX_OPS_PER_ACQUIRE, TOKENS_PER_OP};
 use tollgate::RateSpec;
@@ -155,12 +155,12 @@ impl TokenPool {
     /// # Errors
     ///
     /// A burst of zero, or one too large to count in tokens.
-    pub fn with_burst(mut self, burst: u64) -> Result<TokenPool, LimitError> {
+    pub fn with_burst(mut self, burst: u64) -> Result<TokenPool, ValueError> {
         if burst == 0 {
-            return Err(LimitError::new("a burst of zero admits nothing"));
+            return Err(ValueError::limit("a burst of zero admits nothing"));
         }
         if burst > MAX_OPS_PER_ACQUIRE {
-            return Err(LimitError::new("the burst is too large"));
+            return Err(ValueError::limit("the burst is too large"));
         }
         self.burst_ppm = 1_000_000;
         self.sizing = Sizing {
