@@ -308,7 +308,7 @@ fn is_zero_f64(v: &f64) -> bool {
 /// One namespace as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawNamespace {
+pub(crate) struct RawNamespace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -324,7 +324,7 @@ pub struct RawNamespace {
 /// One bucket as written; 0 or absent means the default.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBucket {
+pub(crate) struct RawBucket {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

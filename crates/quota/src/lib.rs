@@ -106,8 +106,8 @@ pub use client::{
 };
 pub use cluster::{resource_id as cluster_resource_id, run as run_cluster, ClusterOptions};
 pub use config::{
-    BucketConfig, NamespaceConfig, QuotaConfig, QuotaConfigError, RawBucket, RawNamespace,
-    DEFAULT_BUCKET_NAME, GLOBAL_NAMESPACE,
+    BucketConfig, NamespaceConfig, QuotaConfig, QuotaConfigError, DEFAULT_BUCKET_NAME,
+    GLOBAL_NAMESPACE,
 };
 pub use etcd::EtcdDocument;
 #[cfg(feature = "wire")]
@@ -115,11 +115,13 @@ pub use grpc::AllowService;
 pub use grpc::ALLOW_PATH;
 pub use http::{router as http_router, serve as serve_http};
 pub use metrics::{QuotaMetrics, UNKNOWN_NAMESPACE};
-pub use overlay::{load as load_config, Change, Overlay};
+pub use overlay::{load as load_config, Overlay};
 pub use reaper::spawn as spawn_reaper;
 pub use registry::{resolve, BucketKind, QuotaLimits, Registry};
 pub use reload::{reload as reload_config, spawn as spawn_config_reload};
 pub use server::QuotaServer;
 pub use service::{AllowRequest, Decision, Quota};
 pub use status::Status;
-pub use store::{OnError, QuotaStore};
+#[doc(no_inline)]
+pub use store::OnError;
+pub use store::QuotaStore;

@@ -25,7 +25,7 @@ use super::config::{Document, QuotaConfig, QuotaConfigError, RawBucket, RawNames
 /// One admin change to the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Change {
+pub(crate) enum Change {
     /// Adds or replaces a namespace, its buckets included.
     PutNamespace {
         /// The namespace.
@@ -76,7 +76,7 @@ impl Change {
     }
 
     /// The operation's name, as in the overlay file.
-    pub fn op(&self) -> &'static str {
+    pub(crate) fn op(&self) -> &'static str {
         match self {
             Change::PutNamespace { .. } => "put_namespace",
             Change::DeleteNamespace { .. } => "delete_namespace",
@@ -161,13 +161,13 @@ impl fmt::Display for Change {
 /// # Examples
 ///
 /// ```
-/// use tollgate_quota::{Change, Overlay};
+/// use tollgate_quota::Overlay;
 ///
-/// let mut overlay = Overlay::default();
-/// overlay.push(Change::DeleteBucket { namespace: "svc".into(), bucket: "db".into() });
-/// let text = overlay.to_yaml();
-/// assert_eq!(text, "changes:\n- op: delete_bucket\n  namespace: svc\n  bucket: db\n");
-/// assert_eq!(Overlay::from_yaml(&text)?, overlay);
+/// let text = "changes:\n- op: delete_bucket\n  namespace: svc\n  bucket: db\n";
+/// let overlay = Overlay::from_yaml(text)?;
+/// let changes: Vec<_> = overlay.changes().collect();
+/// assert_eq!(changes, [("delete_bucket", "svc", Some("db"))]);
+/// assert_eq!(overlay.to_yaml(), text);
 /// assert_eq!(
 ///     Overlay::path_for("/etc/tollgate/quota.yaml".as_ref()),
 ///     std::path::Path::new("/etc/tollgate/quota.admin.yaml"),
@@ -226,13 +226,18 @@ impl Overlay {
         serde_norway::to_string(self).unwrap_or_default()
     }
 
-    /// The changes, in the order they apply.
-    pub fn changes(&self) -> &[Change] {
-        &self.changes
+    /// The changes, in the order they apply: each one's operation (as in
+    /// the file: `put_namespace`, `delete_namespace`, `put_bucket`,
+    /// `delete_bucket`), namespace, and bucket (none for a whole
+    /// namespace).
+    pub fn changes(&self) -> impl ExactSizeIterator<Item = (&'static str, &str, Option<&str>)> {
+        self.changes
+            .iter()
+            .map(|c| (c.op(), c.namespace(), c.bucket()))
     }
 
     /// Adds `change`, dropping the earlier changes it makes moot.
-    pub fn push(&mut self, change: Change) {
+    pub(crate) fn push(&mut self, change: Change) {
         let namespace = change.namespace();
         match change.bucket() {
             None => self.changes.retain(|c| c.namespace() != namespace),
