@@ -6,7 +6,7 @@
 //! raises for it (`FileNotFoundError`); a wait that ran out is
 //! `TimeoutError`; what the servers and buckets answer is a
 //! [`TollgateError`] subclass. Each message is the Rust error with its
-//! causes (`tollgate_service::ErrorChain`).
+//! causes (`tollgate_service::error_chain`).
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
-use tollgate_service::{ErrorChain, TlsError};
+use tollgate_service::{error_chain, TlsError};
 
 pyo3::create_exception!(
     tollgate,
@@ -47,7 +47,7 @@ pyo3::create_exception!(
 
 /// An error and each of its sources, joined by `": "`.
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    ErrorChain(e).to_string()
+    error_chain(e)
 }
 
 /// `ValueError` with the error's chain.

@@ -5,9 +5,22 @@
 use std::error::Error;
 use std::fmt;
 
-/// Displays an error and each of its sources, joined by `": "`.
+/// An error and each of its sources, joined by `": "`, in one line.
+///
+/// # Examples
+///
+/// ```
+/// let io = std::io::Error::other("disk full");
+/// assert_eq!(tollgate_service::error_chain(&io), "disk full");
+/// ```
+pub fn error_chain(error: &(dyn Error + 'static)) -> String {
+    ErrorChain(error).to_string()
+}
+
+/// Displays an error and each of its sources, joined by `": "` (for
+/// `tracing`'s `%`, without a `String`).
 #[derive(Debug, Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn Error + 'static));
+pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn Error + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

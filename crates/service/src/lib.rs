@@ -23,7 +23,7 @@
 //!   ([`tls_failure`]; servers log the clients they refuse);
 //! * locks that keep serving after a panic under them
 //!   ([`LockUnpoisoned`], [`RwLockUnpoisoned`]);
-//! * an error with its causes for log lines ([`ErrorChain`]);
+//! * an error with its causes for log lines ([`error_chain`]);
 //! * the connections to Redis that the Redis stores share
 //!   ([`redis_link`]: standalone, Sentinel or Cluster, multiplexed,
 //!   reconnected with backoff, every call under a deadline);
@@ -104,7 +104,8 @@ mod watch;
 pub use client::{grpc_frame, GrpcClientError, GrpcConnection, GrpcTarget};
 pub use conn::RefusedConnections;
 pub use debug::DebugPort;
-pub use error_chain::{status_line, ErrorChain};
+pub(crate) use error_chain::ErrorChain;
+pub use error_chain::{error_chain, status_line};
 pub use etcd::watch::watch_key;
 pub use etcd::{channel as etcd_channel, EtcdError, EtcdKey, Outage};
 pub use html::html_escape;
