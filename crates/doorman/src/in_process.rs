@@ -2,8 +2,8 @@
 //! transport of the `tollgate-simulate` crate, which runs a whole server
 //! tree and its clients on one virtual clock (feature `in-process`).
 //!
-//! An [`InProcess`] holds the [`Server`]s by address; a [`Link`] is one
-//! caller's way in. [`server_through`] and [`client_through`] put a link
+//! An [`InProcess`] holds the [`Server`]s by address; a [`Connection`] is one
+//! caller's way in. [`server_through`] and [`client_through`] put a connection
 //! in a [`ServerBuilder`] or a [`ClientBuilder`] instead of gRPC, and
 //! [`watermark`] holds the rules of the etcd election, for a model of an
 //! election on a shared store.
@@ -41,7 +41,7 @@
 //! and its clients run on one (virtual) clock with nothing between them but
 //! the messages.
 //!
-//! Each caller reaches it through a [`Link`] that names the caller's job
+//! Each caller reaches it through a [`Connection`] that names the caller's job
 //! (none for a client): while a job is cut from its parent, every call over
 //! its servers' link fails `unavailable`, as it would across a partition.
 //! Calls are counted by the level of the server called. A job also has an
@@ -67,13 +67,13 @@ pub mod watermark {
 }
 
 /// `builder`'s server reaching its parent through `link` instead of gRPC.
-pub fn server_through(builder: ServerBuilder<'_>, link: Arc<Link>) -> ServerBuilder<'_> {
+pub fn server_through(builder: ServerBuilder<'_>, link: Arc<Connection>) -> ServerBuilder<'_> {
     builder.transport(link)
 }
 
 /// `builder`'s client calling its servers through `link` instead of gRPC,
 /// its backoff's jitter seeded with `seed`, so that a run can be repeated.
-pub fn client_through(builder: ClientBuilder, link: Arc<Link>, seed: u64) -> ClientBuilder {
+pub fn client_through(builder: ClientBuilder, link: Arc<Connection>, seed: u64) -> ClientBuilder {
     builder.transport(link).seed(seed)
 }
 
@@ -100,7 +100,7 @@ pub struct InProcess {
 
 /// One caller's way into [`InProcess`].
 #[derive(Debug)]
-pub struct Link {
+pub struct Connection {
     net: Arc<InProcess>,
     cut: Option<Arc<AtomicBool>>,
 }
@@ -118,21 +118,21 @@ impl InProcess {
 
     /// Registers job number `job` (in order from 0) with its own address
     /// and its tasks' addresses; returns the link its servers call through.
-    pub fn add_job(self: &Arc<Self>, job: usize, address: String, tasks: Vec<String>) -> Arc<Link> {
+    pub fn add_job(self: &Arc<Self>, job: usize, address: String, tasks: Vec<String>) -> Arc<Connection> {
         self.jobs.write_unpoisoned().insert(address, tasks);
         let mut cut = self.cut.write_unpoisoned();
         debug_assert_eq!(cut.len(), job);
         let flag = Arc::new(AtomicBool::new(false));
         cut.push(flag.clone());
-        Arc::new(Link {
+        Arc::new(Connection {
             net: self.clone(),
             cut: Some(flag),
         })
     }
 
     /// The link clients call through.
-    pub fn client_link(self: &Arc<Self>) -> Arc<Link> {
-        Arc::new(Link {
+    pub fn client_link(self: &Arc<Self>) -> Arc<Connection> {
+        Arc::new(Connection {
             net: self.clone(),
             cut: None,
         })
@@ -192,7 +192,7 @@ impl InProcess {
     }
 }
 
-impl Link {
+impl Connection {
     fn call<T: Send + 'static>(
         &self,
         address: &str,
@@ -206,7 +206,7 @@ impl Link {
     }
 }
 
-impl Transport for Link {
+impl Transport for Connection {
     fn discovery(&self, address: &str) -> Call<pb::DiscoveryResponse> {
         self.call(address, |s| Ok(s.discovery()))
     }

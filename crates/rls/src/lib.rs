@@ -81,5 +81,6 @@ pub use service::RateLimitService;
 pub use settings::RlsSettings;
 /// The throttler's Redis store, which [`RateLimitService::with_store`]
 /// counts in.
+#[doc(no_inline)]
 pub use tollgate_throttle::{OnError, RedisStore, RedisStoreBuilder, StoreError};
 pub use unit::Unit;

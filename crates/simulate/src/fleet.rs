@@ -211,10 +211,10 @@ pub enum Action {
     /// The job's mastership moves at once to its next live task.
     Failover(String),
     /// Server tasks stop answering (the whole job without `task`).
-    Kill(Target),
+    Kill(ServerTasks),
     /// Killed tasks start again with empty state; a job without a master
     /// holds an election.
-    Restart(Target),
+    Restart(ServerTasks),
     /// The job and its subtree cannot reach the job's parent for `for`
     /// seconds.
     Partition(Partition),
@@ -237,7 +237,7 @@ pub enum Action {
 /// Server tasks: a job's task, or the whole job.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Target {
+pub struct ServerTasks {
     /// The job's name.
     pub job: String,
     /// The task's number in the job; every task without it.

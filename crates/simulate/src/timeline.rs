@@ -14,7 +14,7 @@
 use tokio::task::JoinSet;
 use tracing::info;
 
-use super::fleet::{Action, Target};
+use super::fleet::{Action, ServerTasks};
 use super::world::World;
 
 /// Seconds a dead master's election lease outlives it: then the job's
@@ -108,7 +108,7 @@ impl World {
             .expect("checked when the fleet was read")
     }
 
-    fn tasks(&self, target: &Target) -> (usize, Vec<usize>) {
+    fn tasks(&self, target: &ServerTasks) -> (usize, Vec<usize>) {
         let job = self.job(&target.job);
         let tasks = match target.task {
             Some(i) => vec![i],

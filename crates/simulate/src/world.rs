@@ -13,7 +13,7 @@ use super::fleet::{Fleet, Wants, MAX_WANTS};
 use super::report::{LevelSample, Overshoot, Sample};
 use super::T0;
 use tollgate_doorman::in_process::watermark::{self, Found, Record};
-use tollgate_doorman::in_process::{self, InProcess, Link};
+use tollgate_doorman::in_process::{self, Connection, InProcess};
 use tollgate_doorman::{Client, ExpiryMode, Resource, ResourceOptions};
 use tollgate_doorman::{Election, Mastership, Promise};
 use tollgate_doorman::{Parent, Server, ServerConfig, WallClock};
@@ -222,10 +222,10 @@ pub(super) struct World {
     pub(super) fleet: Fleet,
     pub(super) rng: Rng,
     pub(super) net: Arc<InProcess>,
-    clients_link: Arc<Link>,
+    clients_link: Arc<Connection>,
     pub(super) clock: Arc<VirtualClock>,
     pub(super) jobs: Vec<Job>,
-    links: Vec<Arc<Link>>,
+    links: Vec<Arc<Connection>>,
     /// Each level's server configuration.
     pub(super) configs: Vec<ServerConfig>,
     /// The root's configured capacity for the clients' resource.
