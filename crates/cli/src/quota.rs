@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tollgate_quota::{
-    load_config, Admin, ClusterOptions, EtcdDocument, OnError, Quota, QuotaLimits, QuotaServer,
-    QuotaStore,
+    load_config, Admin, ClusterOptions, OnError, Quota, QuotaLimits, QuotaServer, QuotaStore,
 };
 use tollgate_service::{ClientTls, ServerLimits, ShutdownSignals};
 use tracing::{info, warn};
@@ -296,7 +295,8 @@ async fn admin(args: &Args, quota: Arc<Quota>) -> anyhow::Result<Admin> {
         return Admin::new(quota, args.config.clone())
             .with_context(|| format!("loading {}", args.config.display()));
     }
-    let etcd = EtcdDocument::new(&args.admin_etcd, &args.admin_etcd_key)?;
+    let etcd =
+        tollgate_service::EtcdKey::new(&args.admin_etcd, args.admin_etcd_key.as_str(), None)?;
     Admin::with_etcd(quota, args.config.clone(), etcd)
         .await
         .with_context(|| {

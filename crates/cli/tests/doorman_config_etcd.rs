@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tollgate_doorman::pb::capacity_client::CapacityClient;
 use tollgate_doorman::EtcdConfigSource;
 use tollgate_doorman::{Server, SingleElection};
-use tollgate_quota::EtcdDocument;
+use tollgate_service::EtcdKey;
 
 use tollgate_testkit::ask;
 use tollgate_testkit::etcd::start_etcd;
@@ -106,7 +106,7 @@ async fn master_of(nodes: &[ServeProcess]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elected_group_serves_the_config_watched_in_etcd() {
     let etcd = start_etcd();
-    let doc = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), KEY).unwrap();
+    let doc = EtcdKey::new(std::slice::from_ref(&etcd.endpoint), KEY, None).unwrap();
     doc.save(&document(100)).await.unwrap();
     let election = "/tollgate/config-test";
     let nodes = [
@@ -248,7 +248,7 @@ async fn the_watch_survives_a_deleted_key_and_an_etcd_restart() {
     .unwrap();
     let mut etcd = start_etcd();
     let key = "/tollgate/library";
-    let doc = EtcdDocument::new(&[etcd.endpoint.clone()], key).unwrap();
+    let doc = EtcdKey::new(&[etcd.endpoint.clone()], key, None).unwrap();
     doc.save(&document(100)).await.unwrap();
 
     let source = EtcdConfigSource::new(&[etcd.endpoint.clone()], key).unwrap();

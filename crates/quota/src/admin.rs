@@ -44,11 +44,10 @@ use axum::Router;
 use tokio::sync::Mutex;
 
 use super::config::{Document, QuotaConfigError, RawBucket, RawNamespace};
-use super::etcd::EtcdDocument;
 use super::names::check_name;
 use super::overlay::{Change, Overlay};
 use super::service::Quota;
-use tollgate_service::EtcdError;
+use tollgate_service::{EtcdError, EtcdKey};
 
 /// The admin API's state.
 #[derive(Debug)]
@@ -58,7 +57,7 @@ pub struct Admin {
     path: PathBuf,
     /// Where the changes are written: [`Overlay::path_for`] `path`.
     overlay_path: PathBuf,
-    etcd: Option<EtcdDocument>,
+    etcd: Option<EtcdKey>,
     overlay: Mutex<Overlay>,
 }
 
@@ -137,7 +136,7 @@ impl Admin {
     pub async fn with_etcd(
         quota: Arc<Quota>,
         path: PathBuf,
-        etcd: EtcdDocument,
+        etcd: EtcdKey,
     ) -> Result<Admin, AdminError> {
         let mut admin = Admin::new(quota, path).map_err(AdminError::Config)?;
         match etcd.load().await.map_err(AdminError::Etcd)? {

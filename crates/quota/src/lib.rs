@@ -58,7 +58,8 @@
 //! shutdown) shares each bucket's rate between several quota
 //! servers through Doorman leases; [`Admin`] edits namespaces and buckets at run
 //! time, kept beside the config file ([`Overlay`], read with it by
-//! [`load_config`]) or in etcd ([`EtcdDocument`]).
+//! [`load_config`]) or under an etcd key (the service kit's
+//! [`EtcdKey`](tollgate_service::EtcdKey)).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -81,7 +82,6 @@ mod admin;
 mod client;
 mod cluster;
 mod config;
-mod etcd;
 mod grpc;
 mod http;
 mod metrics;
@@ -109,7 +109,6 @@ pub use config::{
     BucketConfig, NamespaceConfig, QuotaConfig, QuotaConfigError, DEFAULT_BUCKET_NAME,
     GLOBAL_NAMESPACE,
 };
-pub use etcd::EtcdDocument;
 #[cfg(feature = "wire")]
 pub use grpc::AllowService;
 pub use grpc::ALLOW_PATH;

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use tollgate::ManualClock;
 use tollgate_quota::{
-    load_config, Admin, AdminError, AllowRequest, EtcdDocument, Overlay, Quota, QuotaConfig,
-    QuotaLimits, Status,
+    load_config, Admin, AdminError, AllowRequest, Overlay, Quota, QuotaConfig, QuotaLimits, Status,
 };
 
+use tollgate_service::EtcdKey;
 use tollgate_testkit::etcd::start_etcd;
 
 #[path = "common/admin_api.rs"]
@@ -57,7 +57,12 @@ fn allow(quota: &Quota, bucket: &str, n: i64) -> Status {
 async fn admin_changes_survive_a_restart_through_etcd() {
     let etcd = start_etcd();
     let dir = temp_dir("admin-etcd");
-    let store = EtcdDocument::new(std::slice::from_ref(&etcd.endpoint), "/tollgate/quota").unwrap();
+    let store = EtcdKey::new(
+        std::slice::from_ref(&etcd.endpoint),
+        "/tollgate/quota",
+        None,
+    )
+    .unwrap();
     assert_eq!(store.load().await.unwrap(), None);
 
     // First start: the key is absent, so the local changes (none) are

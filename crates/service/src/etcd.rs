@@ -249,6 +249,24 @@ impl EtcdKey {
         Ok((text, revision))
     }
 
+    /// The key's value as a text document, `None` if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_text`](Self::read_text).
+    pub async fn load(&self) -> Result<Option<String>, EtcdError> {
+        Ok(self.read_text().await?.0)
+    }
+
+    /// Stores the text `document`, replacing what was there.
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Self::put).
+    pub async fn save(&self, document: &str) -> Result<(), EtcdError> {
+        self.put(document.as_bytes()).await
+    }
+
     /// `value` as text.
     ///
     /// # Errors
