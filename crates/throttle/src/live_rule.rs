@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::rules::{stored_key, Extract, Found, Keyed, MissingKey, Mode, RequestHead, Rule};
+use super::rules::{stored_key, Extract, Found, MissingKey, Mode, RequestHead, Rule};
 use super::rules::{RuleKey, SHARED_KEY};
 use super::shared::{Params, RedisStore};
+use super::store::Keyed;
 
 /// A rule with its keyed state.
 #[derive(Debug)]

@@ -491,6 +491,64 @@ impl<P: Policy, K> fmt::Debug for KeyedLimiter<P, K> {
     }
 }
 
+/// A keyed limiter of any policy, behind one object-safe face.
+pub(crate) trait Keyed: Send + Sync + fmt::Debug {
+    fn check(
+        &self,
+        key: &str,
+        now_ns: u64,
+        cost: u64,
+        ban_ns: Option<u64>,
+        standing: bool,
+    ) -> BanCheck;
+    fn window_ns(&self) -> u64;
+    fn settle(&self, key: &str, now_ns: u64, delta: i64);
+    /// As `settle`, and with `standing`, where the key stands after it.
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool) -> Option<Standing>;
+    fn quota(&self) -> u64;
+    fn max_cost(&self) -> u64;
+    fn len(&self) -> usize;
+    fn banned(&self, now_ns: u64) -> usize;
+    fn sweep(&self, now_ns: u64);
+}
+
+impl<P: Policy> Keyed for KeyedLimiter<P, Box<str>> {
+    fn check(
+        &self,
+        key: &str,
+        now_ns: u64,
+        cost: u64,
+        ban_ns: Option<u64>,
+        standing: bool,
+    ) -> BanCheck {
+        self.check_with(key, now_ns, cost, ban_ns, standing)
+    }
+    fn window_ns(&self) -> u64 {
+        self.policy().window_ns()
+    }
+    fn settle(&self, key: &str, now_ns: u64, delta: i64) {
+        KeyedLimiter::settle(self, key, now_ns, delta)
+    }
+    fn settle_with(&self, key: &str, now_ns: u64, delta: i64, standing: bool) -> Option<Standing> {
+        KeyedLimiter::settle_with(self, key, now_ns, delta, standing)
+    }
+    fn quota(&self) -> u64 {
+        self.policy().quota()
+    }
+    fn max_cost(&self) -> u64 {
+        self.policy().max_cost()
+    }
+    fn len(&self) -> usize {
+        KeyedLimiter::len(self)
+    }
+    fn banned(&self, now_ns: u64) -> usize {
+        KeyedLimiter::banned(self, now_ns)
+    }
+    fn sweep(&self, now_ns: u64) {
+        KeyedLimiter::sweep(self, now_ns)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
