@@ -118,7 +118,12 @@ impl InProcess {
 
     /// Registers job number `job` (in order from 0) with its own address
     /// and its tasks' addresses; returns the link its servers call through.
-    pub fn add_job(self: &Arc<Self>, job: usize, address: String, tasks: Vec<String>) -> Arc<Connection> {
+    pub fn add_job(
+        self: &Arc<Self>,
+        job: usize,
+        address: String,
+        tasks: Vec<String>,
+    ) -> Arc<Connection> {
         self.jobs.write_unpoisoned().insert(address, tasks);
         let mut cut = self.cut.write_unpoisoned();
         debug_assert_eq!(cut.len(), job);

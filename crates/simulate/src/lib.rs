@@ -70,7 +70,7 @@ use tokio::time::Instant;
 
 pub use self::fleet::{
     Action, Clients, Drift, EtcdOutage, Event, Fleet, FleetError, Herd, Level, Mishaps, Partition,
-    SetWants, ServerTasks, Wants,
+    ServerTasks, SetWants, Wants,
 };
 use self::report::Recording;
 pub use self::report::{EventReport, LevelSample, Overshoot, Report, Sample};
