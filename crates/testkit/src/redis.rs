@@ -1,7 +1,8 @@
 //! A real `redis-server` (Debian's) for tests: started on 127.0.0.1 on a
 //! free port with no persistence, killed when dropped. Tests that use it
 //! fail, not skip, where it is not installed (`.ci/run` installs it).
-//! Shared by the throttler's and the quota service's Redis tests.
+//! A Cluster ([`RedisCluster`]) and a Sentinel ([`RedisSentinel`]) are
+//! made of such servers. Shared by the Redis tests of every crate.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,6 +17,9 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// Arguments beyond the port, the persistence and the directory.
     extra: Vec<String>,
+    /// A Sentinel's first configuration (written to `sentinel.conf` in
+    /// the directory, which Sentinel rewrites), or `None` for a server.
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -26,6 +30,11 @@ impl RedisServer {
 
     /// As [`start`](Self::start), with more `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::launch(extra, None)
+    }
+
+    /// Starts a server, or a Sentinel with this configuration.
+    fn launch(extra: &[&str], sentinel: Option<String>) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a temporary directory");
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
@@ -37,6 +46,7 @@ impl RedisServer {
                 port,
                 dir,
                 extra: extra.iter().map(|a| a.to_string()).collect(),
+                sentinel: sentinel.clone(),
             };
             if server.spawn() {
                 return server;
@@ -54,7 +64,13 @@ impl RedisServer {
     /// Starts the server on this port; false if it exited (the port was
     /// taken meanwhile).
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.sentinel {
+            let path = self.dir.path().join("sentinel.conf");
+            std::fs::write(&path, config).expect("a sentinel.conf");
+            command.arg(path).arg("--sentinel");
+        }
+        let child = command
             .args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--dir"])
@@ -210,5 +226,45 @@ impl RedisServer {
         let mut buf = [0u8; 512];
         let n = s.read(&mut buf).unwrap_or(0);
         String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
+    }
+}
+
+/// One master and one `redis-server --sentinel` watching it, each on a
+/// free port of 127.0.0.1, the Sentinel's configuration written to its
+/// temporary directory.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    /// The master the Sentinel names [`MASTER`](Self::MASTER).
+    pub master: RedisServer,
+    /// The Sentinel.
+    pub sentinel: RedisServer,
+}
+
+impl RedisSentinel {
+    /// The name the Sentinel knows the master by.
+    pub const MASTER: &'static str = "tollgate";
+
+    /// Starts the master, then the Sentinel (quorum 1), and waits until
+    /// both answer `PING`.
+    pub fn start() -> RedisSentinel {
+        let master = RedisServer::start();
+        let config = format!(
+            "sentinel monitor {} 127.0.0.1 {} 1\n",
+            RedisSentinel::MASTER,
+            master.port
+        );
+        let sentinel = RedisServer::launch(&[], Some(config));
+        RedisSentinel { master, sentinel }
+    }
+
+    /// `redis+sentinel://127.0.0.1:PORT/tollgate`: the master through
+    /// the Sentinel.
+    pub fn url(&self) -> String {
+        self.url_of(RedisSentinel::MASTER)
+    }
+
+    /// `redis+sentinel://127.0.0.1:PORT/MASTER`, for any master name.
+    pub fn url_of(&self, master: &str) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/{master}", self.sentinel.port)
     }
 }

@@ -1,0 +1,93 @@
+//! Where the quota service's Redis store finds Redis, each against real
+//! processes: a master named by a `redis-server --sentinel`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::ManualClock;
+use tollgate_quota::{AllowRequest, OnError, Quota, QuotaConfig, QuotaLimits, QuotaStore, Status};
+use tollgate_testkit::redis::RedisSentinel;
+
+/// About 2026 in nanoseconds since the epoch: Redis' own scale.
+const TODAY: u64 = 1_764_000_000_123_456_789;
+
+const CONFIG: &str = "global_default_bucket: {size: 2, fill_rate: 1, max_debt_millis: 0}\n";
+
+/// A quota server whose buckets are at `url`, on `clock`.
+async fn server(url: String, clock: &ManualClock) -> Result<Quota, String> {
+    let store = QuotaStore::new(url)
+        .map_err(|e| e.to_string())?
+        .deadline(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(2))
+        .on_error(OnError::Deny)
+        .clock(Arc::new(clock.clone()));
+    Quota::with_store(
+        QuotaConfig::from_yaml(CONFIG).expect("a config"),
+        QuotaLimits::default(),
+        Arc::new(clock.clone()),
+        store,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The statuses of `n` Allows of one token with no wait, through Redis
+/// or in memory.
+async fn statuses(quota: &Quota, n: usize, redis: bool) -> Vec<Status> {
+    let mut answers = Vec::new();
+    for _ in 0..n {
+        let req = AllowRequest::new("any", "b", 1).max_wait_millis(0);
+        let decision = if redis {
+            quota.allow_async(&req).await
+        } else {
+            quota.allow(&req)
+        };
+        answers.push(decision.status);
+    }
+    answers
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_through_a_sentinel_decides_on_its_master() {
+    let mut redis = RedisSentinel::start();
+    let clock = ManualClock::new();
+    clock.set_ns(TODAY);
+    let one = server(redis.url(), &clock).await.expect("the master");
+    let two = server(redis.url(), &clock).await.expect("the master");
+    // One server in memory, on the same clock, answers as the two
+    // sharing one bucket through the master do.
+    let memory = Quota::new(
+        QuotaConfig::from_yaml(CONFIG).expect("a config"),
+        QuotaLimits::default(),
+        Arc::new(clock.clone()),
+    );
+    let mut shared = statuses(&one, 2, true).await;
+    shared.extend(statuses(&two, 2, true).await);
+    assert_eq!(shared, statuses(&memory, 4, false).await);
+    assert_eq!(shared.last(), Some(&Status::RejectedTimeout));
+    clock.advance(Duration::from_secs(1));
+    let mut shared = statuses(&two, 1, true).await;
+    shared.extend(statuses(&one, 2, true).await);
+    assert_eq!(shared, statuses(&memory, 3, false).await);
+    // The master gone, the store denies: it was the master deciding.
+    redis.master.kill();
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(statuses(&two, 1, true).await, [Status::RejectedServerError]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_sentinel_that_names_no_such_master_is_one_line_at_start_up() {
+    let redis = RedisSentinel::start();
+    let clock = ManualClock::new();
+    // Bounded: the connect timeout ends it if nothing else does.
+    let line = tokio::time::timeout(
+        Duration::from_secs(30),
+        server(redis.url_of("elsewhere"), &clock),
+    )
+    .await
+    .expect("start-up does not wait forever")
+    .expect_err("no master named elsewhere");
+    assert!(!line.contains('\n'), "{line}");
+    assert!(line.starts_with("redis unreachable: "), "{line}");
+    assert!(line.contains("not found"), "{line}");
+}
