@@ -88,6 +88,9 @@ async fn a_sentinel_that_names_no_such_master_is_one_line_at_start_up() {
     .expect("start-up does not wait forever")
     .expect_err("no master named elsewhere");
     assert!(!line.contains('\n'), "{line}");
-    assert!(line.starts_with("redis unreachable: "), "{line}");
+    assert!(
+        line.starts_with("redis unreachable: redis sentinel master \"elsewhere\": "),
+        "{line}"
+    );
     assert!(line.contains("not found"), "{line}");
 }
