@@ -158,11 +158,19 @@ pub struct LinkSettings {
 }
 
 impl LinkSettings {
-    /// The defaults, at `url`, every key under `prefix`.
+    /// The defaults, at `url` (a list of two or more seeds becomes
+    /// [`cluster`](Self::cluster)), every key under `prefix`.
     pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> LinkSettings {
+        let mut url = url.into();
+        let mut cluster = seeds(&url);
+        if cluster.len() > 1 {
+            url.clear();
+        } else {
+            cluster.clear();
+        }
         LinkSettings {
-            url: url.into(),
-            cluster: Vec::new(),
+            url,
+            cluster,
             ca: None,
             prefix: prefix.into(),
             pool_size: 2,

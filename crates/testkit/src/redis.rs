@@ -1,11 +1,13 @@
 //! A real `redis-server` (Debian's) for tests: started on 127.0.0.1 on a
 //! free port with no persistence, killed when dropped. Tests that use it
 //! fail, not skip, where it is not installed (`.ci/run` installs it).
-//! A Cluster ([`RedisCluster`]) and a Sentinel ([`RedisSentinel`]) are
+//! One may serve TLS too ([`RedisServer::start_tls`]), with a throwaway
+//! CA. A Cluster ([`RedisCluster`]) and a Sentinel ([`RedisSentinel`]) are
 //! made of such servers. Shared by the Redis tests of every crate.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,8 @@ pub struct RedisServer {
     /// A Sentinel's first configuration (written to `sentinel.conf` in
     /// the directory, which Sentinel rewrites), or `None` for a server.
     sentinel: Option<String>,
+    /// The TLS port, beside the plain one, when started with TLS.
+    tls_port: Option<u16>,
 }
 
 impl RedisServer {
@@ -30,23 +34,31 @@ impl RedisServer {
 
     /// As [`start`](Self::start), with more `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, None)
+        RedisServer::launch(extra, None, false)
     }
 
-    /// Starts a server, or a Sentinel with this configuration.
-    fn launch(extra: &[&str], sentinel: Option<String>) -> RedisServer {
+    /// As [`start`](Self::start), also serving TLS on a second port
+    /// ([`tls_url`](Self::tls_url)) with a certificate for `127.0.0.1`
+    /// and `localhost` from a throwaway CA ([`ca_file`](Self::ca_file)).
+    pub fn start_tls() -> RedisServer {
+        RedisServer::launch(&[], None, true)
+    }
+
+    /// Starts a server (with TLS too if `tls`), or a Sentinel with this
+    /// configuration.
+    fn launch(extra: &[&str], sentinel: Option<String>, tls: bool) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a temporary directory");
+        if tls {
+            write_certificates(dir.path());
+        }
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
             let mut server = RedisServer {
                 child: None,
-                port,
+                port: free_port(),
                 dir,
                 extra: extra.iter().map(|a| a.to_string()).collect(),
                 sentinel: sentinel.clone(),
+                tls_port: tls.then(free_port),
             };
             if server.spawn() {
                 return server;
@@ -69,6 +81,19 @@ impl RedisServer {
             let path = self.dir.path().join("sentinel.conf");
             std::fs::write(&path, config).expect("a sentinel.conf");
             command.arg(path).arg("--sentinel");
+        }
+        if let Some(port) = self.tls_port {
+            let file = |name: &str| self.dir.path().join(name);
+            command
+                .arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(file("server.pem"))
+                .arg("--tls-key-file")
+                .arg(file("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(file("ca.pem"))
+                .args(["--tls-auth-clients", "no"]);
         }
         let child = command
             .args(["--bind", "127.0.0.1", "--port"])
@@ -117,6 +142,20 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// `rediss://127.0.0.1:PORT`, the TLS port of a server started with
+    /// [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("a server started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
+    }
+
+    /// The CA (PEM) that a [`start_tls`](Self::start_tls) server's
+    /// certificate chains to.
+    pub fn ca_file(&self) -> PathBuf {
+        assert!(self.tls_port.is_some(), "a server started with start_tls");
+        self.dir.path().join("ca.pem")
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -153,6 +192,38 @@ impl RedisServer {
             "redis-server did not restart on port {}",
             self.port
         );
+    }
+}
+
+/// A port free on 127.0.0.1 now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A throwaway CA (`ca.pem`) and a certificate it signs for `127.0.0.1`
+/// and `localhost` (`server.pem`, `server.key`), written to `dir`.
+fn write_certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).expect("a CA certificate");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("a server key");
+    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let cert = CertificateParams::new(names)
+        .expect("server parameters")
+        .signed_by(&key, &issuer)
+        .expect("a server certificate");
+    for (name, pem) in [
+        ("ca.pem", ca_cert.pem()),
+        ("server.pem", cert.pem()),
+        ("server.key", key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(name), pem).expect("a certificate file");
     }
 }
 
@@ -253,7 +324,7 @@ impl RedisSentinel {
             RedisSentinel::MASTER,
             master.port
         );
-        let sentinel = RedisServer::launch(&[], Some(config));
+        let sentinel = RedisServer::launch(&[], Some(config), false);
         RedisSentinel { master, sentinel }
     }
 

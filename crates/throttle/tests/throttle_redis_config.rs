@@ -1,12 +1,14 @@
 //! Where the throttler's Redis store finds Redis, each against real
 //! processes: a master named by a `redis-server --sentinel`, and one
-//! line at start-up for a Sentinel that names no such master.
+//! line at start-up for a Sentinel that names no such master; a server
+//! over TLS whose CA the store is given, and one line at start-up for a
+//! certificate the store does not trust.
 
 use std::time::Duration;
 
 use axum::http::Request;
 use tollgate::ManualClock;
-use tollgate_testkit::redis::RedisSentinel;
+use tollgate_testkit::redis::{RedisSentinel, RedisServer};
 use tollgate_throttle::{
     Extract, FixedWindow, Limit, OnError, RedisStore, RequestHead, Rule, Throttler,
 };
@@ -83,4 +85,76 @@ async fn a_sentinel_that_names_no_such_master_is_one_line_at_start_up() {
         "{line}"
     );
     assert!(line.contains("not found"), "{line}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_over_tls_decides_with_its_ca_trusted() {
+    let server = RedisServer::start_tls();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let store = RedisStore::builder(server.tls_url())
+        .ca(server.ca_file())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .on_error(OnError::Deny)
+        .connect()
+        .await
+        .expect("the CA is trusted");
+    let throttler = throttler(store);
+    assert_eq!(admitted(&throttler, "a", 3).await, [true, true, false]);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(admitted(&throttler, "a", 3).await, [true, true, false]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_untrusted_certificate_is_one_line_at_start_up() {
+    let server = RedisServer::start_tls();
+    let other = RedisServer::start_tls();
+    // The system's roots, then another CA: neither signed the server's.
+    for ca in [None, Some(other.ca_file())] {
+        let mut builder =
+            RedisStore::builder(server.tls_url()).connect_timeout(Duration::from_secs(2));
+        if let Some(ca) = ca {
+            builder = builder.ca(ca);
+        }
+        let e = tokio::time::timeout(Duration::from_secs(30), builder.connect())
+            .await
+            .expect("start-up does not wait forever")
+            .expect_err("an untrusted certificate");
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "redis unreachable: {}: ",
+                server.tls_url().trim_start_matches("rediss://")
+            )),
+            "{line}"
+        );
+        assert!(line.contains("certificate"), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_rules_yaml_gives_the_ca() {
+    let server = RedisServer::start_tls();
+    let yaml = format!(
+        "store: {{url: \"{}\", ca: \"{}\", on_error: deny}}\nrules: []\n",
+        server.tls_url(),
+        server.ca_file().display()
+    );
+    let builder = tollgate_throttle::store_from_yaml(&yaml)
+        .expect("a store section")
+        .expect("a store");
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let store = builder
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("the CA is trusted");
+    assert_eq!(
+        admitted(&throttler(store), "a", 3).await,
+        [true, true, false]
+    );
 }
