@@ -58,7 +58,8 @@ pub(crate) struct Args {
     debug_host: IpAddr,
     /// Most dynamic buckets alive at once, all namespaces together: bounds
     /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
-    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
+    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS. With
+    /// --store, it holds per server, on the dynamic buckets each answers.
     #[arg(long, default_value_t = QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
     /// How often idle buckets are removed.
