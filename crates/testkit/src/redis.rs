@@ -156,6 +156,37 @@ impl RedisServer {
         self.dir.path().join("ca.pem")
     }
 
+    /// Runs one command (`args[0]` and its arguments) on a connection of
+    /// its own; the reply as `T`.
+    ///
+    /// # Panics
+    ///
+    /// Where the server cannot be reached or answers with an error.
+    pub async fn query<T: ::redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let (name, rest) = args.split_first().expect("a command");
+        let client = ::redis::Client::open(self.url()).expect("a url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis answers");
+        ::redis::cmd(name)
+            .arg(rest)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// The scripts the server has run: its `EVALSHA` and `EVAL` calls,
+    /// less the failed ones (such as a first `EVALSHA` before the script
+    /// is loaded), from `INFO commandstats`.
+    pub async fn script_calls(&self) -> u64 {
+        let info: String = self.query(&["INFO", "commandstats"]).await;
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+            .sum()
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -193,6 +224,47 @@ impl RedisServer {
             self.port
         );
     }
+}
+
+/// The number after `name` in an `INFO` line.
+fn field(line: &str, name: &str) -> u64 {
+    let rest = &line[line.find(name).expect("the field") + name.len()..];
+    rest[..rest.find(',').unwrap_or(rest.len())]
+        .parse()
+        .expect("a count")
+}
+
+/// A key prefix, starting with `tag`, that no other caller in this
+/// process has had: servers given one start with no state, as in-memory
+/// ones do, on a Redis that other tests share.
+pub fn fresh_prefix(tag: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // Relaxed: a counter; only its uniqueness matters.
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{tag}{n}:")
+}
+
+/// The error a Redis store's start-up ends with, as one line: `connecting`
+/// must fail within 30 s (its own connect timeout is shorter), with a
+/// message of one line beginning with `start`.
+///
+/// # Panics
+///
+/// Where it connects, takes longer, or says something else.
+pub async fn start_up_error<T, E: std::fmt::Display>(
+    connecting: impl std::future::Future<Output = Result<T, E>>,
+    start: &str,
+) -> String {
+    let outcome = tokio::time::timeout(Duration::from_secs(30), connecting)
+        .await
+        .expect("start-up does not wait forever");
+    let Err(e) = outcome else {
+        panic!("connected, where starting should fail with \"{start}...\"");
+    };
+    let line = e.to_string();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(line.starts_with(start), "{line}");
+    line
 }
 
 /// A port free on 127.0.0.1 now.
