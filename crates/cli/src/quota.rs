@@ -57,7 +57,8 @@ pub(crate) struct Args {
     debug_host: IpAddr,
     /// Most dynamic buckets alive at once, all namespaces together: bounds
     /// memory where a namespace's `max_dynamic_buckets` is 0 (no cap of its
-    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS.
+    /// own, as in the reference). Past it, REJECTED_TOO_MANY_BUCKETS. With
+    /// --store, it holds per server, on the dynamic buckets each answers.
     #[arg(long, default_value_t = QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS, value_parser = cli::positive::<u64>)]
     max_dynamic_buckets: u64,
     /// How often idle buckets are removed.
@@ -68,12 +69,18 @@ pub(crate) struct Args {
     reload_interval: Duration,
     /// Keep the buckets in Redis at this URL (`redis://[user:pass@]HOST:PORT[/DB]`,
     /// `rediss://` for TLS, `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER`),
-    /// shared by every quota server on it with the same --store-prefix, so
-    /// that several servers behind one address answer as one. Redis must be
-    /// reachable at start (within --store-connect-timeout). Replaces the
-    /// configuration file's `store:` section, if any.
+    /// or in a Redis Cluster through its seed nodes (two or more URLs,
+    /// comma-separated or each after its own --store), shared by every
+    /// quota server on it with the same --store-prefix, so that several
+    /// servers behind one address answer as one. Redis must be reachable at
+    /// start (within --store-connect-timeout). Replaces the configuration
+    /// file's `store:` section, if any.
     #[arg(long, value_name = "URL", conflicts_with = "lease_servers")]
-    store: Option<String>,
+    store: Vec<String>,
+    /// With --store: trust this CA (PEM) for `rediss://` servers instead of
+    /// the system's roots.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    store_ca: Option<PathBuf>,
     /// With --store: the prefix of every Redis key.
     #[arg(long, default_value = "tollgate:quota:", requires = "store")]
     store_prefix: String,
@@ -183,6 +190,26 @@ impl Args {
     }
 }
 
+impl Args {
+    /// The store `--store` and its flags name, if any: one URL, or a
+    /// Cluster's seeds.
+    fn store(&self) -> anyhow::Result<Option<QuotaStore>> {
+        if self.store.is_empty() {
+            return Ok(None);
+        }
+        let mut store = QuotaStore::new(self.store.join(","))?
+            .prefix(self.store_prefix.clone())
+            .deadline(self.store_deadline)
+            .on_error(self.store_on_error)
+            .replicas(self.store_replicas)
+            .connect_timeout(self.store_connect_timeout);
+        if let Some(ca) = &self.store_ca {
+            store = store.ca(ca.clone());
+        }
+        Ok(Some(store))
+    }
+}
+
 /// An `--store-on-error` mode.
 fn on_error(text: &str) -> Result<OnError, String> {
     text.parse::<OnError>().map_err(|e| e.to_string())
@@ -198,17 +225,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let signals =
         ShutdownSignals::install().context("installing the SIGTERM and SIGINT handlers")?;
     // A store URL that cannot be parsed fails before anything starts.
-    let store = match &args.store {
-        Some(url) => Some(
-            QuotaStore::new(url.as_str())?
-                .prefix(args.store_prefix.clone())
-                .deadline(args.store_deadline)
-                .on_error(args.store_on_error)
-                .replicas(args.store_replicas)
-                .connect_timeout(args.store_connect_timeout),
-        ),
-        None => None,
-    };
+    let store = args.store()?;
     // TLS files first: a wrong path fails before anything starts.
     let tls = args.tls.tls();
     if let Some(tls) = &tls {
@@ -305,4 +322,39 @@ async fn admin(args: &Args, quota: Arc<Quota>) -> anyhow::Result<Admin> {
                 args.admin_etcd_key
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::{Cli, Command};
+    use tollgate_quota::QuotaStore;
+
+    fn store(argv: &[&str]) -> Option<QuotaStore> {
+        let cli =
+            Cli::try_parse_from([&["tollgate", "quota", "--config", "q.yaml"], argv].concat())
+                .expect("valid arguments");
+        let Command::Quota(args) = cli.command else {
+            panic!("not quota");
+        };
+        args.store().expect("a store")
+    }
+
+    #[test]
+    fn store_takes_a_url_or_a_clusters_seeds_listed_or_repeated() {
+        assert_eq!(store(&[]), None);
+        assert_eq!(
+            store(&["--store", "redis://10.0.0.1:6379"]),
+            Some(QuotaStore::new("redis://10.0.0.1:6379").unwrap())
+        );
+        let seeds = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+        let cluster = Some(QuotaStore::cluster(seeds).unwrap());
+        assert_eq!(store(&["--store", &seeds.join(",")]), cluster);
+        assert_eq!(store(&["--store", seeds[0], "--store", seeds[1]]), cluster);
+        assert_eq!(
+            store(&["--store", "rediss://h:1", "--store-ca", "ca.pem"]),
+            Some(QuotaStore::new("rediss://h:1").unwrap().ca("ca.pem"))
+        );
+    }
 }

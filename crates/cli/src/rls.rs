@@ -99,11 +99,17 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = RlsSettings::DEFAULT_MAX_KEYS, value_parser = cli::positive::<usize>)]
     max_keys: usize,
     /// Keep the counters in Redis (`redis://HOST:PORT`, `rediss://` for
-    /// TLS, `redis+sentinel://HOST:PORT/MASTER`), so that every `tollgate
-    /// rls` on it answers as one, as envoyproxy/ratelimit's replicas on
-    /// its Redis do. Without it, each process counts alone in memory.
-    #[arg(long)]
-    store: Option<String>,
+    /// TLS, `redis+sentinel://HOST:PORT/MASTER`, or a Redis Cluster's
+    /// seed nodes: two or more URLs, comma-separated or each after its own
+    /// --store), so that every `tollgate rls` on it answers as one, as
+    /// envoyproxy/ratelimit's replicas on its Redis do. Without it, each
+    /// process counts alone in memory.
+    #[arg(long, value_name = "URL")]
+    store: Vec<String>,
+    /// With --store: trust this CA (PEM) for `rediss://` servers instead
+    /// of the system's roots.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    store_ca: Option<PathBuf>,
     /// The prefix of every Redis key: replicas share counters by sharing
     /// a store and a prefix.
     #[arg(long, default_value = "tollgate:rls:", requires = "store")]
@@ -257,15 +263,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let server_limits = args.limits();
     crate::serve::raise_fd_limit(server_limits.max_connections);
     let mut service = RateLimitService::new(Some(config), settings, Arc::new(UnixClock));
-    if let Some(url) = &args.store {
+    if !args.store.is_empty() {
+        let url = args.store.join(",");
         let on_error: OnError = args.on_error.parse()?;
-        let store = RedisStore::builder(url.as_str())
+        let mut store = RedisStore::builder(url.as_str())
             .prefix(args.store_prefix.as_str())
             .deadline(args.store_deadline)
             .on_error(on_error)
-            .replicas(args.replicas)
-            .connect()
-            .await?;
+            .replicas(args.replicas);
+        if let Some(ca) = &args.store_ca {
+            store = store.ca(ca);
+        }
+        let store = store.connect().await?;
         service = service.with_store(store)?;
         info!(store = %url, prefix = %args.store_prefix, "rls counters in Redis");
     }

@@ -226,7 +226,12 @@ pub(crate) struct Document {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStore {
-    url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cluster: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ca: Option<std::path::PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,8 +254,22 @@ impl RawStore {
             field,
             problem,
         };
-        let mut store =
-            QuotaStore::new(self.url.as_str()).map_err(|e| invalid("store.url", e.to_string()))?;
+        let mut store = match (&self.url, self.cluster.is_empty()) {
+            (Some(url), true) => {
+                QuotaStore::new(url.as_str()).map_err(|e| invalid("store.url", e.to_string()))?
+            }
+            (None, false) => QuotaStore::cluster(self.cluster.iter().cloned())
+                .map_err(|e| invalid("store.cluster", e.to_string()))?,
+            _ => {
+                return Err(invalid(
+                    "store",
+                    "give either a url or a cluster seed list".into(),
+                ))
+            }
+        };
+        if let Some(ca) = &self.ca {
+            store = store.ca(ca.clone());
+        }
         if let Some(prefix) = &self.prefix {
             store = store.prefix(prefix.clone());
         }
@@ -604,6 +623,9 @@ impl QuotaConfig {
     /// ```yaml
     /// store:
     ///   url: redis://redis.internal:6379   # rediss://, redis+sentinel://HOST:PORT/MASTER
+    ///   # or, for a Redis Cluster, its seed nodes instead of `url`:
+    ///   # cluster: [redis://10.0.0.1:6379, redis://10.0.0.2:6379]
+    ///   # ca: /etc/redis/ca.pem          # the CA of rediss:// servers (default: the system's)
     ///   prefix: "tollgate:quota:"
     ///   pool_size: 2
     ///   deadline_millis: 10

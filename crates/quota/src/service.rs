@@ -231,6 +231,13 @@ impl Quota {
         };
         let too_many_tokens =
             tokens > bucket.max_tokens_per_request || tokens > tollgate::TokenBucket::MAX_OPS;
+        if kind == BucketKind::Dynamic && !self.has_local_room(kind, ns, name, too_many_tokens) {
+            self.metrics
+                .misses
+                .with_label_values(&[ns, "too_many_buckets"])
+                .inc();
+            return Decision::rejected(Status::RejectedTooManyBuckets);
+        }
         let dynamic_cap = config
             .namespaces
             .get(ns)
@@ -298,6 +305,26 @@ impl Quota {
                     OnError::Local => self.decide(req),
                 }
             }
+        }
+    }
+
+    /// Whether this server has room for the dynamic bucket `name` of
+    /// `namespace` under the server-wide cap (and the namespace's own):
+    /// with a store, the server keeps its own bucket of each dynamic name
+    /// it answers (the one [`OnError::Local`] decides on), so
+    /// [`crate::QuotaLimits::max_dynamic_buckets`] counts those, per server, as
+    /// in memory. A request asking too many tokens creates none.
+    fn has_local_room(&self, kind: BucketKind, ns: &str, name: &str, too_many: bool) -> bool {
+        let config = self.registry.config_locked();
+        let Some((_, _, _, bucket)) = resolve(&config, ns, name) else {
+            return true;
+        };
+        if too_many {
+            self.registry.has_room(&config, kind, ns, name).is_ok()
+        } else {
+            self.registry
+                .get_or_create(&config, kind, ns, name, bucket)
+                .is_ok()
         }
     }
 

@@ -38,11 +38,12 @@
 //! [`TokenBucket::set_settings`]: tollgate::TokenBucket::set_settings
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{BucketSettings, Clock};
-use tollgate_service::redis_link::{Link, LinkError, Target};
+use tollgate_service::redis_link::{Link, LinkError, LinkSettings};
 
 /// The script every Allow runs.
 const SOURCE: &str = include_str!("store/reserve.lua");
@@ -81,20 +82,16 @@ pub use tollgate_service::redis_link::OnError;
 /// ```
 #[derive(Clone)]
 pub struct QuotaStore {
-    url: String,
-    prefix: String,
-    pool_size: usize,
-    deadline: Duration,
-    connect_timeout: Duration,
-    on_error: OnError,
-    replicas: u32,
+    link: LinkSettings,
     clock: Option<Arc<dyn Clock>>,
 }
 
 impl QuotaStore {
     /// A store at `url`: `redis://[user:password@]host:port[/db]`,
-    /// `rediss://` (TLS, the system's roots), or
-    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`; the key
+    /// `rediss://` (TLS, the system's roots or [`ca`](Self::ca)),
+    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`, or a
+    /// comma-separated list of two or more `redis://` URLs (a Redis
+    /// Cluster's seed nodes, as [`cluster`](Self::cluster)); the key
     /// prefix `tollgate:quota:`, 2 connections, a deadline of 10 ms, a
     /// connect timeout of 2 s, [`OnError::Local`] and one replica.
     ///
@@ -102,59 +99,72 @@ impl QuotaStore {
     ///
     /// A URL that cannot be parsed: one line naming it and why.
     pub fn new(url: impl Into<String>) -> Result<QuotaStore, LinkError> {
-        let url = url.into();
-        Target::parse(&url)?;
-        Ok(QuotaStore {
-            url,
-            prefix: "tollgate:quota:".to_owned(),
-            pool_size: 2,
-            deadline: Duration::from_millis(10),
-            connect_timeout: Duration::from_secs(2),
-            on_error: OnError::Local,
-            replicas: 1,
-            clock: None,
-        })
+        let link = LinkSettings::new(url, "tollgate:quota:");
+        link.check()?;
+        Ok(QuotaStore { link, clock: None })
+    }
+
+    /// A Redis Cluster reached through these seed nodes (`redis://` or
+    /// `rediss://` URLs), with the defaults of [`new`](Self::new).
+    ///
+    /// # Errors
+    ///
+    /// Seeds that cannot be used: one line naming them and why.
+    pub fn cluster<S: Into<String>>(
+        seeds: impl IntoIterator<Item = S>,
+    ) -> Result<QuotaStore, LinkError> {
+        let mut link = LinkSettings::new("", "tollgate:quota:");
+        link.cluster = seeds.into_iter().map(Into::into).collect();
+        link.check()?;
+        Ok(QuotaStore { link, clock: None })
+    }
+
+    /// Trusts the CA in this PEM file for `rediss://` servers, instead of
+    /// the system's roots. The file is read when connecting.
+    pub fn ca(mut self, ca_file: impl Into<PathBuf>) -> QuotaStore {
+        self.link.ca = Some(ca_file.into());
+        self
     }
 
     /// The prefix of every key (default `tollgate:quota:`); servers share
     /// buckets by sharing a prefix. A brace in it is refused when
     /// connecting (it would move the hash tag).
     pub fn prefix(mut self, prefix: impl Into<String>) -> QuotaStore {
-        self.prefix = prefix.into();
+        self.link.prefix = prefix.into();
         self
     }
 
     /// Multiplexed connections, used in turn (default 2, at least 1).
     pub fn pool_size(mut self, n: usize) -> QuotaStore {
-        self.pool_size = n.max(1);
+        self.link.pool_size = n.max(1);
         self
     }
 
     /// The longest an Allow waits for Redis (default 10 ms); past it the
     /// [`OnError`] mode answers.
     pub fn deadline(mut self, deadline: Duration) -> QuotaStore {
-        self.deadline = deadline;
+        self.link.deadline = deadline;
         self
     }
 
     /// The longest connecting at start-up, and each reconnection try, take
     /// (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> QuotaStore {
-        self.connect_timeout = timeout;
+        self.link.connect_timeout = timeout;
         self
     }
 
     /// What an Allow is answered when Redis fails (default
     /// [`OnError::Local`]).
     pub fn on_error(mut self, on_error: OnError) -> QuotaStore {
-        self.on_error = on_error;
+        self.link.on_error = on_error;
         self
     }
 
     /// How many servers share the buckets (default 1): under
     /// [`OnError::Local`] each decides alone at `fill_rate / replicas`.
     pub fn replicas(mut self, replicas: u32) -> QuotaStore {
-        self.replicas = replicas.max(1);
+        self.link.replicas = replicas.max(1);
         self
     }
 
@@ -167,20 +177,12 @@ impl QuotaStore {
 
     /// What an Allow is answered when Redis fails.
     pub fn on_error_mode(&self) -> OnError {
-        self.on_error
+        self.link.on_error
     }
 
     /// Connects, within the connect timeout.
     pub(crate) async fn connect(self) -> Result<Connected, LinkError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(LinkError::Config(format!(
-                "the key prefix \"{}\" holds a brace, which would move the hash tag",
-                self.prefix
-            )));
-        }
-        let target = Target::parse(&self.url)?;
-        let link =
-            Link::connect(target, self.pool_size, self.connect_timeout, "quota store").await?;
+        let link = self.link.connect("quota store").await?;
         Ok(Connected {
             link,
             script: redis::Script::new(SOURCE),
@@ -192,41 +194,16 @@ impl QuotaStore {
 /// Equal settings; the test clock is not compared.
 impl PartialEq for QuotaStore {
     fn eq(&self, other: &QuotaStore) -> bool {
-        self.url == other.url
-            && self.prefix == other.prefix
-            && self.pool_size == other.pool_size
-            && self.deadline == other.deadline
-            && self.connect_timeout == other.connect_timeout
-            && self.on_error == other.on_error
-            && self.replicas == other.replicas
+        self.link == other.link
     }
 }
 
+/// The URL's password is not shown.
 impl fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QuotaStore")
-            .field("url", &redacted(&self.url))
-            .field("prefix", &self.prefix)
-            .field("pool_size", &self.pool_size)
-            .field("deadline", &self.deadline)
-            .field("on_error", &self.on_error)
-            .field("replicas", &self.replicas)
+            .field("link", &self.link)
             .finish_non_exhaustive()
-    }
-}
-
-/// `url` with its password, if any, replaced by `***`, for logs.
-fn redacted(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    match url[start..].find('@') {
-        Some(at) => {
-            let userinfo = &url[start..start + at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..start], &url[start + at..])
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -270,12 +247,12 @@ pub(crate) struct Connected {
 impl Connected {
     /// What an Allow is answered when Redis fails.
     pub(crate) fn on_error(&self) -> OnError {
-        self.store.on_error
+        self.store.link.on_error
     }
 
     /// The servers sharing the buckets.
     pub(crate) fn replicas(&self) -> u32 {
-        self.store.replicas
+        self.store.link.replicas
     }
 
     /// The settings it was connected with.
@@ -287,14 +264,18 @@ impl Connected {
     fn key(&self, namespace: &str, name: &str) -> String {
         format!(
             "{}{}{{{namespace}}}:{name}",
-            self.store.prefix,
+            self.store.link.prefix,
             namespace.len()
         )
     }
 
     /// The key of `namespace`'s set of live dynamic buckets.
     fn dynamic_key(&self, namespace: &str) -> String {
-        format!("{}{}{{{namespace}}}", self.store.prefix, namespace.len())
+        format!(
+            "{}{}{{{namespace}}}",
+            self.store.link.prefix,
+            namespace.len()
+        )
     }
 
     /// Decides `r` in Redis, within the deadline.
@@ -307,7 +288,10 @@ impl Connected {
         for arg in args(r, self.store.clock.as_ref().map(|c| c.now_ns())) {
             invocation.arg(arg);
         }
-        let reply: Vec<String> = self.link.invoke(&invocation, self.store.deadline).await?;
+        let reply: Vec<String> = self
+            .link
+            .invoke(&invocation, self.store.link.deadline)
+            .await?;
         answer(&reply)
     }
 }
@@ -408,14 +392,8 @@ mod tests {
 
     #[test]
     fn a_password_is_not_shown() {
-        assert_eq!(
-            redacted("redis://app:s3cret@redis.internal:6379/2"),
-            "redis://app:***@redis.internal:6379/2"
-        );
-        assert_eq!(
-            redacted("redis://redis.internal:6379"),
-            "redis://redis.internal:6379"
-        );
+        let store = QuotaStore::new("redis://app:s3cret@redis.internal:6379/2").unwrap();
+        assert!(format!("{store:?}").contains("redis://app:***@redis.internal:6379/2"));
         let store = QuotaStore::new("rediss://:pw@h:1").unwrap();
         assert!(!format!("{store:?}").contains("pw"));
     }

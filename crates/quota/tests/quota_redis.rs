@@ -23,7 +23,9 @@ enum Step {
     Advance(u64),
     Ask(&'static str, &'static str, i64, Option<i64>),
     Reload(&'static str),
-    /// Removes idle buckets in memory; Redis expires them by itself.
+    /// Removes idle buckets in memory, and the Redis server's own (those
+    /// it counts against the server-wide cap); Redis expires its keys by
+    /// itself.
     Reap,
 }
 
@@ -75,6 +77,7 @@ impl Pair {
                 Advance(ns) => self.clock.advance(Duration::from_nanos(*ns)),
                 Reap => {
                     self.memory.reap();
+                    self.redis.reap();
                 }
                 Reload(yaml) => {
                     let config = QuotaConfig::from_yaml(yaml).expect("a config");
@@ -274,6 +277,71 @@ async fn tokens_per_request_and_dynamic_caps_match() {
         ]
     );
     assert_eq!(answers[2].tokens_granted, 0);
+}
+
+async fn ask(quota: &Quota, bucket: &str) -> Status {
+    let req = AllowRequest::new("open", bucket, 1);
+    quota.allow_async(&req).await.status
+}
+
+/// `--max-dynamic-buckets` holds per server with buckets in Redis: each
+/// server counts the dynamic buckets it answers for, as in memory, and
+/// frees one when it is reaped.
+#[tokio::test(flavor = "current_thread")]
+async fn the_server_wide_cap_on_dynamic_buckets_holds_per_server() {
+    let server = RedisServer::start();
+    let yaml = "namespaces:\n  open:\n    dynamic_bucket_template: \
+                {size: 10, fill_rate: 10, max_idle_millis: 1000}\n";
+    let limits = QuotaLimits {
+        max_dynamic_buckets: 2,
+    };
+    let clock = ManualClock::new();
+    clock.set_ns(TODAY);
+    let config = QuotaConfig::from_yaml(yaml).expect("a config");
+    let memory = Quota::new(config.clone(), limits, Arc::new(clock.clone()));
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let store = QuotaStore::new(server.url())
+            .expect("a url")
+            .prefix("server-cap:")
+            .deadline(Duration::from_secs(5))
+            .on_error(OnError::Deny)
+            .clock(Arc::new(clock.clone()));
+        let quota = Quota::with_store(config.clone(), limits, Arc::new(clock.clone()), store)
+            .await
+            .expect("redis is up");
+        servers.push(quota);
+    }
+    let (one, two) = (&servers[0], &servers[1]);
+    let mut answers = Vec::new();
+    for bucket in ["a", "b", "c", "a"] {
+        let in_memory = memory.allow(&AllowRequest::new("open", bucket, 1)).status;
+        let on_redis = ask(one, bucket).await;
+        assert_eq!(on_redis, in_memory, "{bucket}");
+        answers.push(on_redis);
+    }
+    assert_eq!(
+        answers,
+        [
+            Status::Ok,
+            Status::Ok,
+            Status::RejectedTooManyBuckets,
+            Status::Ok
+        ]
+    );
+    // The other server counts its own.
+    assert_eq!(ask(two, "c").await, Status::Ok);
+    assert_eq!(ask(two, "d").await, Status::Ok);
+    assert_eq!(ask(two, "e").await, Status::RejectedTooManyBuckets);
+    assert_eq!(one.registry().dynamic_total(), 2);
+    assert_eq!(two.registry().dynamic_total(), 2);
+    // Reaped once idle, a server has room again.
+    clock.advance(Duration::from_millis(1_001));
+    assert_eq!(one.reap(), 2);
+    assert_eq!(ask(one, "c").await, Status::Ok);
+    assert_eq!(ask(one, "e").await, Status::Ok);
+    assert_eq!(ask(one, "f").await, Status::RejectedTooManyBuckets);
+    assert_eq!(one.metrics().store_errors(OnError::Deny), 0);
 }
 
 /// A bucket idle for its max idle starts afresh and, if dynamic, leaves

@@ -470,35 +470,13 @@ fn add_children(
 }
 
 /// The files a `--config` path names: itself, or the regular files under
-/// it (recursively, in name order, dot files skipped).
+/// it (recursively, in name order, dot files skipped: the files the
+/// reload watches, [`tollgate_service::files_under`]).
 pub(crate) fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|e| {
-        ConfigError::new(&path.display().to_string(), format!("cannot be read: {e}"))
-    })?;
-    if !meta.is_dir() {
-        return Ok(vec![path.to_owned()]);
-    }
-    let mut out = Vec::new();
-    let mut dirs = vec![path.to_owned()];
-    while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| {
-            ConfigError::new(&dir.display().to_string(), format!("cannot be read: {e}"))
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|e| {
-                ConfigError::new(&dir.display().to_string(), format!("cannot be read: {e}"))
-            })?;
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let p = entry.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
+    tollgate_service::files_under(path).map_err(|(unread, e)| {
+        ConfigError::new(
+            &unread.display().to_string(),
+            format!("cannot be read: {e}"),
+        )
+    })
 }

@@ -4,25 +4,19 @@
 //!
 //! # Implementation notes
 //!
-//! Every `poll` the watcher lists the files a load reads (the file, or
-//! every file under the directory, dot files aside: `config::config_files`)
-//! with each one's modification time and length, and reloads when that
-//! list differs from the last one seen. A file edited in place changes its
-//! own time but not its directory's, so the directory's time alone would
-//! miss it. Polling rather than inotify (the `notify` crate): a handful of
-//! `stat` calls a second cost nothing beside a rate limit service's work,
-//! add no dependency, and see what inotify watches misread, such as a
-//! Kubernetes ConfigMap's directory swapped through a symlink, or a
-//! network filesystem. A SIGHUP reloads whatever the list says, and
-//! records it.
+//! The watching is the service kit's `watch_file`: every `poll` it lists
+//! the files a load reads (the file, or every file under the directory,
+//! dot files aside) with each one's modification time and length, and
+//! reloads when that list differs from the last one seen; a SIGHUP
+//! reloads whatever the list says. Here is only the reload target.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use tollgate_service::{hangup, reload_file, Reload};
+use tollgate_service::{hangup, reload_file, watch_file, Reload};
 
-use super::config::{config_files, ConfigError, RlsConfig};
+use super::config::{ConfigError, RlsConfig};
 use super::service::RateLimitService;
 
 /// The service as a reload target; `MERGE` is the documents' merge
@@ -111,52 +105,11 @@ pub fn spawn(
     merge: bool,
     poll: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    let mut last = files(&path);
-    #[cfg_attr(not(unix), allow(unused_mut, unused_variables))]
-    let mut hup = hangup();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hup.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
-            tokio::select! {
-                _ = tick.tick() => {
-                    let now = files(&path);
-                    if now != last {
-                        last = now;
-                        reload(&service, &path, merge);
-                    }
-                }
-                Some(_) = hangup => {
-                    last = files(&path);
-                    reload(&service, &path, merge);
-                }
-            }
-        }
-    })
-}
-
-/// The files a load of `path` reads, each with its modification time and
-/// length; `None` where `path` cannot be listed (the load says why).
-fn files(path: &Path) -> Option<Vec<(PathBuf, Option<SystemTime>, u64)>> {
-    let files = config_files(path).ok()?;
-    Some(
-        files
-            .into_iter()
-            .map(|f| {
-                let meta = std::fs::metadata(&f).ok();
-                let modified = meta.as_ref().and_then(|m| m.modified().ok());
-                let len = meta.map_or(0, |m| m.len());
-                (f, modified, len)
-            })
-            .collect(),
-    )
+    let hup = hangup();
+    match (merge, service.store().is_some()) {
+        (false, false) => watch_file(Target::<false, false>(service), path, poll, hup),
+        (false, true) => watch_file(Target::<false, true>(service), path, poll, hup),
+        (true, false) => watch_file(Target::<true, false>(service), path, poll, hup),
+        (true, true) => watch_file(Target::<true, true>(service), path, poll, hup),
+    }
 }

@@ -75,7 +75,7 @@ fn request(key: &str, value: &str) -> Request {
 async fn two_replicas_hammered_admit_exactly_each_limit() {
     let redis = RedisServer::start();
     let clock = clock();
-    let prefix = fresh_prefix();
+    let prefix = fresh_prefix("rls");
     let a = replica(&redis.url(), &prefix, &clock, OnError::Deny, 2).await;
     let b = replica(&redis.url(), &prefix, &clock, OnError::Deny, 2).await;
     for (key, limit) in [("fixed", 50), ("gcra", 20), ("sliding", 30), ("both", 7)] {
@@ -116,7 +116,7 @@ async fn a_token_bucket_is_refused_at_load_with_a_store() {
     let redis = RedisServer::start();
     let clock = clock();
     let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket}\n";
-    let store = common::redis_store(&redis.url(), &fresh_prefix(), &clock).await;
+    let store = common::redis_store(&redis.url(), &fresh_prefix("rls"), &clock).await;
     let service = RateLimitService::new(
         Some(RlsConfig::from_yaml("tb.yaml", yaml).unwrap()),
         RlsSettings::default(),
@@ -167,7 +167,7 @@ async fn case_39_redis_killed_mid_run_each_on_error_mode_then_recovery() {
     for mode in [OnError::Allow, OnError::Deny, OnError::Local] {
         let mut redis = RedisServer::start();
         let clock = clock();
-        let service = replica(&redis.url(), &fresh_prefix(), &clock, mode, 10).await;
+        let service = replica(&redis.url(), &fresh_prefix("rls"), &clock, mode, 10).await;
         assert_eq!(
             remaining(&service, 2).await,
             [Some(49), Some(48)],
@@ -211,7 +211,7 @@ async fn a_redis_cluster_decides_descriptors_on_different_slots() {
     let clock = clock();
     let store = RedisStore::builder("redis://unused")
         .cluster(cluster.urls())
-        .prefix(fresh_prefix())
+        .prefix(fresh_prefix("rls"))
         .deadline(Duration::from_secs(2))
         .clock(clock.clone())
         .connect()
@@ -278,7 +278,7 @@ async fn the_smooth_algorithms_and_several_limits_answer_alike_on_both_stores() 
     let config = || RlsConfig::from_yaml("smooth.yaml", SMOOTH).unwrap();
     let memory = RateLimitService::new(Some(config()), settings.clone(), Arc::new(clock.clone()));
     let shared = RateLimitService::new(Some(config()), settings, Arc::new(clock.clone()))
-        .with_store(common::redis_store(&redis.url(), &fresh_prefix(), &clock).await)
+        .with_store(common::redis_store(&redis.url(), &fresh_prefix("rls"), &clock).await)
         .unwrap();
     // A fixed pseudo-random walk: keys, hits and steps of 0 to 390 ms.
     let mut x: u64 = 12345;

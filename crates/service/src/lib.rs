@@ -12,8 +12,8 @@
 //!   calls over HTTP/2 with no tower stack ([`GrpcTarget`],
 //!   [`GrpcConnection`], [`grpc_frame`]);
 //! * hot reload in one shape ([`Reload`], [`reload_file`]): a
-//!   configuration file watched for changes and SIGHUP ([`watch_file`],
-//!   [`hangup`]);
+//!   configuration file, or a directory of them, watched for changes and
+//!   SIGHUP ([`watch_file`], [`files_under`], [`hangup`]);
 //! * etcd: one channel with TLS ([`etcd_channel`]), one key read, written
 //!   ([`EtcdKey`]) and watched for hot reload ([`watch_key`]), one error
 //!   type ([`EtcdError`]), and an [`Outage`] logged and reported to the
@@ -118,7 +118,7 @@ pub use shutdown::ShutdownSignals;
 pub use tls::{ClientTls, ServerTls, TlsError};
 pub use tls_failure::{tls_failure, tls_failure_is_permanent};
 pub use tonic_edge::{serve_tonic, tonic_server};
-pub use watch::{hangup, watch_file};
+pub use watch::{files_under, hangup, watch_file};
 
 /// The TLS library the servers use, for a configuration of one's own
 /// ([`GrpcServer::tls_config`]).

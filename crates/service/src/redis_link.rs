@@ -16,16 +16,17 @@
 //! link wakes them to end.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::{LockUnpoisoned, RwLockUnpoisoned};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, RedisError, ScriptInvocation};
+use redis::{AsyncConnectionConfig, Client, RedisError, ScriptInvocation, TlsCertificates};
 use tokio::sync::Notify;
 
 /// The first reconnection backoff.
@@ -107,25 +108,206 @@ impl std::str::FromStr for OnError {
     }
 }
 
+/// Where a Redis store keeps its state and how it reaches it: the
+/// settings that the throttler's `RedisStoreBuilder` and the quota
+/// service's `QuotaStore` share, each with its own defaults and builder
+/// methods over them.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::redis_link::LinkSettings;
+///
+/// let mut settings = LinkSettings::new("redis://10.0.0.1:6379,redis://10.0.0.2:6379", "app:");
+/// settings.pool_size = 4;
+/// assert_eq!(settings.check(), Ok(()));
+/// assert_eq!(
+///     LinkSettings::new("redis://h:1", "a{b}:").check().unwrap_err().to_string(),
+///     "invalid redis store: the key prefix \"a{b}:\" holds a brace, which would move the hash tag"
+/// );
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct LinkSettings {
+    /// `redis://[user:password@]host:port[/db]`, `rediss://` (TLS),
+    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`, or a
+    /// comma-separated list of two or more `redis://` (or `rediss://`)
+    /// URLs: a Cluster's seed nodes.
+    pub url: String,
+    /// A Cluster's seed nodes instead of [`url`](Self::url), when not
+    /// empty.
+    pub cluster: Vec<String>,
+    /// The CA (a PEM file) that `rediss://` servers' certificates must
+    /// chain to, instead of the system's roots.
+    pub ca: Option<PathBuf>,
+    /// The prefix of every key; a brace in it is refused, as it would
+    /// move the hash tag.
+    pub prefix: String,
+    /// Multiplexed connections, used in turn (at least 1; default 2).
+    pub pool_size: usize,
+    /// The longest a call waits for Redis (default 10 ms).
+    pub deadline: Duration,
+    /// The longest connecting at start-up, and each reconnection try,
+    /// take (default 2 s).
+    pub connect_timeout: Duration,
+    /// What a call's caller answers when Redis fails (default
+    /// [`OnError::Local`]).
+    pub on_error: OnError,
+    /// How many replicas share the store, for [`OnError::Local`] (at
+    /// least 1; default 1).
+    pub replicas: u32,
+}
+
+impl LinkSettings {
+    /// The defaults, at `url` (a list of two or more seeds becomes
+    /// [`cluster`](Self::cluster)), every key under `prefix`.
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> LinkSettings {
+        let mut url = url.into();
+        let mut cluster = seeds(&url);
+        if cluster.len() > 1 {
+            url.clear();
+        } else {
+            cluster.clear();
+        }
+        LinkSettings {
+            url,
+            cluster,
+            ca: None,
+            prefix: prefix.into(),
+            pool_size: 2,
+            deadline: Duration::from_millis(10),
+            connect_timeout: Duration::from_secs(2),
+            on_error: OnError::Local,
+            replicas: 1,
+        }
+    }
+
+    /// Checks the settings without connecting: the URL or seeds, the CA
+    /// file, the key prefix.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkError::Config`], one line naming what is wrong.
+    pub fn check(&self) -> Result<(), LinkError> {
+        self.target().map(|_| ())
+    }
+
+    /// Connects `pool_size` connections, the first now (within the
+    /// connect timeout); failures are logged as `what` (`throttle store`,
+    /// `quota store`).
+    ///
+    /// Needs a tokio runtime: each connection's reconnection is a task.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check), or [`LinkError::Unreachable`] when the
+    /// first connection cannot be made (or does not answer `PING`) in
+    /// time.
+    pub async fn connect(&self, what: &'static str) -> Result<Link, LinkError> {
+        let target = self.target()?;
+        Link::connect(target, self.pool_size, self.connect_timeout, what).await
+    }
+
+    fn target(&self) -> Result<Target, LinkError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(LinkError::Config(format!(
+                "the key prefix \"{}\" holds a brace, which would move the hash tag",
+                self.prefix
+            )));
+        }
+        let ca = match &self.ca {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                LinkError::Config(format!("cannot read the CA file {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        if self.cluster.is_empty() {
+            Target::parse(&self.url, ca)
+        } else {
+            Target::cluster(&self.cluster, ca)
+        }
+    }
+}
+
+/// The URL's password is not shown.
+impl fmt::Debug for LinkSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkSettings")
+            .field("url", &redacted(&self.url))
+            .field(
+                "cluster",
+                &self.cluster.iter().map(|u| redacted(u)).collect::<Vec<_>>(),
+            )
+            .field("ca", &self.ca)
+            .field("prefix", &self.prefix)
+            .field("pool_size", &self.pool_size)
+            .field("deadline", &self.deadline)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("on_error", &self.on_error)
+            .field("replicas", &self.replicas)
+            .finish()
+    }
+}
+
+/// `url` with its password, if any, replaced by `***`, for logs.
+fn redacted(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    match url[start..].find('@') {
+        Some(at) => {
+            let userinfo = &url[start..start + at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..start], &url[start + at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The URLs of a comma-separated list: a comma starts a new URL only
+/// before `redis://` or `rediss://`, so a password may hold one.
+fn seeds(list: &str) -> Vec<String> {
+    let mut seeds: Vec<String> = Vec::new();
+    for part in list.split(',') {
+        match seeds.last_mut() {
+            Some(last) if !(part.starts_with("redis://") || part.starts_with("rediss://")) => {
+                last.push(',');
+                last.push_str(part);
+            }
+            _ => seeds.push(part.to_owned()),
+        }
+    }
+    seeds
+}
+
 /// Where Redis is.
-pub enum Target {
+enum Target {
     /// One server.
     Single(Client),
     /// The master that Sentinels name.
-    Sentinel(tokio::sync::Mutex<SentinelClient>),
+    Sentinel {
+        client: tokio::sync::Mutex<SentinelClient>,
+        master: String,
+    },
     /// A Cluster, through its seed nodes.
     Cluster(ClusterClient),
 }
 
 impl Target {
-    /// A `redis://`, `rediss://` or `redis+sentinel://` URL.
-    ///
-    /// # Errors
-    ///
-    /// [`LinkError::Config`] naming the URL and what is wrong with it.
-    pub fn parse(url: &str) -> Result<Target, LinkError> {
+    /// A `redis://`, `rediss://` or `redis+sentinel://` URL, or a
+    /// comma-separated list of two or more Cluster seeds; `rediss://`
+    /// servers' certificates chain to `ca` (PEM) if given.
+    fn parse(url: &str, ca: Option<Vec<u8>>) -> Result<Target, LinkError> {
         let bad = |why: String| LinkError::Config(format!("cannot parse \"{url}\": {why}"));
+        let seeds = seeds(url);
+        if seeds.len() > 1 {
+            return Target::cluster(&seeds, ca);
+        }
         if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            if ca.is_some() {
+                return Err(bad(
+                    "a CA is for rediss:// servers; Sentinel here is redis:// only".into(),
+                ));
+            }
             let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
             let mut path = path.split('/');
             let master = path.next().filter(|m| !m.is_empty()).ok_or_else(|| {
@@ -159,32 +341,55 @@ impl Target {
                 SentinelServerType::Master,
             )
             .map_err(|e| bad(e.to_string()))?;
-            return Ok(Target::Sentinel(tokio::sync::Mutex::new(client)));
+            return Ok(Target::Sentinel {
+                client: tokio::sync::Mutex::new(client),
+                master: master.to_owned(),
+            });
         }
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(bad(
                 "the scheme is none of redis://, rediss://, redis+sentinel://".into(),
             ));
         }
-        Client::open(url)
-            .map(Target::Single)
-            .map_err(|e| bad(e.to_string()))
+        let client = match ca {
+            Some(_) if !url.starts_with("rediss://") => {
+                return Err(bad("a CA is for rediss:// (TLS) servers only".into()))
+            }
+            Some(root_cert) => Client::build_with_tls(
+                url,
+                TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                },
+            ),
+            None => Client::open(url),
+        };
+        client.map(Target::Single).map_err(|e| bad(e.to_string()))
     }
 
-    /// A Cluster reached through `seeds`.
-    ///
-    /// # Errors
-    ///
-    /// [`LinkError::Config`] for seeds that cannot be used.
-    pub fn cluster(seeds: &[String]) -> Result<Target, LinkError> {
-        ClusterClient::new(seeds.to_vec())
+    /// A Cluster reached through `seeds`, their certificates chaining to
+    /// `ca` (PEM) if given.
+    fn cluster(seeds: &[String], ca: Option<Vec<u8>>) -> Result<Target, LinkError> {
+        let bad = |why: String| {
+            LinkError::Config(format!(
+                "cannot use the cluster seeds {}: {why}",
+                seeds.join(",")
+            ))
+        };
+        let mut builder = ClusterClientBuilder::new(seeds.to_vec());
+        if let Some(root_cert) = ca {
+            if !seeds.iter().all(|s| s.starts_with("rediss://")) {
+                return Err(bad("a CA is for rediss:// (TLS) seeds only".into()));
+            }
+            builder = builder.certs(TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            });
+        }
+        builder
+            .build()
             .map(Target::Cluster)
-            .map_err(|e| {
-                LinkError::Config(format!(
-                    "cannot use the cluster seeds {}: {e}",
-                    seeds.join(",")
-                ))
-            })
+            .map_err(|e| bad(e.to_string()))
     }
 
     /// A new connection, answering `PING`, within `timeout`.
@@ -197,7 +402,7 @@ impl Target {
                         .get_multiplexed_async_connection_with_config(&config)
                         .await?,
                 ),
-                Target::Sentinel(client) => Conn::Single(
+                Target::Sentinel { client, .. } => Conn::Single(
                     client
                         .lock()
                         .await
@@ -229,7 +434,7 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Single(client) => write!(f, "{}", client.get_connection_info().addr),
-            Target::Sentinel(_) => f.write_str("redis sentinel"),
+            Target::Sentinel { master, .. } => write!(f, "redis sentinel master \"{master}\""),
             Target::Cluster(_) => f.write_str("redis cluster"),
         }
     }
@@ -296,16 +501,8 @@ pub struct Link {
 
 impl Link {
     /// `pool_size` connections to `target`, the first made now (within
-    /// `connect_timeout`); failures are logged as `what` (`throttle
-    /// store`, `quota store`).
-    ///
-    /// Needs a tokio runtime: each connection's reconnection is a task.
-    ///
-    /// # Errors
-    ///
-    /// [`LinkError::Unreachable`] when the first connection cannot be made
-    /// (or does not answer `PING`) in time.
-    pub async fn connect(
+    /// `connect_timeout`): see [`LinkSettings::connect`].
+    async fn connect(
         target: Target,
         pool_size: usize,
         connect_timeout: Duration,
@@ -492,6 +689,70 @@ impl FailureLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            redacted("redis://app:s3cret@redis.internal:6379/2"),
+            "redis://app:***@redis.internal:6379/2"
+        );
+        assert_eq!(
+            redacted("redis://redis.internal:6379"),
+            "redis://redis.internal:6379"
+        );
+        let mut settings = LinkSettings::new("rediss://:pw@h:1", "");
+        settings.cluster = vec!["redis://u:pw2@h:2".into()];
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("pw"), "{shown}");
+    }
+
+    #[test]
+    fn a_comma_starts_a_seed_only_before_a_scheme() {
+        assert_eq!(
+            seeds("redis://a:1,rediss://b:2,redis://u:p,w@c:3"),
+            ["redis://a:1", "rediss://b:2", "redis://u:p,w@c:3"]
+        );
+        assert_eq!(
+            seeds("redis+sentinel://a:1,b:2/m"),
+            ["redis+sentinel://a:1,b:2/m"]
+        );
+        let cluster = LinkSettings::new("redis://a:1,redis://b:2", "").target();
+        assert!(matches!(cluster, Ok(Target::Cluster(_))));
+        let single = LinkSettings::new("redis://u:p,w@a:1", "").target();
+        assert!(matches!(single, Ok(Target::Single(_))));
+    }
+
+    #[test]
+    fn a_ca_is_for_tls_only_and_must_be_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "").unwrap();
+        let with_ca = |url: &str, file: &std::path::Path| {
+            let mut settings = LinkSettings::new(url, "");
+            settings.ca = Some(file.to_owned());
+            settings.check().map_err(|e| e.to_string())
+        };
+        assert_eq!(with_ca("rediss://127.0.0.1:1", &ca), Ok(()));
+        assert_eq!(
+            with_ca("redis://127.0.0.1:1", &ca).unwrap_err(),
+            "invalid redis store: cannot parse \"redis://127.0.0.1:1\": a CA is for \
+             rediss:// (TLS) servers only"
+        );
+        assert_eq!(
+            with_ca("redis://a:1,rediss://b:2", &ca).unwrap_err(),
+            "invalid redis store: cannot use the cluster seeds redis://a:1,rediss://b:2: a CA \
+             is for rediss:// (TLS) seeds only"
+        );
+        let missing = dir.path().join("none.pem");
+        let e = with_ca("rediss://127.0.0.1:1", &missing).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "invalid redis store: cannot read the CA file {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+    }
 
     #[test]
     fn backoff_is_jittered_between_half_and_all_of_it() {

@@ -6,7 +6,10 @@
 //! * [`net`]: listeners and dead addresses on loopback;
 //! * [`process`]: a `tollgate` process started for a test, its output read
 //!   as it comes;
-//! * [`redis`]: a real `redis-server` (or a Cluster of them) on a free port;
+//! * [`redis`]: a real `redis-server` on a free port (with TLS, a Cluster
+//!   of them, or a master and its Sentinel), the tests' own commands to
+//!   it, fresh key prefixes, and the one-line start-up errors a store
+//!   must give;
 //! * [`fixtures`]: the Doorman resource templates the tests write alike;
 //! * [`ask`]: the Doorman requests the tests send;
 //! * `lease` (feature `lease`): an in-process Doorman lease server and the

@@ -31,6 +31,8 @@ struct StoreConfig {
     #[serde(default)]
     cluster: Vec<String>,
     #[serde(default)]
+    ca: Option<std::path::PathBuf>,
+    #[serde(default)]
     prefix: Option<String>,
     #[serde(default)]
     pool_size: Option<usize>,
@@ -65,6 +67,9 @@ impl StoreConfig {
                 )))
             }
         };
+        if let Some(ca) = self.ca {
+            b = b.ca(ca);
+        }
         if let Some(p) = self.prefix {
             b = b.prefix(p);
         }
@@ -341,8 +346,9 @@ pub fn rules_from_yaml(text: &str) -> Result<Vec<Rule>, RulesError> {
 ///
 /// | field | meaning |
 /// |---|---|
-/// | `url` | `redis://[user:password@]HOST:PORT[/DB]`, `rediss://` (TLS) or `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB]` |
+/// | `url` | `redis://[user:password@]HOST:PORT[/DB]`, `rediss://` (TLS), `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[/DB]`, or a Redis Cluster's seed nodes, `redis://HOST:PORT,redis://HOST:PORT...` |
 /// | `cluster` | instead of `url`: a Redis Cluster's seed nodes, `[redis://HOST:PORT, ...]` |
+/// | `ca` | the CA (a PEM file) of `rediss://` servers, instead of the system's roots |
 /// | `prefix` | the keys' prefix (default `tollgate:`) |
 /// | `pool_size` | multiplexed connections (default 2) |
 /// | `deadline` | the longest a decision waits for Redis (default 10ms) |

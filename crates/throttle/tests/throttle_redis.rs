@@ -5,8 +5,6 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
-#[path = "common/redis_server.rs"]
-mod redis_server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,9 +12,9 @@ use std::time::Duration;
 
 use axum::http::Request;
 use common_gathered::gathered;
-use redis_server::{RedisCluster, RedisServer};
 use tollgate::{ManualClock, RateSpec};
 use tollgate_testkit::logs::Logs;
+use tollgate_testkit::redis::{RedisCluster, RedisServer};
 use tollgate_throttle::{
     Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule,
     SlidingWindowCounter, Throttler,
@@ -356,13 +354,7 @@ async fn the_store_comes_from_the_rules_yaml() {
         .unwrap();
     assert_eq!(admitted(&throttler, "k", 3).await, 2);
     // The keys carry the prefix and the hash tag.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys: Vec<String> = server.query(&["KEYS", "*"]).await;
     assert_eq!(keys, ["app:{k}:per-key:fw:2:3600000000000:h"]);
 }
 
@@ -436,14 +428,9 @@ async fn post_accounting_reaches_redis_and_other_replicas_see_it() {
     // It really cost 7: 6 more are charged to the key in Redis.
     permit.finish(7);
     for _ in 0..200 {
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let count: Option<String> = redis::cmd("HGET")
-            .arg("tollgate:{k}:per-key:fw:10:3600000000000:h")
-            .arg("c")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let count: Option<String> = server
+            .query(&["HGET", "tollgate:{k}:per-key:fw:10:3600000000000:h", "c"])
+            .await;
         if count.as_deref() == Some("7") {
             // 3 left of 10, whichever replica asks.
             assert_eq!(admitted(&other, "k", 5).await, 3);

@@ -4,14 +4,10 @@
 //! script), and random sequences agree step by step, at times near zero
 //! and near today's nanoseconds since the epoch.
 
-#[path = "common/redis_server.rs"]
-#[allow(dead_code)] // Pausing and restarting are for the failure tests.
-mod redis_server;
-
 use std::time::Duration;
 
-use redis_server::RedisServer;
 use tollgate::RateSpec;
+use tollgate_testkit::redis::RedisServer;
 use tollgate_throttle::{
     FixedWindow, Gcra, KeyedLimiter, Limit, Policy, RedisStore, SlidingLog, SlidingWindowCounter,
     TokenPool, Verdict,
@@ -224,13 +220,7 @@ async fn the_script_is_loaded_again_after_a_flush() {
     let store = store(&server).await;
     let limit = Limit::FixedWindow(FixedWindow::new(2, Duration::from_secs(1)).unwrap());
     assert_eq!(store.check_at(&limit, "k", 0, 1).await.unwrap(), admit(1));
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let () = server.query(&["SCRIPT", "FLUSH"]).await;
     assert_eq!(store.check_at(&limit, "k", 1, 1).await.unwrap(), admit(0));
 }
 
@@ -238,23 +228,13 @@ async fn the_script_is_loaded_again_after_a_flush() {
 async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     let server = RedisServer::start();
     let store = store(&server).await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let pttl = |key: &'static str| {
-        let mut conn = conn.clone();
+        let server = &server;
         async move {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("tollgate:{{{key}}}:*"))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let pattern = format!("tollgate:{{{key}}}:*");
+            let keys: Vec<String> = server.query(&["KEYS", &pattern]).await;
             assert_eq!(keys.len(), 1, "{keys:?}");
-            let ms: i64 = redis::cmd("PTTL")
-                .arg(&keys[0])
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            ms
+            server.query::<i64>(&["PTTL", &keys[0]]).await
         }
     };
     // At Redis' own time: a GCRA of 1/s with a burst of 1 admitted once is
@@ -272,7 +252,6 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     // debt alone sets it here.
     let ms = pttl("g").await;
     assert!((99_000..=101_001).contains(&ms), "{ms}");
-    let _ = &mut conn;
 }
 
 #[tokio::test]

@@ -5,9 +5,6 @@
 
 #[path = "common/gathered.rs"]
 mod common_gathered;
-#[path = "common/redis_server.rs"]
-#[allow(dead_code)] // Pausing and restarting are for the failure tests.
-mod redis_server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::Request;
 use common_gathered::gathered;
-use redis_server::RedisServer;
 use tollgate::{ManualClock, RateSpec};
+use tollgate_testkit::redis::RedisServer;
 use tollgate_throttle::{
     CostModel, Extract, FixedWindow, Gcra, Limit, OnError, Permit, RedisStore, Rejection,
     RequestHead, Rule, SlidingWindowCounter, Throttler,
@@ -78,33 +75,6 @@ fn outcome(d: Result<Permit, Rejection>) -> Outcome {
     }
 }
 
-/// The scripts Redis has run (`EVALSHA` and `EVAL` calls, less the
-/// first `EVALSHA` that finds the script not loaded yet).
-async fn script_calls(server: &RedisServer) -> u64 {
-    let client = redis::Client::open(server.url()).expect("a url");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis answers");
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .map(|l| field(l, "calls=") - field(l, "failed_calls="))
-        .sum()
-}
-
-/// The number after `name` in an `INFO` line.
-fn field(line: &str, name: &str) -> u64 {
-    let rest = &line[line.find(name).expect("the field") + name.len()..];
-    rest[..rest.find(',').unwrap_or(rest.len())]
-        .parse()
-        .expect("a count")
-}
-
 fn cache_hits(throttler: &Throttler) -> u64 {
     let text = gathered(throttler.registry());
     text.lines()
@@ -134,8 +104,8 @@ async fn cached_replicas_answer_as_uncached(limit: Limit, max_step_ms: u64) {
         replica(&plain_redis, &clock, limit.clone(), 0).await,
     ];
     let (cached_before, plain_before) = (
-        script_calls(&cached_redis).await,
-        script_calls(&plain_redis).await,
+        cached_redis.script_calls().await,
+        plain_redis.script_calls().await,
     );
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let (mut admitted, mut rejected) = (0u64, 0u64);
@@ -165,8 +135,8 @@ async fn cached_replicas_answer_as_uncached(limit: Limit, max_step_ms: u64) {
         "{admitted} admitted, {rejected} rejected: {limit:?}"
     );
     let hits = cache_hits(&cached[0]) + cache_hits(&cached[1]);
-    let plain_calls = script_calls(&plain_redis).await - plain_before;
-    let cached_calls = script_calls(&cached_redis).await - cached_before;
+    let plain_calls = plain_redis.script_calls().await - plain_before;
+    let cached_calls = cached_redis.script_calls().await - cached_before;
     assert_eq!(plain_calls, steps, "{limit:?}");
     assert_eq!(cached_calls + hits, steps, "{limit:?}");
     // A GCRA or a sliding counter rejects every cost only briefly (until
@@ -320,7 +290,7 @@ async fn sliced_replicas_admit_exactly(replicas: usize, limit: Limit, quota: u64
         throttlers.push(sliced(&server, &clock, limit.clone(), 7).await);
     }
     for round in 0..2 {
-        let before = script_calls(&server).await;
+        let before = server.script_calls().await;
         // 24 tasks x 20 requests: 240 per key, against a quota of `quota`.
         let per_replica = hammer(&throttlers, 20).await;
         let a: u64 = per_replica.iter().map(|c| c.0).sum();
@@ -331,7 +301,7 @@ async fn sliced_replicas_admit_exactly(replicas: usize, limit: Limit, quota: u64
             "round {round}: {per_replica:?} {limit:?}"
         );
         // The admitted requests spent slices: fewer calls than requests.
-        let calls = script_calls(&server).await - before;
+        let calls = server.script_calls().await - before;
         assert!(calls < 480, "{calls} calls: {limit:?}");
         clock.advance(next);
     }
@@ -358,17 +328,9 @@ async fn two_and_three_replicas_with_slices_admit_exactly_a_sliding_counters_lim
 
 /// The count Redis holds for key `k` under a fixed window of 10 a second.
 async fn count_in_redis(server: &RedisServer) -> u64 {
-    let client = redis::Client::open(server.url()).expect("a url");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis answers");
-    let count: Option<u64> = redis::cmd("HGET")
-        .arg("tollgate:{k}:per-key:fw:10:1000000000:h")
-        .arg("c")
-        .query_async(&mut c)
-        .await
-        .expect("HGET");
+    let count: Option<u64> = server
+        .query(&["HGET", "tollgate:{k}:per-key:fw:10:1000000000:h", "c"])
+        .await;
     count.unwrap_or(0)
 }
 
@@ -390,12 +352,12 @@ async fn a_slice_is_spent_without_calls_and_what_is_left_goes_back_at_expiry() {
     };
     let left = |n: u64| (true, Duration::ZERO, vec![(n, Duration::from_secs(1))]);
     // The first request takes 4 in one call; the next three spend them here.
-    let before = script_calls(&server).await;
+    let before = server.script_calls().await;
     assert_eq!(ask(&a).await, left(9));
     assert_eq!(ask(&a).await, left(8));
     assert_eq!(ask(&a).await, left(7));
     assert_eq!(ask(&a).await, left(6));
-    assert_eq!(script_calls(&server).await - before, 1);
+    assert_eq!(server.script_calls().await - before, 1);
     assert_eq!(count_in_redis(&server).await, 4);
     // Another replica takes 4 of the 6 left; a third the last 2.
     assert_eq!(ask(&b).await, left(5));
@@ -484,8 +446,8 @@ async fn a_reloaded_rule_with_a_slice_the_store_cannot_keep_is_decided_here() {
         gcra,
     )
     .slice(4)]);
-    let before = script_calls(&server).await;
+    let before = server.script_calls().await;
     assert!(throttler.decide(&RequestHead::of(&req)).await.is_ok());
     // Decided on this replica's own tables, as the reload logged.
-    assert_eq!(script_calls(&server).await, before);
+    assert_eq!(server.script_calls().await, before);
 }

@@ -145,3 +145,39 @@ fn fractional_rates_are_kept() {
     assert_eq!((g.fill_rate, g.max_tokens_per_request), (0.25, 1));
     assert_eq!(g.settings().rate().ops_per_sec(), 0.25);
 }
+
+#[test]
+fn the_store_section_takes_a_url_or_a_clusters_seeds_and_a_ca() {
+    let store = |yaml: &str| {
+        QuotaConfig::from_yaml(&format!("{yaml}\nglobal_default_bucket: {{}}\n"))
+            .map(|c| c.store().cloned())
+            .map_err(|e| e.to_string())
+    };
+    let seeds = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    let cluster = QuotaStore::cluster(seeds).unwrap();
+    assert_eq!(
+        store("store: {cluster: [\"redis://10.0.0.1:6379\", \"redis://10.0.0.2:6379\"]}"),
+        Ok(Some(cluster.clone()))
+    );
+    assert_eq!(
+        store("store: {url: \"redis://10.0.0.1:6379,redis://10.0.0.2:6379\"}"),
+        Ok(Some(cluster))
+    );
+    assert_eq!(
+        store("store: {url: \"rediss://h:1\", ca: /etc/redis/ca.pem}"),
+        Ok(Some(
+            QuotaStore::new("rediss://h:1")
+                .unwrap()
+                .ca("/etc/redis/ca.pem")
+        ))
+    );
+    for both_or_neither in [
+        "store: {prefix: x}",
+        "store: {url: \"redis://h:1\", cluster: [\"redis://h:2\"]}",
+    ] {
+        assert_eq!(
+            store(both_or_neither),
+            Err("store: give either a url or a cluster seed list".to_owned())
+        );
+    }
+}

@@ -19,7 +19,11 @@ pub struct QuotaLimits {
     /// The most dynamic buckets alive at once, all namespaces together
     /// (default [`QuotaLimits::DEFAULT_MAX_DYNAMIC_BUCKETS`]). A namespace's
     /// `max_dynamic_buckets` caps it further; 0 there means no cap of its
-    /// own, the reference's "unlimited", so this one bounds memory.
+    /// own, the reference's "unlimited", so this one bounds memory. With
+    /// the buckets in Redis ([`Quota::with_store`](crate::Quota::with_store))
+    /// it holds per server, on the dynamic buckets each server answers
+    /// for (its own, which [`OnError::Local`](crate::OnError::Local)
+    /// decides on).
     pub max_dynamic_buckets: u64,
 }
 

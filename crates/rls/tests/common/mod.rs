@@ -14,7 +14,7 @@ use tollgate_rls::pb::{rate_limit_descriptor, RateLimitDescriptor, RateLimitRequ
 use tollgate_rls::{RateLimitService, RlsConfig, RlsServer, RlsSettings};
 use tollgate_throttle::RedisStore;
 
-pub(crate) use tollgate_testkit::redis::RedisServer;
+pub(crate) use tollgate_testkit::redis::{fresh_prefix, RedisServer};
 
 /// Where the servers a test starts keep their counters.
 pub enum Store {
@@ -60,14 +60,6 @@ pub async fn redis_store(url: &str, prefix: &str, clock: &ManualClock) -> RedisS
         .unwrap()
 }
 
-/// A key prefix no other server of the test run has used: each
-/// [`Server`] starts with no counts, as an in-memory one does.
-pub fn fresh_prefix() -> String {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("rls{n}:")
-}
-
 /// Tuesday 2023-11-14 22:14:00 UTC: on a minute boundary.
 pub const T: u64 = 1_700_000_040;
 
@@ -88,7 +80,7 @@ impl Server {
         let mut service = RateLimitService::new(config, settings, Arc::new(clock.clone()));
         if let Some(url) = REDIS.with(|r| r.borrow().clone()) {
             service = service
-                .with_store(redis_store(&url, &fresh_prefix(), &clock).await)
+                .with_store(redis_store(&url, &fresh_prefix("rls"), &clock).await)
                 .unwrap();
         }
         let service = Arc::new(service);

@@ -1,11 +1,12 @@
 //! [`RedisStoreBuilder`]: a [`RedisStore`]'s settings, and the connection
 //! that makes one.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::redis_link::{Link, Target};
+use tollgate_service::redis_link::LinkSettings;
 
 use super::cache::OverLimit;
 use super::slices::Slices;
@@ -14,14 +15,7 @@ use super::{script, OnError, RedisStore, StoreError, StoreInner};
 /// Builds a [`RedisStore`] (see [`RedisStore::builder`]).
 #[derive(Debug)]
 pub struct RedisStoreBuilder {
-    url: String,
-    cluster: Vec<String>,
-    prefix: String,
-    pool_size: usize,
-    deadline: Duration,
-    connect_timeout: Duration,
-    on_error: OnError,
-    replicas: u32,
+    link: LinkSettings,
     clock: Option<Arc<dyn Clock>>,
     cache_keys: usize,
 }
@@ -30,14 +24,7 @@ impl RedisStoreBuilder {
     /// The defaults, at `url` (see [`RedisStore::builder`]).
     pub(super) fn new(url: String) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            url,
-            cluster: Vec::new(),
-            prefix: "tollgate:".to_owned(),
-            pool_size: 2,
-            deadline: Duration::from_millis(10),
-            connect_timeout: Duration::from_secs(2),
-            on_error: OnError::Local,
-            replicas: 1,
+            link: LinkSettings::new(url, "tollgate:"),
             clock: None,
             cache_keys: 10_000,
         }
@@ -46,47 +33,54 @@ impl RedisStoreBuilder {
     /// A Redis Cluster reached through these seed nodes (`redis://` or
     /// `rediss://` URLs) instead of the builder's URL.
     pub fn cluster<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
-        self.cluster = seeds.into_iter().map(Into::into).collect();
+        self.link.cluster = seeds.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Trusts the CA in this PEM file for `rediss://` servers, instead of
+    /// the system's roots.
+    pub fn ca(mut self, ca_file: impl Into<PathBuf>) -> Self {
+        self.link.ca = Some(ca_file.into());
         self
     }
 
     /// The prefix of every key (default `tollgate:`); several throttlers
     /// share a limit by sharing a prefix and a rule name.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.link.prefix = prefix.into();
         self
     }
 
     /// Multiplexed connections, used in turn (default 2).
     pub fn pool_size(mut self, n: usize) -> Self {
-        self.pool_size = n.max(1);
+        self.link.pool_size = n.max(1);
         self
     }
 
     /// The longest a decision waits for Redis (default 10 ms); past it the
     /// [`OnError`] mode decides.
     pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
+        self.link.deadline = deadline;
         self
     }
 
     /// The longest [`connect`](Self::connect) and each reconnection try
     /// take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.link.connect_timeout = timeout;
         self
     }
 
     /// What a decision does when Redis fails (default [`OnError::Local`]).
     pub fn on_error(mut self, on_error: OnError) -> Self {
-        self.on_error = on_error;
+        self.link.on_error = on_error;
         self
     }
 
     /// How many replicas share the limits (default 1): under
     /// [`OnError::Local`] each decides alone at `limit / replicas`.
     pub fn replicas(mut self, replicas: u32) -> Self {
-        self.replicas = replicas.max(1);
+        self.link.replicas = replicas.max(1);
         self
     }
 
@@ -113,28 +107,12 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     ///
-    /// A URL that cannot be parsed, a key prefix with a brace, or a Redis
+    /// A URL that cannot be parsed, a CA file that cannot be read (or
+    /// given for a server without TLS), a key prefix with a brace, or a Redis
     /// that cannot be reached (or does not answer `PING`) in time: one
     /// line naming the URL and why.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(StoreError::config(format!(
-                "the key prefix \"{}\" holds a brace, which would move the hash tag",
-                self.prefix
-            )));
-        }
-        let target = if self.cluster.is_empty() {
-            Target::parse(&self.url)?
-        } else {
-            Target::cluster(&self.cluster)?
-        };
-        let link = Link::connect(
-            target,
-            self.pool_size,
-            self.connect_timeout,
-            "throttle store",
-        )
-        .await?;
+        let link = self.link.connect("throttle store").await?;
         Ok(RedisStore {
             inner: Arc::new(StoreInner {
                 cache: OverLimit::new(self.cache_keys, self.clock.clone()),
@@ -142,10 +120,10 @@ impl RedisStoreBuilder {
                 sweeper: std::sync::OnceLock::new(),
                 link,
                 script: redis::Script::new(script::SOURCE),
-                prefix: self.prefix,
-                deadline: self.deadline,
-                on_error: self.on_error,
-                replicas: self.replicas,
+                prefix: self.link.prefix,
+                deadline: self.link.deadline,
+                on_error: self.link.on_error,
+                replicas: self.link.replicas,
                 clock: self.clock,
             }),
         })

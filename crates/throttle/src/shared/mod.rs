@@ -55,7 +55,7 @@ use cache::OverLimit;
 pub(crate) use script::{Answer, Item, Params, Reply, Role};
 use slices::Slices;
 pub(crate) use slices::Spent;
-use tollgate_service::redis_link::{Link, LinkError, Target};
+use tollgate_service::redis_link::{Link, LinkError, LinkSettings};
 
 /// How often expired slices are returned.
 const SWEEP: Duration = Duration::from_millis(5);
@@ -204,8 +204,11 @@ struct StoreInner {
 
 impl RedisStore {
     /// A store at `url`: `redis://[user:password@]host:port[/db]`,
-    /// `rediss://` (TLS, the system's roots), or
-    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`.
+    /// `rediss://` (TLS, the system's roots or
+    /// [`ca`](RedisStoreBuilder::ca)),
+    /// `redis+sentinel://host:port[,host:port...]/MASTER[/db]`, or a
+    /// comma-separated list of two or more `redis://` URLs: a Redis
+    /// Cluster's seed nodes.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
     }
@@ -216,7 +219,7 @@ impl RedisStore {
     ///
     /// As [`RedisStoreBuilder::connect`] for a bad URL.
     pub fn check_url(url: &str) -> Result<(), StoreError> {
-        Target::parse(url).map(|_| ()).map_err(StoreError::from)
+        LinkSettings::new(url, "").check().map_err(StoreError::from)
     }
 
     /// What decisions do when Redis fails.
