@@ -140,6 +140,7 @@ impl RedisStoreBuilder {
                 cache: OverLimit::new(self.cache_keys, self.clock.clone()),
                 slices: Slices::new(self.clock.clone()),
                 sweeper: std::sync::OnceLock::new(),
+                batcher: super::batch::Batcher::new(self.pool_size),
                 link,
                 script: redis::Script::new(script::SOURCE),
                 prefix: self.prefix,

@@ -10,7 +10,8 @@
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
--- stands after it), "settle" or "give" (a slice's unused tokens back).
+-- stands after it), "settle", "give" (a slice's unused tokens back) or
+-- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
 --   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
@@ -26,7 +27,8 @@
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
 -- unless asked), then, when a check's first item is rejected for a cost
 -- it could ever pay, "S" and that key's stored fields (three, "0" after
--- the last)}; code "A"
+-- the last)}; a batch returns {now, then each request's answers as
+-- above}; code "A"
 -- admit (value: remaining), "T" followed by the tokens taken (an admitted
 -- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
@@ -41,7 +43,8 @@
 local fast_S, fast_N
 repeat
   local op, kind = ARGV[1], ARGV[4]
-  if ARGV[3] ~= "1" or ARGV[5] == "s" or op == "settle" then break end
+  if op ~= "check" and op ~= "standing" then break end
+  if ARGV[3] ~= "1" or ARGV[5] == "s" then break end
   if kind ~= "fw" and kind ~= "swc" then break end
   if ARGV[12] ~= "0" then break end
   local cs, ls, ws = ARGV[6], ARGV[7], ARGV[8]
@@ -633,30 +636,34 @@ function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
 local policies = { fw = fw, swc = swc, gcra = gcra }
 
--- The items.
-local n = tonumber(ARGV[3])
-local items = {}
-for i = 1, n do
-  local a = 3 + (i - 1) * 9
-  local kind = ARGV[a + 1]
-  local P = {}
-  if kind == "gcra" then
-    P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
-    P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
-    P.num = add(mul(P.whole, P.den), P.fraction)
-  else
-    P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+-- The items of one request: `n`, their arguments after ARGV[a0], their
+-- keys after KEYS[k0].
+local function items_of(n, a0, k0)
+  local items = {}
+  for i = 1, n do
+    local a = a0 + (i - 1) * 9
+    local kind = ARGV[a + 1]
+    local P = {}
+    if kind == "gcra" then
+      P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+      P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
+      P.num = add(mul(P.whole, P.den), P.fraction)
+    else
+      P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+    end
+    local amount = ARGV[a + 3]
+    local neg = string.sub(amount, 1, 1) == "-"
+    if neg then amount = string.sub(amount, 2) end
+    items[i] = {
+      key = KEYS[k0 + i], policy = policies[kind], P = P, role = ARGV[a + 2],
+      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
+    }
   end
-  local amount = ARGV[a + 3]
-  local neg = string.sub(amount, 1, 1) == "-"
-  if neg then amount = string.sub(amount, 2) end
-  items[i] = {
-    key = KEYS[i], policy = policies[kind], P = P, role = ARGV[a + 2],
-    amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
-  }
+  return items
 end
 
--- States, read once per key (two items may share one).
+-- The states as Redis holds them, read once per key (two items, or two
+-- requests of a batch, may share one) and kept as requests write them.
 local states = {}
 local function state_of(item)
   local s = states[item.key]
@@ -690,6 +697,86 @@ local out = { S > 0 and string.format("%.0f%09d", S, N) or str(N) }
 local function push(...)
   for _, v in ipairs({ ... }) do out[#out + 1] = v end
 end
+
+-- A check (or standing) of one request's `items`, its answers pushed: the
+-- request is decided whole, writing nothing when an enforced hard limit
+-- rejects.
+local function decide(op, items)
+  -- States this request would write, kept apart until it is admitted.
+  local mine = {}
+  local results, charged = {}, {}
+  local rejected, hard_admitted = false, false
+  for i, item in ipairs(items) do
+    if rejected or (item.role == "s" and not hard_admitted) then
+      results[i] = { "-", ZERO }
+    else
+      local s = mine[item.key] or state_of(item)
+      local trial = copy(s)
+      local code, value = item.policy.check(item.P, trial, item.amount)
+      if code == "A" and item.role == "H" and item.policy.take
+          and cmp(item.slice, item.amount) > 0 then
+        local extra
+        extra, value = item.policy.take(item.P, trial, sub(item.slice, item.amount))
+        code = "T" .. str(add(item.amount, extra))
+      end
+      results[i] = { code, value }
+      local admitted = code ~= "R"
+      if admitted then
+        mine[item.key] = trial
+        charged[#charged + 1] = item
+      end
+      if item.role ~= "s" then hard_admitted = admitted end
+      if item.role == "H" and not admitted then rejected = true end
+    end
+  end
+  if not rejected then
+    for key, s in pairs(mine) do states[key] = s end
+    save(charged)
+  end
+
+  for i, item in ipairs(items) do
+    local r = results[i]
+    push(r[1], str(r[2]))
+    if r[1] == "-" or op ~= "standing" then
+      push("0", "0")
+    else
+      -- Where the key stands after the request: a rejected request
+      -- charged nothing, so its keys stand as they stood.
+      local s = states[item.key]
+      if rejected then
+        local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+        s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
+      end
+      local remaining, reset = item.policy.standing(item.P, s)
+      push(str(remaining), str(reset))
+    end
+  end
+  -- The first item rejected for a cost it could ever pay: its stored
+  -- state, from which the caller may answer that key alone for a while.
+  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+    local item = items[1]
+    local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+    if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
+  end
+end
+
+if ARGV[1] == "batch" then
+  -- Several requests, each "check" or "standing": its op, its number of
+  -- items and their arguments; their keys in order. Decided in turn, each
+  -- on the states the ones before it left.
+  local a, k = 4, 0
+  for _ = 1, tonumber(ARGV[3]) do
+    local op, n = ARGV[a], tonumber(ARGV[a + 1])
+    decide(op, items_of(n, a + 1, k))
+    a = a + 2 + 9 * n
+    k = k + n
+  end
+  return out
+end
+
+local n = tonumber(ARGV[3])
+local items = items_of(n, 3, 0)
+
 if ARGV[1] == "settle" then
   for _, item in ipairs(items) do
     local s = state_of(item)
@@ -713,56 +800,5 @@ if ARGV[1] == "give" then
   return out
 end
 
-local results, charged, decided = {}, {}, {}
-local rejected, hard_admitted = false, false
-for i, item in ipairs(items) do
-  if rejected or (item.role == "s" and not hard_admitted) then
-    results[i] = { "-", ZERO }
-  else
-    local s = state_of(item)
-    local trial = copy(s)
-    local code, value = item.policy.check(item.P, trial, item.amount)
-    if code == "A" and item.role == "H" and item.policy.take
-        and cmp(item.slice, item.amount) > 0 then
-      local extra
-      extra, value = item.policy.take(item.P, trial, sub(item.slice, item.amount))
-      code = "T" .. str(add(item.amount, extra))
-    end
-    results[i] = { code, value }
-    decided[#decided + 1] = i
-    local admitted = code ~= "R"
-    if admitted then
-      states[item.key] = trial
-      charged[#charged + 1] = item
-    end
-    if item.role ~= "s" then hard_admitted = admitted end
-    if item.role == "H" and not admitted then rejected = true end
-  end
-end
-if not rejected then save(charged) end
-
-for i, item in ipairs(items) do
-  local r = results[i]
-  push(r[1], str(r[2]))
-  if r[1] == "-" or ARGV[1] ~= "standing" then
-    push("0", "0")
-  else
-    -- Where the key stands after the call: a rejected request charged
-    -- nothing, so its keys stand as they stood.
-    local s = states[item.key]
-    if rejected then
-      local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
-    end
-    local remaining, reset = item.policy.standing(item.P, s)
-    push(str(remaining), str(reset))
-  end
-end
--- The first item rejected for a cost it could ever pay: its stored state,
--- from which the caller may answer that key alone for a while.
-if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
-  local item = items[1]
-  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-  if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
-end
+decide(ARGV[1], items)
 return out

@@ -30,12 +30,19 @@
 //! of a hot key's tokens in one call and spend them itself, the replicas
 //! together still admitting at most the limit.
 //!
+//! Checks coalesce (`batch.rs`): while every connection has a call in
+//! flight, checks that arrive wait and then go as one script call, which
+//! decides them in arrival order, each whole, as if sent one by one. A
+//! check still waits for at most one call before its own, never past the
+//! deadline.
+//!
 //! The connections: `pool_size` multiplexed connections, used in turn
 //! (requests pipeline on each). A call that fails on a broken connection
 //! marks it broken; its task reconnects with exponential backoff and
 //! jitter while calls answer at once by the store's [`OnError`] mode.
 //! Every call has a deadline, so no request waits longer for Redis.
 
+mod batch;
 mod builder;
 mod cache;
 pub(crate) mod script;
@@ -200,6 +207,8 @@ struct StoreInner {
     slices: Slices,
     /// The task returning expired slices, started with the first.
     sweeper: std::sync::OnceLock<()>,
+    /// Checks waiting for a call.
+    batcher: batch::Batcher,
 }
 
 impl RedisStore {
@@ -657,24 +666,39 @@ impl RedisStore {
             .map(|reply| (reply.now, reply.answers))
     }
 
-    /// As [`call`](Self::call), with the whole reply.
+    /// As [`call`](Self::call), with the whole reply: a check joins the
+    /// next batch while every connection has a call in flight
+    /// (`batch.rs`).
     async fn call_reply(
         &self,
         op: &str,
         now: Option<u64>,
         items: &[Item],
     ) -> Result<Reply, StoreError> {
-        let inner = &self.inner;
-        let mut invocation = inner.script.prepare_invoke();
-        for item in items {
-            invocation.key(&item.key);
+        match op {
+            "check" => batch::check(&self.inner, "check", now, items).await,
+            "standing" => batch::check(&self.inner, "standing", now, items).await,
+            _ => invoke(&self.inner, op, now, items).await,
         }
-        for arg in script::args(op, now, items) {
-            invocation.arg(arg);
-        }
-        let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
-        script::answers(&reply, items.len())
     }
+}
+
+/// Runs the script on `items` alone, within the deadline.
+async fn invoke(
+    inner: &StoreInner,
+    op: &str,
+    now: Option<u64>,
+    items: &[Item],
+) -> Result<Reply, StoreError> {
+    let mut invocation = inner.script.prepare_invoke();
+    for item in items {
+        invocation.key(&item.key);
+    }
+    for arg in script::args(op, now, items) {
+        invocation.arg(arg);
+    }
+    let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
+    script::answers(&reply, items.len())
 }
 
 /// The hash tag of a Redis key: between its first `{` and the next `}`
