@@ -178,7 +178,9 @@ fn spawn_driver(inner: Arc<StoreInner>, batch: Vec<Pending>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         // No runtime (a store dropped outside one): nothing can be sent.
         for p in batch {
-            let _ = p.answer.send(Err(StoreError::redis("no runtime to call redis")));
+            let _ = p
+                .answer
+                .send(Err(StoreError::redis("no runtime to call redis")));
         }
         if let Some(rest) = take(&inner) {
             spawn_driver(inner, rest);
