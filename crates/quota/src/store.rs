@@ -183,7 +183,7 @@ impl QuotaStore {
             Link::connect(target, self.pool_size, self.connect_timeout, "quota store").await?;
         Ok(Connected {
             link,
-            script: redis::Script::new(SOURCE),
+            script: redis::Script::new(&tollgate_service::redis_link::with_limbs(SOURCE)),
             store: self,
         })
     }

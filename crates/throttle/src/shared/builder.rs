@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::redis_link::{Link, Target};
+use tollgate_service::redis_link::{with_limbs, Link, Target};
 
 use super::cache::OverLimit;
 use super::slices::Slices;
@@ -142,7 +142,7 @@ impl RedisStoreBuilder {
                 sweeper: std::sync::OnceLock::new(),
                 batcher: super::batch::Batcher::new(self.pool_size),
                 link,
-                script: redis::Script::new(script::SOURCE),
+                script: redis::Script::new(&with_limbs(script::SOURCE)),
                 prefix: self.prefix,
                 deadline: self.deadline,
                 on_error: self.on_error,

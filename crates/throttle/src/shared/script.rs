@@ -296,6 +296,16 @@ mod tests {
     use tollgate::pool::Meter;
 
     #[test]
+    fn the_limb_library_comes_once_after_the_fast_path() {
+        let source = tollgate_service::redis_link::with_limbs(SOURCE);
+        assert_eq!(SOURCE.matches("--@limbs\n").count(), 1);
+        assert_eq!(source.matches("local function divq(").count(), 1);
+        let fast_path_end = source.find("\nuntil true\n").expect("the fast path");
+        let library = source.find("local function limbs(").expect("the library");
+        assert!(fast_path_end < library);
+    }
+
+    #[test]
     fn the_meter_crosses_as_the_cores_exact_fraction() {
         for nano in [
             1_000_000u128,
