@@ -58,6 +58,26 @@ end
 local fmt = string.format
 local fast_now = fast_S > 0 and fmt("%.0f%09d", fast_S, fast_N) or fmt("%.0f", fast_N)
 
+-- The keys the fast path has read or decided in this call, by name: {i,
+-- p ("-" for a fixed window), c}, with `ms`, the TTL, once a check
+-- changed it; `held_keys` lists the changed ones in order. A key is read
+-- once a call and written once, by `flush`, before the call returns or
+-- hands over to the general path.
+local held, held_keys = {}, {}
+local function flush()
+  for _, key in ipairs(held_keys) do
+    local h = held[key]
+    if h[2] == "-" then
+      redis.call("HSET", key, "i", fmt("%.0f", h[1]), "c", fmt("%.0f", h[3]))
+    else
+      redis.call("HSET", key, "i", fmt("%.0f", h[1]), "p", fmt("%.0f", h[2]),
+        "c", fmt("%.0f", h[3]))
+    end
+    redis.call("PEXPIRE", key, fmt("%.0f", h.ms))
+  end
+  held, held_keys = {}, {}
+end
+
 -- The answer values of check `op` of one item, its arguments after
 -- ARGV[a0] and its key `key`; nil for one the general path decides.
 local function fast(op, a0, key)
@@ -89,23 +109,29 @@ local function fast(op, a0, key)
   local idx, r = q1 * 1000000000 + q2, x
   local left = w - r
   local code, value, fields, ttl, tail
+  local i, p, c
   local remaining, reset = "0", "0"
   if kind == "fw" then
-    local i, c = idx, 0
-    local v = redis.call("HMGET", key, "i", "c")
-    if v[1] then
-      if #v[1] > 15 or #v[2] > 14 then return nil end
-      i, c = tonumber(v[1]), tonumber(v[2])
-      -- A window after now's (a time that went back) takes the general path.
-      if i > idx then return nil end
-      if i < idx then i, c = idx, 0 end
+    i, c = idx, 0
+    local h = held[key]
+    if h then
+      i, c = h[1], h[3]
+    else
+      local v = redis.call("HMGET", key, "i", "c")
+      if v[1] then
+        if #v[1] > 15 or #v[2] > 14 then return nil end
+        i, c = tonumber(v[1]), tonumber(v[2])
+      end
     end
+    -- A window after now's (a time that went back) takes the general path.
+    if i > idx then return nil end
+    if i < idx then i, c = idx, 0 end
     if cost > limit then
       code, value = "R", "18446744073709551615"
     elseif c + cost <= limit then
       c = c + cost
       code, value = "A", fmt("%.0f", limit - c)
-      fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
+      fields, ttl = true, left
     else
       code, value = "R", fmt("%.0f", left)
       tail = { "S", fmt("%.0f", i), fmt("%.0f", c), "0" }
@@ -115,17 +141,22 @@ local function fast(op, a0, key)
       if c ~= 0 then reset = fmt("%.0f", left) end
     end
   else
-    local i, p, c = idx, 0, 0
-    local v = redis.call("HMGET", key, "i", "p", "c")
-    if v[1] then
-      if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then return nil end
-      i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
-      if i > idx then return nil end
-      if idx == i + 1 then
-        i, p, c = idx, c, 0
-      elseif idx > i + 1 then
-        i, p, c = idx, 0, 0
+    i, p, c = idx, 0, 0
+    local h = held[key]
+    if h then
+      i, p, c = h[1], h[2], h[3]
+    else
+      local v = redis.call("HMGET", key, "i", "p", "c")
+      if v[1] then
+        if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then return nil end
+        i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
       end
+    end
+    if i > idx then return nil end
+    if idx == i + 1 then
+      i, p, c = idx, c, 0
+    elseif idx > i + 1 then
+      i, p, c = idx, 0, 0
     end
     -- floor(prev (w - r) / w) and the first offset at which the previous
     -- window's weight is at most m, as `weighted` and `first_fit` below;
@@ -153,7 +184,7 @@ local function fast(op, a0, key)
     elseif est + cost <= limit then
       c = c + cost
       code, value = "A", fmt("%.0f", limit - est - cost)
-      fields, ttl = { "i", fmt("%.0f", i), "p", fmt("%.0f", p), "c", fmt("%.0f", c) }, left + w
+      fields, ttl = true, left + w
     else
       local m = limit - cost
       if c <= m then
@@ -179,11 +210,16 @@ local function fast(op, a0, key)
       end
     end
   end
+  -- Held for the batch's next check of the key; an admitted one's write
+  -- is left to `flush`.
+  local was = held[key]
   if fields then
-    redis.call("HSET", key, unpack(fields))
     local ms = math.floor(ttl / 1000000) + 1
     if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
-    redis.call("PEXPIRE", key, fmt("%.0f", ms))
+    if not was or not was.ms then held_keys[#held_keys + 1] = key end
+    held[key] = { i, kind == "fw" and "-" or p, c, ms = ms }
+  elseif not was then
+    held[key] = { i, kind == "fw" and "-" or p, c }
   end
   if tail then
     return { code, value, remaining, reset, tail[1], tail[2], tail[3], tail[4] }
@@ -204,10 +240,12 @@ if ARGV[1] == "batch" then
     for j = 1, #r do out[#out + 1] = r[j] end
     a, k, q = a + 11, k + 1, q + 1
   end
+  flush()
   if q > count then return out end
   batch_from = { q = q, a = a, k = k, out = out }
 elseif ARGV[3] == "1" then
   local r = fast(ARGV[1], 3, KEYS[1])
+  flush()
   if r then
     table.insert(r, 1, fast_now)
     return r
