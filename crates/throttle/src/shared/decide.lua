@@ -64,6 +64,7 @@ local fast_now = fast_S > 0 and fmt("%.0f%09d", fast_S, fast_N) or fmt("%.0f", f
 -- once a call and written once, by `flush`, before the call returns or
 -- hands over to the general path.
 local held, held_keys = {}, {}
+local fast_div = {}
 local function flush()
   for _, key in ipairs(held_keys) do
     local h = held[key]
@@ -92,21 +93,26 @@ local function fast(op, a0, key)
   local S, N = fast_S, fast_N
   -- Far below 2^64, a window's end does not saturate.
   if S > 18446743000 then return nil end
-  -- The window index and now mod w, as in `index` below.
-  local q1 = math.floor(S / w)
-  if q1 >= 9000000 then return nil end
-  local x, q2, n, pow = S - q1 * w, 0, N, 100000000
-  for _ = 1, 9 do
-    local digit = math.floor(n / pow)
-    n = n - digit * pow
-    pow = pow / 10
-    x = x * 10 + digit
-    local qd = math.floor(x / w)
-    x = x - qd * w
-    q2 = q2 * 10 + qd
+  -- The window index and now mod w, as in `index` below, once a call.
+  local d = fast_div[w]
+  if not d then
+    local q1 = math.floor(S / w)
+    if q1 >= 9000000 then return nil end
+    local x, q2, n, pow = S - q1 * w, 0, N, 100000000
+    for _ = 1, 9 do
+      local digit = math.floor(n / pow)
+      n = n - digit * pow
+      pow = pow / 10
+      x = x * 10 + digit
+      local qd = math.floor(x / w)
+      x = x - qd * w
+      q2 = q2 * 10 + qd
+    end
+    -- Below 9 * 10^15 < 2^53.
+    d = { q1 * 1000000000 + q2, x }
+    fast_div[w] = d
   end
-  -- Below 9 * 10^15 < 2^53.
-  local idx, r = q1 * 1000000000 + q2, x
+  local idx, r = d[1], d[2]
   local left = w - r
   local code, value, fields, ttl, tail
   local i, p, c

@@ -408,11 +408,18 @@ impl RedisStore {
             });
         }
         let now = self.now();
-        let groups = if self.inner.link.is_cluster() {
-            groups(&items)
-        } else {
-            vec![(0..items.len()).collect()]
-        };
+        if !self.inner.link.is_cluster() {
+            let (at, answers) = self.call("standing", now, &items).await?;
+            let mut out = Vec::with_capacity(items.len());
+            for answer in answers {
+                let verdict = answer
+                    .verdict
+                    .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
+                out.push((verdict, answer.standing));
+            }
+            return Ok((at, out));
+        }
+        let groups = groups(&items);
         let mut at = None;
         let mut answers = vec![None; items.len()];
         for group in &groups {
@@ -694,9 +701,13 @@ async fn invoke(
     for item in items {
         invocation.key(&item.key);
     }
-    for arg in script::args(op, now, items) {
-        invocation.arg(arg);
-    }
+    invocation.arg(op);
+    match now {
+        Some(t) => invocation.arg(t),
+        None => invocation.arg(""),
+    };
+    invocation.arg(items.len());
+    script::push_args(&mut invocation, items);
     let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
     script::answers(&reply, items.len())
 }

@@ -156,15 +156,21 @@ pub(crate) struct Answer {
     pub(crate) taken: u64,
 }
 
-/// The script's arguments for `items`: `check` or `settle`, at `now_ns`
-/// (`None`: Redis' `TIME`).
-pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + 9 * items.len());
-    args.push(op.to_owned());
-    args.push(now_ns.map(|t| t.to_string()).unwrap_or_default());
-    args.push(items.len().to_string());
-    push_items(&mut args, items);
-    args
+/// The nine arguments of each of `items`, in order, onto `invocation`
+/// (after its op, time and count: `check`, `standing`, `settle` or
+/// `give`; the time in nanoseconds, or "" for Redis' `TIME`).
+pub(crate) fn push_args(invocation: &mut redis::ScriptInvocation<'_>, items: &[Item]) {
+    for item in items {
+        invocation.arg(item.params.kind).arg(item.role.code());
+        match i64::try_from(item.amount) {
+            Ok(amount) => invocation.arg(amount),
+            Err(_) => invocation.arg(item.amount.to_string()),
+        };
+        for arg in &item.params.args {
+            invocation.arg(arg.as_str());
+        }
+        invocation.arg(item.slice);
+    }
 }
 
 /// The nine arguments of each of `items`, in order.
