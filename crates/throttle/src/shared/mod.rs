@@ -395,11 +395,51 @@ impl RedisStore {
         &self,
         checks: &[(&Limit, &str, u64)],
     ) -> Result<(u64, Vec<(Verdict, Standing)>), StoreError> {
+        self.check_each_cached(checks, &[]).await
+    }
+
+    /// As [`check_each`](Self::check_each), where the over-limit cache
+    /// answers each check `i` with `cached[i]` set whose key it knows
+    /// over its limit for every cost (until the time one could be
+    /// admitted), with no Redis call, as Redis would answer it; and learns
+    /// such keys from Redis' rejections of them. Exact only for keys whose
+    /// count nothing lowers meanwhile: no negative
+    /// [`settle_at`](Self::settle_at) on them, by any replica. A store
+    /// built with [`over_limit_cache(0)`](RedisStoreBuilder::over_limit_cache),
+    /// or on a Redis Cluster, keeps nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); nothing is known decided then.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`check`](Self::check).
+    pub async fn check_each_cached(
+        &self,
+        checks: &[(&Limit, &str, u64)],
+        cached: &[bool],
+    ) -> Result<(u64, Vec<(Verdict, Standing)>), StoreError> {
+        let cache = self.inner.cache.enabled() && !self.inner.link.is_cluster();
+        let mut known: Vec<Option<(Verdict, Standing)>> = vec![None; checks.len()];
         let mut items = Vec::with_capacity(checks.len());
-        for &(limit, key, cost) in checks {
+        let mut asked = Vec::with_capacity(checks.len());
+        for (i, &(limit, key, cost)) in checks.iter().enumerate() {
             let params = Params::of(limit)?;
+            let key = self.key_name(None, key, &params, "");
+            let cacheable = cache && cached.get(i).copied().unwrap_or(false);
+            if let Some(answer) = cacheable
+                .then(|| self.inner.cache.answer(&key, cost, true))
+                .flatten()
+            {
+                if let Some(verdict) = answer.verdict {
+                    known[i] = Some((verdict, answer.standing));
+                    continue;
+                }
+            }
+            asked.push((i, cacheable, cost));
             items.push(Item {
-                key: self.key_name(None, key, &params, ""),
+                key,
                 params,
                 role: Role::Shadow,
                 amount: i128::from(cost),
@@ -408,16 +448,26 @@ impl RedisStore {
             });
         }
         let now = self.now();
+        if items.is_empty() {
+            let at = now.unwrap_or_else(unix_now);
+            let out = known.into_iter().flatten().collect();
+            return Ok((at, out));
+        }
         if !self.inner.link.is_cluster() {
-            let (at, answers) = self.call("standing", now, &items).await?;
-            let mut out = Vec::with_capacity(items.len());
-            for answer in answers {
+            let sent = Instant::now();
+            let reply = self.call_reply("standing", now, &items).await?;
+            // The script sends the stored state of the first item alone.
+            if let Some(&(_, true, cost)) = asked.first() {
+                self.inner.cache.learn(&items[0], cost, &reply, sent);
+            }
+            for (&(i, _, _), answer) in asked.iter().zip(&reply.answers) {
                 let verdict = answer
                     .verdict
                     .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
-                out.push((verdict, answer.standing));
+                known[i] = Some((verdict, answer.standing));
             }
-            return Ok((at, out));
+            let out = known.into_iter().flatten().collect();
+            return Ok((reply.now, out));
         }
         let groups = groups(&items);
         let mut at = None;
@@ -710,6 +760,14 @@ async fn invoke(
     script::push_args(&mut invocation, items);
     let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
     script::answers(&reply, items.len())
+}
+
+/// The local time in nanoseconds since the Unix epoch: Redis' `TIME`
+/// as near as this host knows it.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The hash tag of a Redis key: between its first `{` and the next `}`
