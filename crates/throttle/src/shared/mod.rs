@@ -47,6 +47,7 @@ mod builder;
 mod cache;
 pub(crate) mod script;
 mod slices;
+mod slots;
 
 use std::error::Error;
 use std::fmt;
@@ -62,6 +63,7 @@ use cache::OverLimit;
 pub(crate) use script::{Answer, Item, Params, Reply, Role};
 use slices::Slices;
 pub(crate) use slices::Spent;
+use slots::{groups, groups_of, hash_tag};
 use tollgate_service::redis_link::{Link, LinkError, Target};
 
 /// How often expired slices are returned.
@@ -770,40 +772,6 @@ fn unix_now() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// The hash tag of a Redis key: between its first `{` and the next `}`
-/// (the whole key when there is none or it is empty, as Redis hashes it).
-fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}').map(|close| &rest[..close])
-        })
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key)
-}
-
-/// The indices of `items` grouped by hash tag, groups in order of first
-/// appearance, items in order within each.
-fn groups(items: &[Item]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let tag = hash_tag(&item.key);
-        match groups.iter_mut().find(|(t, _)| *t == tag) {
-            Some((_, g)) => g.push(i),
-            None => groups.push((tag, vec![i])),
-        }
-    }
-    groups.into_iter().map(|(_, g)| g).collect()
-}
-
-/// `items` split into groups of one hash tag each.
-fn groups_of(items: Vec<Item>) -> Vec<Vec<Item>> {
-    groups(&items)
-        .into_iter()
-        .map(|g| g.into_iter().map(|i| items[i].clone()).collect())
-        .collect()
-}
-
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -813,42 +781,5 @@ impl fmt::Debug for RedisStore {
             .field("on_error", &self.inner.on_error)
             .field("replicas", &self.inner.replicas)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::FixedWindow;
-
-    #[test]
-    fn the_hash_tag_is_what_redis_hashes() {
-        assert_eq!(hash_tag("p:{alice}:rule:fw:1:2:h"), "alice");
-        assert_eq!(hash_tag("p:{a}b}:x"), "a");
-        assert_eq!(hash_tag("p:{}:x"), "p:{}:x");
-        assert_eq!(hash_tag("no-tag"), "no-tag");
-        assert_eq!(hash_tag("p:{open"), "p:{open");
-    }
-
-    #[test]
-    fn items_group_by_tag_in_order_of_first_appearance() {
-        let limit =
-            Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(1)).expect("a window"));
-        let item = |key: &str| Item {
-            key: key.to_owned(),
-            params: Params::of(&limit).expect("kept"),
-            role: Role::Hard,
-            amount: 1,
-            slice: 0,
-            slice_ns: 0,
-        };
-        let items = [
-            item("{a}:1"),
-            item("{b}:2"),
-            item("{a}:3"),
-            item("{c}:4"),
-            item("{b}:5"),
-        ];
-        assert_eq!(groups(&items), [vec![0, 2], vec![1, 4], vec![3]]);
     }
 }
