@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tollgate rls --store` beside limitador's `redis` storage ($LIMITADOR),
 # on one fresh redis-server, in one run: calls/s, p99 and CPU per call for
-# one key and 1M keys (a limit never reached), with Redis' own CPU per row;
+# one key and 1M keys (a limit never reached), with Redis' own CPU per row
+# and tollgate's script calls (decisions coalesce while calls are in flight);
 # then two replicas of each on one key limited to 1,000 an hour, hammered
 # at once from two load generators: the OKs of the two add up to what each
 # admitted in all. The tollgate replicas wait up to 1 s for Redis here, as
@@ -41,6 +42,9 @@ redis-server --port 16399 --save '' --appendonly no >/dev/null 2>&1 & RS=$!
 sleep 1
 U=redis://127.0.0.1:16399
 rcpu() { redis-cli -p 16399 info cpu | awk -F: '/used_cpu_(sys|user):/ {s+=$2} END {printf "%.2f", s}'; }
+# Script calls (tollgate's EVALSHA: several decisions coalesce into one)
+# and their time inside Redis, since the last reset.
+rscripts() { redis-cli -p 16399 info commandstats | awk -F'[:=,]' '/^cmdstat_evalsha:/ {printf "evalsha_calls=%s evalsha_usec=%s", $3, $5}'; }
 $T rls --config crates/rls/examples/rls-load.yaml --host 127.0.0.1 --port 15951 --debug-port 0 --store $U >/dev/null 2>&1 & TP=$!
 $LIMITADOR --rls-ip 127.0.0.1 --rls-port 15961 --http-ip 127.0.0.1 --http-port 15962 $D/load.yaml redis $U >/dev/null 2>&1 & LP=$!
 sleep 2
@@ -48,10 +52,11 @@ for r in 1 2; do
   for v in 1 1000000; do
     for who in tollgate limitador; do
       if [ $who = tollgate ]; then P=15951; PID=$TP; else P=15961; PID=$LP; fi
+      redis-cli -p 16399 config resetstat >/dev/null
       c0=$(rcpu)
       out=$($T load --mode rls --server 127.0.0.1:$P --domain load --descriptors 1 --values $v --duration 5s --server-pid $PID 2>&1 | tail -1)
       c1=$(rcpu)
-      echo "=== round $r values $v $who redis_cpu_s=$(echo "$c1 - $c0" | bc)"; echo "$out"
+      echo "=== round $r values $v $who redis_cpu_s=$(echo "$c1 - $c0" | bc) $(rscripts)"; echo "$out"
     done
   done
 done

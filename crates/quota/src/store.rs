@@ -185,7 +185,7 @@ impl QuotaStore {
         let link = self.link.connect("quota store").await?;
         Ok(Connected {
             link,
-            script: redis::Script::new(SOURCE),
+            script: redis::Script::new(&tollgate_service::redis_link::with_limbs(SOURCE)),
             store: self,
         })
     }

@@ -473,11 +473,11 @@ impl RateLimitService {
         let mut charge = plan.hits.clone();
         if self.settings.stop_increment_when_over_limit {
             let jobs = plan.jobs(&plan.hits);
-            let (counted, _) = self.count_shared(shared, &jobs, Touch::Probe).await;
+            let (counted, _) = self.count_shared(shared, &plan, &jobs, Touch::Probe).await;
             stop_increment(&jobs, &counted, &mut charge);
         }
         let jobs = plan.jobs(&charge);
-        let (counted, now_ns) = self.count_shared(shared, &jobs, Touch::Charge).await;
+        let (counted, now_ns) = self.count_shared(shared, &plan, &jobs, Touch::Charge).await;
         let (response, refunds) = self.finish(&plan, &jobs, &counted);
         if !refunds.is_empty() {
             shared.refund(&refunds, now_ns).await;
@@ -523,11 +523,17 @@ impl RateLimitService {
     async fn count_shared(
         &self,
         shared: &Shared,
+        plan: &Plan<'_>,
         jobs: &[Job<'_>],
         touch: Touch,
     ) -> (Vec<Counted>, u64) {
         let now_ns = self.clock.now_ns();
-        match shared.count(jobs, touch, now_ns).await {
+        // A limit alone on its descriptor is never refunded (`finish`).
+        let alone: Vec<bool> = jobs
+            .iter()
+            .map(|j| matches!(plan.matched[j.desc], Matched::Rules(rules, _) if rules.len() == 1))
+            .collect();
+        match shared.count(jobs, &alone, touch, now_ns).await {
             Ok(counted) => counted,
             Err(_) => {
                 // The store's link logs Redis' error, rate-limited.

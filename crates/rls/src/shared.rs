@@ -26,6 +26,15 @@
 //! configuration, since each rule keeps its own state. A probe (the
 //! `stop incrementing when over limit` pass) is a check of cost 0: over
 //! when the hits exceed what remains.
+//!
+//! The store's over-limit cache answers a smooth limit that Redis
+//! rejected for every cost, with no Redis call, until the time it could
+//! admit again: the answer Redis would give, since no replica can be
+//! admitted on the key meanwhile. Only a limit alone on its descriptor:
+//! one beside others may be refunded (`finish` gives back what it
+//! admitted when another refused), which would let Redis admit before
+//! that time. A fixed window is never rejected in Redis (its limit is
+//! compared here, and every hit counts), so it always asks Redis.
 
 use std::time::Duration;
 
@@ -97,7 +106,9 @@ impl Shared {
     }
 
     /// Counts `jobs` in one script call. Returns the counts and the time
-    /// they were counted at (`now_ns` when nothing needed Redis).
+    /// they were counted at (`now_ns` when nothing needed Redis). A smooth
+    /// limit `alone` on its descriptor (never refunded) is answered by the
+    /// store's over-limit cache while Redis would reject it at any cost.
     ///
     /// # Errors
     ///
@@ -106,13 +117,18 @@ impl Shared {
     pub(crate) async fn count(
         &self,
         jobs: &[Job<'_>],
+        alone: &[bool],
         touch: Touch,
         now_ns: u64,
     ) -> Result<(Vec<Counted>, u64), StoreError> {
         let targets: Vec<Option<(Limit, String)>> = jobs.iter().map(|j| self.target(j)).collect();
         let mut checks = Vec::with_capacity(jobs.len());
-        for (job, target) in jobs.iter().zip(&targets) {
+        let mut cached = Vec::with_capacity(jobs.len());
+        for ((job, target), &alone) in jobs.iter().zip(&targets).zip(alone) {
             if let Some((limit, key)) = target {
+                // A fixed window is never rejected in Redis (its limit is
+                // compared here): only a smooth limit is cached.
+                cached.push(alone && job.rule.smooth.is_some());
                 let cost = match touch {
                     Touch::Charge if job.rule.smooth.is_none() => job.hits.min(u64::from(u32::MAX)),
                     Touch::Charge => job.hits,
@@ -124,7 +140,7 @@ impl Shared {
         let (now_ns, answers) = if checks.is_empty() {
             (now_ns, Vec::new())
         } else {
-            self.store.check_each(&checks).await?
+            self.store.check_each_cached(&checks, &cached).await?
         };
         let now_s = now_ns / NS;
         let mut answers = answers.into_iter();

@@ -36,6 +36,31 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per this long.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// The multi-limb integer library of the Redis stores' Lua scripts:
+/// natural numbers of any size (24-bit limbs from 2^48 on, doubles below)
+/// with `parse`, `str`, `cmp`, `add`, `sub`, `mul` and `divq`, for the
+/// exact integer arithmetic of the policies in Redis' Lua, whose numbers
+/// are doubles. A script carries it with [`with_limbs`].
+pub const LIMBS: &str = include_str!("redis_link/limbs.lua");
+
+/// `source` with [`LIMBS`] in place of its first line `--@limbs`, so the
+/// library's functions are defined only past what comes before (a fast
+/// path that needs none of them).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::redis_link::with_limbs;
+///
+/// let script = with_limbs("local x = 1\n--@limbs\nreturn str(add(x, 2))\n");
+/// assert!(script.starts_with("local x = 1\n"));
+/// assert!(script.contains("local function divq(a, b)"));
+/// assert!(!script.contains("--@limbs"));
+/// ```
+pub fn with_limbs(source: &str) -> String {
+    source.replacen("--@limbs\n", LIMBS, 1)
+}
+
 /// What went wrong reaching Redis; each store turns it into its own error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkError {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::redis_link::LinkSettings;
+use tollgate_service::redis_link::{with_limbs, LinkSettings};
 
 use super::cache::OverLimit;
 use super::slices::Slices;
@@ -118,8 +118,9 @@ impl RedisStoreBuilder {
                 cache: OverLimit::new(self.cache_keys, self.clock.clone()),
                 slices: Slices::new(self.clock.clone()),
                 sweeper: std::sync::OnceLock::new(),
+                batcher: super::batch::Batcher::new(self.link.pool_size),
                 link,
-                script: redis::Script::new(script::SOURCE),
+                script: redis::Script::new(&with_limbs(script::SOURCE)),
                 prefix: self.link.prefix,
                 deadline: self.link.deadline,
                 on_error: self.link.on_error,

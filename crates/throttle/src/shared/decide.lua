@@ -10,7 +10,8 @@
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
--- stands after it), "settle" or "give" (a slice's unused tokens back).
+-- stands after it), "settle", "give" (a slice's unused tokens back) or
+-- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
 --   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
@@ -26,7 +27,8 @@
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
 -- unless asked), then, when a check's first item is rejected for a cost
 -- it could ever pay, "S" and that key's stored fields (three, "0" after
--- the last)}; code "A"
+-- the last)}; a batch returns {now, then each request's answers as
+-- above}; code "A"
 -- admit (value: remaining), "T" followed by the tokens taken (an admitted
 -- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
@@ -36,18 +38,11 @@
 -- The common call, a check of one fixed window or sliding window counter
 -- on small numbers, runs on doubles alone, before the general path defines
 -- anything: Redis runs the whole script on every call, and each function
--- it defines costs about 0.1 µs. Any other call breaks out, before it
--- writes, to the general path, which takes the time read here.
+-- it defines costs about 0.1 µs. So does each such check of a batch. A
+-- check it cannot take returns nil before it writes, to the general
+-- path, which takes the time read here.
 local fast_S, fast_N
-repeat
-  local op, kind = ARGV[1], ARGV[4]
-  if ARGV[3] ~= "1" or ARGV[5] == "s" or op == "settle" then break end
-  if kind ~= "fw" and kind ~= "swc" then break end
-  if ARGV[12] ~= "0" then break end
-  local cs, ls, ws = ARGV[6], ARGV[7], ARGV[8]
-  -- cost, limit and window below 10^14 < 2^47.
-  if #cs > 14 or #ls > 14 or #ws > 14 then break end
-  local cost, limit, w = tonumber(cs), tonumber(ls), tonumber(ws)
+do
   local t = ARGV[2]
   if t ~= "" then
     if #t > 9 then
@@ -59,44 +54,90 @@ repeat
     t = redis.call("TIME")
     fast_S, fast_N = tonumber(t[1]), tonumber(t[2]) * 1000
   end
+end
+local fmt = string.format
+local fast_now = fast_S > 0 and fmt("%.0f%09d", fast_S, fast_N) or fmt("%.0f", fast_N)
+
+-- The keys the fast path has read or decided in this call, by name: {i,
+-- p ("-" for a fixed window), c}, with `ms`, the TTL, once a check
+-- changed it; `held_keys` lists the changed ones in order. A key is read
+-- once a call and written once, by `flush`, before the call returns or
+-- hands over to the general path.
+local held, held_keys = {}, {}
+local fast_div = {}
+local function flush()
+  for _, key in ipairs(held_keys) do
+    local h = held[key]
+    if h[2] == "-" then
+      redis.call("HSET", key, "i", fmt("%.0f", h[1]), "c", fmt("%.0f", h[3]))
+    else
+      redis.call("HSET", key, "i", fmt("%.0f", h[1]), "p", fmt("%.0f", h[2]),
+        "c", fmt("%.0f", h[3]))
+    end
+    redis.call("PEXPIRE", key, fmt("%.0f", h.ms))
+  end
+  held, held_keys = {}, {}
+end
+
+-- The answer values of check `op` of one item, its arguments after
+-- ARGV[a0] and its key `key`; nil for one the general path decides.
+local function fast(op, a0, key)
+  if op ~= "check" and op ~= "standing" then return nil end
+  local kind = ARGV[a0 + 1]
+  if kind ~= "fw" and kind ~= "swc" then return nil end
+  if ARGV[a0 + 2] == "s" or ARGV[a0 + 9] ~= "0" then return nil end
+  local cs, ls, ws = ARGV[a0 + 3], ARGV[a0 + 4], ARGV[a0 + 5]
+  -- cost, limit and window below 10^14 < 2^47.
+  if #cs > 14 or #ls > 14 or #ws > 14 then return nil end
+  local cost, limit, w = tonumber(cs), tonumber(ls), tonumber(ws)
   local S, N = fast_S, fast_N
   -- Far below 2^64, a window's end does not saturate.
-  if S > 18446743000 then break end
-  -- The window index and now mod w, as in `index` below.
-  local q1 = math.floor(S / w)
-  if q1 >= 9000000 then break end
-  local x, q2, n, pow = S - q1 * w, 0, N, 100000000
-  for _ = 1, 9 do
-    local digit = math.floor(n / pow)
-    n = n - digit * pow
-    pow = pow / 10
-    x = x * 10 + digit
-    local qd = math.floor(x / w)
-    x = x - qd * w
-    q2 = q2 * 10 + qd
+  if S > 18446743000 then return nil end
+  -- The window index and now mod w, as in `index` below, once a call.
+  local d = fast_div[w]
+  if not d then
+    local q1 = math.floor(S / w)
+    if q1 >= 9000000 then return nil end
+    local x, q2, n, pow = S - q1 * w, 0, N, 100000000
+    for _ = 1, 9 do
+      local digit = math.floor(n / pow)
+      n = n - digit * pow
+      pow = pow / 10
+      x = x * 10 + digit
+      local qd = math.floor(x / w)
+      x = x - qd * w
+      q2 = q2 * 10 + qd
+    end
+    -- Below 9 * 10^15 < 2^53.
+    d = { q1 * 1000000000 + q2, x }
+    fast_div[w] = d
   end
-  -- Below 9 * 10^15 < 2^53.
-  local idx, r = q1 * 1000000000 + q2, x
+  local idx, r = d[1], d[2]
   local left = w - r
-  local fmt = string.format
   local code, value, fields, ttl, tail
+  local i, p, c
   local remaining, reset = "0", "0"
   if kind == "fw" then
-    local i, c = idx, 0
-    local v = redis.call("HMGET", KEYS[1], "i", "c")
-    if v[1] then
-      if #v[1] > 15 or #v[2] > 14 then break end
-      i, c = tonumber(v[1]), tonumber(v[2])
-      -- A window after now's (a time that went back) takes the general path.
-      if i > idx then break end
-      if i < idx then i, c = idx, 0 end
+    i, c = idx, 0
+    local h = held[key]
+    if h then
+      i, c = h[1], h[3]
+    else
+      local v = redis.call("HMGET", key, "i", "c")
+      if v[1] then
+        if #v[1] > 15 or #v[2] > 14 then return nil end
+        i, c = tonumber(v[1]), tonumber(v[2])
+      end
     end
+    -- A window after now's (a time that went back) takes the general path.
+    if i > idx then return nil end
+    if i < idx then i, c = idx, 0 end
     if cost > limit then
       code, value = "R", "18446744073709551615"
     elseif c + cost <= limit then
       c = c + cost
       code, value = "A", fmt("%.0f", limit - c)
-      fields, ttl = { "i", fmt("%.0f", i), "c", fmt("%.0f", c) }, left
+      fields, ttl = true, left
     else
       code, value = "R", fmt("%.0f", left)
       tail = { "S", fmt("%.0f", i), fmt("%.0f", c), "0" }
@@ -106,17 +147,22 @@ repeat
       if c ~= 0 then reset = fmt("%.0f", left) end
     end
   else
-    local i, p, c = idx, 0, 0
-    local v = redis.call("HMGET", KEYS[1], "i", "p", "c")
-    if v[1] then
-      if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then break end
-      i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
-      if i > idx then break end
-      if idx == i + 1 then
-        i, p, c = idx, c, 0
-      elseif idx > i + 1 then
-        i, p, c = idx, 0, 0
+    i, p, c = idx, 0, 0
+    local h = held[key]
+    if h then
+      i, p, c = h[1], h[2], h[3]
+    else
+      local v = redis.call("HMGET", key, "i", "p", "c")
+      if v[1] then
+        if #v[1] > 15 or #v[2] > 14 or #v[3] > 14 then return nil end
+        i, p, c = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
       end
+    end
+    if i > idx then return nil end
+    if idx == i + 1 then
+      i, p, c = idx, c, 0
+    elseif idx > i + 1 then
+      i, p, c = idx, 0, 0
     end
     -- floor(prev (w - r) / w) and the first offset at which the previous
     -- window's weight is at most m, as `weighted` and `first_fit` below;
@@ -137,24 +183,24 @@ repeat
       return fit > rr and fit or rr
     end
     local wp = weighted(p, r)
-    if not wp then break end
+    if not wp then return nil end
     local est = c + wp
     if cost > limit then
       code, value = "R", "18446744073709551615"
     elseif est + cost <= limit then
       c = c + cost
       code, value = "A", fmt("%.0f", limit - est - cost)
-      fields, ttl = { "i", fmt("%.0f", i), "p", fmt("%.0f", p), "c", fmt("%.0f", c) }, left + w
+      fields, ttl = true, left + w
     else
       local m = limit - cost
       if c <= m then
         local fit = first_fit(p, m - c, r)
-        if not fit then break end
+        if not fit then return nil end
         if fit < w then code, value = "R", fmt("%.0f", fit - r) end
       end
       if not code then
         local fit = first_fit(c, m, 0)
-        if not fit then break end
+        if not fit then return nil end
         if fit > w then fit = w end
         code, value = "R", fmt("%.0f", left + fit)
       end
@@ -170,219 +216,51 @@ repeat
       end
     end
   end
+  -- Held for the batch's next check of the key; an admitted one's write
+  -- is left to `flush`.
+  local was = held[key]
   if fields then
-    redis.call("HSET", KEYS[1], unpack(fields))
     local ms = math.floor(ttl / 1000000) + 1
     if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
-    redis.call("PEXPIRE", KEYS[1], fmt("%.0f", ms))
+    if not was or not was.ms then held_keys[#held_keys + 1] = key end
+    held[key] = { i, kind == "fw" and "-" or p, c, ms = ms }
+  elseif not was then
+    held[key] = { i, kind == "fw" and "-" or p, c }
   end
-  local now = S > 0 and fmt("%.0f%09d", S, N) or fmt("%.0f", N)
   if tail then
-    return { now, code, value, remaining, reset, tail[1], tail[2], tail[3], tail[4] }
+    return { code, value, remaining, reset, tail[1], tail[2], tail[3], tail[4] }
   end
-  return { now, code, value, remaining, reset }
-until true
-
-local B = 16777216 -- 2^24
-local SMALL = 281474976710656 -- 2^48
-local EXACT = 9007199254740992 -- 2^53
-
--- A natural number below 2^48 is a Lua number; from 2^48 on it is a table
--- of 24-bit limbs (at least three, the top one nonzero). Each operation
--- computes on doubles when its operands are numbers and its result is
--- exact, and on limbs otherwise.
-
--- The limbs of an integer double.
-local function limbs(x)
-  local a, n = {}, 0
-  while x > 0 do
-    local l = x % B
-    n = n + 1
-    a[n] = l
-    x = (x - l) / B
-  end
-  return a
+  return { code, value, remaining, reset }
 end
 
--- The number that limbs `a` hold, in its form above.
-local function canon(a)
-  local n = #a
-  while n > 0 and a[n] == 0 do
-    a[n] = nil
-    n = n - 1
+-- A batch's checks, in turn, while the fast path takes them; the general
+-- path goes on from the first it does not (`batch_from`).
+local batch_from
+if ARGV[1] == "batch" then
+  local out = { fast_now }
+  local a, k, q, count = 4, 0, 1, tonumber(ARGV[3])
+  while q <= count do
+    if ARGV[a + 1] ~= "1" then break end
+    local r = fast(ARGV[a], a + 1, KEYS[k + 1])
+    if not r then break end
+    for j = 1, #r do out[#out + 1] = r[j] end
+    a, k, q = a + 11, k + 1, q + 1
   end
-  if n <= 2 then return (a[1] or 0) + (a[2] or 0) * B end
-  return a
+  flush()
+  if q > count then return out end
+  batch_from = { q = q, a = a, k = k, out = out }
+elseif ARGV[3] == "1" then
+  local r = fast(ARGV[1], 3, KEYS[1])
+  flush()
+  if r then
+    table.insert(r, 1, fast_now)
+    return r
+  end
 end
 
--- An integer double below 2^53 in the form above.
-local function num(x)
-  if x < SMALL then return x end
-  return limbs(x)
-end
-
-local function big(a)
-  if type(a) == "number" then return limbs(a) end
-  return a
-end
-
-local function tod(a)
-  if type(a) == "number" then return a end
-  local x = 0
-  for k = #a, 1, -1 do x = x * B + a[k] end
-  return x
-end
-
-local function parse(s)
-  if #s <= 15 then
-    -- Below 10^15 < 2^53: exact as a double.
-    return num(tonumber(s))
-  end
-  local a = {}
-  local len = #s
-  local pos, chunk = 1, len % 6
-  if chunk == 0 then chunk = 6 end
-  while pos <= len do
-    local carry = tonumber(string.sub(s, pos, pos + chunk - 1))
-    local m = 10 ^ chunk
-    for k = 1, #a do
-      local t = a[k] * m + carry
-      carry = math.floor(t / B)
-      a[k] = t - carry * B
-    end
-    while carry > 0 do
-      local l = carry % B
-      a[#a + 1] = l
-      carry = (carry - l) / B
-    end
-    pos = pos + chunk
-    chunk = 6
-  end
-  return canon(a)
-end
-
--- Limbs `a` divided by a small d: the quotient's limbs and the remainder.
-local function divsmall(a, d)
-  local q, r = {}, 0
-  for k = #a, 1, -1 do
-    local t = r * B + a[k]
-    local qk = math.floor(t / d)
-    q[k] = qk
-    r = t - qk * d
-  end
-  local n = #q
-  while n > 0 and q[n] == 0 do
-    q[n] = nil
-    n = n - 1
-  end
-  return q, r
-end
-
-local function str(a)
-  if type(a) == "number" then return string.format("%.0f", a) end
-  local parts, r = {}, 0
-  while #a > 0 do
-    a, r = divsmall(a, 1000000)
-    parts[#parts + 1] = r
-  end
-  local s = string.format("%d", parts[#parts])
-  for k = #parts - 1, 1, -1 do
-    s = s .. string.format("%06d", parts[k])
-  end
-  return s
-end
-
-local function cmp(a, b)
-  local na, nb = type(a) == "number", type(b) == "number"
-  if na and nb then
-    if a == b then return 0 end
-    return a < b and -1 or 1
-  end
-  if na then return -1 end
-  if nb then return 1 end
-  if #a ~= #b then return #a < #b and -1 or 1 end
-  for k = #a, 1, -1 do
-    if a[k] ~= b[k] then return a[k] < b[k] and -1 or 1 end
-  end
-  return 0
-end
-
-local function add(a, b)
-  if type(a) == "number" and type(b) == "number" then
-    -- Below 2^49: exact.
-    return num(a + b)
-  end
-  a, b = big(a), big(b)
-  local r, c = {}, 0
-  local n = math.max(#a, #b)
-  for k = 1, n do
-    local t = (a[k] or 0) + (b[k] or 0) + c
-    if t >= B then r[k], c = t - B, 1 else r[k], c = t, 0 end
-  end
-  if c > 0 then r[n + 1] = c end
-  return canon(r)
-end
-
--- a - b, for a >= b.
-local function sub(a, b)
-  if type(a) == "number" then return a - b end
-  b = big(b)
-  local r, c = {}, 0
-  for k = 1, #a do
-    local t = a[k] - (b[k] or 0) - c
-    if t < 0 then r[k], c = t + B, 1 else r[k], c = t, 0 end
-  end
-  return canon(r)
-end
-
-local function mul(a, b)
-  if type(a) == "number" and type(b) == "number" then
-    -- A product below 2^53 is exact; one above it rounds to 2^53 or more.
-    local x = a * b
-    if x < EXACT then return num(x) end
-  end
-  if a == 0 or b == 0 then return 0 end
-  a, b = big(a), big(b)
-  local r = {}
-  for k = 1, #a + #b do r[k] = 0 end
-  for i = 1, #a do
-    local c, ai = 0, a[i]
-    for j = 1, #b do
-      local t = r[i + j - 1] + ai * b[j] + c
-      c = math.floor(t / B)
-      r[i + j - 1] = t - c * B
-    end
-    local k = i + #b
-    while c > 0 do
-      local t = r[k] + c
-      c = math.floor(t / B)
-      r[k] = t - c * B
-      k = k + 1
-    end
-  end
-  return canon(r)
-end
-
--- floor(a / b) for b > 0: a quotient estimated in doubles, kept below the
--- true one (the margin 2^-40 exceeds the estimate's rounding), subtracted,
--- and again on the remainder until it is below b.
-local function divq(a, b)
-  if type(a) == "number" then
-    -- Below 2^48 the quotient of doubles rounds to no integer above the
-    -- true one, so its floor is exact.
-    if type(b) ~= "number" then return 0 end
-    return math.floor(a / b)
-  end
-  local q, r = 0, a
-  while cmp(r, b) >= 0 do
-    local qe = math.floor(tod(r) / tod(b) * (1 - 2 ^ -40))
-    if qe < 1 then qe = 1 end
-    local qb = qe < SMALL and qe or limbs(qe)
-    r = sub(r, mul(qb, b))
-    q = add(q, qb)
-  end
-  return q
-end
+-- The multi-limb integer library (`tollgate_service::redis_link::LIMBS`)
+-- goes here.
+--@limbs
 
 local ZERO, ONE = 0, 1
 local U64MAX = { 16777215, 16777215, 65535 } -- 2^64 - 1
@@ -633,30 +511,34 @@ function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
 local policies = { fw = fw, swc = swc, gcra = gcra }
 
--- The items.
-local n = tonumber(ARGV[3])
-local items = {}
-for i = 1, n do
-  local a = 3 + (i - 1) * 9
-  local kind = ARGV[a + 1]
-  local P = {}
-  if kind == "gcra" then
-    P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
-    P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
-    P.num = add(mul(P.whole, P.den), P.fraction)
-  else
-    P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+-- The items of one request: `n`, their arguments after ARGV[a0], their
+-- keys after KEYS[k0].
+local function items_of(n, a0, k0)
+  local items = {}
+  for i = 1, n do
+    local a = a0 + (i - 1) * 9
+    local kind = ARGV[a + 1]
+    local P = {}
+    if kind == "gcra" then
+      P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+      P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
+      P.num = add(mul(P.whole, P.den), P.fraction)
+    else
+      P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+    end
+    local amount = ARGV[a + 3]
+    local neg = string.sub(amount, 1, 1) == "-"
+    if neg then amount = string.sub(amount, 2) end
+    items[i] = {
+      key = KEYS[k0 + i], policy = policies[kind], P = P, role = ARGV[a + 2],
+      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
+    }
   end
-  local amount = ARGV[a + 3]
-  local neg = string.sub(amount, 1, 1) == "-"
-  if neg then amount = string.sub(amount, 2) end
-  items[i] = {
-    key = KEYS[i], policy = policies[kind], P = P, role = ARGV[a + 2],
-    amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
-  }
+  return items
 end
 
--- States, read once per key (two items may share one).
+-- The states as Redis holds them, read once per key (two items, or two
+-- requests of a batch, may share one) and kept as requests write them.
 local states = {}
 local function state_of(item)
   local s = states[item.key]
@@ -686,10 +568,90 @@ local function save(list)
   end
 end
 
-local out = { S > 0 and string.format("%.0f%09d", S, N) or str(N) }
+local out = batch_from and batch_from.out or { fast_now }
 local function push(...)
   for _, v in ipairs({ ... }) do out[#out + 1] = v end
 end
+
+-- A check (or standing) of one request's `items`, its answers pushed: the
+-- request is decided whole, writing nothing when an enforced hard limit
+-- rejects.
+local function decide(op, items)
+  -- States this request would write, kept apart until it is admitted.
+  local mine = {}
+  local results, charged = {}, {}
+  local rejected, hard_admitted = false, false
+  for i, item in ipairs(items) do
+    if rejected or (item.role == "s" and not hard_admitted) then
+      results[i] = { "-", ZERO }
+    else
+      local s = mine[item.key] or state_of(item)
+      local trial = copy(s)
+      local code, value = item.policy.check(item.P, trial, item.amount)
+      if code == "A" and item.role == "H" and item.policy.take
+          and cmp(item.slice, item.amount) > 0 then
+        local extra
+        extra, value = item.policy.take(item.P, trial, sub(item.slice, item.amount))
+        code = "T" .. str(add(item.amount, extra))
+      end
+      results[i] = { code, value }
+      local admitted = code ~= "R"
+      if admitted then
+        mine[item.key] = trial
+        charged[#charged + 1] = item
+      end
+      if item.role ~= "s" then hard_admitted = admitted end
+      if item.role == "H" and not admitted then rejected = true end
+    end
+  end
+  if not rejected then
+    for key, s in pairs(mine) do states[key] = s end
+    save(charged)
+  end
+
+  for i, item in ipairs(items) do
+    local r = results[i]
+    push(r[1], str(r[2]))
+    if r[1] == "-" or op ~= "standing" then
+      push("0", "0")
+    else
+      -- Where the key stands after the request: a rejected request
+      -- charged nothing, so its keys stand as they stood.
+      local s = states[item.key]
+      if rejected then
+        local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+        s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
+      end
+      local remaining, reset = item.policy.standing(item.P, s)
+      push(str(remaining), str(reset))
+    end
+  end
+  -- The first item rejected for a cost it could ever pay: its stored
+  -- state, from which the caller may answer that key alone for a while.
+  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+    local item = items[1]
+    local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+    if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
+  end
+end
+
+if ARGV[1] == "batch" then
+  -- Several requests, each "check" or "standing": its op, its number of
+  -- items and their arguments; their keys in order. Decided in turn, each
+  -- on the states the ones before it left.
+  local a, k = batch_from.a, batch_from.k
+  for _ = batch_from.q, tonumber(ARGV[3]) do
+    local op, n = ARGV[a], tonumber(ARGV[a + 1])
+    decide(op, items_of(n, a + 1, k))
+    a = a + 2 + 9 * n
+    k = k + n
+  end
+  return out
+end
+
+local n = tonumber(ARGV[3])
+local items = items_of(n, 3, 0)
+
 if ARGV[1] == "settle" then
   for _, item in ipairs(items) do
     local s = state_of(item)
@@ -713,56 +675,5 @@ if ARGV[1] == "give" then
   return out
 end
 
-local results, charged, decided = {}, {}, {}
-local rejected, hard_admitted = false, false
-for i, item in ipairs(items) do
-  if rejected or (item.role == "s" and not hard_admitted) then
-    results[i] = { "-", ZERO }
-  else
-    local s = state_of(item)
-    local trial = copy(s)
-    local code, value = item.policy.check(item.P, trial, item.amount)
-    if code == "A" and item.role == "H" and item.policy.take
-        and cmp(item.slice, item.amount) > 0 then
-      local extra
-      extra, value = item.policy.take(item.P, trial, sub(item.slice, item.amount))
-      code = "T" .. str(add(item.amount, extra))
-    end
-    results[i] = { code, value }
-    decided[#decided + 1] = i
-    local admitted = code ~= "R"
-    if admitted then
-      states[item.key] = trial
-      charged[#charged + 1] = item
-    end
-    if item.role ~= "s" then hard_admitted = admitted end
-    if item.role == "H" and not admitted then rejected = true end
-  end
-end
-if not rejected then save(charged) end
-
-for i, item in ipairs(items) do
-  local r = results[i]
-  push(r[1], str(r[2]))
-  if r[1] == "-" or ARGV[1] ~= "standing" then
-    push("0", "0")
-  else
-    -- Where the key stands after the call: a rejected request charged
-    -- nothing, so its keys stand as they stood.
-    local s = states[item.key]
-    if rejected then
-      local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-      s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
-    end
-    local remaining, reset = item.policy.standing(item.P, s)
-    push(str(remaining), str(reset))
-  end
-end
--- The first item rejected for a cost it could ever pay: its stored state,
--- from which the caller may answer that key alone for a while.
-if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
-  local item = items[1]
-  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-  if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end
-end
+decide(ARGV[1], items)
 return out

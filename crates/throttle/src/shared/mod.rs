@@ -30,16 +30,24 @@
 //! of a hot key's tokens in one call and spend them itself, the replicas
 //! together still admitting at most the limit.
 //!
+//! Checks coalesce (`batch.rs`): while every connection has a call in
+//! flight, checks that arrive wait and then go as one script call, which
+//! decides them in arrival order, each whole, as if sent one by one. A
+//! check still waits for at most one call before its own, never past the
+//! deadline.
+//!
 //! The connections: `pool_size` multiplexed connections, used in turn
 //! (requests pipeline on each). A call that fails on a broken connection
 //! marks it broken; its task reconnects with exponential backoff and
 //! jitter while calls answer at once by the store's [`OnError`] mode.
 //! Every call has a deadline, so no request waits longer for Redis.
 
+mod batch;
 mod builder;
 mod cache;
 pub(crate) mod script;
 mod slices;
+mod slots;
 
 use std::error::Error;
 use std::fmt;
@@ -55,6 +63,7 @@ use cache::OverLimit;
 pub(crate) use script::{Answer, Item, Params, Reply, Role};
 use slices::Slices;
 pub(crate) use slices::Spent;
+use slots::{groups, groups_of, hash_tag};
 use tollgate_service::redis_link::{Link, LinkError, LinkSettings};
 
 /// How often expired slices are returned.
@@ -200,6 +209,8 @@ struct StoreInner {
     slices: Slices,
     /// The task returning expired slices, started with the first.
     sweeper: std::sync::OnceLock<()>,
+    /// Checks waiting for a call.
+    batcher: batch::Batcher,
 }
 
 impl RedisStore {
@@ -389,11 +400,51 @@ impl RedisStore {
         &self,
         checks: &[(&Limit, &str, u64)],
     ) -> Result<(u64, Vec<(Verdict, Standing)>), StoreError> {
+        self.check_each_cached(checks, &[]).await
+    }
+
+    /// As [`check_each`](Self::check_each), where the over-limit cache
+    /// answers each check `i` with `cached[i]` set whose key it knows
+    /// over its limit for every cost (until the time one could be
+    /// admitted), with no Redis call, as Redis would answer it; and learns
+    /// such keys from Redis' rejections of them. Exact only for keys whose
+    /// count nothing lowers meanwhile: no negative
+    /// [`settle_at`](Self::settle_at) on them, by any replica. A store
+    /// built with [`over_limit_cache(0)`](RedisStoreBuilder::over_limit_cache),
+    /// or on a Redis Cluster, keeps nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); nothing is known decided then.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`check`](Self::check).
+    pub async fn check_each_cached(
+        &self,
+        checks: &[(&Limit, &str, u64)],
+        cached: &[bool],
+    ) -> Result<(u64, Vec<(Verdict, Standing)>), StoreError> {
+        let cache = self.inner.cache.enabled() && !self.inner.link.is_cluster();
+        let mut known: Vec<Option<(Verdict, Standing)>> = vec![None; checks.len()];
         let mut items = Vec::with_capacity(checks.len());
-        for &(limit, key, cost) in checks {
+        let mut asked = Vec::with_capacity(checks.len());
+        for (i, &(limit, key, cost)) in checks.iter().enumerate() {
             let params = Params::of(limit)?;
+            let key = self.key_name(None, key, &params, "");
+            let cacheable = cache && cached.get(i).copied().unwrap_or(false);
+            if let Some(answer) = cacheable
+                .then(|| self.inner.cache.answer(&key, cost, true))
+                .flatten()
+            {
+                if let Some(verdict) = answer.verdict {
+                    known[i] = Some((verdict, answer.standing));
+                    continue;
+                }
+            }
+            asked.push((i, cacheable, cost));
             items.push(Item {
-                key: self.key_name(None, key, &params, ""),
+                key,
                 params,
                 role: Role::Shadow,
                 amount: i128::from(cost),
@@ -402,11 +453,28 @@ impl RedisStore {
             });
         }
         let now = self.now();
-        let groups = if self.inner.link.is_cluster() {
-            groups(&items)
-        } else {
-            vec![(0..items.len()).collect()]
-        };
+        if items.is_empty() {
+            let at = now.unwrap_or_else(unix_now);
+            let out = known.into_iter().flatten().collect();
+            return Ok((at, out));
+        }
+        if !self.inner.link.is_cluster() {
+            let sent = Instant::now();
+            let reply = self.call_reply("standing", now, &items).await?;
+            // The script sends the stored state of the first item alone.
+            if let Some(&(_, true, cost)) = asked.first() {
+                self.inner.cache.learn(&items[0], cost, &reply, sent);
+            }
+            for (&(i, _, _), answer) in asked.iter().zip(&reply.answers) {
+                let verdict = answer
+                    .verdict
+                    .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
+                known[i] = Some((verdict, answer.standing));
+            }
+            let out = known.into_iter().flatten().collect();
+            return Ok((reply.now, out));
+        }
+        let groups = groups(&items);
         let mut at = None;
         let mut answers = vec![None; items.len()];
         for group in &groups {
@@ -660,58 +728,51 @@ impl RedisStore {
             .map(|reply| (reply.now, reply.answers))
     }
 
-    /// As [`call`](Self::call), with the whole reply.
+    /// As [`call`](Self::call), with the whole reply: a check joins the
+    /// next batch while every connection has a call in flight
+    /// (`batch.rs`).
     async fn call_reply(
         &self,
         op: &str,
         now: Option<u64>,
         items: &[Item],
     ) -> Result<Reply, StoreError> {
-        let inner = &self.inner;
-        let mut invocation = inner.script.prepare_invoke();
-        for item in items {
-            invocation.key(&item.key);
-        }
-        for arg in script::args(op, now, items) {
-            invocation.arg(arg);
-        }
-        let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
-        script::answers(&reply, items.len())
-    }
-}
-
-/// The hash tag of a Redis key: between its first `{` and the next `}`
-/// (the whole key when there is none or it is empty, as Redis hashes it).
-fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}').map(|close| &rest[..close])
-        })
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key)
-}
-
-/// The indices of `items` grouped by hash tag, groups in order of first
-/// appearance, items in order within each.
-fn groups(items: &[Item]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let tag = hash_tag(&item.key);
-        match groups.iter_mut().find(|(t, _)| *t == tag) {
-            Some((_, g)) => g.push(i),
-            None => groups.push((tag, vec![i])),
+        match op {
+            "check" => batch::check(&self.inner, "check", now, items).await,
+            "standing" => batch::check(&self.inner, "standing", now, items).await,
+            _ => invoke(&self.inner, op, now, items).await,
         }
     }
-    groups.into_iter().map(|(_, g)| g).collect()
 }
 
-/// `items` split into groups of one hash tag each.
-fn groups_of(items: Vec<Item>) -> Vec<Vec<Item>> {
-    groups(&items)
-        .into_iter()
-        .map(|g| g.into_iter().map(|i| items[i].clone()).collect())
-        .collect()
+/// Runs the script on `items` alone, within the deadline.
+async fn invoke(
+    inner: &StoreInner,
+    op: &str,
+    now: Option<u64>,
+    items: &[Item],
+) -> Result<Reply, StoreError> {
+    let mut invocation = inner.script.prepare_invoke();
+    for item in items {
+        invocation.key(&item.key);
+    }
+    invocation.arg(op);
+    match now {
+        Some(t) => invocation.arg(t),
+        None => invocation.arg(""),
+    };
+    invocation.arg(items.len());
+    script::push_args(&mut invocation, items);
+    let reply: Vec<String> = inner.link.invoke(&invocation, inner.deadline).await?;
+    script::answers(&reply, items.len())
+}
+
+/// The local time in nanoseconds since the Unix epoch: Redis' `TIME`
+/// as near as this host knows it.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl fmt::Debug for RedisStore {
@@ -723,42 +784,5 @@ impl fmt::Debug for RedisStore {
             .field("on_error", &self.inner.on_error)
             .field("replicas", &self.inner.replicas)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::FixedWindow;
-
-    #[test]
-    fn the_hash_tag_is_what_redis_hashes() {
-        assert_eq!(hash_tag("p:{alice}:rule:fw:1:2:h"), "alice");
-        assert_eq!(hash_tag("p:{a}b}:x"), "a");
-        assert_eq!(hash_tag("p:{}:x"), "p:{}:x");
-        assert_eq!(hash_tag("no-tag"), "no-tag");
-        assert_eq!(hash_tag("p:{open"), "p:{open");
-    }
-
-    #[test]
-    fn items_group_by_tag_in_order_of_first_appearance() {
-        let limit =
-            Limit::FixedWindow(FixedWindow::new(1, Duration::from_secs(1)).expect("a window"));
-        let item = |key: &str| Item {
-            key: key.to_owned(),
-            params: Params::of(&limit).expect("kept"),
-            role: Role::Hard,
-            amount: 1,
-            slice: 0,
-            slice_ns: 0,
-        };
-        let items = [
-            item("{a}:1"),
-            item("{b}:2"),
-            item("{a}:3"),
-            item("{c}:4"),
-            item("{b}:5"),
-        ];
-        assert_eq!(groups(&items), [vec![0, 2], vec![1, 4], vec![3]]);
     }
 }

@@ -156,13 +156,25 @@ pub(crate) struct Answer {
     pub(crate) taken: u64,
 }
 
-/// The script's arguments for `items`: `check` or `settle`, at `now_ns`
-/// (`None`: Redis' `TIME`).
-pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + 9 * items.len());
-    args.push(op.to_owned());
-    args.push(now_ns.map(|t| t.to_string()).unwrap_or_default());
-    args.push(items.len().to_string());
+/// The nine arguments of each of `items`, in order, onto `invocation`
+/// (after its op, time and count: `check`, `standing`, `settle` or
+/// `give`; the time in nanoseconds, or "" for Redis' `TIME`).
+pub(crate) fn push_args(invocation: &mut redis::ScriptInvocation<'_>, items: &[Item]) {
+    for item in items {
+        invocation.arg(item.params.kind).arg(item.role.code());
+        match i64::try_from(item.amount) {
+            Ok(amount) => invocation.arg(amount),
+            Err(_) => invocation.arg(item.amount.to_string()),
+        };
+        for arg in &item.params.args {
+            invocation.arg(arg.as_str());
+        }
+        invocation.arg(item.slice);
+    }
+}
+
+/// The nine arguments of each of `items`, in order.
+pub(crate) fn push_items(args: &mut Vec<String>, items: &[Item]) {
     for item in items {
         args.push(item.params.kind.to_owned());
         args.push(item.role.code().to_owned());
@@ -170,7 +182,6 @@ pub(crate) fn args(op: &str, now_ns: Option<u64>, items: &[Item]) -> Vec<String>
         args.extend(item.params.args.iter().cloned());
         args.push(item.slice.to_string());
     }
-    args
 }
 
 fn number(s: &str) -> Result<u64, StoreError> {
@@ -193,24 +204,56 @@ pub(crate) struct Reply {
 /// The script's answer: the time it decided at, one answer per item and
 /// the first item's state if it was rejected.
 pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreError> {
-    let state = match reply.len().checked_sub(1 + 4 * items) {
-        Some(0) => None,
-        Some(4) if reply[reply.len() - 4] == "S" => {
-            let [_, a, b, c] = &reply[reply.len() - 4..] else {
-                unreachable!("four values")
-            };
-            Some([a.clone(), b.clone(), c.clone()])
-        }
-        _ => {
-            return Err(StoreError::redis(format!(
-                "the script answered {} values for {items} items",
-                reply.len()
-            )))
-        }
+    let now = number(reply.first().map_or("", String::as_str))?;
+    let (one, end) = request(reply, 1, items, now)?;
+    if end != reply.len() {
+        return Err(StoreError::redis(format!(
+            "the script answered {} values for {items} items",
+            reply.len()
+        )));
+    }
+    Ok(one)
+}
+
+/// The answers of a `batch` call, one reply per request of `items[k]`
+/// items each, in order.
+pub(crate) fn batch_answers(reply: &[String], items: &[usize]) -> Result<Vec<Reply>, StoreError> {
+    let now = number(reply.first().map_or("", String::as_str))?;
+    let mut at = 1;
+    let mut out = Vec::with_capacity(items.len());
+    for &n in items {
+        let (one, end) = request(reply, at, n, now)?;
+        out.push(one);
+        at = end;
+    }
+    if at != reply.len() {
+        return Err(StoreError::redis(format!(
+            "the script answered {} values for {} requests",
+            reply.len(),
+            items.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// One request's answers in `reply` from `at`: `items` answers of four
+/// values, then, if the next value is "S", that key's three stored fields.
+/// Returns the reply and where the next request's answers begin.
+fn request(
+    reply: &[String],
+    at: usize,
+    items: usize,
+    now: u64,
+) -> Result<(Reply, usize), StoreError> {
+    let end = at + 4 * items;
+    let Some(values) = reply.get(at..end) else {
+        return Err(StoreError::redis(format!(
+            "the script answered {} values for {items} items",
+            reply.len()
+        )));
     };
-    let now = number(&reply[0])?;
     let mut out = Vec::with_capacity(items);
-    for chunk in reply[1..1 + 4 * items].chunks(4) {
+    for chunk in values.chunks(4) {
         let value = number(&chunk[1])?;
         let mut taken = 0;
         let verdict = match chunk[0].as_str() {
@@ -239,17 +282,36 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreErro
             taken,
         });
     }
-    Ok(Reply {
-        now,
-        answers: out,
-        state,
-    })
+    let (state, end) = match reply.get(end..end + 4) {
+        Some([s, a, b, c]) if s == "S" => (Some([a.clone(), b.clone(), c.clone()]), end + 4),
+        _ => (None, end),
+    };
+    Ok((
+        Reply {
+            now,
+            answers: out,
+            state,
+        },
+        end,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tollgate::pool::Meter;
+
+    #[test]
+    fn the_limb_library_comes_once_after_the_fast_path() {
+        let source = tollgate_service::redis_link::with_limbs(SOURCE);
+        assert_eq!(SOURCE.matches("--@limbs\n").count(), 1);
+        assert_eq!(source.matches("local function divq(").count(), 1);
+        let fast_path_end = source
+            .find("local r = fast(ARGV[1], 3, KEYS[1])")
+            .expect("the fast path's single check");
+        let library = source.find("local function limbs(").expect("the library");
+        assert!(fast_path_end < library);
+    }
 
     #[test]
     fn the_meter_crosses_as_the_cores_exact_fraction() {
