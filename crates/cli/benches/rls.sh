@@ -5,7 +5,9 @@
 # against a baseline build ($BASE, server and load: the whole system
 # before), and limitador's memory storage ($LIMITADOR, built from
 # Kuadrant/limitador with `cargo build --release -p limitador-server`)
-# driven by this build's load. Run from the repository root; read the
+# driven by this build's load; and the baseline's rls driven by this
+# build's load, which tells the server's share of a change from the
+# load's. Run from the repository root; read the
 # server and load CPU per call of rows in the same round against each
 # other.
 #
@@ -39,9 +41,11 @@ for r in $(seq "$ROUNDS"); do
   row $r "allow baseline" $BASE --mode allow --server 127.0.0.1:15911 --namespace one --bucket b --server-pid $QB
   row $r "allow this" $T --mode allow --server 127.0.0.1:15912 --namespace one --bucket b --server-pid $QM
   row $r "rls baseline, 1 descriptor, 1 value" $BASE --mode rls --server 127.0.0.1:15920 --domain load --descriptors 1 --values 1 --server-pid $RB
+  row $r "rls baseline driven by this load, 1 descriptor, 1 value" $T --mode rls --server 127.0.0.1:15920 --domain load --descriptors 1 --values 1 --server-pid $RB
   row $r "rls this, 1 descriptor, 1 value" $T --mode rls --server 127.0.0.1:15921 --domain load --descriptors 1 --values 1 --server-pid $RM
   row $r "limitador, 1 descriptor, 1 value" $T --mode rls --server 127.0.0.1:15931 --domain load --descriptors 1 --values 1 --server-pid $LP
   row $r "rls baseline, 3 descriptors, 100K values" $BASE --mode rls --server 127.0.0.1:15920 --domain load --descriptors 3 --values 100000 --server-pid $RB
+  row $r "rls baseline driven by this load, 3 descriptors, 100K values" $T --mode rls --server 127.0.0.1:15920 --domain load --descriptors 3 --values 100000 --server-pid $RB
   row $r "rls this, 3 descriptors, 100K values" $T --mode rls --server 127.0.0.1:15921 --domain load --descriptors 3 --values 100000 --server-pid $RM
   row $r "limitador, 1 descriptor, 100K values" $T --mode rls --server 127.0.0.1:15931 --domain load --descriptors 1 --values 100000 --server-pid $LP
 done
