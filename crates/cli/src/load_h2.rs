@@ -469,7 +469,7 @@ impl Conn {
             }
             SETTINGS if flags & ACK == 0 => {
                 let body = &self.read[start..start + len];
-                if len % 6 != 0 {
+                if !len.is_multiple_of(6) {
                     return Err(protocol("bad SETTINGS length"));
                 }
                 for s in body.chunks_exact(6) {
