@@ -2,13 +2,16 @@
 //! the threads and callers that drive it, and the report with CPU time per
 //! call (the load's own and, with `--server-pid`, the server's).
 //!
-//! The load should cost less than the server, so it speaks gRPC with the
+//! The load should cost less than the server it measures. Over plaintext
+//! it speaks HTTP/2 with its own client (`load_h2.rs`): one task per
+//! connection drives every caller on it, so one read brings many answers
+//! and one write sends the next requests. Over TLS it speaks through the
 //! service kit's lean client (`tollgate_service::GrpcTarget`, on `h2`):
-//! one current-thread runtime per thread, each with its own connections
-//! (plaintext or TLS), many streams in flight per connection, and no tower
-//! buffer or task between a caller and its connection. A mode says what its callers send and how to read the
-//! answers ([`Workload`]); one that sends requests encoded before the run,
-//! in turn, says only how to read them ([`Cycled`]).
+//! a task per caller, many streams in flight per connection. Either way
+//! each thread runs a current-thread runtime of its own connections. A
+//! mode says what its callers send and how to read the answers
+//! ([`Workload`]); one that sends requests encoded before the run, in
+//! turn, says only how to read them ([`Cycled`]).
 //!
 //! The run starts when every caller has connected and warmed up: the first
 //! caller past the barrier sets the start, and every caller stops at the
@@ -23,6 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use tollgate_service::{ClientTls, GrpcConnection, GrpcTarget};
+
+use crate::load_h2;
 use tonic::codegen::http::Uri;
 use tonic::codegen::Bytes;
 
@@ -192,6 +197,9 @@ struct Dial {
     target: GrpcTarget,
     /// The method's URI on the target.
     uri: Uri,
+    /// `host:port` when plaintext: the load's own client
+    /// (`load_h2.rs`) speaks to it.
+    plain: Option<String>,
 }
 
 /// Runs `work` as `p` says and prints one line: calls (named `noun`),
@@ -206,8 +214,19 @@ pub(crate) fn run<W: Workload>(work: W, p: &Params, noun: &str) -> anyhow::Resul
     let connections = p.connections.max(threads);
     let dial = dial::<W>(p)?;
     let work = Arc::new(work);
-    // Every caller, and this thread, meet after the warm-up.
-    let warmed = Arc::new(tokio::sync::Barrier::new(p.concurrency + 1));
+    // Every caller (plaintext: every connection, which drives its
+    // callers), and this thread, meet after the warm-up.
+    let parties = if dial.plain.is_some() {
+        (0..threads)
+            .map(|t| {
+                let conns = (t..connections).step_by(threads).count();
+                conns.min((t..p.concurrency).step_by(threads).count())
+            })
+            .sum()
+    } else {
+        p.concurrency
+    };
+    let warmed = Arc::new(tokio::sync::Barrier::new(parties + 1));
     // The run's start: set by the first past the barrier.
     let run_start = Arc::new(OnceLock::new());
     let started = Instant::now();
@@ -363,7 +382,14 @@ struct Run {
 fn dial<W: Workload>(p: &Params) -> anyhow::Result<Dial> {
     let target = GrpcTarget::new(&p.server, p.tls.as_ref())?;
     let uri = target.uri(W::PATH)?;
-    Ok(Dial { target, uri })
+    let plain = p.tls.is_none().then(|| {
+        p.server
+            .split_once("://")
+            .map_or(p.server.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_owned()
+    });
+    Ok(Dial { target, uri, plain })
 }
 
 /// One thread's share: its connections, and its callers spread over them.
@@ -374,6 +400,9 @@ async fn thread_load<W: Workload>(
     callers: Vec<usize>,
     run: Run,
 ) -> anyhow::Result<Tally> {
+    if let Some(authority) = &dial.plain {
+        return plain_load(&dial, authority, work, conns, callers, run).await;
+    }
     let mut senders = Vec::with_capacity(conns);
     for _ in 0..conns {
         senders.push(dial.target.connect().await?);
@@ -405,6 +434,169 @@ async fn thread_load<W: Workload>(
     let tally =
         Arc::try_unwrap(tally).map_err(|_| anyhow::anyhow!("a caller outlived its thread"))?;
     Ok(tally.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// One thread's share over plaintext: a task per connection, each driving
+/// its callers with the load's own client (`load_h2.rs`).
+async fn plain_load<W: Workload>(
+    dial: &Dial,
+    authority: &str,
+    work: Arc<W>,
+    conns: usize,
+    callers: Vec<usize>,
+    run: Run,
+) -> anyhow::Result<Tally> {
+    let conns = conns.min(callers.len()).max(1);
+    let mut shares = vec![Vec::new(); conns];
+    for (i, k) in callers.into_iter().enumerate() {
+        shares[i % conns].push(k);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for share in shares.into_iter().filter(|s| !s.is_empty()) {
+        let conn = load_h2::Conn::connect(authority, W::PATH)
+            .await
+            .with_context(|| format!("connecting to {authority}"))?;
+        let (work, warmed, start) = (
+            Arc::clone(&work),
+            Arc::clone(&run.warmed),
+            Arc::clone(&run.start),
+        );
+        let (n, duration) = (run.n, run.duration);
+        tasks.spawn(async move {
+            let states = share.iter().map(|&k| work.caller(k, n)).collect();
+            connection_load(conn, &*work, states, (warmed, start, duration)).await
+        });
+    }
+    let mut all = Tally::new(W::OUTCOMES.len());
+    // The first connection to fail ends the thread (and the set, the
+    // others).
+    while let Some(done) = tasks.join_next().await {
+        all.add(done??)?;
+    }
+    if all.errors > 0 && all.first_error.is_none() {
+        all.first_error = Some(diagnose(dial, &*work, run.n).await);
+    }
+    Ok(all)
+}
+
+/// What a failed call's status was, asked once through the full client:
+/// the load's own does not decode header blocks.
+async fn diagnose<W: Workload>(dial: &Dial, work: &W, n: usize) -> String {
+    let mut state = work.caller(0, n);
+    let call = async {
+        let mut conn = dial.target.connect().await?;
+        conn.call(&dial.uri, work.request(&mut state)).await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), call).await {
+        Ok(Err(e)) => format!("{:#}", anyhow::Error::from(e)),
+        Ok(Ok(_)) => "a call ended without a response message".to_owned(),
+        Err(_) => "a call ended without a response message (no status within 5s)".to_owned(),
+    }
+}
+
+/// One connection's callers: their warm-up calls, then each a call at a
+/// time until the run's end, every request the callers have ready leaving
+/// in one write; calls unanswered at the end are abandoned.
+async fn connection_load<W: Workload>(
+    mut conn: load_h2::Conn,
+    work: &W,
+    mut states: Vec<W::Caller>,
+    (warmed, start, duration): (Arc<tokio::sync::Barrier>, Arc<OnceLock<Instant>>, Duration),
+) -> anyhow::Result<Tally> {
+    let mut tally = Tally::new(W::OUTCOMES.len());
+    let mut warm: Vec<usize> = states.iter().map(|s| work.warm_up(s)).collect();
+    let mut failed = None;
+    let ready = (0..states.len()).filter(|&i| warm[i] > 0).collect();
+    calls(&mut conn, work, &mut states, ready, None, |i, _, answer| {
+        if let Err(e) = answer {
+            failed.get_or_insert(e);
+        }
+        warm[i] -= 1;
+        warm[i] > 0
+    })
+    .await?;
+    if let Some(e) = failed {
+        // Ends the thread, which ends the run.
+        return Err(e.context("warming up"));
+    }
+    warmed.wait().await;
+    let deadline = *start.get_or_init(Instant::now) + duration;
+    let ready = (0..states.len()).collect();
+    tally.abandoned += calls(
+        &mut conn,
+        work,
+        &mut states,
+        ready,
+        Some(deadline),
+        |_, us, answer| {
+            tally.latency_us.saturating_record(us);
+            match answer {
+                Ok(outcome) => tally.outcomes[outcome] += 1,
+                Err(_) => tally.errors += 1,
+            }
+            Instant::now() < deadline
+        },
+    )
+    .await? as u64;
+    Ok(tally)
+}
+
+/// Calls on `conn` for the callers in `ready` until none is left: each
+/// answer goes to `answered` (the caller, the call's latency in µs, its
+/// outcome or error), which says whether that caller calls again. Returns
+/// the calls abandoned at `deadline`.
+async fn calls<W: Workload>(
+    conn: &mut load_h2::Conn,
+    work: &W,
+    states: &mut [W::Caller],
+    mut ready: std::collections::VecDeque<usize>,
+    deadline: Option<Instant>,
+    mut answered: impl FnMut(usize, u64, anyhow::Result<usize>) -> bool,
+) -> anyhow::Result<usize> {
+    let mut sent_at = vec![Instant::now(); states.len()];
+    // A request made while the connection had no room for it.
+    let mut held: Option<(usize, Bytes)> = None;
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let end = tokio::time::sleep_until(deadline.unwrap_or(far).into());
+    tokio::pin!(end);
+    loop {
+        let now = Instant::now();
+        loop {
+            let (i, body) = match held.take() {
+                Some(h) => h,
+                None => match ready.pop_front() {
+                    Some(i) => (i, work.request(&mut states[i])),
+                    None => break,
+                },
+            };
+            if !conn.has_room(body.len()) {
+                held = Some((i, body));
+                break;
+            }
+            conn.request(i, &body)?;
+            sent_at[i] = now;
+        }
+        conn.flush().await?;
+        if conn.in_flight() == 0 && held.is_none() {
+            return Ok(0);
+        }
+        tokio::select! {
+            read = conn.fill() => read?,
+            // Calls waiting for room on the connection were started too.
+            () = &mut end => return Ok(conn.in_flight() + ready.len() + usize::from(held.is_some())),
+        }
+        let now = Instant::now();
+        conn.frames(|i, answer| {
+            let us = now.duration_since(sent_at[i]).as_micros().max(1);
+            let outcome = match answer {
+                load_h2::Answer::Message(m) => work.response(&mut states[i], m),
+                load_h2::Answer::Failed(why) => Err(anyhow::anyhow!(why)),
+            };
+            if answered(i, u64::try_from(us).unwrap_or(u64::MAX), outcome) {
+                ready.push_back(i);
+            }
+        })?;
+    }
 }
 
 /// One caller: its warm-up calls, then a call at a time until the run's

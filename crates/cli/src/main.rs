@@ -9,6 +9,7 @@ mod go_flags;
 mod lease;
 mod load;
 mod load_allow;
+mod load_h2;
 mod load_lease;
 mod load_rls;
 mod load_wire;

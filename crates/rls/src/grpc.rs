@@ -21,6 +21,7 @@ use super::pb;
 use super::pb::rate_limit_response::{self, rate_limit::Unit as WireUnit};
 use super::request::{Code, Descriptor, Request, RequestError, Response};
 use super::service::RateLimitService;
+use super::wire;
 use tollgate_service::{
     rustls, serve_tonic, tonic_server, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService,
 };
@@ -223,6 +224,13 @@ impl RlsServer {
     }
 }
 
+thread_local! {
+    /// The thread's request, read into again by each call (`wire.rs`), so
+    /// that its strings and vectors are allocated once; at most what the
+    /// largest request (64 KiB) needed stays.
+    static REQUEST: std::cell::RefCell<Request> = std::cell::RefCell::new(Request::default());
+}
+
 /// The two methods on the service kit's lean gRPC server.
 #[derive(Debug)]
 struct Lean(Arc<RateLimitService>);
@@ -251,17 +259,17 @@ impl UnaryService for Lean {
         response: &mut prost::bytes::BytesMut,
     ) -> Result<(), tonic::Status> {
         match method {
-            Method::ShouldRateLimit => {
-                let req = pb::RateLimitRequest::decode(request).map_err(|e| {
-                    tonic::Status::invalid_argument(format!("malformed RateLimitRequest: {e}"))
-                })?;
-                let answer = self
-                    .0
-                    .should_rate_limit(&Request::from(req))
-                    .map_err(|e| status(&e))?;
-                // Cannot fail: the buffer grows as needed.
-                let _ = pb::RateLimitResponse::from(answer).encode(response);
-            }
+            Method::ShouldRateLimit => REQUEST.with_borrow_mut(|req| {
+                if !wire::read_request(&request, req) {
+                    let pb = pb::RateLimitRequest::decode(request).map_err(|e| {
+                        tonic::Status::invalid_argument(format!("malformed RateLimitRequest: {e}"))
+                    })?;
+                    *req = Request::from(pb);
+                }
+                let answer = self.0.should_rate_limit(req).map_err(|e| status(&e))?;
+                wire::write_response(&answer, response);
+                Ok::<_, tonic::Status>(())
+            })?,
             Method::Health => {
                 let req = pb::health::HealthCheckRequest::decode(request).map_err(|e| {
                     tonic::Status::invalid_argument(format!("malformed HealthCheckRequest: {e}"))

@@ -67,6 +67,7 @@ mod service;
 mod settings;
 mod shared;
 mod unit;
+mod wire;
 
 pub use clock::UnixClock;
 pub use config::{Algorithm, ConfigError, ConfiguredLimit, RlsConfig};
