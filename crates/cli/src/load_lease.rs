@@ -75,7 +75,7 @@ impl Workload for Leases {
         let Some(client) = caller.clients.get(caller.last) else {
             return Bytes::new();
         };
-        tollgate_service::grpc_frame(&pb::GetCapacityRequest {
+        crate::grpc_client::grpc_frame(&pb::GetCapacityRequest {
             client_id: client.id.clone(),
             resource: vec![pb::ResourceRequest {
                 resource_id: self.resource.clone(),

@@ -6,7 +6,7 @@
 //! it speaks HTTP/2 with its own client (`load_h2.rs`): one task per
 //! connection drives every caller on it, so one read brings many answers
 //! and one write sends the next requests. Over TLS it speaks through the
-//! service kit's lean client (`tollgate_service::GrpcTarget`, on `h2`):
+//! full client (`grpc_client.rs`, on `h2`):
 //! a task per caller, many streams in flight per connection. Either way
 //! each thread runs a current-thread runtime of its own connections. A
 //! mode says what its callers send and how to read the answers
@@ -23,9 +23,10 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::grpc_client::{GrpcConnection, GrpcTarget};
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
-use tollgate_service::{ClientTls, GrpcConnection, GrpcTarget};
+use tollgate_service::ClientTls;
 
 use crate::load_h2;
 use tonic::codegen::http::Uri;
@@ -94,7 +95,7 @@ impl<C: Cycled> Cycle<C> {
         let mut all = Vec::new();
         let mut ends = Vec::new();
         for req in requests {
-            all.extend_from_slice(&tollgate_service::grpc_frame(&req));
+            all.extend_from_slice(&crate::grpc_client::grpc_frame(&req));
             ends.push(all.len());
         }
         assert!(!ends.is_empty(), "a load sends at least one request");
@@ -753,7 +754,7 @@ mod tests {
     #[test]
     fn callers_go_round_the_requests_together() {
         let cycle = Cycle::<Echo>::new(["a", "b", "c"].map(String::from));
-        let frame = |s: &str| tollgate_service::grpc_frame(&s.to_owned());
+        let frame = |s: &str| crate::grpc_client::grpc_frame(&s.to_owned());
         let mut first = cycle.caller(0, 2);
         let mut second = cycle.caller(1, 2);
         let sent: Vec<Bytes> = (0..3)

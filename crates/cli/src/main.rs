@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod go_flags;
+mod grpc_client;
 mod lease;
 mod load;
 mod load_allow;

@@ -8,9 +8,6 @@
 //!   those limits with a graceful drain ([`GrpcServer`],
 //!   [`UnaryService`]); SIGTERM and SIGINT, one as the other, to start
 //!   the drain ([`ShutdownSignals`]);
-//! * its client, the project's one hand-written gRPC client, for unary
-//!   calls over HTTP/2 with no tower stack ([`GrpcTarget`],
-//!   [`GrpcConnection`], [`grpc_frame`]);
 //! * hot reload in one shape ([`Reload`], [`reload_file`]): a
 //!   configuration file, or a directory of them, watched for changes and
 //!   SIGHUP ([`watch_file`], [`files_under`], [`hangup`]);
@@ -81,7 +78,6 @@
 //! |-------------|---------|----------------|
 //! | `etcd-wire` | off     | `etcd_wire`: the etcd v3 messages and unary call the kit's etcd keys speak, for an etcd client of one's own (the Doorman election turns it on) |
 
-mod client;
 mod conn;
 mod debug;
 mod drain;
@@ -101,7 +97,6 @@ mod tls_failure;
 mod tonic_edge;
 mod watch;
 
-pub use client::{grpc_frame, GrpcClientError, GrpcConnection, GrpcTarget};
 pub use conn::RefusedConnections;
 pub use debug::DebugPort;
 pub(crate) use error_chain::ErrorChain;

@@ -1,25 +1,8 @@
-//! The lean gRPC server's counterpart: unary calls over HTTP/2 on the `h2`
-//! crate, plaintext or TLS, with no tower stack or task between a caller
-//! and its connection. `tollgate load` drives servers with it, where the
-//! client must cost less than the server it measures.
-//!
-//! # Examples
-//!
-//! ```no_run
-//! use tollgate_service::GrpcTarget;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), tollgate_service::GrpcClientError> {
-//! let target = GrpcTarget::new("127.0.0.1:15100", None)?;
-//! let uri = target.uri("/quotaservice.QuotaService/Allow")?;
-//! let mut connection = target.connect().await?;
-//! // A gRPC-framed AllowRequest: no flag, a 4-byte length, the message.
-//! let request = tonic::codegen::Bytes::from_static(&[0, 0, 0, 0, 0]);
-//! let response = connection.call(&uri, request).await?;
-//! # drop(response);
-//! # Ok(())
-//! # }
-//! ```
+//! The load's full gRPC client: unary calls over HTTP/2 on the `h2` crate,
+//! plaintext or TLS, with no tower stack or task between a caller and its
+//! connection. `tollgate load` drives servers over TLS with it, and asks
+//! it for the status of a call that failed on the load's own plaintext
+//! client (`load_h2.rs`), which decodes no headers.
 //!
 //! # Implementation notes
 //!
@@ -37,12 +20,12 @@ use tokio_rustls::TlsConnector;
 use tonic::codegen::http::{self, HeaderValue, Method, Uri};
 use tonic::codegen::Bytes;
 
-use super::tls::{ClientTls, TlsError};
+use tollgate_service::{ClientTls, TlsError};
 
 /// Why a call, or the connection it needed, failed.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum GrpcClientError {
+pub(crate) enum GrpcClientError {
     /// The address is not `host:port` (with or without `http://`).
     Address(String),
     /// The TLS setup: a file, or a name TLS cannot check.
@@ -124,7 +107,7 @@ impl From<h2::Error> for GrpcClientError {
 /// A gRPC server to dial: its address, and the TLS to speak, resolved
 /// once; [`GrpcTarget::connect`] opens each connection.
 #[derive(Clone)]
-pub struct GrpcTarget {
+pub(crate) struct GrpcTarget {
     /// `host:port`.
     authority: String,
     /// `http` or `https`.
@@ -150,7 +133,10 @@ impl GrpcTarget {
     ///
     /// An address that is not `host:port`, TLS files that cannot be read
     /// or used, or a host TLS cannot check.
-    pub fn new(server: &str, tls: Option<&ClientTls>) -> Result<GrpcTarget, GrpcClientError> {
+    pub(crate) fn new(
+        server: &str,
+        tls: Option<&ClientTls>,
+    ) -> Result<GrpcTarget, GrpcClientError> {
         let authority = server
             .split_once("://")
             .map_or(server, |(_, rest)| rest)
@@ -183,7 +169,7 @@ impl GrpcTarget {
     /// # Errors
     ///
     /// A path that makes no URI.
-    pub fn uri(&self, path: &str) -> Result<Uri, GrpcClientError> {
+    pub(crate) fn uri(&self, path: &str) -> Result<Uri, GrpcClientError> {
         format!("{}://{}{path}", self.scheme, self.authority)
             .parse()
             .map_err(|_| GrpcClientError::Address(self.authority.clone()))
@@ -195,7 +181,7 @@ impl GrpcTarget {
     /// # Errors
     ///
     /// The connection, the TLS handshake or the HTTP/2 handshake failing.
-    pub async fn connect(&self) -> Result<GrpcConnection, GrpcClientError> {
+    pub(crate) async fn connect(&self) -> Result<GrpcConnection, GrpcClientError> {
         let connect = |what, source| GrpcClientError::Connect {
             what,
             authority: self.authority.clone(),
@@ -232,7 +218,7 @@ impl GrpcTarget {
 /// One HTTP/2 connection to a gRPC server; clones share it, each making
 /// its own calls.
 #[derive(Debug, Clone)]
-pub struct GrpcConnection {
+pub(crate) struct GrpcConnection {
     send: h2::client::SendRequest<Bytes>,
 }
 
@@ -250,7 +236,11 @@ impl GrpcConnection {
     ///
     /// Dropping the future resets the call's stream; the connection stays
     /// usable.
-    pub async fn call(&mut self, uri: &Uri, body: Bytes) -> Result<Vec<u8>, GrpcClientError> {
+    pub(crate) async fn call(
+        &mut self,
+        uri: &Uri,
+        body: Bytes,
+    ) -> Result<Vec<u8>, GrpcClientError> {
         let send = &mut self.send;
         std::future::poll_fn(|cx| send.poll_ready(cx)).await?;
         let mut req = http::Request::new(());
@@ -304,11 +294,8 @@ impl GrpcConnection {
 ///
 /// # Examples
 ///
-/// ```
-/// let framed = tollgate_service::grpc_frame(&"hi".to_owned());
-/// assert_eq!(&framed[..], &[0, 0, 0, 0, 4, 10, 2, b'h', b'i']);
-/// ```
-pub fn grpc_frame(message: &impl prost::Message) -> Bytes {
+/// (`"hi"` is framed as `[0, 0, 0, 0, 4, 10, 2, b'h', b'i']`.)
+pub(crate) fn grpc_frame(message: &impl prost::Message) -> Bytes {
     let len = message.encoded_len();
     let mut buf = Vec::with_capacity(5 + len);
     buf.push(0);
