@@ -20,11 +20,9 @@
 use std::fmt::Write as _;
 
 #[cfg(feature = "server")]
-use prometheus::{Counter, CounterVec, HistogramOpts, HistogramVec, Opts};
+use prometheus::{Counter, CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use prometheus::{Encoder as _, Registry};
 #[cfg(feature = "server")]
-use tollgate_service::RefusedConnections;
-
 #[cfg(feature = "server")]
 /// Request counters and durations and reload counters, in their own
 /// registry, and the connections refused.
@@ -36,7 +34,9 @@ pub struct Metrics {
     pub(crate) request_durations: HistogramVec,
     pub(crate) reloads: Counter,
     pub(crate) reload_failures: Counter,
-    pub(crate) refused: RefusedConnections,
+    /// Connections refused, by reason (`max_connections`,
+    /// `tls_handshake`), counted by the lean server.
+    pub(crate) refused: IntCounterVec,
 }
 
 #[cfg(feature = "server")]
@@ -197,6 +197,21 @@ impl Metrics {
             "doorman_server_config_reload_failures_total",
             "New configurations refused; the previous one stays in force.",
         );
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "doorman_server_refused_connections_total",
+                "Connections refused: over max_connections, or at the TLS handshake.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(refused.clone()))
+            .expect("unique metric");
+        // Both reasons are exported from the start, at 0.
+        for reason in ["max_connections", "tls_handshake"] {
+            refused.with_label_values(&[reason]);
+        }
         Metrics {
             registry,
             requests,
@@ -204,7 +219,7 @@ impl Metrics {
             request_durations,
             reloads,
             reload_failures,
-            refused: RefusedConnections::default(),
+            refused,
         }
     }
 
@@ -213,19 +228,8 @@ impl Metrics {
         encode(&self.registry)
     }
 
-    /// Appends the refused connections and whether this server
-    /// `is_master`.
+    /// Appends whether this server `is_master`.
     pub(crate) fn write_state(&self, out: &mut String, is_master: bool) {
-        let name = "doorman_server_refused_connections_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Connections refused: over max_connections, or at the TLS handshake.\n\
-             # TYPE {name} counter\n\
-             {name}{{reason=\"max_connections\"}} {}\n\
-             {name}{{reason=\"tls_handshake\"}} {}",
-            self.refused.over_cap(),
-            self.refused.tls_handshakes()
-        );
         let name = "doorman_server_is_master";
         let _ = writeln!(
             out,

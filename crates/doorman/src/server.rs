@@ -369,7 +369,10 @@ impl Server {
         let refused = self.inner.metrics.refused.clone();
         let mut server = GrpcServer::new(Arc::new(grpc::Lean::new(self)))
             .limits(limits)
-            .count_refused(&refused);
+            .count_refused(
+                refused.with_label_values(&["max_connections"]),
+                refused.with_label_values(&["tls_handshake"]),
+            );
         if let Some(tls) = tls {
             server = server.tls_config(tls);
         }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -44,35 +45,33 @@ use super::limits::ServerLimits;
 /// The HTTP/2 client connection preface is this long.
 const PREFACE_BYTES: u64 = 24;
 
-/// How many connections a server refused, readable while it serves (for
-/// a metric): those over [`ServerLimits::max_connections`], closed as soon
-/// as accepted, and those whose TLS handshake failed for a TLS reason (a
-/// certificate refused, a client speaking plaintext). Clones count
-/// together.
+/// Where a server counts the connections it refused: those over
+/// [`ServerLimits::max_connections`], closed as soon as accepted, and those
+/// whose TLS handshake failed for a TLS reason (a certificate refused, a
+/// client speaking plaintext). The counters are the caller's (see
+/// `GrpcServer::count_refused`), or none. Clones count together.
 #[derive(Debug, Clone, Default)]
-pub struct RefusedConnections {
-    /// Relaxed: each is a statistic, read alone.
-    over_cap: Arc<AtomicU64>,
-    tls: Arc<AtomicU64>,
+pub(crate) struct RefusedConnections {
+    counters: Option<(IntCounter, IntCounter)>,
 }
 
 impl RefusedConnections {
-    /// Connections closed at once because the cap was reached.
-    pub fn over_cap(&self) -> u64 {
-        self.over_cap.load(Ordering::Relaxed)
-    }
-
-    /// Connections whose TLS handshake was refused.
-    pub fn tls_handshakes(&self) -> u64 {
-        self.tls.load(Ordering::Relaxed)
+    pub(crate) fn new(over_cap: IntCounter, tls: IntCounter) -> RefusedConnections {
+        RefusedConnections {
+            counters: Some((over_cap, tls)),
+        }
     }
 
     pub(crate) fn count_over_cap(&self) {
-        self.over_cap.fetch_add(1, Ordering::Relaxed);
+        if let Some((over_cap, _)) = &self.counters {
+            over_cap.inc();
+        }
     }
 
     pub(crate) fn count_tls(&self) {
-        self.tls.fetch_add(1, Ordering::Relaxed);
+        if let Some((_, tls)) = &self.counters {
+            tls.inc();
+        }
     }
 }
 

@@ -125,7 +125,7 @@ pub struct GrpcServer<S> {
     limits: ServerLimits,
     threads: Option<usize>,
     tls: Option<Arc<rustls::ServerConfig>>,
-    refused: crate::RefusedConnections,
+    refused: crate::conn::RefusedConnections,
 }
 
 impl<S> fmt::Debug for GrpcServer<S> {
@@ -146,14 +146,21 @@ impl<S: UnaryService> GrpcServer<S> {
             limits: ServerLimits::default(),
             threads: None,
             tls: None,
-            refused: crate::RefusedConnections::default(),
+            refused: crate::conn::RefusedConnections::default(),
         }
     }
 
-    /// Counts the connections it refuses (over the cap, or at the TLS
-    /// handshake) in `refused`, which the caller reads while it serves.
-    pub fn count_refused(mut self, refused: &crate::RefusedConnections) -> GrpcServer<S> {
-        self.refused = refused.clone();
+    /// Counts the connections it refuses in the caller's counters (of a
+    /// Prometheus registry, say): `over_cap` those closed at once because
+    /// [`ServerLimits::max_connections`] were open, `tls_handshakes`
+    /// those whose TLS handshake failed for a TLS reason (a certificate
+    /// refused, a client speaking plaintext).
+    pub fn count_refused(
+        mut self,
+        over_cap: prometheus::IntCounter,
+        tls_handshakes: prometheus::IntCounter,
+    ) -> GrpcServer<S> {
+        self.refused = crate::conn::RefusedConnections::new(over_cap, tls_handshakes);
         self
     }
 

@@ -97,7 +97,6 @@ mod tls_failure;
 mod tonic_edge;
 mod watch;
 
-pub use conn::RefusedConnections;
 pub use debug::DebugPort;
 pub(crate) use error_chain::ErrorChain;
 pub use error_chain::{error_chain, status_line};

@@ -26,7 +26,7 @@ pub(super) struct Shared<S> {
     tls: Option<TlsAcceptor>,
     refused: RefusedHandshakes,
     /// What the server counts its refused connections in.
-    pub(super) counts: crate::RefusedConnections,
+    pub(super) counts: crate::conn::RefusedConnections,
 }
 
 impl<S> Shared<S> {
@@ -34,7 +34,7 @@ impl<S> Shared<S> {
         service: Arc<S>,
         limits: ServerLimits,
         tls: Option<Arc<rustls::ServerConfig>>,
-        counts: crate::RefusedConnections,
+        counts: crate::conn::RefusedConnections,
     ) -> Shared<S> {
         Shared {
             service,
