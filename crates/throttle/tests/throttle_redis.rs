@@ -18,7 +18,7 @@ use redis_server::{RedisCluster, RedisServer};
 use tollgate::{ManualClock, RateSpec};
 use tollgate_testkit::logs::Logs;
 use tollgate_throttle::{
-    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule,
+    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, SlidingLog,
     SlidingWindowCounter, Throttler,
 };
 
@@ -132,6 +132,21 @@ async fn two_and_three_replicas_admit_exactly_a_gcra_burst() {
         let limit = Limit::Gcra(Gcra::new(RateSpec::new(10.0).unwrap(), 100, 0).unwrap());
         // Ten seconds refill the whole burst.
         replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_and_three_replicas_admit_exactly_a_sliding_logs_limit() {
+    for replicas in [2, 3] {
+        for logged in [false, true] {
+            let limit = Limit::SlidingLog(
+                SlidingLog::new(100, Duration::from_secs(1))
+                    .unwrap()
+                    .log_rejected(logged),
+            );
+            // A window on, every entry (logged rejections too) has left it.
+            replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(1)).await;
+        }
     }
 }
 
@@ -377,8 +392,8 @@ fn a_bad_store_in_the_rules_yaml_is_one_line() {
     assert_eq!(
         err.to_string(),
         "invalid throttle rules: store: redis store: rule \"r\": a token pool is not kept in \
-         Redis (its burst normalisation has no exact script yet): use gcra, fixed_window or \
-         sliding_window_counter"
+         Redis (its burst normalisation has no exact script yet): use gcra, fixed_window, \
+         sliding_window_counter or sliding_log"
     );
     // Without a store the same rules are fine.
     assert!(tollgate_throttle::rules_from_yaml(rules).is_ok());

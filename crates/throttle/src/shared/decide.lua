@@ -14,10 +14,11 @@
 -- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
---   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
+--   kind ("fw", "swc", "gcra", "sl"), role ("H" enforced hard limit, "S" shadow
 --   hard limit, "s" the soft limit of the item before it), cost (check) or
 --   signed delta (settle), and five parameters:
 --   fw, swc: limit, window_ns, -, -, -
+--   sl: limit, window_ns, log_rejected ("1" or "0"), -, -
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
 --   and the slice: in a check, the most an admitted enforced fw or swc
@@ -33,7 +34,8 @@
 -- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
 -- retry ns), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
--- with a TTL of the time until it decides like a fresh key.
+-- with a TTL of the time until it decides like a fresh key; a sliding
+-- log that logs rejections also writes the ones it rejected.
 
 -- The common call, a check of one fixed window or sliding window counter
 -- on small numbers, runs on doubles alone, before the general path defines
@@ -509,7 +511,135 @@ function gcra.standing(P, s)
 end
 function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
-local policies = { fw = fw, swc = swc, gcra = gcra }
+-- The sliding log: {T, C = the runs' times and counts, oldest first, from
+-- index lo to hi (a request of cost c logs c equal times: one run), n =
+-- the entries they hold, at most the limit}. Redis keeps it as one string,
+-- "time count time count ...", whose key expires a window after the
+-- newest entry. An entry at time e is in the window at t while t - e < w.
+local sl = {}
+function sl.fresh() return { T = {}, C = {}, lo = 1, hi = 0, n = 0 } end
+function sl.read(key)
+  local v = redis.call("GET", key)
+  if not v then return nil end
+  local s, odd = sl.fresh(), true
+  for word in string.gmatch(v, "%S+") do
+    if odd then
+      s.hi = s.hi + 1
+      s.T[s.hi] = parse(word)
+    else
+      local c = tonumber(word)
+      s.C[s.hi] = c
+      s.n = s.n + c
+    end
+    odd = not odd
+  end
+  return s
+end
+function sl.write(key, s, ms)
+  if s.n == 0 then
+    redis.call("DEL", key)
+    return
+  end
+  local parts = {}
+  for j = s.lo, s.hi do
+    parts[#parts + 1] = str(s.T[j])
+    parts[#parts + 1] = fmt("%.0f", s.C[j])
+  end
+  redis.call("SET", key, table.concat(parts, " "), "PX", str(ms))
+end
+function sl.copy(s)
+  local c = { T = {}, C = {}, lo = 1, hi = 0, n = s.n }
+  for j = s.lo, s.hi do
+    c.hi = c.hi + 1
+    c.T[c.hi], c.C[c.hi] = s.T[j], s.C[j]
+  end
+  return c
+end
+-- Drops the entries out of the window; returns the time decided at (now,
+-- or the newest entry's time if the clock went back).
+function sl.expire(P, s)
+  local t = now()
+  if s.hi < s.lo then return t end
+  t = maxb(t, s.T[s.hi])
+  while s.lo <= s.hi and cmp(sub(t, s.T[s.lo]), P.w) >= 0 do
+    s.n = s.n - s.C[s.lo]
+    s.T[s.lo], s.C[s.lo] = nil, nil
+    s.lo = s.lo + 1
+  end
+  return t
+end
+-- Logs `c` entries at `t`, then keeps only the newest `limit`.
+function sl.push(P, s, t, c)
+  if c == 0 then return end
+  if s.hi >= s.lo and cmp(s.T[s.hi], t) == 0 then
+    s.C[s.hi] = s.C[s.hi] + c
+  else
+    s.hi = s.hi + 1
+    s.T[s.hi], s.C[s.hi] = t, c
+  end
+  s.n = s.n + c
+  while s.n > P.limit do
+    local excess = s.n - P.limit
+    if s.C[s.lo] <= excess then
+      s.n = s.n - s.C[s.lo]
+      s.T[s.lo], s.C[s.lo] = nil, nil
+      s.lo = s.lo + 1
+    else
+      s.C[s.lo] = s.C[s.lo] - excess
+      s.n = P.limit
+    end
+  end
+end
+function sl.check(P, s, cost)
+  if cmp(cost, P.limit) > 0 then return "R", U64MAX end
+  local t = sl.expire(P, s)
+  local n = s.n
+  if n + cost <= P.limit then
+    sl.push(P, s, t, cost)
+    return "A", P.limit - n - cost
+  end
+  if P.log then sl.push(P, s, t, cost) end
+  -- The oldest n + cost - limit entries must leave the window.
+  local k, seen = s.n + cost - P.limit, 0
+  for j = s.lo, s.hi do
+    seen = seen + s.C[j]
+    if seen >= k then return "R", sub(add(s.T[j], P.w), t) end
+  end
+  return "R", U64MAX
+end
+function sl.settle(P, s, neg, d)
+  local t = sl.expire(P, s)
+  d = minb(d, P.limit)
+  if not neg then
+    sl.push(P, s, t, d)
+    return
+  end
+  while d > 0 and s.hi >= s.lo do
+    local take = math.min(s.C[s.hi], d)
+    s.C[s.hi], s.n, d = s.C[s.hi] - take, s.n - take, d - take
+    if s.C[s.hi] == 0 then
+      s.T[s.hi], s.C[s.hi] = nil, nil
+      s.hi = s.hi - 1
+    end
+  end
+end
+function sl.standing(P, s)
+  if s.hi < s.lo then return P.limit, ZERO end
+  local newest = s.T[s.hi]
+  local t = maxb(now(), newest)
+  local held = 0
+  for j = s.lo, s.hi do
+    if cmp(sub(t, s.T[j]), P.w) < 0 then held = held + s.C[j] end
+  end
+  if held == 0 then return P.limit, ZERO end
+  return math.max(P.limit - held, 0), sub(add(newest, P.w), t)
+end
+function sl.fresh_in(P, s)
+  if s.hi < s.lo then return ZERO end
+  return satsub(add(s.T[s.hi], P.w), now())
+end
+
+local policies = { fw = fw, swc = swc, gcra = gcra, sl = sl }
 
 -- The items of one request: `n`, their arguments after ARGV[a0], their
 -- keys after KEYS[k0].
@@ -525,6 +655,7 @@ local function items_of(n, a0, k0)
       P.num = add(mul(P.whole, P.den), P.fraction)
     else
       P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+      P.log = ARGV[a + 6] == "1"
     end
     local amount = ARGV[a + 3]
     local neg = string.sub(amount, 1, 1) == "-"
@@ -540,15 +671,16 @@ end
 -- The states as Redis holds them, read once per key (two items, or two
 -- requests of a batch, may share one) and kept as requests write them.
 local states = {}
+-- The state Redis holds for `item`, or nil.
+local function read(item)
+  if item.policy.read then return item.policy.read(item.key) end
+  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+  if v[1] then return item.policy.load(v) end
+end
 local function state_of(item)
   local s = states[item.key]
   if s then return s end
-  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-  if v[1] then
-    s = item.policy.load(v)
-  else
-    s = item.policy.fresh(item.P)
-  end
+  s = read(item) or item.policy.fresh(item.P)
   states[item.key] = s
   return s
 end
@@ -557,14 +689,18 @@ end
 local function save(list)
   for _, item in ipairs(list) do
     local s = states[item.key]
-    redis.call("HSET", item.key, unpack(item.policy.save(s)))
     local ms = add(divq(item.policy.fresh_in(item.P, s), MILLION), ONE)
     if explicit then
       -- A time given by the caller runs apart from Redis' own: keep the
       -- key at least a minute of Redis' time.
       ms = maxb(ms, 60000)
     end
-    redis.call("PEXPIRE", item.key, str(ms))
+    if item.policy.write then
+      item.policy.write(item.key, s, ms)
+    else
+      redis.call("HSET", item.key, unpack(item.policy.save(s)))
+      redis.call("PEXPIRE", item.key, str(ms))
+    end
   end
 end
 
@@ -579,15 +715,21 @@ end
 local function decide(op, items)
   -- States this request would write, kept apart until it is admitted.
   local mine = {}
-  local results, charged = {}, {}
+  local results, charged, logged = {}, {}, {}
   local rejected, hard_admitted = false, false
   for i, item in ipairs(items) do
     if rejected or (item.role == "s" and not hard_admitted) then
       results[i] = { "-", ZERO }
     else
       local s = mine[item.key] or state_of(item)
-      local trial = copy(s)
+      local trial = (item.policy.copy or copy)(s)
       local code, value = item.policy.check(item.P, trial, item.amount)
+      if code == "R" and item.P.log and cmp(value, U64MAX) ~= 0 then
+        -- A sliding log that logs rejections keeps them, whatever the
+        -- request's fate.
+        mine[item.key] = trial
+        logged[#logged + 1] = item
+      end
       if code == "A" and item.role == "H" and item.policy.take
           and cmp(item.slice, item.amount) > 0 then
         local extra
@@ -608,6 +750,12 @@ local function decide(op, items)
     for key, s in pairs(mine) do states[key] = s end
     save(charged)
   end
+  if #logged > 0 then
+    if rejected then
+      for _, item in ipairs(logged) do states[item.key] = mine[item.key] end
+    end
+    save(logged)
+  end
 
   for i, item in ipairs(items) do
     local r = results[i]
@@ -619,8 +767,7 @@ local function decide(op, items)
       -- charged nothing, so its keys stand as they stood.
       local s = states[item.key]
       if rejected then
-        local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-        s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
+        s = read(item) or item.policy.fresh(item.P)
       end
       local remaining, reset = item.policy.standing(item.P, s)
       push(str(remaining), str(reset))
@@ -628,7 +775,8 @@ local function decide(op, items)
   end
   -- The first item rejected for a cost it could ever pay: its stored
   -- state, from which the caller may answer that key alone for a while.
-  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0
+      and not items[1].policy.read then
     local item = items[1]
     local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
     if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end

@@ -163,9 +163,10 @@ impl From<LinkError> for StoreError {
 /// replica) that uses the same Redis, key prefix and rule names.
 ///
 /// Keeps [`FixedWindow`](crate::FixedWindow),
-/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
-/// [`Gcra`](crate::Gcra) limits with the same integer arithmetic, and so
-/// the same decisions, as the in-memory [`KeyedLimiter`](crate::KeyedLimiter).
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
+/// [`SlidingLog`](crate::SlidingLog) and [`Gcra`](crate::Gcra) limits
+/// with the same integer arithmetic, and so the same decisions, as the
+/// in-memory [`KeyedLimiter`](crate::KeyedLimiter).
 /// Cloning is cheap and shares the connections.
 ///
 /// # Examples
@@ -247,7 +248,7 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// A token pool or a sliding log: one line saying which limits are.
+    /// A token pool: one line saying which limits are.
     pub fn supports(limit: &Limit) -> Result<(), StoreError> {
         Params::of(limit).map(|_| ())
     }
@@ -257,9 +258,9 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// A rule with a ban, a token pool or a sliding log, or a
-    /// [`slice`](Rule::slice) on a GCRA, beside a soft limit or on a
-    /// shadow rule: one line naming the rule.
+    /// A rule with a ban or a token pool, or a [`slice`](Rule::slice) on
+    /// a GCRA or a sliding log, beside a soft limit or on a shadow rule:
+    /// one line naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
         let named = |e: StoreError| StoreError {
             kind: e.kind,
@@ -280,6 +281,13 @@ impl RedisStore {
                     "a gcra takes no slices (tokens spent after they were taken would let \
                      the bucket refill under them): use fixed_window or \
                      sliding_window_counter, or drop the slice",
+                )));
+            }
+            if matches!(rule.hard, Limit::SlidingLog(_)) {
+                return Err(named(StoreError::unsupported(
+                    "a sliding log takes no slices (each entry is logged at the time of \
+                     its own request): use fixed_window or sliding_window_counter, or drop \
+                     the slice",
                 )));
             }
             if rule.soft.is_some() {

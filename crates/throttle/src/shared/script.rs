@@ -38,7 +38,7 @@ impl Params {
     ///
     /// # Errors
     ///
-    /// A token pool or a sliding log, which the Redis store does not keep.
+    /// A token pool, which the Redis store does not keep.
     pub(crate) fn of(limit: &Limit) -> Result<Params, StoreError> {
         let dash = || String::from("-");
         match limit {
@@ -83,11 +83,25 @@ impl Params {
             }
             Limit::TokenPool(_) => Err(StoreError::unsupported(
                 "a token pool is not kept in Redis (its burst normalisation has no exact \
-                 script yet): use gcra, fixed_window or sliding_window_counter",
+                 script yet): use gcra, fixed_window, sliding_window_counter or sliding_log",
             )),
-            Limit::SlidingLog(_) => Err(StoreError::unsupported(
-                "a sliding log is not kept in Redis: use sliding_window_counter",
-            )),
+            Limit::SlidingLog(p) => Ok(Params {
+                kind: "sl",
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    String::from(if p.log_rejected { "1" } else { "0" }),
+                    dash(),
+                    dash(),
+                ],
+                id: format!(
+                    "sl:{}:{}:{}",
+                    p.limit,
+                    p.window_ns,
+                    if p.log_rejected { "r" } else { "a" }
+                ),
+                limit: limit.clone(),
+            }),
         }
     }
 }
