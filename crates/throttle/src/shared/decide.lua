@@ -14,7 +14,8 @@
 -- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
---   kind ("fw", "swc", "gcra", "sl"), role ("H" enforced hard limit, "S" shadow
+--   kind ("fw", "swc", "gcra", "sl"; "KIND!NS" under a rule that bans
+--   for NS nanoseconds), role ("H" enforced hard limit, "S" shadow
 --   hard limit, "s" the soft limit of the item before it), cost (check) or
 --   signed delta (settle), and five parameters:
 --   fw, swc: limit, window_ns, -, -, -
@@ -32,7 +33,8 @@
 -- above}; code "A"
 -- admit (value: remaining), "T" followed by the tokens taken (an admitted
 -- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
--- retry ns), "-" not decided. A check writes nothing when an enforced hard
+-- retry ns), "B" rejected as banned (value: ns to the ban's end), "X"
+-- rejected, starting a ban (value: ns to its end), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
 -- with a TTL of the time until it decides like a fresh key; a sliding
 -- log that logs rejections also writes the ones it rejected.
@@ -647,7 +649,11 @@ local function items_of(n, a0, k0)
   local items = {}
   for i = 1, n do
     local a = a0 + (i - 1) * 9
-    local kind = ARGV[a + 1]
+    local kind, ban = ARGV[a + 1], nil
+    local bang = string.find(kind, "!", 1, true)
+    if bang then
+      kind, ban = string.sub(kind, 1, bang - 1), parse(string.sub(kind, bang + 1))
+    end
     local P = {}
     if kind == "gcra" then
       P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
@@ -662,7 +668,7 @@ local function items_of(n, a0, k0)
     if neg then amount = string.sub(amount, 2) end
     items[i] = {
       key = KEYS[k0 + i], policy = policies[kind], P = P, role = ARGV[a + 2],
-      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
+      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]), ban = ban,
     }
   end
   return items
@@ -704,6 +710,20 @@ local function save(list)
   end
 end
 
+-- A rule's ban: a key of its own beside the item's, holding the ban's
+-- end, expiring with it. The end while it is after now, else nil.
+local function ban_of(item)
+  local v = redis.call("GET", item.key .. ":b")
+  if not v then return nil end
+  local u = parse(v)
+  if cmp(u, now()) > 0 then return u end
+end
+local function ban_until(item, u)
+  local ms = add(divq(sub(u, now()), MILLION), ONE)
+  if explicit then ms = maxb(ms, 60000) end
+  redis.call("SET", item.key .. ":b", str(u), "PX", str(ms))
+end
+
 local out = batch_from and batch_from.out or { fast_now }
 local function push(...)
   for _, v in ipairs({ ... }) do out[#out + 1] = v end
@@ -715,7 +735,7 @@ end
 local function decide(op, items)
   -- States this request would write, kept apart until it is admitted.
   local mine = {}
-  local results, charged, logged = {}, {}, {}
+  local results, charged, logged, bans = {}, {}, {}, {}
   local rejected, hard_admitted = false, false
   for i, item in ipairs(items) do
     if rejected or (item.role == "s" and not hard_admitted) then
@@ -723,13 +743,29 @@ local function decide(op, items)
     else
       local s = mine[item.key] or state_of(item)
       local trial = (item.policy.copy or copy)(s)
-      local code, value = item.policy.check(item.P, trial, item.amount)
-      if code == "R" and item.P.log and cmp(value, U64MAX) ~= 0 then
-        -- A sliding log that logs rejections keeps them, whatever the
-        -- request's fate.
-        mine[item.key] = trial
-        logged[#logged + 1] = item
+      local code, value
+      -- A banned key is rejected until the ban's end, its limit not
+      -- consulted ("B"); a rejection for a cost it could ever pay starts a
+      -- ban ("X") until the limit would admit it plus the ban, written
+      -- whatever the request's fate.
+      local u = item.ban and ban_of(item)
+      if u then
+        code, value = "B", sub(u, now())
+      else
+        code, value = item.policy.check(item.P, trial, item.amount)
+        if code == "R" and item.P.log and cmp(value, U64MAX) ~= 0 then
+          -- A sliding log that logs rejections keeps them, whatever the
+          -- request's fate.
+          mine[item.key] = trial
+          logged[#logged + 1] = item
+        end
+        if code == "R" and item.ban and cmp(value, U64MAX) ~= 0 then
+          u = sat(add(add(now(), value), item.ban))
+          code, value = "X", sub(u, now())
+          ban_until(item, u)
+        end
       end
+      bans[i] = u
       if code == "A" and item.role == "H" and item.policy.take
           and cmp(item.slice, item.amount) > 0 then
         local extra
@@ -737,7 +773,7 @@ local function decide(op, items)
         code = "T" .. str(add(item.amount, extra))
       end
       results[i] = { code, value }
-      local admitted = code ~= "R"
+      local admitted = code ~= "R" and code ~= "B" and code ~= "X"
       if admitted then
         mine[item.key] = trial
         charged[#charged + 1] = item
@@ -770,6 +806,9 @@ local function decide(op, items)
         s = read(item) or item.policy.fresh(item.P)
       end
       local remaining, reset = item.policy.standing(item.P, s)
+      if bans[i] then
+        remaining, reset = ZERO, maxb(reset, sub(bans[i], now()))
+      end
       push(str(remaining), str(reset))
     end
   end

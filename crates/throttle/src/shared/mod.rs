@@ -258,19 +258,14 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// A rule with a ban or a token pool, or a [`slice`](Rule::slice) on
-    /// a GCRA or a sliding log, beside a soft limit or on a shadow rule:
+    /// A rule with a token pool, or a [`slice`](Rule::slice) on a GCRA
+    /// or a sliding log, beside a ban or a soft limit or on a shadow rule:
     /// one line naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
         let named = |e: StoreError| StoreError {
             kind: e.kind,
             message: format!("rule \"{}\": {}", rule.name(), e.message),
         };
-        if rule.ban.is_some() {
-            return Err(named(StoreError::unsupported(
-                "bans are not kept in Redis: drop the ban or keep the rule in memory",
-            )));
-        }
         Params::of(&rule.hard).map_err(named)?;
         if let Some(soft) = &rule.soft {
             Params::of(soft).map_err(named)?;
@@ -281,6 +276,12 @@ impl RedisStore {
                     "a gcra takes no slices (tokens spent after they were taken would let \
                      the bucket refill under them): use fixed_window or \
                      sliding_window_counter, or drop the slice",
+                )));
+            }
+            if rule.ban.is_some() {
+                return Err(named(StoreError::unsupported(
+                    "a rule with a slice has no ban (a replica spends its slice without \
+                     asking Redis, so it would not see the ban): drop one",
                 )));
             }
             if matches!(rule.hard, Limit::SlidingLog(_)) {
@@ -537,6 +538,8 @@ impl RedisStore {
                             reset_ns: 0,
                         },
                         taken: 0,
+                        banned: false,
+                        ban_started: false,
                     };
                     items.len()
                 ];
