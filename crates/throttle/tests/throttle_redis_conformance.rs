@@ -379,6 +379,8 @@ enum Step {
     /// A check through `check_each`, which also says where the key stands.
     Stand(u64, u64),
     Settle(u64, i64),
+    /// Three checks of the key in one script call, decided in turn.
+    Three(u64, u64),
 }
 
 #[tokio::test]
@@ -422,10 +424,11 @@ async fn sliding_logs_check_settle_and_stand_as_in_memory_step_by_step() {
                         .min(1 << 62);
                         // Mostly within the limit, sometimes above it.
                         let cost = 1 + (rng >> 12) % (limit + limit / 4 + 1);
-                        let step = match (rng >> 8) % 8 {
+                        let step = match (rng >> 8) % 9 {
                             0 => Step::Settle(now, ((rng >> 24) % (limit + 3)) as i64),
                             1 => Step::Settle(now, -(((rng >> 24) % (limit + 3)) as i64)),
                             2 | 3 => Step::Stand(now, cost),
+                            4 => Step::Three(now, cost),
                             _ => Step::Check(now, cost),
                         };
                         let at = format!("{key}, step {n}: {step:?}");
@@ -445,6 +448,23 @@ async fn sliding_logs_check_settle_and_stand_as_in_memory_step_by_step() {
                                     (v, p.standing(s, t))
                                 });
                                 assert_eq!(got, [want], "{at}");
+                            }
+                            Step::Three(t, c) => {
+                                clock.set_ns(t);
+                                let checks = [(&shared, key.as_str(), c); 3];
+                                let (_, got) = store.check_each(&checks).await.unwrap();
+                                // Where the key stands after all three.
+                                let want: Vec<_> = (0..3)
+                                    .map(|_| {
+                                        memory.update("k", t, |p, s| {
+                                            (p.check(s, t, c), p.standing(s, t))
+                                        })
+                                    })
+                                    .collect();
+                                let last = want[2].1;
+                                let want: Vec<_> =
+                                    want.into_iter().map(|(v, _)| (v, last)).collect();
+                                assert_eq!(got, want, "{at}");
                             }
                             Step::Settle(t, d) => {
                                 store.settle_at(&shared, &key, t, d).await.unwrap();
