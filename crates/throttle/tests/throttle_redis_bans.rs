@@ -238,6 +238,21 @@ async fn a_key_banned_through_one_replica_is_banned_on_the_other() {
     let err = a.decide(&head).await.unwrap_err();
     assert_eq!(err.kind(), RejectionKind::Limited);
     assert_eq!(err.retry_after(), Some(Duration::from_secs(61)));
+    // The ban is a key of its own, expiring with it.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*:b")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ms: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((60_000..=61_001).contains(&ms), "{ms}");
     // The next window: replica b never saw the key, yet it is banned.
     clock.advance(Duration::from_secs(2));
     let err = b.decide(&head).await.unwrap_err();

@@ -298,6 +298,11 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     // debt alone sets it here.
     let ms = pttl("g").await;
     assert!((99_000..=101_001).contains(&ms), "{ms}");
+    // A sliding log is fresh again a window after its newest entry.
+    let log = Limit::SlidingLog(SlidingLog::new(5, Duration::from_secs(2)).unwrap());
+    assert!(store.check(&log, "l", 3).await.unwrap().is_admitted());
+    let ms = pttl("l").await;
+    assert!((1_900..=2_001).contains(&ms), "{ms}");
     let _ = &mut conn;
 }
 
