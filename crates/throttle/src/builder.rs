@@ -120,8 +120,8 @@ impl ThrottlerBuilder {
     ///
     /// # Errors
     ///
-    /// With a [`store`](Self::store), a rule with a ban, a token pool or a
-    /// sliding log: one line naming the rule.
+    /// With a [`store`](Self::store), a rule the store cannot keep (see
+    /// [`RedisStore::supports_rule`]): one line naming the rule.
     pub fn try_build(self) -> Result<Throttler, StoreError> {
         if self.store.is_some() {
             for rule in &self.rules {

@@ -536,12 +536,17 @@ impl Inner {
             });
             let outcome = match verdict {
                 Verdict::Reject { retry_after_ns } => {
-                    let kind = if permit.cost > rule.max_cost() {
+                    let kind = if hard.banned {
+                        RejectionKind::Banned
+                    } else if permit.cost > rule.max_cost() {
                         RejectionKind::CostTooHigh
                     } else {
                         RejectionKind::Limited
                     };
                     self.metrics.decision(&rule.name, kind_label(kind, shadow));
+                    if hard.ban_started {
+                        self.metrics.decision(&rule.name, "ban_started");
+                    }
                     if shadow {
                         continue;
                     }

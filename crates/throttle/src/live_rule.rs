@@ -44,9 +44,9 @@ impl LiveRule {
     pub(crate) fn new(rule: Rule, clock_step: Duration, store: Option<&RedisStore>) -> LiveRule {
         let id = rule.key();
         let shared = store.and_then(|_| {
-            // A ban, or a slice the store cannot keep exactly.
+            // A limit or a slice the store cannot keep exactly.
             RedisStore::supports_rule(&rule).ok()?;
-            let hard = Params::of(&rule.hard).ok()?;
+            let hard = Params::of(&rule.hard).ok()?.with_ban(rule.ban);
             let soft = match &rule.soft {
                 Some(s) => Some(Params::of(s).ok()?),
                 None => None,

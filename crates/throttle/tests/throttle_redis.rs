@@ -16,7 +16,7 @@ use tollgate::{ManualClock, RateSpec};
 use tollgate_testkit::logs::Logs;
 use tollgate_testkit::redis::{RedisCluster, RedisServer};
 use tollgate_throttle::{
-    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule,
+    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, SlidingLog,
     SlidingWindowCounter, Throttler,
 };
 
@@ -133,6 +133,21 @@ async fn two_and_three_replicas_admit_exactly_a_gcra_burst() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_and_three_replicas_admit_exactly_a_sliding_logs_limit() {
+    for replicas in [2, 3] {
+        for logged in [false, true] {
+            let limit = Limit::SlidingLog(
+                SlidingLog::new(100, Duration::from_secs(1))
+                    .unwrap()
+                    .log_rejected(logged),
+            );
+            // A window on, every entry (logged rejections too) has left it.
+            replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(1)).await;
+        }
+    }
+}
+
 #[tokio::test]
 async fn rules_the_store_cannot_keep_are_refused_at_build() {
     let server = RedisServer::start();
@@ -144,14 +159,14 @@ async fn rules_the_store_cannot_keep_are_refused_at_build() {
     )
     .ban(Duration::from_secs(60));
     let err = Throttler::builder()
-        .rule(banned)
+        .rule(banned.slice(5))
         .store(store)
         .try_build()
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "redis store: rule \"banned\": bans are not kept in Redis: drop the ban or keep \
-         the rule in memory"
+        "redis store: rule \"banned\": a rule with a slice has no ban (a replica spends its \
+         slice without asking Redis, so it would not see the ban): drop one"
     );
 }
 
@@ -369,8 +384,8 @@ fn a_bad_store_in_the_rules_yaml_is_one_line() {
     assert_eq!(
         err.to_string(),
         "invalid throttle rules: store: redis store: rule \"r\": a token pool is not kept in \
-         Redis (its burst normalisation has no exact script yet): use gcra, fixed_window or \
-         sliding_window_counter"
+         Redis (its burst normalisation has no exact script yet): use gcra, fixed_window, \
+         sliding_window_counter or sliding_log"
     );
     // Without a store the same rules are fine.
     assert!(tollgate_throttle::rules_from_yaml(rules).is_ok());

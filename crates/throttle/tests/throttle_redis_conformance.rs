@@ -34,7 +34,35 @@ fn vectors() -> Vec<(Limit, Vector)> {
     let fw = |l, w| Limit::FixedWindow(FixedWindow::new(l, w).unwrap());
     let swc = |l, w| Limit::SlidingWindowCounter(SlidingWindowCounter::new(l, w).unwrap());
     let gcra = |r: f64, b, q| Limit::Gcra(Gcra::new(RateSpec::new(r).unwrap(), b, q).unwrap());
+    let sl = |l, w, logged| Limit::SlidingLog(SlidingLog::new(l, w).unwrap().log_rejected(logged));
     vec![
+        (
+            sl(3, Duration::from_secs(10), false),
+            vec![
+                (0, 1, admit(2)),
+                (S, 2, admit(0)),
+                // The oldest entry, at 0, leaves the window at 10 s.
+                (2 * S, 1, reject(8 * S)),
+                (10 * S, 1, admit(0)),
+                // Two must leave: the second oldest is at 1 s.
+                (10 * S, 2, reject(S)),
+                (10 * S, 4, reject(u64::MAX)),
+                (11 * S, 2, admit(0)),
+            ],
+        ),
+        (
+            sl(3, Duration::from_secs(10), true),
+            vec![
+                (0, 2, admit(1)),
+                // Logged: the log keeps 0, 5 s, 5 s.
+                (5 * S, 2, reject(10 * S)),
+                (10 * S, 1, admit(0)),
+                // Logged: 5 s, 10 s, 12 s.
+                (12 * S, 1, reject(3 * S)),
+                (15 * S, 1, admit(0)),
+                (15 * S, 4, reject(u64::MAX)),
+            ],
+        ),
         (
             fw(2, Duration::from_secs(1)),
             vec![
@@ -103,6 +131,7 @@ fn memory_answers(limit: &Limit, steps: &[(u64, u64)]) -> Vec<Verdict> {
         Limit::FixedWindow(p) => in_memory(p, steps),
         Limit::SlidingWindowCounter(p) => in_memory(p, steps),
         Limit::Gcra(p) => in_memory(p, steps),
+        Limit::SlidingLog(p) => in_memory(p, steps),
         other => panic!("no Redis policy for {other:?}"),
     }
 }
@@ -205,13 +234,10 @@ async fn limits_the_store_cannot_keep_are_one_line_errors() {
     assert_eq!(
         err.to_string(),
         "redis store: a token pool is not kept in Redis (its burst normalisation has no \
-         exact script yet): use gcra, fixed_window or sliding_window_counter"
+         exact script yet): use gcra, fixed_window, sliding_window_counter or sliding_log"
     );
     let log = Limit::SlidingLog(SlidingLog::new(5, Duration::from_secs(1)).unwrap());
-    assert_eq!(
-        RedisStore::supports(&log).unwrap_err().to_string(),
-        "redis store: a sliding log is not kept in Redis: use sliding_window_counter"
-    );
+    assert!(RedisStore::supports(&log).is_ok());
 }
 
 #[tokio::test]
@@ -252,6 +278,11 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     // debt alone sets it here.
     let ms = pttl("g").await;
     assert!((99_000..=101_001).contains(&ms), "{ms}");
+    // A sliding log is fresh again a window after its newest entry.
+    let log = Limit::SlidingLog(SlidingLog::new(5, Duration::from_secs(2)).unwrap());
+    assert!(store.check(&log, "l", 3).await.unwrap().is_admitted());
+    let ms = pttl("l").await;
+    assert!((1_900..=2_001).contains(&ms), "{ms}");
 }
 
 #[tokio::test]
@@ -323,4 +354,112 @@ async fn windows_agree_where_times_step_back_and_near_the_ends_of_their_ranges()
             );
         }
     }
+}
+
+/// One step of a sliding log's random walk.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Check(u64, u64),
+    /// A check through `check_each`, which also says where the key stands.
+    Stand(u64, u64),
+    Settle(u64, i64),
+    /// Three checks of the key in one script call, decided in turn.
+    Three(u64, u64),
+}
+
+#[tokio::test]
+async fn sliding_logs_check_settle_and_stand_as_in_memory_step_by_step() {
+    let server = RedisServer::start();
+    let clock = tollgate::ManualClock::new();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    // Windows of a microsecond, of seconds, and above 2^53 ns.
+    let windows = [1_000, 3 * S + 7, (1 << 53) + 7, 1 << 58];
+    let today = 1_795_000_000_123_456_789u64;
+    let mut rng = 0xD1B5_4A32_D192_ED03u64;
+    let mut walks = 0;
+    for (wi, w) in windows.into_iter().enumerate() {
+        for limit in [1, 5, 40] {
+            for logged in [false, true] {
+                for origin in [0, today] {
+                    let policy = SlidingLog::new(limit, Duration::from_nanos(w))
+                        .unwrap()
+                        .log_rejected(logged);
+                    let memory: KeyedLimiter<SlidingLog> = KeyedLimiter::new(policy.clone(), 16);
+                    let shared = Limit::SlidingLog(policy);
+                    let key = format!("log-{wi}-{limit}-{logged}-{origin}");
+                    let mut now = origin;
+                    for n in 0..150 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        now = match rng % 16 {
+                            0 => now + w,
+                            1 => now + (w - 1),
+                            2 => now.saturating_sub((rng >> 20) % (w / 4 + 1)),
+                            3..=6 => now,
+                            7 | 8 => now + (rng >> 20) % w,
+                            _ => now + (rng >> 20) % (w / 8 + 1),
+                        }
+                        .min(1 << 62);
+                        // Mostly within the limit, sometimes above it.
+                        let cost = 1 + (rng >> 12) % (limit + limit / 4 + 1);
+                        let step = match (rng >> 8) % 9 {
+                            0 => Step::Settle(now, ((rng >> 24) % (limit + 3)) as i64),
+                            1 => Step::Settle(now, -(((rng >> 24) % (limit + 3)) as i64)),
+                            2 | 3 => Step::Stand(now, cost),
+                            4 => Step::Three(now, cost),
+                            _ => Step::Check(now, cost),
+                        };
+                        let at = format!("{key}, step {n}: {step:?}");
+                        match step {
+                            Step::Check(t, c) => assert_eq!(
+                                store.check_at(&shared, &key, t, c).await.unwrap(),
+                                memory.check("k", t, c),
+                                "{at}"
+                            ),
+                            Step::Stand(t, c) => {
+                                clock.set_ns(t);
+                                let (at_ns, got) =
+                                    store.check_each(&[(&shared, &key, c)]).await.unwrap();
+                                assert_eq!(at_ns, t);
+                                let want = memory.update("k", t, |p, s| {
+                                    let v = p.check(s, t, c);
+                                    (v, p.standing(s, t))
+                                });
+                                assert_eq!(got, [want], "{at}");
+                            }
+                            Step::Three(t, c) => {
+                                clock.set_ns(t);
+                                let checks = [(&shared, key.as_str(), c); 3];
+                                let (_, got) = store.check_each(&checks).await.unwrap();
+                                // Where the key stands after all three.
+                                let want: Vec<_> = (0..3)
+                                    .map(|_| {
+                                        memory.update("k", t, |p, s| {
+                                            (p.check(s, t, c), p.standing(s, t))
+                                        })
+                                    })
+                                    .collect();
+                                let last = want[2].1;
+                                let want: Vec<_> =
+                                    want.into_iter().map(|(v, _)| (v, last)).collect();
+                                assert_eq!(got, want, "{at}");
+                            }
+                            Step::Settle(t, d) => {
+                                store.settle_at(&shared, &key, t, d).await.unwrap();
+                                memory.settle("k", t, d);
+                            }
+                        }
+                    }
+                    walks += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(walks, 48);
 }

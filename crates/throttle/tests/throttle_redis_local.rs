@@ -389,12 +389,20 @@ async fn a_slice_the_store_cannot_keep_exactly_is_one_line() {
     let store = RedisStore::builder(server.url()).connect().await.unwrap();
     let gcra = Limit::Gcra(Gcra::new(RateSpec::new(10.0).unwrap(), 10, 0).unwrap());
     let fw = Limit::FixedWindow(FixedWindow::new(10, Duration::from_secs(1)).unwrap());
+    let log =
+        Limit::SlidingLog(tollgate_throttle::SlidingLog::new(10, Duration::from_secs(1)).unwrap());
     for (rule, why) in [
         (
             Rule::new("bucket", Extract::global(), gcra).slice(5),
             "redis store: rule \"bucket\": a gcra takes no slices (tokens spent after they \
              were taken would let the bucket refill under them): use fixed_window or \
              sliding_window_counter, or drop the slice",
+        ),
+        (
+            Rule::new("log", Extract::global(), log).slice(5),
+            "redis store: rule \"log\": a sliding log takes no slices (each entry is logged \
+             at the time of its own request): use fixed_window or sliding_window_counter, or \
+             drop the slice",
         ),
         (
             Rule::new("soft", Extract::global(), fw.clone())

@@ -173,6 +173,8 @@ impl OverLimit {
             verdict: Some(verdict),
             standing,
             taken: 0,
+            banned: false,
+            ban_started: false,
         })
     }
 
@@ -263,6 +265,8 @@ mod tests {
                     reset_ns: 0,
                 },
                 taken: 0,
+                banned: false,
+                ban_started: false,
             }],
             state: Some(["100".into(), "10".into(), "0".into()]),
         };

@@ -14,10 +14,12 @@
 -- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
---   kind ("fw", "swc", "gcra"), role ("H" enforced hard limit, "S" shadow
+--   kind ("fw", "swc", "gcra", "sl"; "KIND!NS" under a rule that bans
+--   for NS nanoseconds), role ("H" enforced hard limit, "S" shadow
 --   hard limit, "s" the soft limit of the item before it), cost (check) or
 --   signed delta (settle), and five parameters:
 --   fw, swc: limit, window_ns, -, -, -
+--   sl: limit, window_ns, log_rejected ("1" or "0"), -, -
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
 --   and the slice: in a check, the most an admitted enforced fw or swc
@@ -31,9 +33,11 @@
 -- above}; code "A"
 -- admit (value: remaining), "T" followed by the tokens taken (an admitted
 -- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
--- retry ns), "-" not decided. A check writes nothing when an enforced hard
+-- retry ns), "B" rejected as banned (value: ns to the ban's end), "X"
+-- rejected, starting a ban (value: ns to its end), "-" not decided. A check writes nothing when an enforced hard
 -- limit rejects; otherwise it writes every admitted item's state, each
--- with a TTL of the time until it decides like a fresh key.
+-- with a TTL of the time until it decides like a fresh key; a sliding
+-- log that logs rejections also writes the ones it rejected.
 
 -- The common call, a check of one fixed window or sliding window counter
 -- on small numbers, runs on doubles alone, before the general path defines
@@ -509,7 +513,174 @@ function gcra.standing(P, s)
 end
 function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
-local policies = { fw = fw, swc = swc, gcra = gcra }
+-- The sliding log: a Redis list of runs, oldest first, each "time start
+-- end": a request of cost c logs c equal times, one run, and the runs'
+-- entries are numbered on, so run j holds end - start entries and the log
+-- end(newest) - start(oldest). A decision reads only the runs it needs
+-- (the two ends, the ones that leave the window, the oldest k for a
+-- retry time) and writes only what changed, so its cost does not grow
+-- with the log. The key expires a window after the newest entry. An entry
+-- at e is in the window at t while t - e < w.
+--
+-- In the script a log is a view of that list: runs lo..hi (list index
+-- j - 1), T/A/B their time, start and end, read on demand; runs up to
+-- `keep` (the list's length when read, or lower once runs were taken from
+-- the back) are as Redis holds them unless `dirty`, runs after it new.
+local sl = {}
+local function sl_run(s, j)
+  if not s.T[j] then
+    local v = redis.call("LINDEX", s.key, j - 1)
+    local t, a, b = string.match(v, "^(%d+) (%d+) (%d+)$")
+    s.T[j], s.A[j], s.B[j] = parse(t), parse(a), parse(b)
+  end
+  return s.T[j], s.A[j], s.B[j]
+end
+local function sl_count(s)
+  if s.hi < s.lo then return 0 end
+  local _, a = sl_run(s, s.lo)
+  local _, _, b = sl_run(s, s.hi)
+  return sub(b, a)
+end
+function sl.fresh() return { T = {}, A = {}, B = {}, dirty = {}, lo = 1, hi = 0, keep = 0 } end
+function sl.read(key)
+  local len = redis.call("LLEN", key)
+  if len == 0 then return nil end
+  local s = sl.fresh()
+  s.key, s.hi, s.keep = key, len, len
+  return s
+end
+function sl.copy(s)
+  local c = { T = {}, A = {}, B = {}, dirty = {}, lo = s.lo, hi = s.hi, keep = s.keep, key = s.key }
+  for j, t in pairs(s.T) do c.T[j], c.A[j], c.B[j] = t, s.A[j], s.B[j] end
+  for j in pairs(s.dirty) do c.dirty[j] = true end
+  return c
+end
+function sl.write(key, s, ms)
+  if s.hi < s.lo then
+    redis.call("DEL", key)
+  else
+    local first_new
+    if s.lo <= s.keep then
+      redis.call("LTRIM", key, s.lo - 1, s.keep - 1)
+      for j in pairs(s.dirty) do
+        if j >= s.lo and j <= s.keep then
+          redis.call("LSET", key, j - s.lo, str(s.T[j]) .. " " .. str(s.A[j]) .. " " .. str(s.B[j]))
+        end
+      end
+      first_new = s.keep + 1
+    else
+      redis.call("DEL", key)
+      first_new = s.lo
+    end
+    local new = {}
+    for j = first_new, s.hi do
+      new[#new + 1] = str(s.T[j]) .. " " .. str(s.A[j]) .. " " .. str(s.B[j])
+    end
+    if #new > 0 then redis.call("RPUSH", key, unpack(new)) end
+    redis.call("PEXPIRE", key, str(ms))
+  end
+  -- The view now mirrors the list as written.
+  local c = sl.fresh()
+  c.key = key
+  for j, t in pairs(s.T) do
+    if j >= s.lo and j <= s.hi then
+      local k = j - s.lo + 1
+      c.T[k], c.A[k], c.B[k] = t, s.A[j], s.B[j]
+    end
+  end
+  c.hi = math.max(s.hi - s.lo + 1, 0)
+  c.keep = c.hi
+  s.T, s.A, s.B, s.dirty, s.lo, s.hi, s.keep, s.key = c.T, c.A, c.B, c.dirty, 1, c.hi, c.hi, key
+end
+-- Drops the entries out of the window; returns the time decided at (now,
+-- or the newest entry's time if the clock went back).
+function sl.expire(P, s)
+  local t = now()
+  if s.hi < s.lo then return t end
+  t = maxb(t, (sl_run(s, s.hi)))
+  while s.lo <= s.hi and cmp(sub(t, (sl_run(s, s.lo))), P.w) >= 0 do
+    s.lo = s.lo + 1
+  end
+  return t
+end
+-- Logs `c` entries at `t`, then keeps only the newest `limit`.
+function sl.push(P, s, t, c)
+  if c == 0 then return end
+  local last = s.hi >= s.lo and sl_run(s, s.hi)
+  if last and cmp(last, t) == 0 then
+    s.B[s.hi] = add(s.B[s.hi], c)
+    s.dirty[s.hi] = true
+  else
+    local base = last and s.B[s.hi] or ZERO
+    s.hi = s.hi + 1
+    s.T[s.hi], s.A[s.hi], s.B[s.hi] = t, base, add(base, c)
+  end
+  local n = sl_count(s)
+  while n > P.limit do
+    local excess = n - P.limit
+    local _, a, b = sl_run(s, s.lo)
+    local held = sub(b, a)
+    if held <= excess then
+      s.lo, n = s.lo + 1, n - held
+    else
+      s.A[s.lo], n = add(a, excess), P.limit
+      s.dirty[s.lo] = true
+    end
+  end
+end
+function sl.check(P, s, cost)
+  if cmp(cost, P.limit) > 0 then return "R", U64MAX end
+  local t = sl.expire(P, s)
+  local n = sl_count(s)
+  if n + cost <= P.limit then
+    sl.push(P, s, t, cost)
+    return "A", P.limit - n - cost
+  end
+  if P.log then sl.push(P, s, t, cost) end
+  -- The oldest n + cost - limit entries must leave the window.
+  local k = sl_count(s) + cost - P.limit
+  local _, first = sl_run(s, s.lo)
+  for j = s.lo, s.hi do
+    local e, _, b = sl_run(s, j)
+    if cmp(sub(b, first), k) >= 0 then return "R", sub(add(e, P.w), t) end
+  end
+  return "R", U64MAX
+end
+function sl.settle(P, s, neg, d)
+  local t = sl.expire(P, s)
+  d = minb(d, P.limit)
+  if not neg then
+    sl.push(P, s, t, d)
+    return
+  end
+  while d > 0 and s.hi >= s.lo do
+    local _, a, b = sl_run(s, s.hi)
+    local take = math.min(sub(b, a), d)
+    s.B[s.hi], d = sub(b, take), d - take
+    if cmp(s.B[s.hi], a) == 0 then
+      s.hi = s.hi - 1
+      if s.hi < s.keep then s.keep = s.hi end
+    else
+      s.dirty[s.hi] = true
+    end
+  end
+end
+function sl.standing(P, s)
+  if s.hi < s.lo then return P.limit, ZERO end
+  local newest = sl_run(s, s.hi)
+  local t = maxb(now(), newest)
+  local j = s.lo
+  while j <= s.hi and cmp(sub(t, (sl_run(s, j))), P.w) >= 0 do j = j + 1 end
+  if j > s.hi then return P.limit, ZERO end
+  local held = sub(s.B[s.hi], s.A[j])
+  return math.max(P.limit - held, 0), sub(add(newest, P.w), t)
+end
+function sl.fresh_in(P, s)
+  if s.hi < s.lo then return ZERO end
+  return satsub(add((sl_run(s, s.hi)), P.w), now())
+end
+
+local policies = { fw = fw, swc = swc, gcra = gcra, sl = sl }
 
 -- The items of one request: `n`, their arguments after ARGV[a0], their
 -- keys after KEYS[k0].
@@ -517,7 +688,11 @@ local function items_of(n, a0, k0)
   local items = {}
   for i = 1, n do
     local a = a0 + (i - 1) * 9
-    local kind = ARGV[a + 1]
+    local kind, ban = ARGV[a + 1], nil
+    local bang = string.find(kind, "!", 1, true)
+    if bang then
+      kind, ban = string.sub(kind, 1, bang - 1), parse(string.sub(kind, bang + 1))
+    end
     local P = {}
     if kind == "gcra" then
       P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
@@ -525,13 +700,14 @@ local function items_of(n, a0, k0)
       P.num = add(mul(P.whole, P.den), P.fraction)
     else
       P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
+      P.log = ARGV[a + 6] == "1"
     end
     local amount = ARGV[a + 3]
     local neg = string.sub(amount, 1, 1) == "-"
     if neg then amount = string.sub(amount, 2) end
     items[i] = {
       key = KEYS[k0 + i], policy = policies[kind], P = P, role = ARGV[a + 2],
-      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]),
+      amount = parse(amount), neg = neg, slice = parse(ARGV[a + 9]), ban = ban,
     }
   end
   return items
@@ -540,15 +716,16 @@ end
 -- The states as Redis holds them, read once per key (two items, or two
 -- requests of a batch, may share one) and kept as requests write them.
 local states = {}
+-- The state Redis holds for `item`, or nil.
+local function read(item)
+  if item.policy.read then return item.policy.read(item.key) end
+  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
+  if v[1] then return item.policy.load(v) end
+end
 local function state_of(item)
   local s = states[item.key]
   if s then return s end
-  local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-  if v[1] then
-    s = item.policy.load(v)
-  else
-    s = item.policy.fresh(item.P)
-  end
+  s = read(item) or item.policy.fresh(item.P)
   states[item.key] = s
   return s
 end
@@ -557,15 +734,33 @@ end
 local function save(list)
   for _, item in ipairs(list) do
     local s = states[item.key]
-    redis.call("HSET", item.key, unpack(item.policy.save(s)))
     local ms = add(divq(item.policy.fresh_in(item.P, s), MILLION), ONE)
     if explicit then
       -- A time given by the caller runs apart from Redis' own: keep the
       -- key at least a minute of Redis' time.
       ms = maxb(ms, 60000)
     end
-    redis.call("PEXPIRE", item.key, str(ms))
+    if item.policy.write then
+      item.policy.write(item.key, s, ms)
+    else
+      redis.call("HSET", item.key, unpack(item.policy.save(s)))
+      redis.call("PEXPIRE", item.key, str(ms))
+    end
   end
+end
+
+-- A rule's ban: a key of its own beside the item's, holding the ban's
+-- end, expiring with it. The end while it is after now, else nil.
+local function ban_of(item)
+  local v = redis.call("GET", item.key .. ":b")
+  if not v then return nil end
+  local u = parse(v)
+  if cmp(u, now()) > 0 then return u end
+end
+local function ban_until(item, u)
+  local ms = add(divq(sub(u, now()), MILLION), ONE)
+  if explicit then ms = maxb(ms, 60000) end
+  redis.call("SET", item.key .. ":b", str(u), "PX", str(ms))
 end
 
 local out = batch_from and batch_from.out or { fast_now }
@@ -579,15 +774,37 @@ end
 local function decide(op, items)
   -- States this request would write, kept apart until it is admitted.
   local mine = {}
-  local results, charged = {}, {}
+  local results, charged, logged, bans = {}, {}, {}, {}
   local rejected, hard_admitted = false, false
   for i, item in ipairs(items) do
     if rejected or (item.role == "s" and not hard_admitted) then
       results[i] = { "-", ZERO }
     else
       local s = mine[item.key] or state_of(item)
-      local trial = copy(s)
-      local code, value = item.policy.check(item.P, trial, item.amount)
+      local trial = (item.policy.copy or copy)(s)
+      local code, value
+      -- A banned key is rejected until the ban's end, its limit not
+      -- consulted ("B"); a rejection for a cost it could ever pay starts a
+      -- ban ("X") until the limit would admit it plus the ban, written
+      -- whatever the request's fate.
+      local u = item.ban and ban_of(item)
+      if u then
+        code, value = "B", sub(u, now())
+      else
+        code, value = item.policy.check(item.P, trial, item.amount)
+        if code == "R" and item.P.log and cmp(value, U64MAX) ~= 0 then
+          -- A sliding log that logs rejections keeps them, whatever the
+          -- request's fate.
+          mine[item.key] = trial
+          logged[#logged + 1] = item
+        end
+        if code == "R" and item.ban and cmp(value, U64MAX) ~= 0 then
+          u = sat(add(add(now(), value), item.ban))
+          code, value = "X", sub(u, now())
+          ban_until(item, u)
+        end
+      end
+      bans[i] = u
       if code == "A" and item.role == "H" and item.policy.take
           and cmp(item.slice, item.amount) > 0 then
         local extra
@@ -595,7 +812,7 @@ local function decide(op, items)
         code = "T" .. str(add(item.amount, extra))
       end
       results[i] = { code, value }
-      local admitted = code ~= "R"
+      local admitted = code ~= "R" and code ~= "B" and code ~= "X"
       if admitted then
         mine[item.key] = trial
         charged[#charged + 1] = item
@@ -608,6 +825,12 @@ local function decide(op, items)
     for key, s in pairs(mine) do states[key] = s end
     save(charged)
   end
+  if #logged > 0 then
+    if rejected then
+      for _, item in ipairs(logged) do states[item.key] = mine[item.key] end
+    end
+    save(logged)
+  end
 
   for i, item in ipairs(items) do
     local r = results[i]
@@ -619,16 +842,19 @@ local function decide(op, items)
       -- charged nothing, so its keys stand as they stood.
       local s = states[item.key]
       if rejected then
-        local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
-        s = v[1] and item.policy.load(v) or item.policy.fresh(item.P)
+        s = read(item) or item.policy.fresh(item.P)
       end
       local remaining, reset = item.policy.standing(item.P, s)
+      if bans[i] then
+        remaining, reset = ZERO, maxb(reset, sub(bans[i], now()))
+      end
       push(str(remaining), str(reset))
     end
   end
   -- The first item rejected for a cost it could ever pay: its stored
   -- state, from which the caller may answer that key alone for a while.
-  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0 then
+  if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0
+      and not items[1].policy.read then
     local item = items[1]
     local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
     if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end

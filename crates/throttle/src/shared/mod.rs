@@ -3,7 +3,9 @@
 //!
 //! # Implementation notes
 //!
-//! Each policy's step is Lua (`decide.lua`) with the Rust policy's
+//! Each policy's step (the fixed window, the sliding window counter, the
+//! sliding log and GCRA; not the token pool, see
+//! [`RedisStore::supports`]) is Lua (`decide.lua`) with the Rust policy's
 //! exact integer arithmetic (Redis' Lua has only doubles): on doubles
 //! while numbers stay below 2^48, with the time as seconds and
 //! nanoseconds, and on multi-limb integers above (a GCRA's tokens). A
@@ -21,7 +23,10 @@
 //! tag, so every limit of every rule on one key (an API key's per-second
 //! and per-hour rules, a rule's hard and soft limits) sits in one slot and
 //! is decided in one call there; a limit's parameters are part of the
-//! name, so a changed limit starts fresh as it does in memory. Each key expires when it would decide like
+//! name, so a changed limit starts fresh as it does in memory. A rule's
+//! ban is the key `…:b` beside its limit's, holding the ban's end; the
+//! call reads it before the limit and writes it when a rejection starts
+//! a ban, whatever the request's fate. Each key expires when it would decide like
 //! a fresh one (a GCRA's debt included), so Redis holds only active keys.
 //!
 //! Two things spare Redis calls: the over-limit cache (`cache.rs`)
@@ -165,9 +170,10 @@ impl From<LinkError> for StoreError {
 /// replica) that uses the same Redis, key prefix and rule names.
 ///
 /// Keeps [`FixedWindow`](crate::FixedWindow),
-/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
-/// [`Gcra`](crate::Gcra) limits with the same integer arithmetic, and so
-/// the same decisions, as the in-memory [`KeyedLimiter`](crate::KeyedLimiter).
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
+/// [`SlidingLog`](crate::SlidingLog) and [`Gcra`](crate::Gcra) limits
+/// with the same integer arithmetic, and so the same decisions, as the
+/// in-memory [`KeyedLimiter`](crate::KeyedLimiter).
 /// Cloning is cheap and shares the connections.
 ///
 /// # Examples
@@ -250,31 +256,55 @@ impl RedisStore {
 
     /// Whether `limit` can be kept in Redis.
     ///
+    /// Redis keeps [`FixedWindow`](crate::FixedWindow),
+    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
+    /// [`SlidingLog`](crate::SlidingLog) (with or without
+    /// [`log_rejected`](crate::SlidingLog::log_rejected)) and
+    /// [`Gcra`](crate::Gcra), each deciding exactly as in memory. It
+    /// refuses a [`TokenPool`](crate::TokenPool): a key's state there is
+    /// the limiter core's pool (an active level, a capped backlog and the
+    /// meter's carry), refilled through the core's `Pool::fill`, whose
+    /// burst recovery normalised for jitter has no exact script; a
+    /// [`Gcra`](crate::Gcra) of the same rate and burst keeps a bucket in
+    /// Redis instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_throttle::{Limit, RedisStore, SlidingLog, TokenPool};
+    ///
+    /// let log = SlidingLog::new(20, Duration::from_secs(10))?.log_rejected(true);
+    /// assert!(RedisStore::supports(&Limit::SlidingLog(log)).is_ok());
+    /// let pool = Limit::TokenPool(TokenPool::new("5".parse()?));
+    /// assert!(RedisStore::supports(&pool).unwrap_err().is_config());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
-    /// A token pool or a sliding log: one line saying which limits are.
+    /// A token pool: one line saying which limits are.
     pub fn supports(limit: &Limit) -> Result<(), StoreError> {
         Params::of(limit).map(|_| ())
     }
 
     /// Whether every limit of `rule` can be kept in Redis (a throttler
-    /// built with this store refuses a rule that cannot).
+    /// built with this store refuses a rule that cannot): its limits (see
+    /// [`supports`](Self::supports)), its [`ban`](Rule::ban) (a key of its
+    /// own beside the limit's, read in the same script call) and its
+    /// [`slice`](Rule::slice), kept only where the replicas spending it
+    /// stay exact.
     ///
     /// # Errors
     ///
-    /// A rule with a ban, a token pool or a sliding log, or a
-    /// [`slice`](Rule::slice) on a GCRA, beside a soft limit or on a
-    /// shadow rule: one line naming the rule.
+    /// A rule with a token pool, or a [`slice`](Rule::slice) on a GCRA
+    /// or a sliding log, beside a ban or a soft limit or on a shadow rule:
+    /// one line naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
         let named = |e: StoreError| StoreError {
             kind: e.kind,
             message: format!("rule \"{}\": {}", rule.name(), e.message),
         };
-        if rule.ban.is_some() {
-            return Err(named(StoreError::unsupported(
-                "bans are not kept in Redis: drop the ban or keep the rule in memory",
-            )));
-        }
         Params::of(&rule.hard).map_err(named)?;
         if let Some(soft) = &rule.soft {
             Params::of(soft).map_err(named)?;
@@ -285,6 +315,19 @@ impl RedisStore {
                     "a gcra takes no slices (tokens spent after they were taken would let \
                      the bucket refill under them): use fixed_window or \
                      sliding_window_counter, or drop the slice",
+                )));
+            }
+            if rule.ban.is_some() {
+                return Err(named(StoreError::unsupported(
+                    "a rule with a slice has no ban (a replica spends its slice without \
+                     asking Redis, so it would not see the ban): drop one",
+                )));
+            }
+            if matches!(rule.hard, Limit::SlidingLog(_)) {
+                return Err(named(StoreError::unsupported(
+                    "a sliding log takes no slices (each entry is logged at the time of \
+                     its own request): use fixed_window or sliding_window_counter, or drop \
+                     the slice",
                 )));
             }
             if rule.soft.is_some() {
@@ -584,6 +627,8 @@ impl RedisStore {
                             reset_ns: 0,
                         },
                         taken: 0,
+                        banned: false,
+                        ban_started: false,
                     };
                     items.len()
                 ];

@@ -31,6 +31,10 @@ pub(crate) struct Params {
     pub(crate) id: String,
     /// The limit itself, whose policy decides as the script does.
     pub(crate) limit: Limit,
+    /// A rule's ban: a rejection bans the key for this long after the
+    /// limit would admit it again. Sent after the kind, as
+    /// `KIND!BAN_NS`.
+    pub(crate) ban_ns: Option<u64>,
 }
 
 impl Params {
@@ -38,7 +42,7 @@ impl Params {
     ///
     /// # Errors
     ///
-    /// A token pool or a sliding log, which the Redis store does not keep.
+    /// A token pool, which the Redis store does not keep.
     pub(crate) fn of(limit: &Limit) -> Result<Params, StoreError> {
         let dash = || String::from("-");
         match limit {
@@ -53,6 +57,7 @@ impl Params {
                 ],
                 id: format!("fw:{}:{}", p.limit, p.window_ns),
                 limit: limit.clone(),
+                ban_ns: None,
             }),
             Limit::SlidingWindowCounter(p) => Ok(Params {
                 kind: "swc",
@@ -65,6 +70,7 @@ impl Params {
                 ],
                 id: format!("swc:{}:{}", p.limit, p.window_ns),
                 limit: limit.clone(),
+                ban_ns: None,
             }),
             Limit::Gcra(p) => {
                 let (whole, fraction, den) = meter(p.nano_ops_per_sec);
@@ -79,15 +85,48 @@ impl Params {
                     ],
                     id: format!("gcra:{}:{}:{}", p.nano_ops_per_sec, p.burst, p.queue),
                     limit: limit.clone(),
+                    ban_ns: None,
                 })
             }
             Limit::TokenPool(_) => Err(StoreError::unsupported(
                 "a token pool is not kept in Redis (its burst normalisation has no exact \
-                 script yet): use gcra, fixed_window or sliding_window_counter",
+                 script yet): use gcra, fixed_window, sliding_window_counter or sliding_log",
             )),
-            Limit::SlidingLog(_) => Err(StoreError::unsupported(
-                "a sliding log is not kept in Redis: use sliding_window_counter",
-            )),
+            Limit::SlidingLog(p) => Ok(Params {
+                kind: "sl",
+                args: [
+                    p.limit.to_string(),
+                    p.window_ns.to_string(),
+                    String::from(if p.log_rejected { "1" } else { "0" }),
+                    dash(),
+                    dash(),
+                ],
+                id: format!(
+                    "sl:{}:{}:{}",
+                    p.limit,
+                    p.window_ns,
+                    if p.log_rejected { "r" } else { "a" }
+                ),
+                limit: limit.clone(),
+                ban_ns: None,
+            }),
+        }
+    }
+}
+
+impl Params {
+    /// These parameters under a rule that bans for `ban` (see
+    /// [`Rule::ban`](crate::Rule::ban)).
+    pub(crate) fn with_ban(mut self, ban: Option<std::time::Duration>) -> Params {
+        self.ban_ns = ban.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The kind as sent: with the ban, if any.
+    fn kind_arg(&self) -> std::borrow::Cow<'static, str> {
+        match self.ban_ns {
+            None => self.kind.into(),
+            Some(ban) => format!("{}!{ban}", self.kind).into(),
         }
     }
 }
@@ -154,6 +193,10 @@ pub(crate) struct Answer {
     /// The tokens an admitted item took for its slice, its cost included
     /// (0: no slice).
     pub(crate) taken: u64,
+    /// Rejected because its key was banned: the policy was not consulted.
+    pub(crate) banned: bool,
+    /// This rejection started a ban of its key.
+    pub(crate) ban_started: bool,
 }
 
 /// The nine arguments of each of `items`, in order, onto `invocation`
@@ -161,7 +204,9 @@ pub(crate) struct Answer {
 /// `give`; the time in nanoseconds, or "" for Redis' `TIME`).
 pub(crate) fn push_args(invocation: &mut redis::ScriptInvocation<'_>, items: &[Item]) {
     for item in items {
-        invocation.arg(item.params.kind).arg(item.role.code());
+        invocation
+            .arg(item.params.kind_arg().as_ref())
+            .arg(item.role.code());
         match i64::try_from(item.amount) {
             Ok(amount) => invocation.arg(amount),
             Err(_) => invocation.arg(item.amount.to_string()),
@@ -176,7 +221,7 @@ pub(crate) fn push_args(invocation: &mut redis::ScriptInvocation<'_>, items: &[I
 /// The nine arguments of each of `items`, in order.
 pub(crate) fn push_items(args: &mut Vec<String>, items: &[Item]) {
     for item in items {
-        args.push(item.params.kind.to_owned());
+        args.push(item.params.kind_arg().into_owned());
         args.push(item.role.code().to_owned());
         args.push(item.amount.to_string());
         args.extend(item.params.args.iter().cloned());
@@ -256,6 +301,7 @@ fn request(
     for chunk in values.chunks(4) {
         let value = number(&chunk[1])?;
         let mut taken = 0;
+        let (banned, ban_started) = (chunk[0] == "B", chunk[0] == "X");
         let verdict = match chunk[0].as_str() {
             "A" => Some(Verdict::Admit { remaining: value }),
             t if t.starts_with('T') => {
@@ -263,7 +309,7 @@ fn request(
                 Some(Verdict::Admit { remaining: value })
             }
             "D" => Some(Verdict::Delay { delay_ns: value }),
-            "R" => Some(Verdict::Reject {
+            "R" | "B" | "X" => Some(Verdict::Reject {
                 retry_after_ns: value,
             }),
             "-" => None,
@@ -280,6 +326,8 @@ fn request(
                 reset_ns: number(&chunk[3])?,
             },
             taken,
+            banned,
+            ban_started,
         });
     }
     let (state, end) = match reply.get(end..end + 4) {

@@ -128,6 +128,8 @@ impl Slices {
                 reset_ns: lease.reset_at.saturating_sub(now),
             },
             taken: 0,
+            banned: false,
+            ban_started: false,
         };
         Spent::Here(answer, lease.index)
     }
