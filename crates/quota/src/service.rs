@@ -174,7 +174,7 @@ impl Quota {
         limits: QuotaLimits,
         clock: Arc<dyn Clock>,
         store: QuotaStore,
-    ) -> Result<Quota, tollgate_service::redis_link::LinkError> {
+    ) -> Result<Quota, tollgate_service::redis_link::StoreError> {
         let store = store.connect().await?;
         let mut quota = Quota::new(config, limits, clock);
         quota.registry.divide_rates(store.replicas());

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{BucketSettings, Clock};
-use tollgate_service::redis_link::{Link, LinkError, LinkSettings};
+use tollgate_service::redis_link::{Link, LinkSettings, StoreError};
 
 /// The script every Allow runs.
 const SOURCE: &str = include_str!("store/reserve.lua");
@@ -98,7 +98,7 @@ impl QuotaStore {
     /// # Errors
     ///
     /// A URL that cannot be parsed: one line naming it and why.
-    pub fn new(url: impl Into<String>) -> Result<QuotaStore, LinkError> {
+    pub fn new(url: impl Into<String>) -> Result<QuotaStore, StoreError> {
         let link = LinkSettings::new(url, "tollgate:quota:");
         link.check()?;
         Ok(QuotaStore { link, clock: None })
@@ -112,7 +112,7 @@ impl QuotaStore {
     /// Seeds that cannot be used: one line naming them and why.
     pub fn cluster<S: Into<String>>(
         seeds: impl IntoIterator<Item = S>,
-    ) -> Result<QuotaStore, LinkError> {
+    ) -> Result<QuotaStore, StoreError> {
         let mut link = LinkSettings::new("", "tollgate:quota:");
         link.cluster = seeds.into_iter().map(Into::into).collect();
         link.check()?;
@@ -181,7 +181,7 @@ impl QuotaStore {
     }
 
     /// Connects, within the connect timeout.
-    pub(crate) async fn connect(self) -> Result<Connected, LinkError> {
+    pub(crate) async fn connect(self) -> Result<Connected, StoreError> {
         let link = self.link.connect("quota store").await?;
         Ok(Connected {
             link,
@@ -279,7 +279,7 @@ impl Connected {
     }
 
     /// Decides `r` in Redis, within the deadline.
-    pub(crate) async fn reserve(&self, r: &Reservation<'_>) -> Result<Reserved, LinkError> {
+    pub(crate) async fn reserve(&self, r: &Reservation<'_>) -> Result<Reserved, StoreError> {
         let mut invocation = self.script.prepare_invoke();
         invocation.key(self.key(r.namespace, r.name));
         if r.dynamic_cap.is_some() {
@@ -347,8 +347,8 @@ fn args(r: &Reservation<'_>, now_ns: Option<u64>) -> [String; 12] {
 }
 
 /// The script's answer.
-fn answer(reply: &[String]) -> Result<Reserved, LinkError> {
-    let bad = || LinkError::Redis(format!("the quota script answered {reply:?}"));
+fn answer(reply: &[String]) -> Result<Reserved, StoreError> {
+    let bad = || StoreError::Redis(format!("the quota script answered {reply:?}"));
     let [code, value, _now] = reply else {
         return Err(bad());
     };

@@ -61,31 +61,9 @@ pub fn with_limbs(source: &str) -> String {
     source.replacen("--@limbs\n", LIMBS, 1)
 }
 
-/// What went wrong reaching Redis; each store turns it into its own error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinkError {
-    /// A URL or seed list that cannot be used.
-    Config(String),
-    /// No connection: Redis cannot be reached, or is being reconnected.
-    Unreachable(String),
-    /// Redis answered with an error.
-    Redis(String),
-    /// No answer within the deadline.
-    Deadline(Duration),
-}
+mod store_error;
 
-impl fmt::Display for LinkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LinkError::Config(m) => write!(f, "invalid redis store: {m}"),
-            LinkError::Unreachable(m) => write!(f, "redis unreachable: {m}"),
-            LinkError::Redis(m) => write!(f, "redis error: {m}"),
-            LinkError::Deadline(d) => write!(f, "redis: no answer within the deadline of {d:?}"),
-        }
-    }
-}
-
-impl std::error::Error for LinkError {}
+pub use store_error::StoreError;
 
 /// What a store's caller answers when Redis does not answer within the
 /// deadline (or is unreachable): the throttler's and the quota service's
@@ -119,14 +97,14 @@ pub enum OnError {
 }
 
 impl std::str::FromStr for OnError {
-    type Err = LinkError;
+    type Err = StoreError;
 
-    fn from_str(s: &str) -> Result<OnError, LinkError> {
+    fn from_str(s: &str) -> Result<OnError, StoreError> {
         match s {
             "allow" => Ok(OnError::Allow),
             "deny" => Ok(OnError::Deny),
             "local" => Ok(OnError::Local),
-            _ => Err(LinkError::Config(format!(
+            _ => Err(StoreError::Config(format!(
                 "on_error \"{s}\" is none of allow, deny, local"
             ))),
         }
@@ -211,8 +189,8 @@ impl LinkSettings {
     ///
     /// # Errors
     ///
-    /// [`LinkError::Config`], one line naming what is wrong.
-    pub fn check(&self) -> Result<(), LinkError> {
+    /// [`StoreError::Config`], one line naming what is wrong.
+    pub fn check(&self) -> Result<(), StoreError> {
         self.target().map(|_| ())
     }
 
@@ -224,24 +202,24 @@ impl LinkSettings {
     ///
     /// # Errors
     ///
-    /// As [`check`](Self::check), or [`LinkError::Unreachable`] when the
+    /// As [`check`](Self::check), or [`StoreError::Unreachable`] when the
     /// first connection cannot be made (or does not answer `PING`) in
     /// time.
-    pub async fn connect(&self, what: &'static str) -> Result<Link, LinkError> {
+    pub async fn connect(&self, what: &'static str) -> Result<Link, StoreError> {
         let target = self.target()?;
         Link::connect(target, self.pool_size, self.connect_timeout, what).await
     }
 
-    fn target(&self) -> Result<Target, LinkError> {
+    fn target(&self) -> Result<Target, StoreError> {
         if self.prefix.contains(['{', '}']) {
-            return Err(LinkError::Config(format!(
+            return Err(StoreError::Config(format!(
                 "the key prefix \"{}\" holds a brace, which would move the hash tag",
                 self.prefix
             )));
         }
         let ca = match &self.ca {
             Some(path) => Some(std::fs::read(path).map_err(|e| {
-                LinkError::Config(format!("cannot read the CA file {}: {e}", path.display()))
+                StoreError::Config(format!("cannot read the CA file {}: {e}", path.display()))
             })?),
             None => None,
         };
@@ -321,8 +299,8 @@ impl Target {
     /// A `redis://`, `rediss://` or `redis+sentinel://` URL, or a
     /// comma-separated list of two or more Cluster seeds; `rediss://`
     /// servers' certificates chain to `ca` (PEM) if given.
-    fn parse(url: &str, ca: Option<Vec<u8>>) -> Result<Target, LinkError> {
-        let bad = |why: String| LinkError::Config(format!("cannot parse \"{url}\": {why}"));
+    fn parse(url: &str, ca: Option<Vec<u8>>) -> Result<Target, StoreError> {
+        let bad = |why: String| StoreError::Config(format!("cannot parse \"{url}\": {why}"));
         let seeds = seeds(url);
         if seeds.len() > 1 {
             return Target::cluster(&seeds, ca);
@@ -394,9 +372,9 @@ impl Target {
 
     /// A Cluster reached through `seeds`, their certificates chaining to
     /// `ca` (PEM) if given.
-    fn cluster(seeds: &[String], ca: Option<Vec<u8>>) -> Result<Target, LinkError> {
+    fn cluster(seeds: &[String], ca: Option<Vec<u8>>) -> Result<Target, StoreError> {
         let bad = |why: String| {
-            LinkError::Config(format!(
+            StoreError::Config(format!(
                 "cannot use the cluster seeds {}: {why}",
                 seeds.join(",")
             ))
@@ -418,7 +396,7 @@ impl Target {
     }
 
     /// A new connection, answering `PING`, within `timeout`.
-    async fn open(&self, timeout: Duration) -> Result<Conn, LinkError> {
+    async fn open(&self, timeout: Duration) -> Result<Conn, StoreError> {
         let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
         let attempt = async {
             let mut conn = match self {
@@ -441,8 +419,8 @@ impl Target {
         };
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(LinkError::Unreachable(format!("{self}: {e}"))),
-            Err(_) => Err(LinkError::Unreachable(format!(
+            Ok(Err(e)) => Err(StoreError::Unreachable(format!("{self}: {e}"))),
+            Err(_) => Err(StoreError::Unreachable(format!(
                 "{self}: no connection within {timeout:?}"
             ))),
         }
@@ -532,7 +510,7 @@ impl Link {
         pool_size: usize,
         connect_timeout: Duration,
         what: &'static str,
-    ) -> Result<Link, LinkError> {
+    ) -> Result<Link, StoreError> {
         let pool_size = pool_size.max(1);
         let first = target.open(connect_timeout).await?;
         let slots: Vec<Slot> = (0..pool_size).map(|_| Slot::default()).collect();
@@ -571,8 +549,8 @@ impl Link {
     ///
     /// # Errors
     ///
-    /// [`LinkError::Unreachable`] at once while every connection is being
-    /// reconnected, Redis' error, or [`LinkError::Deadline`].
+    /// [`StoreError::Unreachable`] at once while every connection is being
+    /// reconnected, Redis' error, or [`StoreError::Deadline`].
     ///
     /// # Cancel safety
     ///
@@ -581,7 +559,7 @@ impl Link {
         &self,
         invocation: &ScriptInvocation<'_>,
         deadline: Duration,
-    ) -> Result<T, LinkError> {
+    ) -> Result<T, StoreError> {
         let shared = &self.shared;
         // Relaxed: a turn counter; any spread over the slots will do.
         let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -593,7 +571,7 @@ impl Link {
             conn.map(|c| (index, c))
         });
         let Some((index, mut conn)) = found else {
-            let e = LinkError::Unreachable(format!("{}: reconnecting", shared.target));
+            let e = StoreError::Unreachable(format!("{}: reconnecting", shared.target));
             shared.log.failed(&e);
             return Err(e);
         };
@@ -601,10 +579,10 @@ impl Link {
             match tokio::time::timeout(deadline, invocation.invoke_async(&mut conn)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) => (
-                    LinkError::Redis(format!("{}: {e}", shared.target)),
+                    StoreError::Redis(format!("{}: {e}", shared.target)),
                     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
                 ),
-                Err(_) => (LinkError::Deadline(deadline), false),
+                Err(_) => (StoreError::Deadline(deadline), false),
             };
         // Logged before the reconnection starts, so the line names the
         // error that broke the connection rather than a failed reconnection.
@@ -693,7 +671,7 @@ struct FailureLog {
 }
 
 impl FailureLog {
-    fn failed(&self, error: &LinkError) {
+    fn failed(&self, error: &StoreError) {
         let now = Instant::now();
         let mut last = self.last.lock_unpoisoned();
         if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {

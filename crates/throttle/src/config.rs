@@ -62,8 +62,8 @@ impl StoreConfig {
             }
             (None, false) => RedisStore::builder(String::new()).cluster(self.cluster),
             _ => {
-                return Err(bad(StoreError::config(
-                    "give either a url or a cluster seed list",
+                return Err(bad(StoreError::Config(
+                    ("give either a url or a cluster seed list").into(),
                 )))
             }
         };

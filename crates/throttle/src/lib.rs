@@ -180,8 +180,8 @@ pub use policy::{
 pub use queue::Criticality;
 pub use rules::{Extract, Limit, MissingKey, Mode, PeerAddr, RequestHead, Rule, UserId};
 #[doc(no_inline)]
-pub use shared::OnError;
-pub use shared::{RedisStore, RedisStoreBuilder, StoreError};
+pub use shared::{OnError, StoreError};
+pub use shared::{RedisStore, RedisStoreBuilder};
 pub use store::{Evictions, KeyedLimiter};
 pub use throttler::Throttler;
 pub use trust::Trust;

@@ -140,8 +140,8 @@ pub(super) async fn check(
         }
         Some(receiver) => match tokio::time::timeout(inner.deadline, receiver).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(StoreError::redis("the batch call was dropped")),
-            Err(_) => Err(StoreError::deadline(inner.deadline)),
+            Ok(Err(_)) => Err(StoreError::Redis(("the batch call was dropped").into())),
+            Err(_) => Err(StoreError::Deadline(inner.deadline)),
         },
     }
 }
@@ -180,7 +180,7 @@ fn spawn_driver(inner: Arc<StoreInner>, batch: Vec<Pending>) {
         for p in batch {
             let _ = p
                 .answer
-                .send(Err(StoreError::redis("no runtime to call redis")));
+                .send(Err(StoreError::Redis(("no runtime to call redis").into())));
         }
         if let Some(rest) = take(&inner) {
             spawn_driver(inner, rest);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::Clock;
-use tollgate_service::redis_link::{with_limbs, LinkSettings};
+use tollgate_service::redis_link::LinkSettings;
 
 use super::cache::OverLimit;
 use super::slices::Slices;
@@ -120,7 +120,7 @@ impl RedisStoreBuilder {
                 sweeper: std::sync::OnceLock::new(),
                 batcher: super::batch::Batcher::new(self.link.pool_size),
                 link,
-                script: redis::Script::new(&with_limbs(script::SOURCE)),
+                script: redis::Script::new(&script::source()),
                 prefix: self.link.prefix,
                 deadline: self.link.deadline,
                 on_error: self.link.on_error,

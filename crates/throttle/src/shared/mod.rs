@@ -54,7 +54,6 @@ pub(crate) mod script;
 mod slices;
 mod slots;
 
-use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,102 +68,12 @@ pub(crate) use script::{Answer, Item, Params, Reply, Role};
 use slices::Slices;
 pub(crate) use slices::Spent;
 use slots::{groups, groups_of, hash_tag};
-use tollgate_service::redis_link::{Link, LinkError, LinkSettings};
+use tollgate_service::redis_link::{Link, LinkSettings};
 
 /// How often expired slices are returned.
 const SWEEP: Duration = Duration::from_millis(5);
 
-pub use tollgate_service::redis_link::OnError;
-
-/// What went wrong with a Redis store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError {
-    kind: ErrorKind,
-    message: String,
-}
-
-/// Which kind of [`StoreError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ErrorKind {
-    Config,
-    Unsupported,
-    Unreachable,
-    Redis,
-    Deadline,
-}
-
-impl StoreError {
-    pub(crate) fn config(message: impl Into<String>) -> StoreError {
-        StoreError {
-            kind: ErrorKind::Config,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn unsupported(message: impl Into<String>) -> StoreError {
-        StoreError {
-            kind: ErrorKind::Unsupported,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn unreachable(message: impl Into<String>) -> StoreError {
-        StoreError {
-            kind: ErrorKind::Unreachable,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn redis(message: impl Into<String>) -> StoreError {
-        StoreError {
-            kind: ErrorKind::Redis,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn deadline(deadline: Duration) -> StoreError {
-        StoreError {
-            kind: ErrorKind::Deadline,
-            message: format!("no answer within the deadline of {deadline:?}"),
-        }
-    }
-
-    /// Whether Redis did not answer in time.
-    pub fn is_deadline(&self) -> bool {
-        self.kind == ErrorKind::Deadline
-    }
-
-    /// Whether the configuration (a URL, a setting, a rule the store cannot
-    /// keep) is at fault rather than Redis.
-    pub fn is_config(&self) -> bool {
-        matches!(self.kind, ErrorKind::Config | ErrorKind::Unsupported)
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            ErrorKind::Config => write!(f, "invalid redis store: {}", self.message),
-            ErrorKind::Unsupported => write!(f, "redis store: {}", self.message),
-            ErrorKind::Unreachable => write!(f, "redis unreachable: {}", self.message),
-            ErrorKind::Redis => write!(f, "redis error: {}", self.message),
-            ErrorKind::Deadline => write!(f, "redis: {}", self.message),
-        }
-    }
-}
-
-impl Error for StoreError {}
-
-impl From<LinkError> for StoreError {
-    fn from(e: LinkError) -> StoreError {
-        match e {
-            LinkError::Config(m) => StoreError::config(m),
-            LinkError::Unreachable(m) => StoreError::unreachable(m),
-            LinkError::Redis(m) => StoreError::redis(m),
-            LinkError::Deadline(d) => StoreError::deadline(d),
-        }
-    }
-}
+pub use tollgate_service::redis_link::{OnError, StoreError};
 
 /// Keyed limits kept in Redis, shared by every throttler (and every
 /// replica) that uses the same Redis, key prefix and rule names.
@@ -236,7 +145,7 @@ impl RedisStore {
     ///
     /// As [`RedisStoreBuilder::connect`] for a bad URL.
     pub fn check_url(url: &str) -> Result<(), StoreError> {
-        LinkSettings::new(url, "").check().map_err(StoreError::from)
+        LinkSettings::new(url, "").check()
     }
 
     /// What decisions do when Redis fails.
@@ -301,9 +210,12 @@ impl RedisStore {
     /// or a sliding log, beside a ban or a soft limit or on a shadow rule:
     /// one line naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
-        let named = |e: StoreError| StoreError {
-            kind: e.kind,
-            message: format!("rule \"{}\": {}", rule.name(), e.message),
+        let named = |e: StoreError| match e {
+            StoreError::Config(m) => StoreError::Config(format!("rule \"{}\": {m}", rule.name())),
+            StoreError::Unsupported(m) => {
+                StoreError::Unsupported(format!("rule \"{}\": {m}", rule.name()))
+            }
+            other => other,
         };
         Params::of(&rule.hard).map_err(named)?;
         if let Some(soft) = &rule.soft {
@@ -311,34 +223,38 @@ impl RedisStore {
         }
         if rule.slice > 0 {
             if matches!(rule.hard, Limit::Gcra(_)) {
-                return Err(named(StoreError::unsupported(
-                    "a gcra takes no slices (tokens spent after they were taken would let \
+                return Err(named(StoreError::Unsupported(
+                    ("a gcra takes no slices (tokens spent after they were taken would let \
                      the bucket refill under them): use fixed_window or \
-                     sliding_window_counter, or drop the slice",
+                     sliding_window_counter, or drop the slice")
+                        .into(),
                 )));
             }
             if rule.ban.is_some() {
-                return Err(named(StoreError::unsupported(
-                    "a rule with a slice has no ban (a replica spends its slice without \
-                     asking Redis, so it would not see the ban): drop one",
+                return Err(named(StoreError::Unsupported(
+                    ("a rule with a slice has no ban (a replica spends its slice without \
+                     asking Redis, so it would not see the ban): drop one")
+                        .into(),
                 )));
             }
             if matches!(rule.hard, Limit::SlidingLog(_)) {
-                return Err(named(StoreError::unsupported(
-                    "a sliding log takes no slices (each entry is logged at the time of \
+                return Err(named(StoreError::Unsupported(
+                    ("a sliding log takes no slices (each entry is logged at the time of \
                      its own request): use fixed_window or sliding_window_counter, or drop \
-                     the slice",
+                     the slice")
+                        .into(),
                 )));
             }
             if rule.soft.is_some() {
-                return Err(named(StoreError::unsupported(
-                    "a rule with a slice has no soft limit (it would need Redis on every \
-                     request): drop one",
+                return Err(named(StoreError::Unsupported(
+                    ("a rule with a slice has no soft limit (it would need Redis on every \
+                     request): drop one")
+                        .into(),
                 )));
             }
             if rule.mode != crate::Mode::Enforce {
-                return Err(named(StoreError::unsupported(
-                    "a shadow rule takes no slices: drop the slice",
+                return Err(named(StoreError::Unsupported(
+                    ("a shadow rule takes no slices: drop the slice").into(),
                 )));
             }
         }
@@ -511,7 +427,7 @@ impl RedisStore {
             for (&(i, _, _), answer) in asked.iter().zip(&reply.answers) {
                 let verdict = answer
                     .verdict
-                    .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
+                    .ok_or_else(|| StoreError::Redis(("the script decided nothing").into()))?;
                 known[i] = Some((verdict, answer.standing));
             }
             let out = known.into_iter().flatten().collect();
@@ -530,10 +446,11 @@ impl RedisStore {
         }
         let mut out = Vec::with_capacity(items.len());
         for answer in answers {
-            let answer = answer.ok_or_else(|| StoreError::redis("the script skipped a check"))?;
+            let answer =
+                answer.ok_or_else(|| StoreError::Redis(("the script skipped a check").into()))?;
             let verdict = answer
                 .verdict
-                .ok_or_else(|| StoreError::redis("the script decided nothing"))?;
+                .ok_or_else(|| StoreError::Redis(("the script decided nothing").into()))?;
             out.push((verdict, answer.standing));
         }
         Ok((at.or(now).unwrap_or(0), out))
@@ -558,7 +475,7 @@ impl RedisStore {
         let (_, answers) = self.call("check", now, &[item]).await?;
         answers[0]
             .verdict
-            .ok_or_else(|| StoreError::redis("the script decided nothing"))
+            .ok_or_else(|| StoreError::Redis(("the script decided nothing").into()))
     }
 
     /// The Redis key of `key` under a limit of `rule` (`None`: no rule).

@@ -17,6 +17,16 @@ use super::StoreError;
 /// The one script every decision runs.
 pub(crate) const SOURCE: &str = include_str!("decide.lua");
 
+/// The sliding log's steps, spliced into [`SOURCE`] at its
+/// `--@sliding_log` line (kept apart to keep each file short).
+const SLIDING_LOG: &str = include_str!("sliding_log.lua");
+
+/// The whole script: [`SOURCE`] with the sliding log's steps and the
+/// service kit's limb library spliced in.
+pub(crate) fn source() -> String {
+    tollgate_service::redis_link::with_limbs(&SOURCE.replacen("--@sliding_log\n", SLIDING_LOG, 1))
+}
+
 /// Tokens per op, as in the limiter core.
 const TOKEN_SHIFT: u32 = 20;
 /// Nano-ops per second times nanoseconds per second.
@@ -88,9 +98,10 @@ impl Params {
                     ban_ns: None,
                 })
             }
-            Limit::TokenPool(_) => Err(StoreError::unsupported(
-                "a token pool is not kept in Redis (its burst normalisation has no exact \
-                 script yet): use gcra, fixed_window, sliding_window_counter or sliding_log",
+            Limit::TokenPool(_) => Err(StoreError::Unsupported(
+                ("a token pool is not kept in Redis (its burst normalisation has no exact \
+                 script yet): use gcra, fixed_window, sliding_window_counter or sliding_log")
+                    .into(),
             )),
             Limit::SlidingLog(p) => Ok(Params {
                 kind: "sl",
@@ -230,8 +241,9 @@ pub(crate) fn push_items(args: &mut Vec<String>, items: &[Item]) {
 }
 
 fn number(s: &str) -> Result<u64, StoreError> {
-    s.parse()
-        .map_err(|_| StoreError::redis(format!("the script answered \"{s}\", not a number")))
+    s.parse().map_err(|_| {
+        StoreError::Redis((format!("the script answered \"{s}\", not a number")).into())
+    })
 }
 
 /// What one script call answered.
@@ -252,10 +264,13 @@ pub(crate) fn answers(reply: &[String], items: usize) -> Result<Reply, StoreErro
     let now = number(reply.first().map_or("", String::as_str))?;
     let (one, end) = request(reply, 1, items, now)?;
     if end != reply.len() {
-        return Err(StoreError::redis(format!(
-            "the script answered {} values for {items} items",
-            reply.len()
-        )));
+        return Err(StoreError::Redis(
+            (format!(
+                "the script answered {} values for {items} items",
+                reply.len()
+            ))
+            .into(),
+        ));
     }
     Ok(one)
 }
@@ -272,11 +287,14 @@ pub(crate) fn batch_answers(reply: &[String], items: &[usize]) -> Result<Vec<Rep
         at = end;
     }
     if at != reply.len() {
-        return Err(StoreError::redis(format!(
-            "the script answered {} values for {} requests",
-            reply.len(),
-            items.len()
-        )));
+        return Err(StoreError::Redis(
+            (format!(
+                "the script answered {} values for {} requests",
+                reply.len(),
+                items.len()
+            ))
+            .into(),
+        ));
     }
     Ok(out)
 }
@@ -292,10 +310,13 @@ fn request(
 ) -> Result<(Reply, usize), StoreError> {
     let end = at + 4 * items;
     let Some(values) = reply.get(at..end) else {
-        return Err(StoreError::redis(format!(
-            "the script answered {} values for {items} items",
-            reply.len()
-        )));
+        return Err(StoreError::Redis(
+            (format!(
+                "the script answered {} values for {items} items",
+                reply.len()
+            ))
+            .into(),
+        ));
     };
     let mut out = Vec::with_capacity(items);
     for chunk in values.chunks(4) {
@@ -314,9 +335,9 @@ fn request(
             }),
             "-" => None,
             other => {
-                return Err(StoreError::redis(format!(
-                    "the script answered the verdict \"{other}\""
-                )))
+                return Err(StoreError::Redis(
+                    (format!("the script answered the verdict \"{other}\"")).into(),
+                ))
             }
         };
         out.push(Answer {
