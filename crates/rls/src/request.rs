@@ -101,7 +101,7 @@ pub struct Response {
     /// One per request descriptor, in order.
     pub statuses: Vec<DescriptorStatus>,
     /// Headers for the downstream response (with
-    /// [`RlsSettings::response_headers`]).
+    /// [`RlsSettings::response_headers`](crate::RlsSettings::response_headers)).
     pub response_headers: Vec<(String, String)>,
 }
 
@@ -123,8 +123,8 @@ pub enum RequestError {
         unit: i32,
     },
     /// The service keeps its counters in Redis: asked through the
-    /// blocking [`RateLimitService::should_rate_limit`] rather than
-    /// [`RateLimitService::should_rate_limit_async`].
+    /// blocking [`RateLimitService::should_rate_limit`](crate::RateLimitService::should_rate_limit) rather than
+    /// [`RateLimitService::should_rate_limit_async`](crate::RateLimitService::should_rate_limit_async).
     NeedsAsync,
 }
 

@@ -54,13 +54,7 @@ async fn replica(
         .connect()
         .await
         .unwrap();
-    let config = RlsConfig::from_yaml("limits.yaml", LIMITS).unwrap();
-    let service = RateLimitService::new(
-        Some(config),
-        RlsSettings::default(),
-        Arc::new(clock.clone()),
-    );
-    Arc::new(service.with_store(store).unwrap())
+    common::replica_of(store, LIMITS, clock)
 }
 
 fn request(key: &str, value: &str) -> Request {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{fresh_prefix, RedisServer, T};
 use tollgate::ManualClock;
-use tollgate_rls::{Code, Descriptor, RateLimitService, Request, Response, RlsConfig, RlsSettings};
+use tollgate_rls::{Code, Descriptor, RateLimitService, Request, Response};
 use tollgate_throttle::{OnError, RedisStore};
 
 const LIMITS: &str = r#"
@@ -37,13 +37,7 @@ async fn replica(
         .connect()
         .await
         .unwrap();
-    let config = RlsConfig::from_yaml("limits.yaml", LIMITS).unwrap();
-    let service = RateLimitService::new(
-        Some(config),
-        RlsSettings::default(),
-        Arc::new(clock.clone()),
-    );
-    Arc::new(service.with_store(store).unwrap())
+    common::replica_of(store, LIMITS, clock)
 }
 
 async fn call(service: &RateLimitService) -> Response {

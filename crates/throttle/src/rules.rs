@@ -473,7 +473,7 @@ impl Rule {
     ///
     /// Only for an enforced fixed window or sliding window counter without
     /// a soft limit: a store refuses other rules with a slice (see
-    /// [`RedisStore::supports_rule`]). Without a store it changes nothing.
+    /// [`RedisStore::supports_rule`](crate::RedisStore::supports_rule)). Without a store it changes nothing.
     ///
     /// Under a slice, the `remaining` a client is told is what Redis had
     /// left for every replica at this replica's latest take plus what is

@@ -60,6 +60,18 @@ pub async fn redis_store(url: &str, prefix: &str, clock: &ManualClock) -> RedisS
         .unwrap()
 }
 
+/// A service counting `limits` (YAML) in `store`, on `clock`: one replica
+/// of several on one Redis.
+pub fn replica_of(store: RedisStore, limits: &str, clock: &ManualClock) -> Arc<RateLimitService> {
+    let config = RlsConfig::from_yaml("limits.yaml", limits).unwrap();
+    let service = RateLimitService::new(
+        Some(config),
+        RlsSettings::default(),
+        Arc::new(clock.clone()),
+    );
+    Arc::new(service.with_store(store).unwrap())
+}
+
 /// Tuesday 2023-11-14 22:14:00 UTC: on a minute boundary.
 pub const T: u64 = 1_700_000_040;
 
