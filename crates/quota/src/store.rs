@@ -48,11 +48,6 @@ use tollgate_service::redis_link::{Link, LinkSettings, StoreError};
 /// The script every Allow runs.
 const SOURCE: &str = include_str!("store/reserve.lua");
 
-/// Tokens per op, as in the limiter core.
-const TOKEN_SHIFT: u32 = 20;
-/// Nano-ops per second times nanoseconds per second.
-const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
-
 pub use tollgate_service::redis_link::OnError;
 
 /// Where and how a quota server keeps its buckets in Redis: give it to
@@ -305,20 +300,10 @@ impl fmt::Debug for Connected {
     }
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-/// The core meter's exact rate for `nano_ops_per_sec`: tokens per
+/// The core meter's exact rate for `nano_ops_per_sec` (> 0): tokens per
 /// nanosecond as `(whole, fraction, den)`.
 fn meter(nano_ops_per_sec: u128) -> (u128, u128, u128) {
-    let num = nano_ops_per_sec << TOKEN_SHIFT;
-    let g = gcd(num, DENOMINATOR);
-    let (num, den) = (num / g, DENOMINATOR / g);
-    (num / den, num % den, den)
+    tollgate::pool::Meter::new(nano_ops_per_sec).parts()
 }
 
 /// Nanoseconds, at most `u64::MAX`, as the bucket compares them.

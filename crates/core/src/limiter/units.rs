@@ -69,6 +69,13 @@ impl Meter {
         }
     }
 
+    /// The exact rate: `(whole, fraction, den)`, tokens per nanosecond
+    /// being `whole + fraction / den` (what the Redis stores' scripts
+    /// meter with, so they count tokens as the core does).
+    pub fn parts(&self) -> (u128, u128, u128) {
+        (self.whole, self.fraction, self.den)
+    }
+
     /// Tokens for `ns` nanoseconds, adding to and updating the remainder
     /// `carry` (always `< den`), so repeated calls never lose a fraction.
     #[inline]

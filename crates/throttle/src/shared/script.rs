@@ -27,11 +27,6 @@ pub(crate) fn source() -> String {
     tollgate_service::redis_link::with_limbs(&SOURCE.replacen("--@sliding_log\n", SLIDING_LOG, 1))
 }
 
-/// Tokens per op, as in the limiter core.
-const TOKEN_SHIFT: u32 = 20;
-/// Nano-ops per second times nanoseconds per second.
-const DENOMINATOR: u128 = 1_000_000_000_000_000_000;
-
 /// A limit as the script's kind, its five parameters and the text that
 /// tells it from another limit in a key's name.
 #[derive(Debug, Clone)]
@@ -142,20 +137,10 @@ impl Params {
     }
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-/// The core meter's exact rate for `nano_ops_per_sec`: tokens per
+/// The core meter's exact rate for `nano_ops_per_sec` (> 0): tokens per
 /// nanosecond as `(whole, fraction, den)`.
 fn meter(nano_ops_per_sec: u128) -> (u128, u128, u128) {
-    let num = nano_ops_per_sec << TOKEN_SHIFT;
-    let g = gcd(num, DENOMINATOR);
-    let (num, den) = (num / g, DENOMINATOR / g);
-    (num / den, num % den, den)
+    tollgate::pool::Meter::new(nano_ops_per_sec).parts()
 }
 
 /// What one item of a call is to its rule.
