@@ -6,8 +6,9 @@
 //!
 //! [`QuotaServer`](crate::QuotaServer) serves it on the service kit's
 //! lean gRPC server, plaintext or TLS, which answers Allow inside each
-//! connection's task; `AllowService` (feature `wire`) is the tonic
-//! service, for a tonic router of one's own.
+//! connection's task (an Allow that waits on Redis too: the connection's
+//! task polls it beside its other calls); `AllowService` (feature `wire`)
+//! is the tonic service, for a tonic router of one's own.
 
 use std::sync::Arc;
 
@@ -51,17 +52,44 @@ impl UnaryService for Allow {
         let _ = answer.encode(response);
         Ok(())
     }
+
+    /// An Allow waits on Redis when the buckets are kept there.
+    fn waits(&self, (): ()) -> bool {
+        self.0.has_store()
+    }
+
+    fn call_later(
+        &self,
+        (): (),
+        request: Bytes,
+        mut response: prost::bytes::BytesMut,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<prost::bytes::BytesMut, tonic::Status>>
+                + Send
+                + 'static,
+        >,
+    > {
+        let quota = Arc::clone(&self.0);
+        Box::pin(async move {
+            let req = pb::AllowRequest::decode(request)
+                .map_err(|e| tonic::Status::internal(format!("malformed AllowRequest: {e}")))?;
+            let decision = quota.allow_async(&AllowRequest::from(&req)).await;
+            // Cannot fail: the buffer grows as needed.
+            let _ = pb::AllowResponse::from(decision).encode(&mut response);
+            Ok(response)
+        })
+    }
 }
 
-/// The tonic service: public with the feature `wire`, and what a server
-/// whose buckets are in Redis serves on the kit's tonic edge.
+/// The tonic service: public with the feature `wire`.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "wire"), allow(unreachable_pub))]
 pub struct AllowService {
     quota: Arc<Quota>,
 }
 
-#[cfg_attr(not(feature = "wire"), allow(unreachable_pub))]
+#[cfg_attr(not(feature = "wire"), allow(unreachable_pub, dead_code))]
 impl AllowService {
     /// A service answering from `quota`.
     pub fn new(quota: Arc<Quota>) -> AllowService {

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::admin::{router as admin_router, Admin};
 use super::cluster::{run_until as run_cluster_until, ClusterOptions};
-use super::grpc::{Allow, AllowService, MAX_MESSAGE};
+use super::grpc::{Allow, MAX_MESSAGE};
 use super::http::router as http_router;
 use super::reaper::spawn as spawn_reaper;
 use super::reload::spawn as spawn_config_reload;
@@ -49,10 +49,10 @@ const MIN_REAP_INTERVAL: Duration = Duration::from_millis(10);
 /// (no debug port, no reaping, no reload, no cluster mode).
 ///
 /// A [`Quota`] whose buckets are in Redis ([`Quota::with_store`]) is
-/// served by tonic's transport, each Allow a task awaiting Redis, under
-/// the limits tonic has (message size, streams, windows, keepalive,
-/// request timeout) and without [`threads`](QuotaServer::threads); such a
-/// server refuses TLS and cluster mode.
+/// served the same way, each connection's task polling the Allows that
+/// await Redis beside its new calls, with its connections on the calling
+/// runtime (beside the store's own tasks) rather than on
+/// [`threads`](QuotaServer::threads); such a server refuses cluster mode.
 ///
 /// # Examples
 ///
@@ -252,22 +252,7 @@ impl QuotaServer {
             ..self.limits
         };
         let local = listener.local_addr()?;
-        if quota.has_store() {
-            // Each Allow awaits Redis: served by tonic, whose calls are
-            // tasks, rather than the lean server, which answers at once.
-            let tls = self.tls.map(|(tls, mutual)| {
-                info!(addr = %local, limits = ?self.limits, mutual, "quota gRPC listening over TLS");
-                tls
-            });
-            if tls.is_none() {
-                info!(addr = %local, limits = ?self.limits, "quota gRPC listening");
-            }
-            let served = serve_awaiting(quota, listener, &limits, tls, shutdown).await;
-            for task in side {
-                task.abort();
-            }
-            return served;
-        }
+        let awaits = quota.has_store();
         let mut server = GrpcServer::new(Arc::new(Allow(quota))).limits(limits);
         match self.tls {
             None => info!(addr = %local, limits = ?self.limits, "quota gRPC listening"),
@@ -276,8 +261,11 @@ impl QuotaServer {
                 server = server.tls_config(tls);
             }
         }
-        if let Some(threads) = self.threads {
-            server = server.threads(threads);
+        // An Allow that awaits Redis is answered beside the store's own
+        // tasks, on the calling runtime.
+        match self.threads {
+            Some(threads) if !awaits => server = server.threads(threads),
+            _ => {}
         }
         let served = server.serve(listener, shutdown).await;
         if let Some(cluster) = cluster {
@@ -289,22 +277,6 @@ impl QuotaServer {
         }
         served
     }
-}
-
-/// Serves Allow from `quota`'s Redis store on the service kit's tonic
-/// edge, each call a task awaiting Redis.
-async fn serve_awaiting(
-    quota: Arc<Quota>,
-    listener: TcpListener,
-    limits: &ServerLimits,
-    tls: Option<Arc<tollgate_service::rustls::ServerConfig>>,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    let service = AllowService::new(quota)
-        .into_server()
-        .max_decoding_message_size(limits.max_message_bytes);
-    let router = tollgate_service::tonic_server(limits).add_service(service);
-    tollgate_service::serve_tonic(router, limits, tls, listener, shutdown).await
 }
 
 /// Waits, at most [`RELEASE_BOUND`], for the stopped cluster mode to give

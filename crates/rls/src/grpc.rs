@@ -22,9 +22,7 @@ use super::pb::rate_limit_response::{self, rate_limit::Unit as WireUnit};
 use super::request::{Code, Descriptor, Request, RequestError, Response};
 use super::service::RateLimitService;
 use super::wire;
-use tollgate_service::{
-    rustls, serve_tonic, tonic_server, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService,
-};
+use tollgate_service::{rustls, GrpcServer, ServerLimits, ServerTls, TlsError, UnaryService};
 
 /// The rate limit method, as an HTTP/2 path.
 pub const SHOULD_RATE_LIMIT_PATH: &str =
@@ -190,9 +188,10 @@ impl RlsServer {
     /// [`GrpcServer::serve`] for what is done with each connection.
     ///
     /// A service with a Redis store
-    /// ([`RateLimitService::with_store`]) is served through tonic instead,
-    /// on the calling runtime, since each call waits on Redis; the thread
-    /// option does not apply there.
+    /// ([`RateLimitService::with_store`]) answers each ShouldRateLimit
+    /// from a task of its own that waits on Redis, its connections tasks
+    /// of the calling runtime, beside the store's own: the thread option
+    /// does not apply there.
     ///
     /// # Errors
     ///
@@ -210,15 +209,14 @@ impl RlsServer {
             max_message_bytes: self.limits.max_message_bytes.min(MAX_MESSAGE),
             ..self.limits
         };
-        if self.service.store().is_some() {
-            return serve_awaiting(self.service, &limits, self.tls, listener, shutdown).await;
-        }
+        let awaits = self.service.store().is_some();
         let mut server = GrpcServer::new(Arc::new(Lean(self.service))).limits(limits);
         if let Some(tls) = self.tls {
             server = server.tls_config(tls);
         }
-        if let Some(threads) = self.threads {
-            server = server.threads(threads);
+        match self.threads {
+            Some(threads) if !awaits => server = server.threads(threads),
+            _ => {}
         }
         server.serve(listener, shutdown).await
     }
@@ -278,6 +276,41 @@ impl UnaryService for Lean {
             }
         }
         Ok(())
+    }
+
+    /// A ShouldRateLimit waits on the store when there is one.
+    fn waits(&self, method: Method) -> bool {
+        matches!(method, Method::ShouldRateLimit) && self.0.store().is_some()
+    }
+
+    fn call_later(
+        &self,
+        method: Method,
+        request: Bytes,
+        mut response: prost::bytes::BytesMut,
+    ) -> std::pin::Pin<
+        Box<dyn Future<Output = Result<prost::bytes::BytesMut, tonic::Status>> + Send + 'static>,
+    > {
+        if !self.waits(method) {
+            let answered = self.call(method, request, &mut response).map(|()| response);
+            return Box::pin(std::future::ready(answered));
+        }
+        let service = Arc::clone(&self.0);
+        Box::pin(async move {
+            let mut req = Request::default();
+            if !wire::read_request(&request, &mut req) {
+                let pb = pb::RateLimitRequest::decode(request).map_err(|e| {
+                    tonic::Status::invalid_argument(format!("malformed RateLimitRequest: {e}"))
+                })?;
+                req = Request::from(pb);
+            }
+            let answer = service
+                .should_rate_limit_async(&req)
+                .await
+                .map_err(|e| status(&e))?;
+            wire::write_response(&answer, &mut response);
+            Ok(response)
+        })
     }
 }
 
@@ -344,25 +377,4 @@ impl pb::health::health_server::Health for ShouldRateLimitService {
             &request.into_inner().service,
         )))
     }
-}
-
-/// Serves `service` (which has a Redis store, so answers asynchronously)
-/// through the service kit's tonic edge: each call waits on Redis without
-/// holding up the others.
-async fn serve_awaiting(
-    service: Arc<RateLimitService>,
-    limits: &ServerLimits,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    let rls = ShouldRateLimitService::new(service);
-    let health = pb::health::health_server::HealthServer::new(rls.clone());
-    let router = tonic_server(limits)
-        .add_service(
-            rls.into_server()
-                .max_decoding_message_size(limits.max_message_bytes),
-        )
-        .add_service(health);
-    serve_tonic(router, limits, tls, listener, shutdown).await
 }

@@ -50,7 +50,8 @@
 //! Each connection's task accepts every stream that has arrived, answers
 //! each whose message has arrived (almost always in the same read as its
 //! headers) and lets the answers leave in one write; only a stream whose
-//! message is still on its way gets a task of its own, bounded by
+//! message is still on its way, or whose method [waits](UnaryService::waits)
+//! (on Redis, say), gets a task of its own, bounded by
 //! [`ServerLimits::request_timeout`]. Answers are encoded into a buffer
 //! of a few KiB per thread and split off it, so most answers cost no
 //! allocation of their own. Connections are accepted, capped,
@@ -67,6 +68,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -111,6 +113,33 @@ pub trait UnaryService: Send + Sync + 'static {
         request: Bytes,
         response: &mut BytesMut,
     ) -> Result<(), tonic::Status>;
+
+    /// Whether a call to `method` waits on something outside the process
+    /// (a store across the network) and is answered through
+    /// [`call_later`](Self::call_later); `false` (the default) for every
+    /// method [`call`](Self::call) answers at once.
+    fn waits(&self, method: Self::Method) -> bool {
+        let _ = method;
+        false
+    }
+
+    /// Answers a call to a method that [`waits`](Self::waits): the future
+    /// appends the encoded response message to `response` (which holds
+    /// bytes of the server's own: append, never clear) and gives it back,
+    /// or gives the status to answer instead. The server runs it as a task
+    /// of its own, bounded by [`ServerLimits::request_timeout`] from the
+    /// call's arrival, while the connection's other calls go on.
+    ///
+    /// The default answers at once through [`call`](Self::call).
+    fn call_later(
+        &self,
+        method: Self::Method,
+        request: Bytes,
+        mut response: BytesMut,
+    ) -> Pin<Box<dyn Future<Output = Result<BytesMut, tonic::Status>> + Send + 'static>> {
+        let answered = self.call(method, request, &mut response).map(|()| response);
+        Box::pin(std::future::ready(answered))
+    }
 }
 
 /// Serves a [`UnaryService`] over HTTP/2, plaintext or TLS, under

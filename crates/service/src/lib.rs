@@ -94,7 +94,6 @@ mod shutdown;
 mod tls;
 mod tls_dates;
 mod tls_failure;
-mod tonic_edge;
 mod watch;
 
 pub use debug::DebugPort;
@@ -111,7 +110,6 @@ pub use reload::{reload_file, Reload};
 pub use shutdown::ShutdownSignals;
 pub use tls::{ClientTls, ServerTls, TlsError};
 pub use tls_failure::{tls_failure, tls_failure_is_permanent};
-pub use tonic_edge::{serve_tonic, tonic_server};
 pub use watch::{files_under, hangup, watch_file};
 
 /// The TLS library the servers use, for a configuration of one's own

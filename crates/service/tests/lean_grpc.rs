@@ -1,7 +1,8 @@
 //! The lean gRPC server end to end, spoken to with raw HTTP/2: answers,
 //! and gRPC's conventions for every refusal (a status, never a reset);
 //! a message that never completes, a client that stops answering PINGs,
-//! and a server on threads of its own.
+//! a server on threads of its own, and calls that wait (as on Redis)
+//! beside calls answered at once.
 //!
 //! No assertion is about time: the waits' bound only guards against
 //! hanging.
@@ -17,13 +18,20 @@ use tonic::codegen::Bytes;
 const HANG: Duration = Duration::from_secs(60);
 
 /// Answers `/echo.Echo/Say` with its request, `/echo.Echo/Refuse` with
-/// INVALID_ARGUMENT.
+/// INVALID_ARGUMENT; `/echo.Echo/Wait` waits for a permit of [`GATE`],
+/// then answers as Say (or INVALID_ARGUMENT for the request `no`);
+/// `/echo.Echo/Never` waits forever.
 struct Echo;
+
+/// What the waiting calls wait for: one permit lets one call answer.
+static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
 #[derive(Debug, Clone, Copy)]
 enum Method {
     Say,
     Refuse,
+    Wait,
+    Never,
 }
 
 impl UnaryService for Echo {
@@ -33,6 +41,8 @@ impl UnaryService for Echo {
         match path {
             "/echo.Echo/Say" => Some(Method::Say),
             "/echo.Echo/Refuse" => Some(Method::Refuse),
+            "/echo.Echo/Wait" => Some(Method::Wait),
+            "/echo.Echo/Never" => Some(Method::Never),
             _ => None,
         }
     }
@@ -49,7 +59,33 @@ impl UnaryService for Echo {
                 Ok(())
             }
             Method::Refuse => Err(tonic::Status::invalid_argument("refused: 50% off")),
+            Method::Wait | Method::Never => Err(tonic::Status::internal("answered at once")),
         }
+    }
+
+    fn waits(&self, method: Method) -> bool {
+        matches!(method, Method::Wait | Method::Never)
+    }
+
+    fn call_later(
+        &self,
+        method: Method,
+        request: Bytes,
+        mut out: bytes::BytesMut,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<bytes::BytesMut, tonic::Status>> + Send>,
+    > {
+        Box::pin(async move {
+            if let Method::Never = method {
+                std::future::pending::<()>().await;
+            }
+            GATE.acquire().await.unwrap().forget();
+            if &request[..] == b"no" {
+                return Err(tonic::Status::invalid_argument("no, later"));
+            }
+            out.extend_from_slice(&request);
+            Ok(out)
+        })
     }
 }
 
@@ -255,4 +291,45 @@ async fn a_client_that_stops_answering_pings_is_closed() {
     }
     assert_eq!(frames.first(), Some(&4), "{frames:?}");
     assert!(frames.contains(&6), "{frames:?}");
+}
+
+#[tokio::test]
+async fn a_call_that_waits_lets_the_others_on_its_connection_through() {
+    let addr = serve(ServerLimits::default(), false).await;
+    let mut send = client(&addr).await;
+    let (mut a, mut b) = (send.clone(), send.clone());
+    let first =
+        tokio::spawn(
+            async move { call(&mut a, "/echo.Echo/Wait", &frame(5, b"first"), true).await },
+        );
+    let refused =
+        tokio::spawn(async move { call(&mut b, "/echo.Echo/Wait", &frame(2, b"no"), true).await });
+    // Answered while both wait, on the same connection.
+    for _ in 0..3 {
+        let said = call(&mut send, "/echo.Echo/Say", &frame(3, b"now"), true).await;
+        assert_eq!(said.body, frame(3, b"now"));
+    }
+    assert!(!first.is_finished() && !refused.is_finished());
+    GATE.add_permits(2);
+    let first = first.await.unwrap();
+    assert_eq!(
+        (first.status.as_str(), first.body),
+        ("0", frame(5, b"first"))
+    );
+    assert_eq!(refused.await.unwrap(), refusal("3", "no, later"));
+}
+
+#[tokio::test]
+async fn a_call_that_waits_past_the_request_timeout_is_deadline_exceeded() {
+    let limits = ServerLimits {
+        request_timeout: Duration::from_millis(200),
+        ..ServerLimits::default()
+    };
+    let addr = serve(limits, false).await;
+    let mut send = client(&addr).await;
+    let answer = call(&mut send, "/echo.Echo/Never", &frame(2, b"hi"), true).await;
+    assert_eq!(answer, refusal("4", "not answered within 200ms"));
+    // The connection still answers.
+    let said = call(&mut send, "/echo.Echo/Say", &frame(2, b"ok"), true).await;
+    assert_eq!(said.body, frame(2, b"ok"));
 }

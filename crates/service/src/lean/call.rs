@@ -1,6 +1,8 @@
 //! One unary call on the lean gRPC server: find its method, read its one
 //! message, let the service answer, and send the answer or the status.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -13,10 +15,16 @@ use super::UnaryService;
 use crate::conn::ConnInfo;
 use crate::limits::ServerLimits;
 
+/// A call still being answered: its message on its way, or its answer
+/// waiting (on Redis, say). Polled by its connection's task, which sends
+/// the answers that are ready together.
+pub(super) type Answering = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Starts answering one call for `service` under `limits`: at once if its
-/// message has arrived, else from a task of its own that waits for it (for
-/// at most the request timeout), counted in flight on its connection
-/// (`conn`) until it has answered.
+/// message has arrived and its method does not wait, else through the
+/// [`Answering`] returned, which waits for the message and the answer (for
+/// at most the request timeout from now) and counts the call in flight on
+/// its connection (`conn`) until it has answered.
 pub(super) fn start<S: UnaryService>(
     service: &Arc<S>,
     limits: &ServerLimits,
@@ -24,37 +32,83 @@ pub(super) fn start<S: UnaryService>(
     respond: h2::server::SendResponse<Bytes>,
     conn: &ConnInfo,
     cx: &mut Context<'_>,
-) {
+) -> Option<Answering> {
     let (head, mut body) = req.into_parts();
     let Some(method) = service.method(head.uri.path()) else {
         let status = Status::unimplemented(format!("unknown method {}", head.uri.path()));
-        return fail(respond, &status);
+        fail(respond, &status);
+        return None;
     };
     let max = limits.max_message_bytes;
     let mut partial = Vec::new();
     // Polled once with the connection task's context: a Pending only
-    // leaves it a spurious wake-up; the task below polls it again.
-    match read_message(&mut body, &mut partial, max, cx) {
-        Poll::Ready(message) => answer(&**service, method, respond, message),
-        Poll::Pending => {
-            let service = Arc::clone(service);
-            let timeout = limits.request_timeout;
-            let in_flight = conn.begin();
-            tokio::spawn(async move {
+    // leaves it a spurious wake-up; the future below polls it again.
+    let read = read_message(&mut body, &mut partial, max, cx);
+    let waits = service.waits(method);
+    let read = match read {
+        Poll::Ready(message) if !waits => {
+            answer(&**service, method, respond, message);
+            return None;
+        }
+        read => read,
+    };
+    let service = Arc::clone(service);
+    let timeout = limits.request_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let in_flight = conn.begin();
+    Some(Box::pin(async move {
+        let message = match read {
+            Poll::Ready(message) => message,
+            Poll::Pending => {
                 let read =
                     std::future::poll_fn(|cx| read_message(&mut body, &mut partial, max, cx));
-                let message = tokio::time::timeout(timeout, read)
+                tokio::time::timeout_at(deadline, read)
                     .await
                     .unwrap_or_else(|_| {
                         Err(Status::deadline_exceeded(format!(
                             "request message not received within {timeout:?}"
                         )))
-                    });
-                answer(&*service, method, respond, message);
-                drop(in_flight);
-            });
+                    })
+            }
+        };
+        if !waits {
+            answer(&*service, method, respond, message);
+        } else {
+            let later = message.map(|m| service.call_later(method, m, prefixed()));
+            let answered = match later {
+                Ok(later) => tokio::time::timeout_at(deadline, later)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded(format!(
+                            "not answered within {timeout:?}"
+                        )))
+                    }),
+                Err(status) => Err(status),
+            };
+            match answered.and_then(framed) {
+                Ok(framed) => send(respond, framed),
+                Err(status) => fail(respond, &status),
+            }
         }
-    }
+        drop(in_flight);
+    }))
+}
+
+/// A buffer for an answer that waits: room for the 5-byte prefix
+/// ([`framed`] writes it) and a small message.
+fn prefixed() -> BytesMut {
+    let mut buf = BytesMut::with_capacity(128);
+    buf.extend_from_slice(&[0; 5]);
+    buf
+}
+
+/// `buf` (a 5-byte prefix, then the message) with the message's length
+/// written into its prefix.
+fn framed(mut buf: BytesMut) -> Result<Bytes, Status> {
+    let len =
+        u32::try_from(buf.len() - 5).map_err(|_| Status::internal("response message too large"))?;
+    buf[1..5].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
 }
 
 /// Reads the request's one message (without its 5-byte prefix), gathering
@@ -148,12 +202,9 @@ fn answer<S: UnaryService>(
         buf.extend_from_slice(&[0; 5]);
         let answered = message.and_then(|m| service.call(method, m, buf));
         // Split off even on a refusal, so no partial answer stays behind.
-        let mut framed = buf.split();
+        let whole = buf.split();
         answered?;
-        let len = u32::try_from(framed.len() - 5)
-            .map_err(|_| Status::internal("response message too large"))?;
-        framed[1..5].copy_from_slice(&len.to_be_bytes());
-        Ok(framed.freeze())
+        framed(whole)
     });
     match framed {
         Ok(framed) => send(respond, framed),

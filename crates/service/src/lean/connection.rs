@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
@@ -105,9 +106,14 @@ where
     }
     let max_batch = limits.max_concurrent_streams.max(1) as usize;
     let mut batch = Vec::new();
+    // The calls still being answered, at most one per open stream.
+    let mut answering = FuturesUnordered::<call::Answering>::new();
     loop {
         let next = tokio::select! {
             next = conn.accept() => next,
+            // Never ready: answers every call that can be, so that the
+            // answers a Redis reply lets out leave in one write.
+            () = std::future::poll_fn(|cx| poll_answering(&mut answering, cx)) => continue,
             _ = stop.changed(), if !stopping => {
                 stopping = true;
                 conn.graceful_shutdown();
@@ -138,21 +144,36 @@ where
         }
         // The batch is in flight until answered; a call that waits for its
         // message counts on its own.
-        let answering = info.begin();
+        let in_flight = info.begin();
         std::future::poll_fn(|cx| {
             for (req, respond) in batch.drain(..) {
-                call::start(&shared.service, &shared.limits, req, respond, &info, cx);
+                let started = call::start(&shared.service, &shared.limits, req, respond, &info, cx);
+                answering.extend(started);
             }
             Poll::Ready(())
         })
         .await;
-        drop(answering);
+        drop(in_flight);
         if !open {
             // Let the answers out before the connection is dropped.
-            let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
+            let _ = std::future::poll_fn(|cx| {
+                let _ = poll_answering(&mut answering, cx);
+                conn.poll_closed(cx)
+            })
+            .await;
             return;
         }
     }
+}
+
+/// Polls the calls being answered until none is ready; never ready
+/// itself (an empty set waits for the next call).
+fn poll_answering(
+    answering: &mut FuturesUnordered<call::Answering>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    while let Poll::Ready(Some(())) = answering.poll_next_unpin(cx) {}
+    Poll::Pending
 }
 
 /// HTTP/2 keepalive: a PING every interval, and the connection is dead
