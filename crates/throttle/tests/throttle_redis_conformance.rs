@@ -9,8 +9,8 @@ use std::time::Duration;
 use tollgate::RateSpec;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_throttle::{
-    FixedWindow, Gcra, KeyedLimiter, Limit, Policy, RedisStore, SlidingLog, SlidingWindowCounter,
-    TokenPool, Verdict,
+    Extract, FixedWindow, Gcra, KeyedLimiter, Limit, Policy, RedisStore, Rule, SlidingLog,
+    SlidingWindowCounter, TokenPool, Verdict,
 };
 
 const MS: u64 = 1_000_000;
@@ -132,7 +132,7 @@ fn memory_answers(limit: &Limit, steps: &[(u64, u64)]) -> Vec<Verdict> {
         Limit::SlidingWindowCounter(p) => in_memory(p, steps),
         Limit::Gcra(p) => in_memory(p, steps),
         Limit::SlidingLog(p) => in_memory(p, steps),
-        other => panic!("no Redis policy for {other:?}"),
+        Limit::TokenPool(p) => in_memory(p, steps),
     }
 }
 
@@ -226,18 +226,24 @@ async fn random_sequences_agree_step_by_step_near_zero_and_near_today() {
     }
 }
 
-#[tokio::test]
-async fn limits_the_store_cannot_keep_are_one_line_errors() {
+#[test]
+fn every_limit_is_kept_and_a_sliced_token_pool_is_one_line() {
+    for (limit, _) in vectors() {
+        assert!(RedisStore::supports(&limit).is_ok(), "{limit:?}");
+    }
+    for pool in pools() {
+        assert!(RedisStore::supports(&Limit::TokenPool(pool)).is_ok());
+    }
     let pool = Limit::TokenPool(TokenPool::new("5".parse().unwrap()));
-    let err = RedisStore::supports(&pool).unwrap_err();
+    let rule = Rule::new("hot", Extract::global(), pool).slice(5);
+    let err = RedisStore::supports_rule(&rule).unwrap_err();
     assert!(err.is_config());
     assert_eq!(
         err.to_string(),
-        "redis store: a token pool is not kept in Redis (its burst normalisation has no \
-         exact script yet): use gcra, fixed_window, sliding_window_counter or sliding_log"
+        "redis store: rule \"hot\": a token pool takes no slices (tokens spent after they \
+         were taken would let the pool refill under them): use fixed_window or \
+         sliding_window_counter, or drop the slice"
     );
-    let log = Limit::SlidingLog(SlidingLog::new(5, Duration::from_secs(1)).unwrap());
-    assert!(RedisStore::supports(&log).is_ok());
 }
 
 #[tokio::test]
@@ -462,4 +468,125 @@ async fn sliding_logs_check_settle_and_stand_as_in_memory_step_by_step() {
         }
     }
     assert_eq!(walks, 48);
+}
+
+/// The token pools the walks below run: burst ratios, a plain bucket, a
+/// coarse clock step, capped and uncapped backlogs, and the extreme
+/// rates whose tokens pass 2^64.
+fn pools() -> Vec<TokenPool> {
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
+    let ratio = |r: f64, k: f64| RateSpec::new(r).unwrap().with_burst_ratio(k).unwrap();
+    vec![
+        TokenPool::new(spec("5,2")),
+        TokenPool::new(spec("1000,1.5")),
+        TokenPool::new(ratio(1e7, 1.1)),
+        TokenPool::new(spec("5")).with_burst(4).unwrap(),
+        TokenPool::new(spec("1000,1")).with_clock_step(Duration::from_millis(4)),
+        TokenPool::new(spec("123456.789,3")).with_backlog_cap(Duration::from_millis(10)),
+        TokenPool::new(spec("0.25,2")).with_backlog_cap(Duration::ZERO),
+        TokenPool::new(ratio(1e12, 1000.0)),
+        TokenPool::new(ratio(0.001, 7.5)),
+    ]
+}
+
+#[tokio::test]
+async fn token_pools_check_settle_and_stand_as_in_memory_step_by_step() {
+    let server = RedisServer::start();
+    let clock = tollgate::ManualClock::new();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let mut rng = 0xA076_1D64_78BD_642Fu64;
+    let mut walks = 0;
+    // Verdicts seen: admitted, rejected for a while, rejected for good.
+    let mut seen = [0u32; 3];
+    for (pi, policy) in pools().into_iter().enumerate() {
+        let quota = policy.quota();
+        for origin in [0, today, u64::MAX - (1 << 62)] {
+            let memory: KeyedLimiter<TokenPool> = KeyedLimiter::new(policy.clone(), 16);
+            let shared = Limit::TokenPool(policy.clone());
+            let key = format!("pool-{pi}-{origin}");
+            let mut now = origin;
+            for n in 0..120 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly short gaps, sometimes none, a step back, or a
+                // gap of up to 2^62 ns (tokens far above 2^64).
+                now = match rng % 32 {
+                    0 => now.saturating_add(rng >> 2),
+                    1 | 2 => now.saturating_add((rng >> 20) % (10 * S)),
+                    3 | 4 => now.saturating_sub((rng >> 20) % (5 * MS)),
+                    5..=12 => now,
+                    _ => now.saturating_add((rng >> 20) % (3 * MS)),
+                };
+                // Mostly within the pool, sometimes above A + B, rarely
+                // beyond any pool.
+                let cost = match (rng >> 4) % 16 {
+                    0 => u64::MAX >> ((rng >> 10) % 30),
+                    1 => quota + 1,
+                    _ => 1 + (rng >> 12) % (quota + quota / 4 + 1),
+                };
+                let step = match (rng >> 8) % 9 {
+                    0 => Step::Settle(now, ((rng >> 24) % (2 * quota + 3)) as i64),
+                    1 => Step::Settle(now, -(((rng >> 24) % (2 * quota + 3)) as i64)),
+                    2 | 3 => Step::Stand(now, cost),
+                    4 => Step::Three(now, cost),
+                    _ => Step::Check(now, cost),
+                };
+                let at = format!("{key} ({policy:?}), step {n}: {step:?}");
+                match step {
+                    Step::Check(t, c) => {
+                        let v = memory.check("k", t, c);
+                        assert_eq!(
+                            store.check_at(&shared, &key, t, c).await.unwrap(),
+                            v,
+                            "{at}"
+                        );
+                        seen[match v {
+                            Verdict::Reject {
+                                retry_after_ns: u64::MAX,
+                            } => 2,
+                            Verdict::Reject { .. } => 1,
+                            _ => 0,
+                        }] += 1;
+                    }
+                    Step::Stand(t, c) => {
+                        clock.set_ns(t);
+                        let (at_ns, got) = store.check_each(&[(&shared, &key, c)]).await.unwrap();
+                        assert_eq!(at_ns, t);
+                        let want = memory.update("k", t, |p, s| {
+                            let v = p.check(s, t, c);
+                            (v, p.standing(s, t))
+                        });
+                        assert_eq!(got, [want], "{at}");
+                    }
+                    Step::Three(t, c) => {
+                        clock.set_ns(t);
+                        let checks = [(&shared, key.as_str(), c); 3];
+                        let (_, got) = store.check_each(&checks).await.unwrap();
+                        let want: Vec<_> = (0..3)
+                            .map(|_| {
+                                memory.update("k", t, |p, s| (p.check(s, t, c), p.standing(s, t)))
+                            })
+                            .collect();
+                        let last = want[2].1;
+                        let want: Vec<_> = want.into_iter().map(|(v, _)| (v, last)).collect();
+                        assert_eq!(got, want, "{at}");
+                    }
+                    Step::Settle(t, d) => {
+                        store.settle_at(&shared, &key, t, d).await.unwrap();
+                        memory.settle("k", t, d);
+                    }
+                }
+            }
+            walks += 1;
+        }
+    }
+    assert_eq!(walks, 27);
+    assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
 }
