@@ -35,6 +35,8 @@ fn vectors() -> Vec<(Limit, Vector)> {
     let swc = |l, w| Limit::SlidingWindowCounter(SlidingWindowCounter::new(l, w).unwrap());
     let gcra = |r: f64, b, q| Limit::Gcra(Gcra::new(RateSpec::new(r).unwrap(), b, q).unwrap());
     let sl = |l, w, logged| Limit::SlidingLog(SlidingLog::new(l, w).unwrap().log_rejected(logged));
+    let tp = Limit::TokenPool;
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
     vec![
         (
             sl(3, Duration::from_secs(10), false),
@@ -115,6 +117,111 @@ fn vectors() -> Vec<(Limit, Vector)> {
                 (84 * S, 1, reject(1)),
                 (84 * S + 1, 1, admit(0)),
                 (84 * S + 1, 8, reject(u64::MAX)),
+            ],
+        ),
+        // Token pools: 2^20 tokens an op; A the active pool, B the burst
+        // headroom, W the backlog (capped at one second unless said).
+        (
+            // 5/s, ratio 2: an op is 200 ms, A = B = 2 ops, W = 5 ops.
+            tp(TokenPool::new(spec("5,2"))),
+            vec![
+                (0, 1, admit(3)),
+                (0, 3, admit(0)),
+                (0, 1, reject(200 * MS)),
+                // Above A: one fill of A + B moves the whole headroom.
+                (0, 3, reject(800 * MS)),
+                (0, 5, reject(u64::MAX)),
+                // 1 op fills A directly and moves 1 * B / A = 1 op of W.
+                (200 * MS, 1, admit(1)),
+                (400 * MS, 3, admit(0)),
+                // 3 ops: 2 to A, B from the backlog, 1 left to it.
+                (S, 4, admit(0)),
+            ],
+        ),
+        (
+            // 1000/s, ratio 1.5: A = 2 ops, B = 1 op.
+            tp(TokenPool::new(spec("1000,1.5"))),
+            vec![
+                (0, 1, admit(2)),
+                (0, 2, admit(0)),
+                (0, 1, reject(MS)),
+                (0, 4, reject(u64::MAX)),
+                // 1 op: 1 to A and floor(1 * 1 / 2) = half an op of burst.
+                (MS, 1, admit(0)),
+                (MS, 1, reject(MS / 2)),
+                // Half an op: to A, and a quarter as burst.
+                (3 * MS / 2, 1, admit(0)),
+                (3 * MS / 2, 1, reject(3 * MS / 4)),
+            ],
+        ),
+        (
+            // 10^7/s, ratio 1.1: an op is 100 ns, A = 10,000 ops, B = 1,000.
+            tp(TokenPool::new(
+                RateSpec::new(1e7).unwrap().with_burst_ratio(1.1).unwrap(),
+            )),
+            vec![
+                (0, 11_000, admit(0)),
+                (0, 1, reject(100)),
+                (1_000, 10, admit(1)),
+                (1_000, 11_000, reject(1_099_900)),
+                (1_000, 11_001, reject(u64::MAX)),
+                (10 * S, 11_000, admit(0)),
+            ],
+        ),
+        (
+            // A plain bucket of 4 at 5/s: no burst, no backlog.
+            tp(TokenPool::new(spec("5")).with_burst(4).unwrap()),
+            vec![
+                (0, 4, admit(0)),
+                (0, 1, reject(200 * MS)),
+                (0, 5, reject(u64::MAX)),
+                (300 * MS, 1, admit(0)),
+                (300 * MS, 1, reject(100 * MS)),
+                (S, 4, admit(0)),
+                (10 * S, 2, admit(2)),
+            ],
+        ),
+        (
+            // 1000/s on a clock of 4 ms steps: A = 6 ops.
+            tp(TokenPool::new(spec("1000,1")).with_clock_step(Duration::from_millis(4))),
+            vec![
+                (0, 6, admit(0)),
+                (4 * MS, 4, admit(0)),
+                (4 * MS, 1, reject(MS)),
+                (8 * MS, 5, reject(MS)),
+                (9 * MS, 5, admit(0)),
+            ],
+        ),
+        (
+            // 1000/s, ratio 2, a backlog of 4 ops: after an hour idle the
+            // key catches up on 4 ops at twice the rate, then no more.
+            tp(TokenPool::new(spec("1000,2")).with_backlog_cap(Duration::from_millis(4))),
+            vec![
+                (0, 4, admit(0)),
+                (3_600 * S, 4, admit(0)),
+                (3_600 * S + 2 * MS, 4, admit(0)),
+                (3_600 * S + 4 * MS, 4, admit(0)),
+                (3_600 * S + 6 * MS, 4, reject(2 * MS)),
+                (3_600 * S + 6 * MS, 2, admit(0)),
+            ],
+        ),
+        (
+            // 10^12/s, ratio 1000: 2^30 tokens a nanosecond, A = 10^9 ops
+            // (about 2^50 tokens), B = 999 A, W = 10^12 ops: all above
+            // 2^53, and a gap of 4 * 10^18 ns is about 2^92 tokens.
+            tp(TokenPool::new(
+                RateSpec::new(1e12)
+                    .unwrap()
+                    .with_burst_ratio(1000.0)
+                    .unwrap(),
+            )),
+            vec![
+                (0, 1_000_000_000_000, admit(0)),
+                (0, 1, reject(1)),
+                // 1000 ops: to A, and 1000 * 999 as burst.
+                (1, 1_000, admit(999_000)),
+                (4 * S * S + 1, 1_000_000_000_000, admit(0)),
+                (4 * S * S + 1, 1_000_000_000_001, reject(u64::MAX)),
             ],
         ),
     ]
@@ -289,6 +396,48 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     assert!(store.check(&log, "l", 3).await.unwrap().is_admitted());
     let ms = pttl("l").await;
     assert!((1_900..=2_001).contains(&ms), "{ms}");
+}
+
+#[tokio::test]
+async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    // 0.01/s: an op is 100 s, A = 2 ops, and W's cap of one second is a
+    // hundredth of an op; each TTL below is past the minute a time
+    // passed by the caller keeps a key.
+    let pool = |r: &str| Limit::TokenPool(TokenPool::new(r.parse().unwrap()));
+    let today = 1_795_000_000_123_456_789u64;
+    let mut ttl = Vec::new();
+    for (key, limit, cost, debt) in [
+        // Ratio 2 (B = 2 ops), one op taken: one op of refill.
+        ("one", pool("0.01,2"), 1, 0),
+        // Ratio 1.25 (B = half an op), P = 1.5 ops < A: under A a refill
+        // moves under B, so it takes one of A = 2 ops, not 1.
+        ("under", pool("0.01,1.25"), 1, 0),
+        // Ratio 1.5 (B = 1 op), P = A: a refill f moves f B / A, so one
+        // op of headroom takes f = 2 ops.
+        ("at", pool("0.01,1.5"), 1, 0),
+        // Four ops taken and one more owed: 5 ops.
+        ("owed", pool("0.01,2"), 4, 1),
+    ] {
+        assert!(store
+            .check_at(&limit, key, today, cost)
+            .await
+            .unwrap()
+            .is_admitted());
+        if debt > 0 {
+            store.settle_at(&limit, key, today, debt).await.unwrap();
+        }
+        let pattern = format!("tollgate:{{{key}}}:*");
+        let keys: Vec<String> = server.query(&["KEYS", &pattern]).await;
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        ttl.push(server.query::<i64>(&["PTTL", &keys[0]]).await);
+    }
+    // Whole seconds of refill, rounded up to the next millisecond, less
+    // the moments since the call.
+    for (got, want) in ttl.into_iter().zip([100_001, 200_001, 200_001, 500_001]) {
+        assert!((want - 1_000..=want).contains(&got), "{got} ms, not {want}");
+    }
 }
 
 #[tokio::test]
