@@ -13,9 +13,11 @@
 //! check of one fixed window or sliding window counter on small numbers
 //! runs on doubles alone, before the script defines anything else. The script is loaded once and called by its SHA-1 (`EVALSHA`,
 //! loaded again on `NOSCRIPT`). One call decides every limit a request
-//! meets, in rule order, and writes nothing when an enforced limit
+//! meets, in rule order, and charges nothing when an enforced limit
 //! rejects, so a rejected request costs nothing without a refund (on a
-//! Cluster, one call per slot, see [`RedisStore::check_items`]). The
+//! Cluster, one call per slot, see [`RedisStore::check_items`]); it
+//! writes then only what the rejection leaves in memory too: a ban, a
+//! sliding log's logged rejections, a token pool's refill. The
 //! clock is Redis' `TIME`, so replicas with skewed clocks agree; a store
 //! built with [`RedisStoreBuilder::clock`] passes that clock's time
 //! instead (tests).

@@ -393,6 +393,45 @@ mod tests {
     }
 
     #[test]
+    fn the_policies_steps_are_spliced_in_once() {
+        let source = source();
+        assert_eq!(source.matches("function sl.check(").count(), 1);
+        assert_eq!(source.matches("function tp.check(").count(), 1);
+        assert!(!source.lines().any(|l| l.starts_with("--@")));
+        // Defined before the table of policies that names them.
+        let table = source.find("local policies = {").expect("the table");
+        assert!(source.find("local tp = {}").expect("the token pool") < table);
+    }
+
+    #[test]
+    fn a_token_pools_meter_as_one_fraction_carries_as_the_core_does() {
+        for nano in [
+            1_000_000u128,
+            5_000_000_000,
+            123_456_789_000,
+            10_000_000 * 1_000_000_000,
+            1_000_000_000_000 * 1_000_000_000,
+        ] {
+            let (whole, fraction, den) = meter(nano);
+            let num = whole * den + fraction;
+            let core = Meter::new(nano);
+            // The script's step: floor((ns num + carry) / den), the
+            // remainder carried.
+            let (mut carry, mut core_carry) = (0u128, 0u128);
+            for ns in [1u64, 999, 7, 1_000_000_007, u64::MAX / 3, 0, 12_345] {
+                let scaled = u128::from(ns) * num + carry;
+                carry = scaled % den;
+                assert_eq!(
+                    scaled / den,
+                    core.tokens_for(ns, &mut core_carry),
+                    "{nano} at {ns}"
+                );
+                assert_eq!(carry, core_carry, "{nano} at {ns}");
+            }
+        }
+    }
+
+    #[test]
     fn the_meter_crosses_as_the_cores_exact_fraction() {
         for nano in [
             1_000_000u128,
