@@ -605,7 +605,8 @@ async fn a_redis_backed_throttler_of_token_pools_decides_as_one_in_memory() {
     clock.set_ns(1_000 * S);
     let pool = |rate: &str| TokenPool::new(rate.parse().unwrap());
     // A key's pool admitted and then refunded when the global bucket
-    // rejects keeps its refill, in memory and in Redis alike.
+    // rejects (or is banned) keeps its refill, in memory and in Redis
+    // alike; a banned key's pool is not consulted.
     let rules = || {
         vec![
             Rule::new(
@@ -620,13 +621,15 @@ async fn a_redis_backed_throttler_of_token_pools_decides_as_one_in_memory() {
                 Extract::global(),
                 Limit::TokenPool(pool("30,2").with_backlog_cap(Duration::from_millis(200))),
             )
+            .ban(Duration::from_millis(40))
             .ratelimit_headers(true),
             Rule::new(
                 "shadow",
                 Extract::header("x-api-key"),
                 Limit::TokenPool(pool("5,3")),
             )
-            .mode(tollgate_throttle::Mode::Shadow),
+            .mode(tollgate_throttle::Mode::Shadow)
+            .ban(Duration::from_millis(300)),
         ]
     };
     let mut memory = Throttler::builder().clock(clock.clone());
@@ -643,7 +646,7 @@ async fn a_redis_backed_throttler_of_token_pools_decides_as_one_in_memory() {
     }
     let (memory, shared) = (memory.build(), shared.try_build().unwrap());
     let mut rng = 0x243F_6A88_85A3_08D3u64;
-    let (mut admitted, mut rejected) = (0, 0);
+    let (mut admitted, mut rejected, mut banned) = (0, 0, 0);
     for step in 0..300 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -656,13 +659,15 @@ async fn a_redis_backed_throttler_of_token_pools_decides_as_one_in_memory() {
         assert_eq!(r, m, "step {step}");
         if m.0 {
             admitted += 1;
+        } else if m.1.starts_with("Banned") {
+            banned += 1;
         } else {
             rejected += 1;
         }
     }
     assert!(
-        admitted > 50 && rejected > 50,
-        "{admitted} admitted, {rejected} rejected"
+        admitted > 50 && rejected > 20 && banned > 20,
+        "{admitted} admitted, {rejected} rejected, {banned} banned"
     );
 }
 
