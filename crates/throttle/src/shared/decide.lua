@@ -29,18 +29,17 @@
 --   (returned only while that window is the key's latest).
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
 -- unless asked), then, when a check's first item (not a token pool) is
--- rejected for a cost
--- it could ever pay, "S" and that key's stored fields (three, "0" after
--- the last)}; a batch returns {now, then each request's answers as
--- above}; code "A"
--- admit (value: remaining), "T" followed by the tokens taken (an admitted
--- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
--- retry ns), "B" rejected as banned (value: ns to the ban's end), "X"
--- rejected, starting a ban (value: ns to its end), "-" not decided. A check writes nothing when an enforced hard
--- limit rejects; otherwise it writes every admitted item's state, each
--- with a TTL of the time until it decides like a fresh key; a sliding
--- log that logs rejections also writes the ones it rejected, and a token
--- pool's check writes its refill (not its charge) whatever the verdict.
+-- rejected for a cost it could ever pay, "S" and that key's stored fields
+-- (three, "0" after the last)}; a batch returns {now, then each
+-- request's answers as above}; code "A" admit (value: remaining), "T"
+-- followed by the tokens taken (an admitted slice; value: remaining), "D"
+-- delay (value: ns), "R" reject (value: retry ns), "B" rejected as banned
+-- (value: ns to the ban's end), "X" rejected, starting a ban (value: ns to
+-- its end), "-" not decided. A check charges nothing when an enforced
+-- hard limit rejects; otherwise it writes every admitted item's state,
+-- each with a TTL of the time until it decides like a fresh key. Either
+-- way it writes a ban a rejection starts, the rejections a sliding log
+-- that logs them logged, and each token pool's refill (not its charge).
 
 -- The common call, a check of one fixed window or sliding window counter
 -- on small numbers, runs on doubles alone, before the general path defines
