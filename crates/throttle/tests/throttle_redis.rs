@@ -16,8 +16,8 @@ use tollgate::{ManualClock, RateSpec};
 use tollgate_testkit::logs::Logs;
 use tollgate_testkit::redis::{RedisCluster, RedisServer};
 use tollgate_throttle::{
-    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, SlidingLog,
-    SlidingWindowCounter, Throttler,
+    Extract, FixedWindow, Gcra, Limit, OnError, Policy, RedisStore, RequestHead, Rule, SlidingLog,
+    SlidingWindowCounter, Throttler, TokenPool,
 };
 
 const S: u64 = 1_000_000_000;
@@ -82,9 +82,9 @@ async fn hammer(throttlers: &[Throttler], per_task: usize) -> (u64, u64) {
     (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
 }
 
-/// `replicas` throttlers on one Redis admit exactly `limit` per key in a
-/// window (or from a full bucket), twice: now and `next` later.
-async fn replicas_admit_exactly(replicas: usize, limit: Limit, quota: u64, next: Duration) {
+/// `replicas` throttlers on one Redis admit exactly `quota.0` per key in
+/// a window (or from a full bucket), then `quota.1` when `next` later.
+async fn replicas_admit_exactly(replicas: usize, limit: Limit, quota: (u64, u64), next: Duration) {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     clock.set_ns(1_000 * S);
@@ -93,11 +93,15 @@ async fn replicas_admit_exactly(replicas: usize, limit: Limit, quota: u64, next:
         throttlers.push(replica(&server, &clock, limit.clone(), OnError::Deny, 1).await);
     }
     // 24 tasks x 20 requests: 240 per key, against a quota of `quota`.
-    assert_eq!(hammer(&throttlers, 20).await, (quota, quota), "{limit:?}");
+    assert_eq!(
+        hammer(&throttlers, 20).await,
+        (quota.0, quota.0),
+        "{limit:?}"
+    );
     clock.advance(next);
     assert_eq!(
         hammer(&throttlers, 20).await,
-        (quota, quota),
+        (quota.1, quota.1),
         "{limit:?}, later"
     );
     for t in &throttlers {
@@ -109,7 +113,7 @@ async fn replicas_admit_exactly(replicas: usize, limit: Limit, quota: u64, next:
 async fn two_and_three_replicas_admit_exactly_a_fixed_windows_limit() {
     for replicas in [2, 3] {
         let limit = Limit::FixedWindow(FixedWindow::new(100, Duration::from_secs(1)).unwrap());
-        replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(1)).await;
+        replicas_admit_exactly(replicas, limit, (100, 100), Duration::from_secs(1)).await;
     }
 }
 
@@ -120,7 +124,7 @@ async fn two_and_three_replicas_admit_exactly_a_sliding_counters_limit() {
             SlidingWindowCounter::new(100, Duration::from_secs(1)).unwrap(),
         );
         // Two windows on, the first no longer weighs.
-        replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(2)).await;
+        replicas_admit_exactly(replicas, limit, (100, 100), Duration::from_secs(2)).await;
     }
 }
 
@@ -129,7 +133,7 @@ async fn two_and_three_replicas_admit_exactly_a_gcra_burst() {
     for replicas in [2, 3] {
         let limit = Limit::Gcra(Gcra::new(RateSpec::new(10.0).unwrap(), 100, 0).unwrap());
         // Ten seconds refill the whole burst.
-        replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(10)).await;
+        replicas_admit_exactly(replicas, limit, (100, 100), Duration::from_secs(10)).await;
     }
 }
 
@@ -143,8 +147,54 @@ async fn two_and_three_replicas_admit_exactly_a_sliding_logs_limit() {
                     .log_rejected(logged),
             );
             // A window on, every entry (logged rejections too) has left it.
-            replicas_admit_exactly(replicas, limit, 100, Duration::from_secs(1)).await;
+            replicas_admit_exactly(replicas, limit, (100, 100), Duration::from_secs(1)).await;
         }
+    }
+}
+
+/// What one in-memory `pool` admits of 240 requests of cost 1 on a fresh
+/// key, then of 240 more `next` later: the count a hammered key must come
+/// to on any number of replicas.
+fn one_pool_admits(pool: &TokenPool, next: Duration) -> (u64, u64) {
+    let t0 = 1_000 * S;
+    let mut key = pool.new_state(t0);
+    let mut admitted = |t: u64| {
+        (0..240)
+            .filter(|_| pool.check(&mut key, t, 1).is_admitted())
+            .count() as u64
+    };
+    let first = admitted(t0);
+    (first, admitted(t0 + next.as_nanos() as u64))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_and_three_replicas_admit_exactly_what_one_token_pool_admits() {
+    // 100,000/s with a burst ratio of 1.5: A = 1 ms = 100 ops and B = 50.
+    // A fresh key holds A + B = 150; 300 µs later 30 ops refill A
+    // directly and move 30 * 50 / 100 = 15 of the backlog as burst.
+    let ratio = TokenPool::new("100000,1.5".parse().unwrap());
+    let next = Duration::from_micros(300);
+    assert_eq!(one_pool_admits(&ratio, next), (150, 45));
+    // A plain bucket of 100 at 10/s: 30 back after 3 s.
+    let bucket = TokenPool::new("10".parse().unwrap())
+        .with_burst(100)
+        .unwrap();
+    assert_eq!(one_pool_admits(&bucket, Duration::from_secs(3)), (100, 30));
+    for replicas in [2, 3] {
+        replicas_admit_exactly(
+            replicas,
+            Limit::TokenPool(ratio.clone()),
+            one_pool_admits(&ratio, next),
+            next,
+        )
+        .await;
+        replicas_admit_exactly(
+            replicas,
+            Limit::TokenPool(bucket.clone()),
+            one_pool_admits(&bucket, Duration::from_secs(3)),
+            Duration::from_secs(3),
+        )
+        .await;
     }
 }
 
@@ -375,7 +425,7 @@ async fn the_store_comes_from_the_rules_yaml() {
 
 #[test]
 fn a_bad_store_in_the_rules_yaml_is_one_line() {
-    let rules = "rules:\n  - name: r\n    key: global\n    \
+    let rules = "rules:\n  - name: r\n    key: global\n    slice: 5\n    \
                  limit: { token_pool: { rate: \"5\" } }\n";
     let err = tollgate_throttle::rules_from_yaml(&format!(
         "store: {{ url: \"redis://127.0.0.1:6379\" }}\n{rules}"
@@ -383,9 +433,9 @@ fn a_bad_store_in_the_rules_yaml_is_one_line() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid throttle rules: store: redis store: rule \"r\": a token pool is not kept in \
-         Redis (its burst normalisation has no exact script yet): use gcra, fixed_window, \
-         sliding_window_counter or sliding_log"
+        "invalid throttle rules: store: redis store: rule \"r\": a token pool takes no slices \
+         (tokens spent after they were taken would let the pool refill under them): use \
+         fixed_window or sliding_window_counter, or drop the slice"
     );
     // Without a store the same rules are fine.
     assert!(tollgate_throttle::rules_from_yaml(rules).is_ok());
@@ -548,6 +598,79 @@ async fn a_redis_backed_throttler_decides_as_one_in_memory() {
     );
 }
 
+#[tokio::test]
+async fn a_redis_backed_throttler_of_token_pools_decides_as_one_in_memory() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let pool = |rate: &str| TokenPool::new(rate.parse().unwrap());
+    // A key's pool admitted and then refunded when the global bucket
+    // rejects (or is banned) keeps its refill, in memory and in Redis
+    // alike; a banned key's pool is not consulted.
+    let rules = || {
+        vec![
+            Rule::new(
+                "per-key",
+                Extract::header("x-api-key"),
+                Limit::TokenPool(pool("20,1.5")),
+            )
+            .soft(Limit::TokenPool(pool("10").with_burst(3).unwrap()))
+            .ratelimit_headers(true),
+            Rule::new(
+                "global",
+                Extract::global(),
+                Limit::TokenPool(pool("30,2").with_backlog_cap(Duration::from_millis(200))),
+            )
+            .ban(Duration::from_millis(40))
+            .ratelimit_headers(true),
+            Rule::new(
+                "shadow",
+                Extract::header("x-api-key"),
+                Limit::TokenPool(pool("5,3")),
+            )
+            .mode(tollgate_throttle::Mode::Shadow)
+            .ban(Duration::from_millis(300)),
+        ]
+    };
+    let mut memory = Throttler::builder().clock(clock.clone());
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let mut shared = Throttler::builder().store(store);
+    for (a, b) in rules().into_iter().zip(rules()) {
+        memory = memory.rule(a);
+        shared = shared.rule(b);
+    }
+    let (memory, shared) = (memory.build(), shared.try_build().unwrap());
+    let mut rng = 0x243F_6A88_85A3_08D3u64;
+    let (mut admitted, mut rejected, mut banned) = (0, 0, 0);
+    for step in 0..300 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        clock.advance(Duration::from_nanos(rng % 30_000_000));
+        let req = request(["a", "b", "c"][(rng >> 32) as usize % 3]);
+        let head = RequestHead::of(&req);
+        let m = outcome(memory.check(&head));
+        let r = outcome(shared.decide(&head).await);
+        assert_eq!(r, m, "step {step}");
+        if m.0 {
+            admitted += 1;
+        } else if m.1.starts_with("Banned") {
+            banned += 1;
+        } else {
+            rejected += 1;
+        }
+    }
+    assert!(
+        admitted > 50 && rejected > 20 && banned > 20,
+        "{admitted} admitted, {rejected} rejected, {banned} banned"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_rules_on_different_keys_refund_each_other_exactly() {
     let cluster = RedisCluster::start(3);
@@ -611,15 +734,12 @@ async fn a_reloaded_rule_the_store_cannot_keep_is_decided_locally_and_logged() {
     throttler.reload(vec![Rule::new(
         "pool",
         Extract::header("x-api-key"),
-        Limit::TokenPool(
-            tollgate_throttle::TokenPool::new("1".parse().unwrap())
-                .with_burst(6)
-                .unwrap(),
-        ),
-    )]);
+        Limit::TokenPool(TokenPool::new("1".parse().unwrap()).with_burst(6).unwrap()),
+    )
+    .slice(2)]);
     drop(guard);
     assert_eq!(
-        logs.count("redis store: rule \"pool\": a token pool is not kept in Redis"),
+        logs.count("redis store: rule \"pool\": a token pool takes no slices"),
         1,
         "{}",
         logs.text()

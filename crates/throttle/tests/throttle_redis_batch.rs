@@ -14,7 +14,8 @@ use common_gathered::gathered;
 use tollgate::{ManualClock, RateSpec};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_throttle::{
-    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, Throttler, Verdict,
+    Extract, FixedWindow, Gcra, Limit, OnError, RedisStore, RequestHead, Rule, Throttler,
+    TokenPool, Verdict,
 };
 
 const S: u64 = 1_000_000_000;
@@ -103,6 +104,40 @@ async fn concurrent_checks_on_one_key_coalesce_and_admit_exactly_the_limit() {
     // 600 checks in fewer calls: they coalesced.
     let calls = script_calls(&server.url()).await;
     assert!(calls < 300, "{calls} script calls for 600 checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_on_one_token_pool_coalesce_and_admit_exactly_its_pool() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set_ns(1_000 * S);
+    let store = store(&server, &clock, Duration::from_secs(5)).await;
+    // 100,000/s with a burst ratio of 1.5: a fresh key holds 150 ops.
+    let pool = Limit::TokenPool(TokenPool::new("100000,1.5".parse().unwrap()));
+    reset_stats(&server.url()).await;
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, pool) = (store.clone(), pool.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut remaining = Vec::new();
+            for _ in 0..25 {
+                match store.check(&pool, "p", 1).await.expect("redis decides") {
+                    Verdict::Admit { remaining: r } => remaining.push(r),
+                    Verdict::Reject { .. } => {}
+                    Verdict::Delay { .. } => panic!("a pool does not delay"),
+                }
+            }
+            remaining
+        }));
+    }
+    let mut remaining = Vec::new();
+    for task in tasks {
+        remaining.extend(task.await.expect("a task"));
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..150).collect::<Vec<u64>>());
+    let calls = script_calls(&server.url()).await;
+    assert!(calls < 200, "{calls} script calls for 400 checks");
 }
 
 fn request(user: &str, api_key: &str) -> Request<()> {

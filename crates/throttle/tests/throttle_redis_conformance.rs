@@ -9,8 +9,8 @@ use std::time::Duration;
 use tollgate::RateSpec;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_throttle::{
-    FixedWindow, Gcra, KeyedLimiter, Limit, Policy, RedisStore, SlidingLog, SlidingWindowCounter,
-    TokenPool, Verdict,
+    Extract, FixedWindow, Gcra, KeyedLimiter, Limit, Policy, RedisStore, Rule, SlidingLog,
+    SlidingWindowCounter, TokenPool, Verdict,
 };
 
 const MS: u64 = 1_000_000;
@@ -35,6 +35,8 @@ fn vectors() -> Vec<(Limit, Vector)> {
     let swc = |l, w| Limit::SlidingWindowCounter(SlidingWindowCounter::new(l, w).unwrap());
     let gcra = |r: f64, b, q| Limit::Gcra(Gcra::new(RateSpec::new(r).unwrap(), b, q).unwrap());
     let sl = |l, w, logged| Limit::SlidingLog(SlidingLog::new(l, w).unwrap().log_rejected(logged));
+    let tp = Limit::TokenPool;
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
     vec![
         (
             sl(3, Duration::from_secs(10), false),
@@ -117,6 +119,111 @@ fn vectors() -> Vec<(Limit, Vector)> {
                 (84 * S + 1, 8, reject(u64::MAX)),
             ],
         ),
+        // Token pools: 2^20 tokens an op; A the active pool, B the burst
+        // headroom, W the backlog (capped at one second unless said).
+        (
+            // 5/s, ratio 2: an op is 200 ms, A = B = 2 ops, W = 5 ops.
+            tp(TokenPool::new(spec("5,2"))),
+            vec![
+                (0, 1, admit(3)),
+                (0, 3, admit(0)),
+                (0, 1, reject(200 * MS)),
+                // Above A: one fill of A + B moves the whole headroom.
+                (0, 3, reject(800 * MS)),
+                (0, 5, reject(u64::MAX)),
+                // 1 op fills A directly and moves 1 * B / A = 1 op of W.
+                (200 * MS, 1, admit(1)),
+                (400 * MS, 3, admit(0)),
+                // 3 ops: 2 to A, B from the backlog, 1 left to it.
+                (S, 4, admit(0)),
+            ],
+        ),
+        (
+            // 1000/s, ratio 1.5: A = 2 ops, B = 1 op.
+            tp(TokenPool::new(spec("1000,1.5"))),
+            vec![
+                (0, 1, admit(2)),
+                (0, 2, admit(0)),
+                (0, 1, reject(MS)),
+                (0, 4, reject(u64::MAX)),
+                // 1 op: 1 to A and floor(1 * 1 / 2) = half an op of burst.
+                (MS, 1, admit(0)),
+                (MS, 1, reject(MS / 2)),
+                // Half an op: to A, and a quarter as burst.
+                (3 * MS / 2, 1, admit(0)),
+                (3 * MS / 2, 1, reject(3 * MS / 4)),
+            ],
+        ),
+        (
+            // 10^7/s, ratio 1.1: an op is 100 ns, A = 10,000 ops, B = 1,000.
+            tp(TokenPool::new(
+                RateSpec::new(1e7).unwrap().with_burst_ratio(1.1).unwrap(),
+            )),
+            vec![
+                (0, 11_000, admit(0)),
+                (0, 1, reject(100)),
+                (1_000, 10, admit(1)),
+                (1_000, 11_000, reject(1_099_900)),
+                (1_000, 11_001, reject(u64::MAX)),
+                (10 * S, 11_000, admit(0)),
+            ],
+        ),
+        (
+            // A plain bucket of 4 at 5/s: no burst, no backlog.
+            tp(TokenPool::new(spec("5")).with_burst(4).unwrap()),
+            vec![
+                (0, 4, admit(0)),
+                (0, 1, reject(200 * MS)),
+                (0, 5, reject(u64::MAX)),
+                (300 * MS, 1, admit(0)),
+                (300 * MS, 1, reject(100 * MS)),
+                (S, 4, admit(0)),
+                (10 * S, 2, admit(2)),
+            ],
+        ),
+        (
+            // 1000/s on a clock of 4 ms steps: A = 6 ops.
+            tp(TokenPool::new(spec("1000,1")).with_clock_step(Duration::from_millis(4))),
+            vec![
+                (0, 6, admit(0)),
+                (4 * MS, 4, admit(0)),
+                (4 * MS, 1, reject(MS)),
+                (8 * MS, 5, reject(MS)),
+                (9 * MS, 5, admit(0)),
+            ],
+        ),
+        (
+            // 1000/s, ratio 2, a backlog of 4 ops: after an hour idle the
+            // key catches up on 4 ops at twice the rate, then no more.
+            tp(TokenPool::new(spec("1000,2")).with_backlog_cap(Duration::from_millis(4))),
+            vec![
+                (0, 4, admit(0)),
+                (3_600 * S, 4, admit(0)),
+                (3_600 * S + 2 * MS, 4, admit(0)),
+                (3_600 * S + 4 * MS, 4, admit(0)),
+                (3_600 * S + 6 * MS, 4, reject(2 * MS)),
+                (3_600 * S + 6 * MS, 2, admit(0)),
+            ],
+        ),
+        (
+            // 10^12/s, ratio 1000: 2^30 tokens a nanosecond, A = 10^9 ops
+            // (about 2^50 tokens), B = 999 A, W = 10^12 ops: all above
+            // 2^53, and a gap of 4 * 10^18 ns is about 2^92 tokens.
+            tp(TokenPool::new(
+                RateSpec::new(1e12)
+                    .unwrap()
+                    .with_burst_ratio(1000.0)
+                    .unwrap(),
+            )),
+            vec![
+                (0, 1_000_000_000_000, admit(0)),
+                (0, 1, reject(1)),
+                // 1000 ops: to A, and 1000 * 999 as burst.
+                (1, 1_000, admit(999_000)),
+                (4 * S * S + 1, 1_000_000_000_000, admit(0)),
+                (4 * S * S + 1, 1_000_000_000_001, reject(u64::MAX)),
+            ],
+        ),
     ]
 }
 
@@ -132,7 +239,7 @@ fn memory_answers(limit: &Limit, steps: &[(u64, u64)]) -> Vec<Verdict> {
         Limit::SlidingWindowCounter(p) => in_memory(p, steps),
         Limit::Gcra(p) => in_memory(p, steps),
         Limit::SlidingLog(p) => in_memory(p, steps),
-        other => panic!("no Redis policy for {other:?}"),
+        Limit::TokenPool(p) => in_memory(p, steps),
     }
 }
 
@@ -226,18 +333,24 @@ async fn random_sequences_agree_step_by_step_near_zero_and_near_today() {
     }
 }
 
-#[tokio::test]
-async fn limits_the_store_cannot_keep_are_one_line_errors() {
+#[test]
+fn every_limit_is_kept_and_a_sliced_token_pool_is_one_line() {
+    for (limit, _) in vectors() {
+        assert!(RedisStore::supports(&limit).is_ok(), "{limit:?}");
+    }
+    for pool in pools() {
+        assert!(RedisStore::supports(&Limit::TokenPool(pool)).is_ok());
+    }
     let pool = Limit::TokenPool(TokenPool::new("5".parse().unwrap()));
-    let err = RedisStore::supports(&pool).unwrap_err();
+    let rule = Rule::new("hot", Extract::global(), pool).slice(5);
+    let err = RedisStore::supports_rule(&rule).unwrap_err();
     assert!(err.is_config());
     assert_eq!(
         err.to_string(),
-        "redis store: a token pool is not kept in Redis (its burst normalisation has no \
-         exact script yet): use gcra, fixed_window, sliding_window_counter or sliding_log"
+        "redis store: rule \"hot\": a token pool takes no slices (tokens spent after they \
+         were taken would let the pool refill under them): use fixed_window or \
+         sliding_window_counter, or drop the slice"
     );
-    let log = Limit::SlidingLog(SlidingLog::new(5, Duration::from_secs(1)).unwrap());
-    assert!(RedisStore::supports(&log).is_ok());
 }
 
 #[tokio::test]
@@ -283,6 +396,48 @@ async fn each_key_expires_when_it_would_decide_like_a_fresh_one() {
     assert!(store.check(&log, "l", 3).await.unwrap().is_admitted());
     let ms = pttl("l").await;
     assert!((1_900..=2_001).contains(&ms), "{ms}");
+}
+
+#[tokio::test]
+async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    // 0.01/s: an op is 100 s, A = 2 ops, and W's cap of one second is a
+    // hundredth of an op; each TTL below is past the minute a time
+    // passed by the caller keeps a key.
+    let pool = |r: &str| Limit::TokenPool(TokenPool::new(r.parse().unwrap()));
+    let today = 1_795_000_000_123_456_789u64;
+    let mut ttl = Vec::new();
+    for (key, limit, cost, debt) in [
+        // Ratio 2 (B = 2 ops), one op taken: one op of refill.
+        ("one", pool("0.01,2"), 1, 0),
+        // Ratio 1.25 (B = half an op), P = 1.5 ops < A: under A a refill
+        // moves under B, so it takes one of A = 2 ops, not 1.
+        ("under", pool("0.01,1.25"), 1, 0),
+        // Ratio 1.5 (B = 1 op), P = A: a refill f moves f B / A, so one
+        // op of headroom takes f = 2 ops.
+        ("at", pool("0.01,1.5"), 1, 0),
+        // Four ops taken and one more owed: 5 ops.
+        ("owed", pool("0.01,2"), 4, 1),
+    ] {
+        assert!(store
+            .check_at(&limit, key, today, cost)
+            .await
+            .unwrap()
+            .is_admitted());
+        if debt > 0 {
+            store.settle_at(&limit, key, today, debt).await.unwrap();
+        }
+        let pattern = format!("tollgate:{{{key}}}:*");
+        let keys: Vec<String> = server.query(&["KEYS", &pattern]).await;
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        ttl.push(server.query::<i64>(&["PTTL", &keys[0]]).await);
+    }
+    // Whole seconds of refill, rounded up to the next millisecond, less
+    // the moments since the call.
+    for (got, want) in ttl.into_iter().zip([100_001, 200_001, 200_001, 500_001]) {
+        assert!((want - 1_000..=want).contains(&got), "{got} ms, not {want}");
+    }
 }
 
 #[tokio::test]
@@ -462,4 +617,125 @@ async fn sliding_logs_check_settle_and_stand_as_in_memory_step_by_step() {
         }
     }
     assert_eq!(walks, 48);
+}
+
+/// The token pools the walks below run: burst ratios, a plain bucket, a
+/// coarse clock step, capped and uncapped backlogs, and the extreme
+/// rates whose tokens pass 2^64.
+fn pools() -> Vec<TokenPool> {
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
+    let ratio = |r: f64, k: f64| RateSpec::new(r).unwrap().with_burst_ratio(k).unwrap();
+    vec![
+        TokenPool::new(spec("5,2")),
+        TokenPool::new(spec("1000,1.5")),
+        TokenPool::new(ratio(1e7, 1.1)),
+        TokenPool::new(spec("5")).with_burst(4).unwrap(),
+        TokenPool::new(spec("1000,1")).with_clock_step(Duration::from_millis(4)),
+        TokenPool::new(spec("123456.789,3")).with_backlog_cap(Duration::from_millis(10)),
+        TokenPool::new(spec("0.25,2")).with_backlog_cap(Duration::ZERO),
+        TokenPool::new(ratio(1e12, 1000.0)),
+        TokenPool::new(ratio(0.001, 7.5)),
+    ]
+}
+
+#[tokio::test]
+async fn token_pools_check_settle_and_stand_as_in_memory_step_by_step() {
+    let server = RedisServer::start();
+    let clock = tollgate::ManualClock::new();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let mut rng = 0xA076_1D64_78BD_642Fu64;
+    let mut walks = 0;
+    // Verdicts seen: admitted, rejected for a while, rejected for good.
+    let mut seen = [0u32; 3];
+    for (pi, policy) in pools().into_iter().enumerate() {
+        let quota = policy.quota();
+        for origin in [0, today, u64::MAX - (1 << 62)] {
+            let memory: KeyedLimiter<TokenPool> = KeyedLimiter::new(policy.clone(), 16);
+            let shared = Limit::TokenPool(policy.clone());
+            let key = format!("pool-{pi}-{origin}");
+            let mut now = origin;
+            for n in 0..120 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly short gaps, sometimes none, a step back, or a
+                // gap of up to 2^62 ns (tokens far above 2^64).
+                now = match rng % 32 {
+                    0 => now.saturating_add(rng >> 2),
+                    1 | 2 => now.saturating_add((rng >> 20) % (10 * S)),
+                    3 | 4 => now.saturating_sub((rng >> 20) % (5 * MS)),
+                    5..=12 => now,
+                    _ => now.saturating_add((rng >> 20) % (3 * MS)),
+                };
+                // Mostly within the pool, sometimes above A + B, rarely
+                // beyond any pool.
+                let cost = match (rng >> 4) % 16 {
+                    0 => u64::MAX >> ((rng >> 10) % 30),
+                    1 => quota + 1,
+                    _ => 1 + (rng >> 12) % (quota + quota / 4 + 1),
+                };
+                let step = match (rng >> 8) % 9 {
+                    0 => Step::Settle(now, ((rng >> 24) % (2 * quota + 3)) as i64),
+                    1 => Step::Settle(now, -(((rng >> 24) % (2 * quota + 3)) as i64)),
+                    2 | 3 => Step::Stand(now, cost),
+                    4 => Step::Three(now, cost),
+                    _ => Step::Check(now, cost),
+                };
+                let at = format!("{key} ({policy:?}), step {n}: {step:?}");
+                match step {
+                    Step::Check(t, c) => {
+                        let v = memory.check("k", t, c);
+                        assert_eq!(
+                            store.check_at(&shared, &key, t, c).await.unwrap(),
+                            v,
+                            "{at}"
+                        );
+                        seen[match v {
+                            Verdict::Reject {
+                                retry_after_ns: u64::MAX,
+                            } => 2,
+                            Verdict::Reject { .. } => 1,
+                            _ => 0,
+                        }] += 1;
+                    }
+                    Step::Stand(t, c) => {
+                        clock.set_ns(t);
+                        let (at_ns, got) = store.check_each(&[(&shared, &key, c)]).await.unwrap();
+                        assert_eq!(at_ns, t);
+                        let want = memory.update("k", t, |p, s| {
+                            let v = p.check(s, t, c);
+                            (v, p.standing(s, t))
+                        });
+                        assert_eq!(got, [want], "{at}");
+                    }
+                    Step::Three(t, c) => {
+                        clock.set_ns(t);
+                        let checks = [(&shared, key.as_str(), c); 3];
+                        let (_, got) = store.check_each(&checks).await.unwrap();
+                        let want: Vec<_> = (0..3)
+                            .map(|_| {
+                                memory.update("k", t, |p, s| (p.check(s, t, c), p.standing(s, t)))
+                            })
+                            .collect();
+                        let last = want[2].1;
+                        let want: Vec<_> = want.into_iter().map(|(v, _)| (v, last)).collect();
+                        assert_eq!(got, want, "{at}");
+                    }
+                    Step::Settle(t, d) => {
+                        store.settle_at(&shared, &key, t, d).await.unwrap();
+                        memory.settle("k", t, d);
+                    }
+                }
+            }
+            walks += 1;
+        }
+    }
+    assert_eq!(walks, 27);
+    assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
 }

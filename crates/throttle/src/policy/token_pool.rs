@@ -182,6 +182,13 @@ impl TokenPool {
         }
     }
 
+    /// What the Redis store's script decides with: the meter (its rate in
+    /// nano-ops per second), the pool's sizes and the backlog cap in
+    /// tokens.
+    pub(crate) fn script_parts(&self) -> (u128, Sizing, u128) {
+        (self.nano_ops_per_sec, self.sizing, self.backlog_cap)
+    }
+
     /// Caps the backlog (the schedule time a key may catch up on at the
     /// burst rate) at `cap`; zero means no catching up.
     pub fn with_backlog_cap(mut self, cap: Duration) -> TokenPool {

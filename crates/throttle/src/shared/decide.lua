@@ -14,7 +14,7 @@
 -- "batch" (several checks in one call, see the end of the script).
 -- ARGV[2]: the time in nanoseconds, or "" for Redis' TIME.
 -- ARGV[3]: the number of items; then 9 arguments per item:
---   kind ("fw", "swc", "gcra", "sl"; "KIND!NS" under a rule that bans
+--   kind ("fw", "swc", "gcra", "sl", "tp"; "KIND!NS" under a rule that bans
 --   for NS nanoseconds), role ("H" enforced hard limit, "S" shadow
 --   hard limit, "s" the soft limit of the item before it), cost (check) or
 --   signed delta (settle), and five parameters:
@@ -22,22 +22,24 @@
 --   sl: limit, window_ns, log_rejected ("1" or "0"), -, -
 --   gcra: burst, queue, whole, fraction, den (the exact meter: tokens per
 --   nanosecond is whole + fraction / den)
+--   tp: A, B, cap (in tokens), num, den (tokens per nanosecond: num / den)
 --   and the slice: in a check, the most an admitted enforced fw or swc
 --   item takes (its cost and up to that much more that fits, "T" below;
 --   "0" none); in a give, the window index the tokens were taken in
 --   (returned only while that window is the key's latest).
 -- Returns {now, then per item: code, value, remaining, reset (0 and 0
--- unless asked), then, when a check's first item is rejected for a cost
--- it could ever pay, "S" and that key's stored fields (three, "0" after
--- the last)}; a batch returns {now, then each request's answers as
--- above}; code "A"
--- admit (value: remaining), "T" followed by the tokens taken (an admitted
--- slice; value: remaining), "D" delay (value: ns), "R" reject (value:
--- retry ns), "B" rejected as banned (value: ns to the ban's end), "X"
--- rejected, starting a ban (value: ns to its end), "-" not decided. A check writes nothing when an enforced hard
--- limit rejects; otherwise it writes every admitted item's state, each
--- with a TTL of the time until it decides like a fresh key; a sliding
--- log that logs rejections also writes the ones it rejected.
+-- unless asked), then, when a check's first item (not a token pool) is
+-- rejected for a cost it could ever pay, "S" and that key's stored fields
+-- (three, "0" after the last)}; a batch returns {now, then each
+-- request's answers as above}; code "A" admit (value: remaining), "T"
+-- followed by the tokens taken (an admitted slice; value: remaining), "D"
+-- delay (value: ns), "R" reject (value: retry ns), "B" rejected as banned
+-- (value: ns to the ban's end), "X" rejected, starting a ban (value: ns to
+-- its end), "-" not decided. A check charges nothing when an enforced
+-- hard limit rejects; otherwise it writes every admitted item's state,
+-- each with a TTL of the time until it decides like a fresh key. Either
+-- way it writes a ban a rejection starts, the rejections a sliding log
+-- that logs them logged, and each token pool's refill (not its charge).
 
 -- The common call, a check of one fixed window or sliding window counter
 -- on small numbers, runs on doubles alone, before the general path defines
@@ -514,8 +516,9 @@ end
 function gcra.fresh_in(P, s) return satsub(ceil_ns(P, s.t), now()) end
 
 --@sliding_log
+--@token_pool
 
-local policies = { fw = fw, swc = swc, gcra = gcra, sl = sl }
+local policies = { fw = fw, swc = swc, gcra = gcra, sl = sl, tp = tp }
 
 -- The items of one request: `n`, their arguments after ARGV[a0], their
 -- keys after KEYS[k0].
@@ -533,6 +536,9 @@ local function items_of(n, a0, k0)
       P.burst, P.queue = parse(ARGV[a + 4]), parse(ARGV[a + 5])
       P.whole, P.fraction, P.den = parse(ARGV[a + 6]), parse(ARGV[a + 7]), parse(ARGV[a + 8])
       P.num = add(mul(P.whole, P.den), P.fraction)
+    elseif kind == "tp" then
+      P.A, P.B, P.cap = parse(ARGV[a + 4]), parse(ARGV[a + 5]), parse(ARGV[a + 6])
+      P.num, P.den = parse(ARGV[a + 7]), parse(ARGV[a + 8])
     else
       P.limit, P.w = parse(ARGV[a + 4]), parse(ARGV[a + 5])
       P.log = ARGV[a + 6] == "1"
@@ -610,6 +616,9 @@ local function decide(op, items)
   -- States this request would write, kept apart until it is admitted.
   local mine = {}
   local results, charged, logged, bans = {}, {}, {}, {}
+  -- Token pools by key: the item and its state refilled to now, before
+  -- any charge (see below).
+  local refilled = {}
   local rejected, hard_admitted = false, false
   for i, item in ipairs(items) do
     if rejected or (item.role == "s" and not hard_admitted) then
@@ -626,7 +635,14 @@ local function decide(op, items)
       if u then
         code, value = "B", sub(u, now())
       else
+        if item.policy.advance then
+          item.policy.advance(item.P, trial)
+          if not refilled[item.key] then
+            refilled[item.key] = { item = item, s = copy(trial) }
+          end
+        end
         code, value = item.policy.check(item.P, trial, item.amount)
+        if code == "R" and item.policy.advance then mine[item.key] = trial end
         if code == "R" and item.P.log and cmp(value, U64MAX) ~= 0 then
           -- A sliding log that logs rejections keeps them, whatever the
           -- request's fate.
@@ -666,6 +682,18 @@ local function decide(op, items)
     end
     save(logged)
   end
+  -- A token pool's check refills it whatever its verdict and the
+  -- request's fate, as in memory (where a refund undoes the charge, not
+  -- the refill, and a refill split in two moves the burst differently
+  -- than one): each is written, and a rejected request leaves it refilled.
+  local written = {}
+  if not rejected then
+    for _, item in ipairs(charged) do written[item.key] = true end
+  end
+  for key, r in pairs(refilled) do
+    if rejected then states[key] = r.s end
+    if not written[key] then save({ r.item }) end
+  end
 
   for i, item in ipairs(items) do
     local r = results[i]
@@ -689,7 +717,7 @@ local function decide(op, items)
   -- The first item rejected for a cost it could ever pay: its stored
   -- state, from which the caller may answer that key alone for a while.
   if results[1][1] == "R" and cmp(results[1][2], U64MAX) ~= 0
-      and not items[1].policy.read then
+      and not items[1].policy.read and not items[1].policy.advance then
     local item = items[1]
     local v = redis.call("HMGET", item.key, unpack(item.policy.fields()))
     if v[1] then push("S", v[1], v[2] or "0", v[3] or "0") end

@@ -4,17 +4,20 @@
 //! # Implementation notes
 //!
 //! Each policy's step (the fixed window, the sliding window counter, the
-//! sliding log and GCRA; not the token pool, see
-//! [`RedisStore::supports`]) is Lua (`decide.lua`) with the Rust policy's
-//! exact integer arithmetic (Redis' Lua has only doubles): on doubles
-//! while numbers stay below 2^48, with the time as seconds and
-//! nanoseconds, and on multi-limb integers above (a GCRA's tokens). A
+//! sliding log, GCRA and the token pool) is Lua (`decide.lua`, with the
+//! sliding log's and the token pool's steps in files of their own) with
+//! the Rust policy's exact integer arithmetic (Redis' Lua has only
+//! doubles): on doubles while numbers stay below 2^48, with the time as
+//! seconds and nanoseconds, and on multi-limb integers above (a GCRA's
+//! and a token pool's tokens). A
 //! check of one fixed window or sliding window counter on small numbers
 //! runs on doubles alone, before the script defines anything else. The script is loaded once and called by its SHA-1 (`EVALSHA`,
 //! loaded again on `NOSCRIPT`). One call decides every limit a request
-//! meets, in rule order, and writes nothing when an enforced limit
+//! meets, in rule order, and charges nothing when an enforced limit
 //! rejects, so a rejected request costs nothing without a refund (on a
-//! Cluster, one call per slot, see [`RedisStore::check_items`]). The
+//! Cluster, one call per slot, see [`RedisStore::check_items`]); it
+//! writes then only what the rejection leaves in memory too: a ban, a
+//! sliding log's logged rejections, a token pool's refill. The
 //! clock is Redis' `TIME`, so replicas with skewed clocks agree; a store
 //! built with [`RedisStoreBuilder::clock`] passes that clock's time
 //! instead (tests).
@@ -80,9 +83,10 @@ pub use tollgate_service::redis_link::{OnError, StoreError};
 ///
 /// Keeps [`FixedWindow`](crate::FixedWindow),
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
-/// [`SlidingLog`](crate::SlidingLog) and [`Gcra`](crate::Gcra) limits
-/// with the same integer arithmetic, and so the same decisions, as the
-/// in-memory [`KeyedLimiter`](crate::KeyedLimiter).
+/// [`SlidingLog`](crate::SlidingLog), [`Gcra`](crate::Gcra) and
+/// [`TokenPool`](crate::TokenPool) limits with the same integer
+/// arithmetic, and so the same decisions, as the in-memory
+/// [`KeyedLimiter`](crate::KeyedLimiter).
 /// Cloning is cheap and shares the connections.
 ///
 /// # Examples
@@ -163,19 +167,22 @@ impl RedisStore {
         self.inner.deadline
     }
 
-    /// Whether `limit` can be kept in Redis.
+    /// Whether `limit` can be kept in Redis: every limit can.
     ///
     /// Redis keeps [`FixedWindow`](crate::FixedWindow),
     /// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
     /// [`SlidingLog`](crate::SlidingLog) (with or without
-    /// [`log_rejected`](crate::SlidingLog::log_rejected)) and
-    /// [`Gcra`](crate::Gcra), each deciding exactly as in memory. It
-    /// refuses a [`TokenPool`](crate::TokenPool): a key's state there is
-    /// the limiter core's pool (an active level, a capped backlog and the
-    /// meter's carry), refilled through the core's `Pool::fill`, whose
-    /// burst recovery normalised for jitter has no exact script; a
-    /// [`Gcra`](crate::Gcra) of the same rate and burst keeps a bucket in
-    /// Redis instead.
+    /// [`log_rejected`](crate::SlidingLog::log_rejected)),
+    /// [`Gcra`](crate::Gcra) and [`TokenPool`](crate::TokenPool) (with a
+    /// burst ratio or [`with_burst`](crate::TokenPool::with_burst), its
+    /// backlog cap and [`with_clock_step`](crate::TokenPool::with_clock_step)
+    /// sizes as given), each deciding exactly as in memory. A token pool's
+    /// key holds the limiter core's pool (the active level, the capped
+    /// backlog, the meter's carry, the last fill's time and the debt),
+    /// refilled with the core's `Pool::fill` arithmetic on the script's
+    /// multi-limb integers. As the in-memory store drops an idle key, the
+    /// key expires once a refill would make it a fresh one, and with it
+    /// the fraction of a token the meter carried.
     ///
     /// # Examples
     ///
@@ -185,14 +192,17 @@ impl RedisStore {
     ///
     /// let log = SlidingLog::new(20, Duration::from_secs(10))?.log_rejected(true);
     /// assert!(RedisStore::supports(&Limit::SlidingLog(log)).is_ok());
-    /// let pool = Limit::TokenPool(TokenPool::new("5".parse()?));
-    /// assert!(RedisStore::supports(&pool).unwrap_err().is_config());
+    /// let pool = Limit::TokenPool(TokenPool::new("5,2".parse()?));
+    /// assert!(RedisStore::supports(&pool).is_ok());
+    /// let bucket = Limit::TokenPool(TokenPool::new("5".parse()?).with_burst(10)?);
+    /// assert!(RedisStore::supports(&bucket).is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// A token pool: one line saying which limits are.
+    /// None today: the `Result` is for a limit the store could not keep,
+    /// as one line saying which limits it can.
     pub fn supports(limit: &Limit) -> Result<(), StoreError> {
         Params::of(limit).map(|_| ())
     }
@@ -206,9 +216,9 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// A rule with a token pool, or a [`slice`](Rule::slice) on a GCRA
-    /// or a sliding log, beside a ban or a soft limit or on a shadow rule:
-    /// one line naming the rule.
+    /// A [`slice`](Rule::slice) on a GCRA, a token pool or a sliding
+    /// log, beside a ban or a soft limit or on a shadow rule: one line
+    /// naming the rule.
     pub fn supports_rule(rule: &Rule) -> Result<(), StoreError> {
         let named = |e: StoreError| match e {
             StoreError::Config(m) => StoreError::Config(format!("rule \"{}\": {m}", rule.name())),
@@ -226,6 +236,14 @@ impl RedisStore {
                 return Err(named(StoreError::Unsupported(
                     ("a gcra takes no slices (tokens spent after they were taken would let \
                      the bucket refill under them): use fixed_window or \
+                     sliding_window_counter, or drop the slice")
+                        .into(),
+                )));
+            }
+            if matches!(rule.hard, Limit::TokenPool(_)) {
+                return Err(named(StoreError::Unsupported(
+                    ("a token pool takes no slices (tokens spent after they were taken \
+                     would let the pool refill under them): use fixed_window or \
                      sliding_window_counter, or drop the slice")
                         .into(),
                 )));

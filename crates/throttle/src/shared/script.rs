@@ -7,7 +7,9 @@
 //! below 2^48 and on 24-bit limbs above (Redis' Lua numbers are doubles),
 //! so it takes and gives back exact integers of any size. A GCRA's meter crosses as the reduced
 //! fraction the core's `Meter` holds (`whole + fraction / den` tokens per
-//! nanosecond), computed here the same way.
+//! nanosecond), computed here the same way; a token pool's as one
+//! fraction, `(whole * den + fraction) / den`, which meters the same
+//! tokens and carries the same remainder.
 
 use crate::policy::{Standing, Verdict};
 use crate::rules::Limit;
@@ -21,10 +23,17 @@ pub(crate) const SOURCE: &str = include_str!("decide.lua");
 /// `--@sliding_log` line (kept apart to keep each file short).
 const SLIDING_LOG: &str = include_str!("sliding_log.lua");
 
-/// The whole script: [`SOURCE`] with the sliding log's steps and the
-/// service kit's limb library spliced in.
+/// The token pool's steps, spliced into [`SOURCE`] at its `--@token_pool`
+/// line.
+const TOKEN_POOL: &str = include_str!("token_pool.lua");
+
+/// The whole script: [`SOURCE`] with the sliding log's and the token
+/// pool's steps and the service kit's limb library spliced in.
 pub(crate) fn source() -> String {
-    tollgate_service::redis_link::with_limbs(&SOURCE.replacen("--@sliding_log\n", SLIDING_LOG, 1))
+    let policies = SOURCE
+        .replacen("--@sliding_log\n", SLIDING_LOG, 1)
+        .replacen("--@token_pool\n", TOKEN_POOL, 1);
+    tollgate_service::redis_link::with_limbs(&policies)
 }
 
 /// A limit as the script's kind, its five parameters and the text that
@@ -47,7 +56,8 @@ impl Params {
     ///
     /// # Errors
     ///
-    /// A token pool, which the Redis store does not keep.
+    /// None today: every limit has its parameters (the `Result` is for a
+    /// limit the store could not keep).
     pub(crate) fn of(limit: &Limit) -> Result<Params, StoreError> {
         let dash = || String::from("-");
         match limit {
@@ -93,11 +103,26 @@ impl Params {
                     ban_ns: None,
                 })
             }
-            Limit::TokenPool(_) => Err(StoreError::Unsupported(
-                ("a token pool is not kept in Redis (its burst normalisation has no exact \
-                 script yet): use gcra, fixed_window, sliding_window_counter or sliding_log")
-                    .into(),
-            )),
+            Limit::TokenPool(p) => {
+                let (nano_ops_per_sec, sizing, backlog_cap) = p.script_parts();
+                let (whole, fraction, den) = meter(nano_ops_per_sec);
+                Ok(Params {
+                    kind: "tp",
+                    args: [
+                        sizing.active.to_string(),
+                        sizing.burst.to_string(),
+                        backlog_cap.to_string(),
+                        (whole * den + fraction).to_string(),
+                        den.to_string(),
+                    ],
+                    id: format!(
+                        "tp:{nano_ops_per_sec}:{}:{}:{backlog_cap}",
+                        sizing.active, sizing.burst
+                    ),
+                    limit: limit.clone(),
+                    ban_ns: None,
+                })
+            }
             Limit::SlidingLog(p) => Ok(Params {
                 kind: "sl",
                 args: [
@@ -365,6 +390,45 @@ mod tests {
             .expect("the fast path's single check");
         let library = source.find("local function limbs(").expect("the library");
         assert!(fast_path_end < library);
+    }
+
+    #[test]
+    fn the_policies_steps_are_spliced_in_once() {
+        let source = source();
+        assert_eq!(source.matches("function sl.check(").count(), 1);
+        assert_eq!(source.matches("function tp.check(").count(), 1);
+        assert!(!source.lines().any(|l| l.starts_with("--@")));
+        // Defined before the table of policies that names them.
+        let table = source.find("local policies = {").expect("the table");
+        assert!(source.find("local tp = {}").expect("the token pool") < table);
+    }
+
+    #[test]
+    fn a_token_pools_meter_as_one_fraction_carries_as_the_core_does() {
+        for nano in [
+            1_000_000u128,
+            5_000_000_000,
+            123_456_789_000,
+            10_000_000 * 1_000_000_000,
+            1_000_000_000_000 * 1_000_000_000,
+        ] {
+            let (whole, fraction, den) = meter(nano);
+            let num = whole * den + fraction;
+            let core = Meter::new(nano);
+            // The script's step: floor((ns num + carry) / den), the
+            // remainder carried.
+            let (mut carry, mut core_carry) = (0u128, 0u128);
+            for ns in [1u64, 999, 7, 1_000_000_007, u64::MAX / 3, 0, 12_345] {
+                let scaled = u128::from(ns) * num + carry;
+                carry = scaled % den;
+                assert_eq!(
+                    scaled / den,
+                    core.tokens_for(ns, &mut core_carry),
+                    "{nano} at {ns}"
+                );
+                assert_eq!(carry, core_carry, "{nano} at {ns}");
+            }
+        }
     }
 
     #[test]
