@@ -9,11 +9,17 @@
 # limitador always waits: past `--store-deadline` (10 ms by default) a call
 # is answered by `--on-error`, and `local` admits on each replica's own
 # counters, which a Redis slower than the deadline turns into more than the
-# limit. Run from the repository root.
+# limit. Two tollgate servers answer: one with the runtime's default
+# workers (one per core), one with `--threads 1`, which does better where
+# Redis and the load share the cores with it; with BASE set (a baseline
+# build's tollgate), a third, the baseline with its default workers. Run
+# from the repository root.
 #
-#   LIMITADOR=../limitador/target/release/limitador-server bash crates/cli/benches/rls_redis.sh
+#   LIMITADOR=../limitador/target/release/limitador-server [BASE=../old/tollgate] \
+#   bash crates/cli/benches/rls_redis.sh
 set -u
 T=${T:-target/release/tollgate}
+BASE=${BASE:-}
 : "${LIMITADOR:?set LIMITADOR to limitador-server}"
 D=$(mktemp -d)
 cat > $D/load.yaml <<'YAML'
@@ -46,12 +52,24 @@ rcpu() { redis-cli -p 16399 info cpu | awk -F: '/used_cpu_(sys|user):/ {s+=$2} E
 # and their time inside Redis, since the last reset.
 rscripts() { redis-cli -p 16399 info commandstats | awk -F'[:=,]' '/^cmdstat_evalsha:/ {printf "evalsha_calls=%s evalsha_usec=%s", $3, $5}'; }
 $T rls --config crates/rls/examples/rls-load.yaml --host 127.0.0.1 --port 15951 --debug-port 0 --store $U >/dev/null 2>&1 & TP=$!
+$T rls --config crates/rls/examples/rls-load.yaml --host 127.0.0.1 --port 15952 --debug-port 0 --store $U --threads 1 >/dev/null 2>&1 & T1P=$!
+WHO="tollgate tollgate-threads-1 limitador"
+BP=
+if [ -n "$BASE" ]; then
+  $BASE rls --config crates/rls/examples/rls-load.yaml --host 127.0.0.1 --port 15953 --debug-port 0 --store $U >/dev/null 2>&1 & BP=$!
+  WHO="baseline $WHO"
+fi
 $LIMITADOR --rls-ip 127.0.0.1 --rls-port 15961 --http-ip 127.0.0.1 --http-port 15962 $D/load.yaml redis $U >/dev/null 2>&1 & LP=$!
 sleep 2
 for r in 1 2; do
   for v in 1 1000000; do
-    for who in tollgate limitador; do
-      if [ $who = tollgate ]; then P=15951; PID=$TP; else P=15961; PID=$LP; fi
+    for who in $WHO; do
+      case $who in
+        tollgate) P=15951; PID=$TP ;;
+        tollgate-threads-1) P=15952; PID=$T1P ;;
+        baseline) P=15953; PID=$BP ;;
+        *) P=15961; PID=$LP ;;
+      esac
       redis-cli -p 16399 config resetstat >/dev/null
       c0=$(rcpu)
       out=$($T load --mode rls --server 127.0.0.1:$P --domain load --descriptors 1 --values $v --duration 5s --server-pid $PID 2>&1 | tail -1)
@@ -60,7 +78,7 @@ for r in 1 2; do
     done
   done
 done
-kill -INT $TP; kill $LP; wait $TP $LP 2>/dev/null
+kill -INT $TP $T1P $BP; kill $LP; wait $TP $T1P $BP $LP 2>/dev/null
 echo "=== exactness: two replicas each, 1000 per hour on one key"
 $T rls --config $D/exact-tollgate.yaml --host 127.0.0.1 --port 15971 --debug-port 0 --store $U --store-deadline 1s >/dev/null 2>&1 & T1=$!
 $T rls --config $D/exact-tollgate.yaml --host 127.0.0.1 --port 15972 --debug-port 0 --store $U --store-deadline 1s >/dev/null 2>&1 & T2=$!

@@ -26,12 +26,17 @@ struct Echo;
 /// What the waiting calls wait for: one permit lets one call answer.
 static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
+/// What `/echo.Echo/Hold` waits for, and what it says once it waits.
+static HOLD: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static HELD: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
 #[derive(Debug, Clone, Copy)]
 enum Method {
     Say,
     Refuse,
     Wait,
     Never,
+    Hold,
 }
 
 impl UnaryService for Echo {
@@ -43,6 +48,7 @@ impl UnaryService for Echo {
             "/echo.Echo/Refuse" => Some(Method::Refuse),
             "/echo.Echo/Wait" => Some(Method::Wait),
             "/echo.Echo/Never" => Some(Method::Never),
+            "/echo.Echo/Hold" => Some(Method::Hold),
             _ => None,
         }
     }
@@ -59,12 +65,14 @@ impl UnaryService for Echo {
                 Ok(())
             }
             Method::Refuse => Err(tonic::Status::invalid_argument("refused: 50% off")),
-            Method::Wait | Method::Never => Err(tonic::Status::internal("answered at once")),
+            Method::Wait | Method::Never | Method::Hold => {
+                Err(tonic::Status::internal("answered at once"))
+            }
         }
     }
 
     fn waits(&self, method: Method) -> bool {
-        matches!(method, Method::Wait | Method::Never)
+        matches!(method, Method::Wait | Method::Never | Method::Hold)
     }
 
     fn call_later(
@@ -76,10 +84,14 @@ impl UnaryService for Echo {
         Box<dyn std::future::Future<Output = Result<bytes::BytesMut, tonic::Status>> + Send>,
     > {
         Box::pin(async move {
-            if let Method::Never = method {
-                std::future::pending::<()>().await;
+            match method {
+                Method::Never => std::future::pending::<()>().await,
+                Method::Hold => {
+                    HELD.add_permits(1);
+                    HOLD.acquire().await.unwrap().forget();
+                }
+                _ => GATE.acquire().await.unwrap().forget(),
             }
-            GATE.acquire().await.unwrap().forget();
             if &request[..] == b"no" {
                 return Err(tonic::Status::invalid_argument("no, later"));
             }
@@ -332,4 +344,39 @@ async fn a_call_that_waits_past_the_request_timeout_is_deadline_exceeded() {
     // The connection still answers.
     let said = call(&mut send, "/echo.Echo/Say", &frame(2, b"ok"), true).await;
     assert_eq!(said.body, frame(2, b"ok"));
+}
+
+#[tokio::test]
+async fn a_draining_server_answers_the_calls_that_wait_before_it_closes() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(GrpcServer::new(Arc::new(Echo)).serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let mut send = client(&addr).await;
+    let held =
+        tokio::spawn(
+            async move { call(&mut send, "/echo.Echo/Hold", &frame(4, b"kept"), true).await },
+        );
+    tokio::time::timeout(HANG, HELD.acquire())
+        .await
+        .unwrap()
+        .unwrap()
+        .forget();
+    stop.send(()).unwrap();
+    // Draining, it waits for the held call (the drain's timeout is 5 s).
+    tokio::task::yield_now().await;
+    assert!(!server.is_finished());
+    HOLD.add_permits(1);
+    let answer = held.await.unwrap();
+    assert_eq!(
+        (answer.status.as_str(), answer.body),
+        ("0", frame(4, b"kept"))
+    );
+    tokio::time::timeout(HANG, server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
