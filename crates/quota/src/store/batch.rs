@@ -304,3 +304,24 @@ fn drive(shared: Arc<Shared>, batch: Vec<Waiter>) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(key: &str) -> Call {
+        Call {
+            keys: vec![key.to_owned()],
+            args: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_calls_tag_follows_redis_clusters_rule() {
+        assert_eq!(call("tollgate:quota:2{ns}:b").tag(), "ns");
+        // The first `}` after the first `{` closes it, whatever the name.
+        assert_eq!(call("p:3{a}b}:x").tag(), "a");
+        assert_eq!(call("p:2{}:x{y}").tag(), "p:2{}:x{y}");
+        assert_eq!(call("p:open{ns").tag(), "p:open{ns");
+    }
+}
