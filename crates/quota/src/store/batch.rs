@@ -30,7 +30,8 @@
 //! clock reads its time when an Allow arrives; Redis' `TIME` is the same
 //! empty argument for all) and, on a Cluster, of one hash tag, as a
 //! script's keys must share a slot there; the others stay queued, in
-//! their order, for the next call. A call holds at most [`MOST`].
+//! their order, for the next call. A call holds at most [`MOST`]
+//! reservations.
 
 use std::collections::VecDeque;
 use std::fmt;

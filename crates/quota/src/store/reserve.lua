@@ -30,9 +30,10 @@
 --
 -- Op "batch" decides several reservations in one call (see
 -- `crates/quota/src/store/batch.rs`): ARGV is "batch", the time (as
--- above, shared), the count n, then each reservation's other 11
--- arguments in turn (op, ops, size, ..., max_idle); KEYS is each one's
--- key, followed by its namespace's set when it has a cap. Each is decided
+-- above, for all: "" has each read TIME), the count n, then each
+-- reservation's 11 other arguments in turn (op, ops, size, ...,
+-- max_idle); KEYS is each one's key, followed by its namespace's set
+-- when it has a cap. Each is decided
 -- in turn, on the state the ones before it left, by the same steps as
 -- alone (fast path first), exactly as if sent one by one in that order.
 -- Returns the n answers, {code, value, now} each, one after another.
