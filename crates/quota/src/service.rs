@@ -188,8 +188,10 @@ impl Quota {
     }
 
     /// Answers one Allow request as [`allow`](Quota::allow) does, from the
-    /// buckets in Redis when the service has a store: one script call, at
-    /// most the store's deadline. When Redis fails, the store's
+    /// buckets in Redis when the service has a store: one script call, or
+    /// a place in one shared with the Allows that arrive while the store's
+    /// calls are in flight (the same answer), at most the store's
+    /// deadline. When Redis fails, the store's
     /// [`OnError`] answers, and `tollgate_quota_store_errors_total` counts
     /// it. Without a store, the same as [`allow`](Quota::allow).
     ///

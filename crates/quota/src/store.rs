@@ -3,16 +3,19 @@
 //!
 //! # Implementation notes
 //!
-//! One Allow is one call of one Lua script (`store/reserve.lua`, loaded
-//! once and called by its SHA-1, loaded again on `NOSCRIPT`) with the
-//! in-memory [`TokenBucket`](tollgate::TokenBucket)'s exact integer
-//! arithmetic: the level in the core's fixed-point tokens (2^20 per op),
-//! signed for debt, the meter's carry below one token, and the time the
-//! level is up to date with. Redis' Lua has only doubles, so the script
-//! computes on 24-bit limbs above 2^48; a bucket whose numbers stay small
-//! (most) is decided first on a fast path of doubles alone, each product
-//! checked below 2^53, before the script defines its limb arithmetic
-//! (Redis runs the whole script on every call). The clock is Redis' `TIME`, so
+//! One Allow is one reservation of one Lua script (`store/reserve.lua`,
+//! loaded once and called by its SHA-1, loaded again on `NOSCRIPT`); the
+//! Allows that arrive while every connection has a call in flight go
+//! together as one call, deciding each in turn exactly as alone
+//! (`store/batch.rs`). The script has the in-memory
+//! [`TokenBucket`](tollgate::TokenBucket)'s exact integer arithmetic: the
+//! level in the core's fixed-point tokens (2^20 per op), signed for debt,
+//! the meter's carry below one token, and the time the level is up to
+//! date with. Redis' Lua has only doubles, so the script computes on
+//! 24-bit limbs above 2^48; a reservation whose numbers stay small (most)
+//! is decided first on a fast path of doubles alone, each product checked
+//! below 2^53, before the script defines its limb arithmetic (Redis runs
+//! the whole script on every call). The clock is Redis' `TIME`, so
 //! servers with skewed clocks agree; a store built with
 //! [`QuotaStore::clock`] passes that clock's time instead (tests).
 //!
@@ -43,7 +46,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{BucketSettings, Clock};
-use tollgate_service::redis_link::{Link, LinkSettings, StoreError};
+use tollgate_service::redis_link::{LinkSettings, StoreError};
+
+mod batch;
 
 /// The script every Allow runs.
 const SOURCE: &str = include_str!("store/reserve.lua");
@@ -178,9 +183,9 @@ impl QuotaStore {
     /// Connects, within the connect timeout.
     pub(crate) async fn connect(self) -> Result<Connected, StoreError> {
         let link = self.link.connect("quota store").await?;
+        let script = redis::Script::new(&tollgate_service::redis_link::with_limbs(SOURCE));
         Ok(Connected {
-            link,
-            script: redis::Script::new(&tollgate_service::redis_link::with_limbs(SOURCE)),
+            calls: batch::Batcher::new(link, script, self.link.deadline, self.link.pool_size),
             store: self,
         })
     }
@@ -234,8 +239,7 @@ pub(crate) enum Reserved {
 
 /// A connected store.
 pub(crate) struct Connected {
-    link: Link,
-    script: redis::Script,
+    calls: batch::Batcher,
     store: QuotaStore,
 }
 
@@ -273,28 +277,25 @@ impl Connected {
         )
     }
 
-    /// Decides `r` in Redis, within the deadline.
+    /// Decides `r` in Redis, alone or in a batch, within the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the tokens reserved in Redis.
     pub(crate) async fn reserve(&self, r: &Reservation<'_>) -> Result<Reserved, StoreError> {
-        let mut invocation = self.script.prepare_invoke();
-        invocation.key(self.key(r.namespace, r.name));
+        let mut keys = vec![self.key(r.namespace, r.name)];
         if r.dynamic_cap.is_some() {
-            invocation.key(self.dynamic_key(r.namespace));
+            keys.push(self.dynamic_key(r.namespace));
         }
-        for arg in args(r, self.store.clock.as_ref().map(|c| c.now_ns())) {
-            invocation.arg(arg);
-        }
-        let reply: Vec<String> = self
-            .link
-            .invoke(&invocation, self.store.link.deadline)
-            .await?;
-        answer(&reply)
+        let args = args(r, self.store.clock.as_ref().map(|c| c.now_ns()));
+        self.calls.reserve(batch::Call { keys, args }).await
     }
 }
 
 impl fmt::Debug for Connected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connected")
-            .field("link", &self.link)
+            .field("calls", &self.calls)
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
