@@ -131,6 +131,55 @@ pub trait UnaryService: Send + Sync + 'static {
     /// call's arrival, while the connection's other calls go on.
     ///
     /// The default answers at once through [`call`](Self::call).
+    ///
+    /// # Examples
+    ///
+    /// A method answered after an await (a timer here; a store's call in
+    /// practice):
+    ///
+    /// ```
+    /// use std::{future::Future, pin::Pin, time::Duration};
+    /// use bytes::BytesMut;
+    /// use tollgate_service::UnaryService;
+    /// use tonic::codegen::Bytes;
+    ///
+    /// struct Later;
+    ///
+    /// impl UnaryService for Later {
+    ///     type Method = ();
+    ///
+    ///     fn method(&self, path: &str) -> Option<()> {
+    ///         (path == "/later.Later/Echo").then_some(())
+    ///     }
+    ///
+    ///     fn call(&self, (): (), _: Bytes, _: &mut BytesMut) -> Result<(), tonic::Status> {
+    ///         Err(tonic::Status::internal("only answered later"))
+    ///     }
+    ///
+    ///     fn waits(&self, (): ()) -> bool {
+    ///         true
+    ///     }
+    ///
+    ///     fn call_later(
+    ///         &self,
+    ///         (): (),
+    ///         request: Bytes,
+    ///         mut response: BytesMut,
+    ///     ) -> Pin<Box<dyn Future<Output = Result<BytesMut, tonic::Status>> + Send>> {
+    ///         Box::pin(async move {
+    ///             tokio::time::sleep(Duration::from_millis(1)).await;
+    ///             response.extend_from_slice(&request);
+    ///             Ok(response)
+    ///         })
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let answer = Later.call_later((), Bytes::from_static(b"hi"), BytesMut::new()).await;
+    /// assert_eq!(&answer.unwrap()[..], b"hi");
+    /// # }
+    /// ```
     fn call_later(
         &self,
         method: Self::Method,
