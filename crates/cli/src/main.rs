@@ -54,11 +54,6 @@ enum Command {
     Rls(rls::Args),
 }
 
-/// The allocator of every command: mimalloc, cheaper than glibc's for the
-/// servers' small per-call allocations.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Runs the command; an error is printed as one `error: ...` line (its
 /// causes joined by `: `), never with a backtrace, and exits with 1.
 fn main() -> ExitCode {
