@@ -739,3 +739,288 @@ async fn token_pools_check_settle_and_stand_as_in_memory_step_by_step() {
     assert_eq!(walks, 27);
     assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
 }
+
+/// Runs `steps` on one GCRA key in Redis and in memory, asserting that
+/// every answer agrees (checks, checks that say where the key stands,
+/// three checks in one call) and returning how many steps were admitted,
+/// delayed and rejected.
+async fn gcra_agrees(
+    store: &RedisStore,
+    clock: &tollgate::ManualClock,
+    policy: &Gcra,
+    key: &str,
+    steps: &[Step],
+) -> [u32; 3] {
+    let memory: KeyedLimiter<Gcra> = KeyedLimiter::new(policy.clone(), 16);
+    let shared = Limit::Gcra(policy.clone());
+    let mut seen = [0u32; 3];
+    let mut count = |v: Verdict| {
+        seen[match v {
+            Verdict::Admit { .. } => 0,
+            Verdict::Delay { .. } => 1,
+            Verdict::Reject { .. } => 2,
+        }] += 1
+    };
+    for (n, &step) in steps.iter().enumerate() {
+        let at = format!("{key} ({policy:?}), step {n}: {step:?}");
+        match step {
+            Step::Check(t, c) => {
+                let v = memory.check("k", t, c);
+                assert_eq!(store.check_at(&shared, key, t, c).await.unwrap(), v, "{at}");
+                count(v);
+            }
+            Step::Stand(t, c) => {
+                clock.set_ns(t);
+                let (at_ns, got) = store.check_each(&[(&shared, key, c)]).await.unwrap();
+                assert_eq!(at_ns, t);
+                let want = memory.update("k", t, |p, s| {
+                    let v = p.check(s, t, c);
+                    (v, p.standing(s, t))
+                });
+                assert_eq!(got, [want], "{at}");
+                count(want.0);
+            }
+            Step::Three(t, c) => {
+                clock.set_ns(t);
+                let checks = [(&shared, key, c); 3];
+                let (_, got) = store.check_each(&checks).await.unwrap();
+                let want: Vec<_> = (0..3)
+                    .map(|_| memory.update("k", t, |p, s| (p.check(s, t, c), p.standing(s, t))))
+                    .collect();
+                let last = want[2].1;
+                let want: Vec<_> = want.into_iter().map(|(v, _)| (v, last)).collect();
+                assert_eq!(got, want, "{at}");
+            }
+            Step::Settle(t, d) => {
+                store.settle_at(&shared, key, t, d).await.unwrap();
+                memory.settle("k", t, d);
+            }
+        }
+    }
+    seen
+}
+
+async fn clocked_store(server: &RedisServer) -> (RedisStore, tollgate::ManualClock) {
+    let clock = tollgate::ManualClock::new();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    (store, clock)
+}
+
+/// The script decides a common GCRA check on doubles, relative to the
+/// time's tokens, and hands a check over to its limbs where a bound
+/// could be passed: cost, burst and queue below 10^9 ops, a meter of
+/// num / den tokens a nanosecond with num below 2^23 and den below 2^22,
+/// the time's seconds times num below 2^52, a lead over the time's
+/// tokens below 4 * 10^15, every value times den below 2^52, and an
+/// expiry short of 2^64. Each limit here sits just inside or just
+/// outside one of them, and both paths answer as memory does.
+#[tokio::test]
+async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let gcra = |r: &str, b, q| Gcra::new(r.parse().unwrap(), b, q).unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let end = u64::MAX - 20 * S;
+    let check = |t, c| Step::Check(t, c);
+    let stand = |t, c| Step::Stand(t, c);
+    // A check at each origin, a queue filled and passed, a wait, where
+    // the key stands, and one beyond any burst.
+    let common = |t: u64, b: u64, q: u64| {
+        vec![
+            check(t, 1),
+            stand(t, 1),
+            check(t, b),
+            check(t, q.max(1)),
+            stand(t, b + q),
+            check(t + MS, 1),
+            Step::Three(t + 2 * MS, 1),
+            check(t + 3 * S, b),
+            check(t + 3 * S, b + q + 1),
+            stand(t + 4 * S, b + q + 1),
+        ]
+    };
+    let mut cases: Vec<(&str, Gcra, Vec<Step>)> = Vec::new();
+    for t in [0, 1, 999_999_999, S, today] {
+        // Cost, burst and queue of 9 digits, and of 10.
+        cases.push((
+            "burst 10^9 - 1",
+            gcra("1000", 999_999_999, 0),
+            common(t, 999_999_999, 0),
+        ));
+        cases.push((
+            "burst 10^9",
+            gcra("1000", 1_000_000_000, 0),
+            common(t, 1_000_000_000, 0),
+        ));
+        cases.push((
+            "queue 10^9 - 1",
+            gcra("1000", 1, 999_999_999),
+            common(t, 1, 999_999_999),
+        ));
+        cases.push((
+            "queue 10^9",
+            gcra("1000", 1, 1_000_000_000),
+            common(t, 1, 1_000_000_000),
+        ));
+        // den = 5^9 < 2^22 and 5^10 > 2^22.
+        cases.push(("den 5^9", gcra("0.001953125", 2, 3), common(t, 2, 3)));
+        cases.push(("den 5^10", gcra("0.001171875", 2, 3), common(t, 2, 3)));
+        // A value times den of 2^52: 2199.02 ops at den 5^9.
+        let steps = vec![
+            check(t, 2_199),
+            stand(t, 0),
+            check(t, 1),
+            stand(t, 0),
+            check(t + 512 * S, 1),
+            check(t + 512 * S, 2_000),
+            stand(t + 512 * S, 1),
+        ];
+        cases.push((
+            "value den near 2^52",
+            gcra("0.001953125", 2_199, 200),
+            steps,
+        ));
+    }
+    // num = 2^23 - 4 and 2^23 (whole tokens a nanosecond) at time 0;
+    // seconds times num just below and above 2^52 today.
+    for (name, r) in [
+        ("num 2^23 - 4", "7999996185.302734375"),
+        ("num 2^23", "8000000000"),
+    ] {
+        cases.push((name, gcra(r, 3, 2), common(0, 3, 2)));
+        cases.push((name, gcra(r, 3, 2), common(999_999_999, 3, 2)));
+    }
+    for (name, r) in [
+        ("S num below 2^52", "2392738342.28515625"),
+        ("S num above 2^52", "2392742156.982421875"),
+    ] {
+        cases.push((name, gcra(r, 3, 2), common(today, 3, 2)));
+    }
+    // A lead of debt just below and above 4 * 10^15 tokens, an op a
+    // nanosecond (2^20 tokens): 3,814,696 and 3,814,699 ops owed.
+    for (name, debt) in [
+        ("lead below 4e15", 3_814_696),
+        ("lead above 4e15", 3_814_699),
+    ] {
+        let steps = vec![
+            check(today, 1),
+            Step::Settle(today, debt),
+            check(today, 1),
+            stand(today + 1, 1),
+            check(today + 3_814_000, 1),
+            stand(today + 3_814_600, 1),
+            check(today + 3_814_700, 5),
+            stand(today + 3_814_800, 3),
+        ];
+        cases.push((name, gcra("1000000000", 5, 0), steps));
+    }
+    // Leads of two, one and no tokens: at 1000/s (16384 / 15625 tokens
+    // a nanosecond) an op admitted today is 2^20 tokens ahead of today's,
+    // and 999,999 ns later one token ahead.
+    let steps = vec![
+        check(today, 1),
+        stand(today + 999_998, 2),
+        stand(today + 999_999, 2),
+        check(today + 999_999, 1),
+        stand(today + 1_000_000, 2),
+        check(today + 1_000_000, 1),
+    ];
+    cases.push(("lead of one token", gcra("1000", 1, 0), steps));
+    // Near 2^64: an expiry 10 s off, then 20 s off (past 2^64), and a
+    // time 19 s on.
+    let steps = vec![
+        check(end, 10),
+        stand(end, 0),
+        check(end, 10),
+        stand(end, 1),
+        check(end + S, 15),
+        check(end + 19 * S, 10),
+        stand(end + 19 * S, 1),
+        check(u64::MAX - 1, 1),
+    ];
+    cases.push(("near 2^64", gcra("1", 30, 5), steps));
+    let mut seen = [0u32; 3];
+    for (i, (name, policy, steps)) in cases.iter().enumerate() {
+        let key = format!("gcra-bound-{i}");
+        let got = gcra_agrees(&store, &clock, policy, &key, steps).await;
+        assert!(got[0] > 0, "{name}: no step admitted: {got:?} {policy:?}");
+        for (s, g) in seen.iter_mut().zip(got) {
+            *s += g;
+        }
+    }
+    assert!(seen.iter().all(|&n| n > 20), "{seen:?}");
+}
+
+/// A fixed-seed random walk of GCRA checks, settles and standings, at
+/// times near zero, today and 2^64, on meters of whole and fractional
+/// tokens a nanosecond, agreeing with memory step by step.
+#[tokio::test]
+async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let policies = [
+        ("10", 1, 2),
+        ("3", 2, 0),
+        ("1000", 5, 10),
+        ("123456.789", 10, 3),
+        ("0.25", 2, 1),
+        ("0.001953125", 40, 40),
+        ("1000000000", 100, 1_000),
+        ("7999996185.302734375", 7, 7),
+    ];
+    let today = 1_795_000_000_123_456_789u64;
+    let mut rng = 0x94D0_49BB_1331_11EBu64;
+    let mut walks = 0;
+    let mut seen = [0u32; 3];
+    for (pi, (rate, burst, queue)) in policies.into_iter().enumerate() {
+        let rate: RateSpec = rate.parse().unwrap();
+        let policy = Gcra::new(rate, burst, queue).unwrap();
+        let most = burst + queue;
+        // An op's nanoseconds, at least one.
+        let op = (1_000_000_000_000_000_000u128 / rate.nano_ops_per_sec()).max(1) as u64;
+        for origin in [0, today, u64::MAX - (1 << 40)] {
+            let mut now = origin;
+            let mut steps = Vec::new();
+            for _ in 0..120 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly gaps of up to a few ops, sometimes none, a step
+                // back, or a long one.
+                now = match rng % 32 {
+                    0 => now.saturating_add(rng >> 4),
+                    1 | 2 => now.saturating_add((rng >> 20) % (op.saturating_mul(3 * most) + 1)),
+                    3 | 4 => now.saturating_sub((rng >> 20) % (op.saturating_mul(2) + 1)),
+                    5..=14 => now,
+                    _ => now.saturating_add((rng >> 20) % (op.saturating_mul(2) + 1)),
+                }
+                .min(u64::MAX - 1);
+                let cost = match (rng >> 4) % 16 {
+                    0 => most + 1 + (rng >> 40),
+                    1 => 0,
+                    _ => 1 + (rng >> 12) % (most / 2 + 1),
+                };
+                steps.push(match (rng >> 8) % 12 {
+                    0 => Step::Settle(now, ((rng >> 24) % (most + 3)) as i64),
+                    1 => Step::Settle(now, -(((rng >> 24) % (most + 3)) as i64)),
+                    2 | 3 => Step::Stand(now, cost),
+                    4 => Step::Three(now, cost),
+                    _ => Step::Check(now, cost),
+                });
+            }
+            let key = format!("gcra-walk-{pi}-{origin}");
+            let got = gcra_agrees(&store, &clock, &policy, &key, &steps).await;
+            for (s, g) in seen.iter_mut().zip(got) {
+                *s += g;
+            }
+            walks += 1;
+        }
+    }
+    assert_eq!(walks, 24);
+    assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+}

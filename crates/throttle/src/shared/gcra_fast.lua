@@ -48,7 +48,9 @@ local function fast_gcra(op, a0, key)
   local v = redis.call("HGET", key, "t")
   local lead = 0
   if v then
-    if #v > 24 then return nil end
+    -- t1 below 10^16 reads exactly up to 2^53 and rounded, to 2^53 or
+    -- more, above: then far above q1 < 2^52 + 2^23.
+    if #v > 25 then return nil end
     local t1 = #v > 9 and tonumber(string.sub(v, 1, -10)) or 0
     local dh = t1 - q1
     if dh > 4000000 then return nil end
