@@ -86,13 +86,17 @@ local function flush()
 end
 
 --@gcra_fast
+--@token_pool_fast
 
 -- The answer values of check `op` of one item, its arguments after
 -- ARGV[a0] and its key `key`; nil for one the general path decides.
 local function fast(op, a0, key)
   if op ~= "check" and op ~= "standing" then return nil end
   local kind = ARGV[a0 + 1]
-  if kind == "gcra" and ARGV[a0 + 2] ~= "s" then return fast_gcra(op, a0, key) end
+  if ARGV[a0 + 2] ~= "s" then
+    if kind == "gcra" then return fast_gcra(op, a0, key) end
+    if kind == "tp" then return fast_tp(op, a0, key) end
+  end
   if kind ~= "fw" and kind ~= "swc" then return nil end
   if ARGV[a0 + 2] == "s" or ARGV[a0 + 9] ~= "0" then return nil end
   local cs, ls, ws = ARGV[a0 + 3], ARGV[a0 + 4], ARGV[a0 + 5]
