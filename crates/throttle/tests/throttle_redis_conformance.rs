@@ -740,19 +740,19 @@ async fn token_pools_check_settle_and_stand_as_in_memory_step_by_step() {
     assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
 }
 
-/// Runs `steps` on one GCRA key in Redis and in memory, asserting that
-/// every answer agrees (checks, checks that say where the key stands,
-/// three checks in one call) and returning how many steps were admitted,
-/// delayed and rejected.
-async fn gcra_agrees(
+/// Runs `steps` on one key of `policy` in Redis and in memory, asserting
+/// that every answer agrees (checks, checks that say where the key
+/// stands, three checks in one call) and returning how many steps were
+/// admitted, delayed and rejected.
+async fn agrees<P: Policy + Clone + std::fmt::Debug>(
     store: &RedisStore,
     clock: &tollgate::ManualClock,
-    policy: &Gcra,
+    policy: &P,
+    shared: Limit,
     key: &str,
     steps: &[Step],
 ) -> [u32; 3] {
-    let memory: KeyedLimiter<Gcra> = KeyedLimiter::new(policy.clone(), 16);
-    let shared = Limit::Gcra(policy.clone());
+    let memory: KeyedLimiter<P> = KeyedLimiter::new(policy.clone(), 16);
     let mut seen = [0u32; 3];
     let mut count = |v: Verdict| {
         seen[match v {
@@ -947,7 +947,15 @@ async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
     let mut seen = [0u32; 3];
     for (i, (name, policy, steps)) in cases.iter().enumerate() {
         let key = format!("gcra-bound-{i}");
-        let got = gcra_agrees(&store, &clock, policy, &key, steps).await;
+        let got = agrees(
+            &store,
+            &clock,
+            policy,
+            Limit::Gcra(policy.clone()),
+            &key,
+            steps,
+        )
+        .await;
         assert!(got[0] > 0, "{name}: no step admitted: {got:?} {policy:?}");
         for (s, g) in seen.iter_mut().zip(got) {
             *s += g;
@@ -1014,7 +1022,15 @@ async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
                 });
             }
             let key = format!("gcra-walk-{pi}-{origin}");
-            let got = gcra_agrees(&store, &clock, &policy, &key, &steps).await;
+            let got = agrees(
+                &store,
+                &clock,
+                &policy,
+                Limit::Gcra(policy.clone()),
+                &key,
+                &steps,
+            )
+            .await;
             for (s, g) in seen.iter_mut().zip(got) {
                 *s += g;
             }
@@ -1023,4 +1039,143 @@ async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
     }
     assert_eq!(walks, 24);
     assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+}
+
+/// The script decides a common token pool check on doubles, relative to
+/// the key's last fill, and hands a check over to its limbs where a bound
+/// could be passed: a cost below 10^9 ops, A + B + cap below 2^51 tokens,
+/// num and den below 10^7, a time since the fill within 4 * 10^6 s whose
+/// product with num stays below 2^52, a fill below A times B below
+/// 2^52, every value times den and the headroom times A below 2^52, and
+/// an expiry short of 2^64. Each pool here sits just inside or just
+/// outside one of them, and both paths answer as memory does.
+#[tokio::test]
+async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let end = u64::MAX - 20 * S;
+    let check = |t, c| Step::Check(t, c);
+    let stand = |t, c| Step::Stand(t, c);
+    let mut cases: Vec<(&str, TokenPool, Vec<Step>)> = Vec::new();
+    for t in [0, 999_999_999, S, today] {
+        // A + B + cap of 2^51 - 2^20 and 2^51 tokens (2^31 ops), and
+        // costs of 9 and 10 digits.
+        for (name, ops) in [("A below 2^51", (1u64 << 31) - 1), ("A of 2^51", 1 << 31)] {
+            let pool = TokenPool::new(spec("1000")).with_burst(ops).unwrap();
+            let steps = vec![
+                check(t, 999_999_999),
+                stand(t, 1_000_000_000),
+                check(t + MS, 1_000_000_000),
+                check(t + 2 * MS, ops),
+                stand(t + 3 * MS, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // den = 5^10 (7 digits) and 5^11 (8 digits); num = 9,999,996
+        // and 10^7 (whole tokens a nanosecond).
+        for (name, r) in [
+            ("den 5^10", "0.001171875"),
+            ("den 5^11", "0.001015625"),
+            ("num 10^7 - 4", "9536739349.365234375"),
+            ("num 10^7", "9536743164.0625"),
+        ] {
+            let pool = TokenPool::new(spec(r)).with_backlog_cap(Duration::ZERO);
+            let steps = vec![
+                check(t, 1),
+                stand(t, 1),
+                check(t + 1, 1),
+                check(t + 3, 1),
+                stand(t + 3, 1),
+                check(t + 700 * S, 1),
+                stand(t + 700 * S, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // At 1000/s, num = 16384: 2^52 / 16384 = 274,877,906,944 ns since
+        // the last fill, just within and just past; a time 4 * 10^6 s
+        // back (at 0 it stays at 0), and just less.
+        let pool = TokenPool::new(spec("1000,2"));
+        let idle = 274_877_906_944;
+        let steps = vec![
+            check(t, 3),
+            check(t + idle - 1, 3),
+            check(t + 2 * idle - 1, 3),
+            check(t + 3 * idle, 3),
+            stand(t + 3 * idle + 1, 1),
+            check((t + 3 * idle).saturating_sub(4_000_001 * S), 1),
+            stand((t + 3 * idle).saturating_sub(3_999_999 * S), 1),
+        ];
+        cases.push(("time since the fill", pool, steps));
+        // At 10^7/s with ratio 1000 and a backlog of a millisecond:
+        // A = 10,485,760,000 tokens and B = 999 A, so that a fill of 430
+        // tokens (41 ns) times B passes 2^52.
+        let pool = TokenPool::new(
+            RateSpec::new(1e7)
+                .unwrap()
+                .with_burst_ratio(1000.0)
+                .unwrap(),
+        )
+        .with_backlog_cap(Duration::from_millis(1));
+        let mut steps = vec![check(t, 5_000_000)];
+        let mut at = t;
+        for gap in [40, 41, 42, 40, 39, 43, 41] {
+            at += gap;
+            steps.push(check(at, 2));
+            steps.push(stand(at, 1));
+        }
+        cases.push(("fill times B", pool, steps));
+        // At 1000/s (den 15625) a debt of 274,877 ops times den is just
+        // below 2^52 tokens, 274,878 just above.
+        for (name, debt) in [("debt below", 274_877), ("debt above", 274_878)] {
+            let pool = TokenPool::new(spec("1000,2"));
+            let steps = vec![
+                check(t, 1),
+                Step::Settle(t, debt),
+                check(t, 1),
+                stand(t + 1, 1),
+                check(t + 100 * S, 1),
+                stand(t + 300 * S, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // A = B = 2^26 tokens (64,000/s, ratio 2): the headroom times A
+        // reaches 2^52 only with the whole headroom missing.
+        let pool = TokenPool::new(spec("64000,2"));
+        let steps = vec![
+            check(t, 64),
+            stand(t, 1),
+            check(t, 64),
+            stand(t + 1, 1),
+            check(t + MS, 1),
+            check(t + 10 * MS, 65),
+            stand(t + 10 * MS, 1),
+        ];
+        cases.push(("headroom times A", pool, steps));
+    }
+    // Near 2^64: expiries of a second or so and of 40 s, past 2^64.
+    for (name, r) in [("1/s near 2^64", "1"), ("0.1/s near 2^64", "0.1,2")] {
+        let pool = TokenPool::new(spec(r));
+        let steps = vec![
+            check(end, 1),
+            stand(end, 1),
+            check(end + S, 1),
+            check(end + 19 * S, 1),
+            stand(end + 19 * S, 1),
+            check(u64::MAX - 1, 1),
+        ];
+        cases.push((name, pool, steps));
+    }
+    let mut seen = [0u32; 3];
+    for (i, (name, pool, steps)) in cases.iter().enumerate() {
+        let key = format!("pool-bound-{i}");
+        let shared = Limit::TokenPool(pool.clone());
+        let got = agrees(&store, &clock, pool, shared, &key, steps).await;
+        assert!(got[0] > 0, "{name}: no step admitted: {got:?} {pool:?}");
+        for (s, g) in seen.iter_mut().zip(got) {
+            *s += g;
+        }
+    }
+    assert!(seen[0] > 20 && seen[2] > 20, "{seen:?}");
 }

@@ -9,7 +9,7 @@
 -- as (S - t1) 10^9 + N - t2 with S - t1 below 4 * 10^6 seconds. Every
 -- product (the time since the last fill times num, a fill times B, a
 -- value times den, the headroom times A) is checked below 2^52 before it
--- is formed, and a debt or level of more than 15 digits hands over too:
+-- is formed, and so is each level and debt:
 -- where a bound could be passed it returns nil, before it writes, to the
 -- general path.
 
@@ -19,7 +19,9 @@
 local function fast_tp(op, a0, key)
   local cs, As, Bs, caps = ARGV[a0 + 3], ARGV[a0 + 4], ARGV[a0 + 5], ARGV[a0 + 6]
   local ns_, ds = ARGV[a0 + 7], ARGV[a0 + 8]
-  if #cs > 9 or #As > 15 or #Bs > 15 or #caps > 15 or #ns_ > 7 or #ds > 7 then
+  -- Below 10^16, each reads exactly up to 2^53 and rounded, to 2^53 or
+  -- more, above: then its sum is far from 2^51.
+  if #cs > 9 or #As > 16 or #Bs > 16 or #caps > 16 or #ns_ > 7 or #ds > 7 then
     return nil
   end
   local cost, A, B, cap = tonumber(cs), tonumber(As), tonumber(Bs), tonumber(caps)
@@ -42,7 +44,7 @@ local function fast_tp(op, a0, key)
   local a, w, c, t, d, since
   if v[1] then
     for k = 1, 5 do
-      if #v[k] > 15 and k ~= 4 then return nil end
+      if #v[k] > 16 and k ~= 4 then return nil end
     end
     a, w, c, d = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[5])
     if a >= LIM or w >= LIM or c >= LIM or d >= LIM then return nil end
