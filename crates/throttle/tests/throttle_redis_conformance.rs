@@ -419,6 +419,9 @@ async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
         ("at", pool("0.01,1.5"), 1, 0),
         // Four ops taken and one more owed: 5 ops.
         ("owed", pool("0.01,2"), 4, 1),
+        // At 1/64 op a second (a meter over 5^9, which the script's fast
+        // step takes), ratio 2: one op of refill is 64 s.
+        ("fast", pool("0.015625,2"), 1, 0),
     ] {
         assert!(store
             .check_at(&limit, key, today, cost)
@@ -435,7 +438,10 @@ async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
     }
     // Whole seconds of refill, rounded up to the next millisecond, less
     // the moments since the call.
-    for (got, want) in ttl.into_iter().zip([100_001, 200_001, 200_001, 500_001]) {
+    for (got, want) in ttl
+        .into_iter()
+        .zip([100_001, 200_001, 200_001, 500_001, 64_001])
+    {
         assert!((want - 1_000..=want).contains(&got), "{got} ms, not {want}");
     }
 }
