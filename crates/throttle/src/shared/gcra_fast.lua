@@ -11,10 +11,11 @@
 -- stored time t1 10^9 + t2, the lead t - T is a double while t1 - q1 is
 -- below 4 * 10^6. Every other value is a bounded product, checked before
 -- it is formed: cost, burst and queue below 10^9 (ops of 2^20 tokens, so
--- below 2^50 tokens), num below 2^23 and den below 2^22, so that
--- now num and each remainder times 10^9 stay below 2^52; a value times
--- den must stay below 2^52 too. Where a bound could be passed it returns
--- nil, before it writes, to the general path.
+-- below 2^50 tokens), num below 2^23 and den below 2^22, so that each
+-- remainder times 10^9 stays below 2^52; the time's seconds times num,
+-- and every value times den, must stay below 2^52 too, and the key's
+-- expiry short of 2^64. Where a bound could be passed it returns nil,
+-- before it writes, to the general path.
 
 -- The answer values of check `op` of one GCRA, its arguments after
 -- ARGV[a0] and its key `key`, as `gcra.check`, `gcra.standing` and
