@@ -1051,7 +1051,7 @@ async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
 /// the key's last fill, and hands a check over to its limbs where a bound
 /// could be passed: a cost below 10^9 ops, A + B + cap below 2^51 tokens,
 /// num and den below 10^7, a time since the fill within 4 * 10^6 s whose
-/// product with num stays below 2^52, a fill below A times B below
+/// product with num stays below 2^52, a fill below A times B mod A below
 /// 2^52, every value times den and the headroom times A below 2^52, and
 /// an expiry short of 2^64. Each pool here sits just inside or just
 /// outside one of them, and both paths answer as memory does.
@@ -1114,24 +1114,29 @@ async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() 
             stand((t + 3 * idle).saturating_sub(3_999_999 * S), 1),
         ];
         cases.push(("time since the fill", pool, steps));
-        // At 10^7/s with ratio 1000 and a backlog of a millisecond:
-        // A = 10,485,760,000 tokens and B = 999 A, so that a fill of 430
-        // tokens (41 ns) times B passes 2^52.
-        let pool = TokenPool::new(
-            RateSpec::new(1e7)
-                .unwrap()
-                .with_burst_ratio(1000.0)
-                .unwrap(),
-        )
-        .with_backlog_cap(Duration::from_millis(1));
-        let mut steps = vec![check(t, 5_000_000)];
-        let mut at = t;
-        for gap in [40, 41, 42, 40, 39, 43, 41] {
-            at += gap;
-            steps.push(check(at, 2));
-            steps.push(stand(at, 1));
+        // At 10^7/s with ratio 1000 and 999.5 and a backlog of a
+        // millisecond: A = 10,485,760,000 tokens and B = 999 A (a fill
+        // below A moves 999 times itself) or 998.5 A, so that a fill of
+        // 859 tokens (82 ns) times B mod A = A / 2 passes 2^52.
+        for (name, ratio, gaps) in [
+            ("fill times B", 1000.0, [40, 41, 42, 40, 39, 43, 41, 900]),
+            (
+                "fill times B mod A",
+                999.5,
+                [81, 82, 83, 80, 82, 84, 81, 900],
+            ),
+        ] {
+            let rate = RateSpec::new(1e7).unwrap().with_burst_ratio(ratio).unwrap();
+            let pool = TokenPool::new(rate).with_backlog_cap(Duration::from_millis(1));
+            let mut steps = vec![check(t, 5_000_000)];
+            let mut at = t;
+            for gap in gaps {
+                at += gap;
+                steps.push(check(at, 2));
+                steps.push(stand(at, 1));
+            }
+            cases.push((name, pool, steps));
         }
-        cases.push(("fill times B", pool, steps));
         // At 1000/s (den 15625) a debt of 274,877 ops times den is just
         // below 2^52 tokens, 274,878 just above.
         for (name, debt) in [("debt below", 274_877), ("debt above", 274_878)] {

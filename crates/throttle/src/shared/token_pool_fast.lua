@@ -7,7 +7,7 @@
 -- A + B + cap, held below 2^51; its time is the nanoseconds since the
 -- epoch, so this step takes the time since the last fill, in base 10^9,
 -- as (S - t1) 10^9 + N - t2 with S - t1 below 4 * 10^6 seconds. Every
--- product (the time since the last fill times num, a fill times B, a
+-- product (the time since the last fill times num, a fill times B mod A, a
 -- value times den, the headroom times A) is checked below 2^52 before it
 -- is formed, and so is each level and debt:
 -- where a bound could be passed it returns nil, before it writes, to the
@@ -71,10 +71,14 @@ local function fast_tp(op, a0, key)
       local to_active = A > a and A - a or 0
       if f < to_active then to_active = f end
       a, w = a + to_active, w + f - to_active
+      -- floor(f B / A) = f qb + floor(f rb / A), with B = qb A + rb: f qb
+      -- is below B.
       local allowed = B
       if f < A then
-        if f * B >= LIM then return nil end
-        allowed = divmod(f * B, A)
+        local qb, rb = divmod(B, A)
+        local y = f * rb
+        if y >= LIM then return nil end
+        allowed = f * qb + divmod(y, A)
       end
       local room = top > a and top - a or 0
       if room < allowed then allowed = room end
