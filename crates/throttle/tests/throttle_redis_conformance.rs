@@ -1118,17 +1118,31 @@ async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() 
         // millisecond: A = 10,485,760,000 tokens and B = 999 A (a fill
         // below A moves 999 times itself) or 998.5 A, so that a fill of
         // 859 tokens (82 ns) times B mod A = A / 2 passes 2^52.
-        for (name, ratio, gaps) in [
-            ("fill times B", 1000.0, [40, 41, 42, 40, 39, 43, 41, 900]),
+        for (name, ratio, first, gaps) in [
+            (
+                "fill times B",
+                1000.0,
+                5_000_000,
+                [40, 41, 42, 40, 39, 43, 41, 900],
+            ),
+            // B = A / 10 in lowest terms: a fill of 4.3 * 10^6 tokens
+            // (410 µs) times B passes 2^52.
+            (
+                "fill times B / 10",
+                1.1,
+                10_000,
+                [400_000, 410_000, 420_000, 5, 430_000, 9_000_000, 1, 2],
+            ),
             (
                 "fill times B mod A",
                 999.5,
+                5_000_000,
                 [81, 82, 83, 80, 82, 84, 81, 900],
             ),
         ] {
             let rate = RateSpec::new(1e7).unwrap().with_burst_ratio(ratio).unwrap();
             let pool = TokenPool::new(rate).with_backlog_cap(Duration::from_millis(1));
-            let mut steps = vec![check(t, 5_000_000)];
+            let mut steps = vec![check(t, first)];
             let mut at = t;
             for gap in gaps {
                 at += gap;
@@ -1151,6 +1165,30 @@ async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() 
             ];
             cases.push((name, pool, steps));
         }
+        // At 257,110.595703125/s (269.6 tokens a nanosecond) and ratio
+        // 1.123457, A = 269,600,000 and B = 33,283,007 share no factor: a
+        // fill of more than 2^52 / B tokens (about 500 µs) hands over, and
+        // so does the headroom times A / B where a >= A.
+        let rate = RateSpec::new(257_110.595_703_125)
+            .unwrap()
+            .with_burst_ratio(1.123457)
+            .unwrap();
+        let pool = TokenPool::new(rate).with_backlog_cap(Duration::from_millis(1));
+        let mut steps = vec![check(t, 250), stand(t, 1)];
+        let mut at = t;
+        for (gap, cost) in [
+            (400_000, 100),
+            (450_000, 120),
+            (600_000, 150),
+            (5, 1),
+            (700_000, 260),
+            (7, 3),
+        ] {
+            at += gap;
+            steps.push(check(at, cost));
+            steps.push(stand(at, 1));
+        }
+        cases.push(("B / A in lowest terms large", pool, steps));
         // A = B = 2^26 tokens (64,000/s, ratio 2): the headroom times A
         // reaches 2^52 only with the whole headroom missing.
         let pool = TokenPool::new(spec("64000,2"));

@@ -7,9 +7,9 @@
 -- A + B + cap, held below 2^51; its time is the nanoseconds since the
 -- epoch, so this step takes the time since the last fill, in base 10^9,
 -- as (S - t1) 10^9 + N - t2 with S - t1 below 4 * 10^6 seconds. Every
--- product (the time since the last fill times num, a fill times B mod A, a
--- value times den, the headroom times A) is checked below 2^52 before it
--- is formed, and so is each level and debt:
+-- product (the time since the last fill times num, a value times den,
+-- the parts of a fill times B / A and of the headroom times A / B) is
+-- checked below 2^52 before it is formed, and so is each level and debt:
 -- where a bound could be passed it returns nil, before it writes, to the
 -- general path.
 
@@ -37,6 +37,29 @@ local function fast_tp(op, a0, key)
     if r < 0 then return q - 1, r + d end
     if r >= d then return q + 1, r - d end
     return q, r
+  end
+  -- floor(x n / d), or with `up` its ceiling, for a quotient below
+  -- 2^51: x qn + x rn / d with n = qn d + rn, and where x rn reaches 2^52,
+  -- rn / d in lowest terms, r2 / d2 (a burst ratio of 1.1 makes B / A
+  -- 1 / 10), with x's quotient and remainder by d2 apart: nil for d2 of
+  -- 2^26 or more.
+  local function muldiv(x, n, d, up)
+    local qn, rn = divmod(n, d)
+    local base, y = x * qn, x * rn
+    if y >= LIM then
+      local g, h = d, rn
+      while h > 0 do
+        local _, r = divmod(g, h)
+        g, h = h, r
+      end
+      d, rn = d / g, rn / g
+      if d >= 67108864 then return nil end
+      local xq, xr = divmod(x, d)
+      base, y = base + xq * rn, xr * rn
+    end
+    local q, r = divmod(y, d)
+    if up and r > 0 then q = q + 1 end
+    return base + q
   end
   local v = redis.call("HMGET", key, "a", "w", "c", "t", "d")
   -- The state, and since: the nanoseconds from its fill to now (0 for a
@@ -71,14 +94,10 @@ local function fast_tp(op, a0, key)
       local to_active = A > a and A - a or 0
       if f < to_active then to_active = f end
       a, w = a + to_active, w + f - to_active
-      -- floor(f B / A) = f qb + floor(f rb / A), with B = qb A + rb: f qb
-      -- is below B.
       local allowed = B
       if f < A then
-        local qb, rb = divmod(B, A)
-        local y = f * rb
-        if y >= LIM then return nil end
-        allowed = f * qb + divmod(y, A)
+        allowed = muldiv(f, B, A)
+        if not allowed then return nil end
       end
       local room = top > a and top - a or 0
       if room < allowed then allowed = room end
@@ -128,9 +147,8 @@ local function fast_tp(op, a0, key)
     if a < A then
       if f < A then f = A end
     else
-      local y = (top - a) * A
-      if y + B >= LIM then return nil end
-      local g = divmod(y + B - 1, B)
+      local g = muldiv(top - a, A, B, true)
+      if not g then return nil end
       if f < g then f = g end
     end
   end
