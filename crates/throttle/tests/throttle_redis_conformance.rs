@@ -1051,8 +1051,9 @@ async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
 /// the key's last fill, and hands a check over to its limbs where a bound
 /// could be passed: a cost below 10^9 ops, A + B + cap below 2^51 tokens,
 /// num and den below 10^7, a time since the fill within 4 * 10^6 s whose
-/// product with num stays below 2^52, a fill below A times B mod A below
-/// 2^52, every value times den and the headroom times A below 2^52, and
+/// product with num stays below 2^52 (or a fill that fills any pool), a
+/// fill below A times B / A in lowest terms below 2^52, every value
+/// times den and the headroom times A below 2^52, and
 /// an expiry short of 2^64. Each pool here sits just inside or just
 /// outside one of them, and both paths answer as memory does.
 #[tokio::test]
@@ -1114,6 +1115,23 @@ async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() 
             stand((t + 3 * idle).saturating_sub(3_999_999 * S), 1),
         ];
         cases.push(("time since the fill", pool, steps));
+        // A bucket of a million ops at 1000/s: a fill after 2^52 / 16384
+        // ns less one is exact, one just past it (2.9 * 10^11 tokens)
+        // fills no pool of 10^12 tokens and hands over, one ten times as
+        // long (and one of 5 * 10^6 s) fills it whatever its size.
+        let pool = TokenPool::new(spec("1000")).with_burst(1_000_000).unwrap();
+        let steps = vec![
+            check(t, 999_999),
+            check(t + idle - 1, 1),
+            stand(t + idle - 1, 1),
+            check(t + 2 * idle, 999_999),
+            stand(t + 2 * idle, 1),
+            check(t + 12 * idle, 999_999),
+            stand(t + 12 * idle, 1),
+            check(t + 12 * idle + 5_000_000 * S, 1_000_000),
+            stand(t + 12 * idle + 5_000_000 * S + 7, 1),
+        ];
+        cases.push(("a fill far past the pool", pool, steps));
         // At 10^7/s with ratio 1000 and 999.5 and a backlog of a
         // millisecond: A = 10,485,760,000 tokens and B = 999 A (a fill
         // below A moves 999 times itself) or 998.5 A, so that a fill of

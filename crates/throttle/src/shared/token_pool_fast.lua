@@ -6,10 +6,13 @@
 -- `tp.standing`, `tp.fresh_in`) on doubles alone. Its levels stay below
 -- A + B + cap, held below 2^51; its time is the nanoseconds since the
 -- epoch, so this step takes the time since the last fill, in base 10^9,
--- as (S - t1) 10^9 + N - t2 with S - t1 below 4 * 10^6 seconds. Every
--- product (the time since the last fill times num, a value times den,
--- the parts of a fill times B / A and of the headroom times A / B) is
--- checked below 2^52 before it is formed, and so is each level and debt:
+-- as (S - t1) 10^9 + N - t2 with S - t1 below 4 * 10^6 seconds (a fill
+-- of a longer time, or one whose tokens pass 2^52, is taken only where it
+-- fills any pool whatever its exact size). Every
+-- product (the time since the last fill times num, and the parts of a
+-- value times den / num, of a fill times B / A and of the headroom times
+-- A / B) is checked below 2^52 before it is formed, and so is each level
+-- and debt:
 -- where a bound could be passed it returns nil, before it writes, to the
 -- general path.
 
@@ -38,33 +41,35 @@ local function fast_tp(op, a0, key)
     if r >= d then return q + 1, r - d end
     return q, r
   end
-  -- floor(x n / d), or with `up` its ceiling, for a quotient below
-  -- 2^51: x qn + x rn / d with n = qn d + rn, and where x rn reaches 2^52,
-  -- rn / d in lowest terms, r2 / d2 (a burst ratio of 1.1 makes B / A
-  -- 1 / 10), with x's quotient and remainder by d2 apart: nil for d2 of
-  -- 2^26 or more.
-  local function muldiv(x, n, d, up)
+  -- floor(x n / d) and x n mod d, for a quotient below 2^51: x qn +
+  -- x rn / d with n = qn d + rn, and where x rn reaches 2^52, rn / d in
+  -- lowest terms, r2 / d2 (a burst ratio of 1.1 makes B / A 1 / 10; a
+  -- meter's den / num has d2 below 10^7), with x's quotient and remainder
+  -- by d2 apart; nil for d2 of 2^26 or more.
+  local function muldiv(x, n, d)
+    if x * n / d >= 2251799813685248 then return nil end
     local qn, rn = divmod(n, d)
     local base, y = x * qn, x * rn
-    if y >= LIM then
-      local g, h = d, rn
-      while h > 0 do
-        local _, r = divmod(g, h)
-        g, h = h, r
-      end
-      d, rn = d / g, rn / g
-      if d >= 67108864 then return nil end
-      local xq, xr = divmod(x, d)
-      base, y = base + xq * rn, xr * rn
+    if y < LIM then
+      local q, r = divmod(y, d)
+      return base + q, r
     end
-    local q, r = divmod(y, d)
-    if up and r > 0 then q = q + 1 end
-    return base + q
+    local g, h = d, rn
+    while h > 0 do
+      local _, r = divmod(g, h)
+      g, h = h, r
+    end
+    local d2, r2 = d / g, rn / g
+    if d2 >= 67108864 then return nil end
+    local xq, xr = divmod(x, d2)
+    local q, r = divmod(xr * r2, d2)
+    return base + xq * r2 + q, r * g
   end
   local v = redis.call("HMGET", key, "a", "w", "c", "t", "d")
   -- The state, and since: the nanoseconds from its fill to now (0 for a
   -- fresh one, negative for a time that went back).
   local a, w, c, t, d, since
+  local e1, e2 = 0, 0
   if v[1] then
     for k = 1, 5 do
       if #v[k] > 16 and k ~= 4 then return nil end
@@ -74,19 +79,32 @@ local function fast_tp(op, a0, key)
     t = v[4]
     if #t > 20 then return nil end
     local t1 = #t > 9 and tonumber(string.sub(t, 1, -10)) or 0
-    local e1 = fast_S - t1
-    if e1 > 4000000 or e1 < -4000000 then return nil end
-    since = e1 * 1000000000 + fast_N - tonumber(string.sub(t, -9))
+    e1, e2 = fast_S - t1, fast_N - tonumber(string.sub(t, -9))
+    if e1 < -4000000 then return nil end
+    -- Exact within 4 * 10^6 s; beyond, only as far as a fill far past
+    -- any pool.
+    since = e1 <= 4000000 and e1 * 1000000000 + e2 or math.huge
   else
     a, w, c, t, d, since = top, cap, 0, fast_now, 0, 0
   end
   -- tp.advance: the meter's tokens for the time since the fill, the debt
   -- repaid first, the rest filling the pool (the core's `Pool::fill`).
-  if since > 0 then
-    local scaled = since * num
-    if scaled >= LIM then return nil end
+  local scaled = since * num + c
+  if since > 0 and scaled >= LIM then
+    -- A fill of at least L tokens: where that repays the debt and fills
+    -- the pool to A + B and the backlog to its cap whatever its size
+    -- (from d + A + B + cap + A on), only the carry needs the exact
+    -- time: ((since mod den) num + c) mod den.
+    local L = (e1 - 1) * 1000000000 * num / den * (1 - 2 ^ -30) - 1
+    if L <= (d + top + cap + A) * (1 + 2 ^ -30) + 2 then return nil end
+    local _, r1 = divmod(e1, den)
+    local _, b9 = divmod(1000000000, den)
+    local _, sm = divmod(r1 * b9 + e2, den)
+    local _, c2 = divmod(sm * num + c, den)
+    a, w, c, d, t = top, cap, c2, 0, fast_now
+  elseif since > 0 then
     local f
-    f, c = divmod(scaled + c, den)
+    f, c = divmod(scaled, den)
     t = fast_now
     local repaid = f < d and f or d
     d, f = d - repaid, f - repaid
@@ -108,9 +126,8 @@ local function fast_tp(op, a0, key)
   end
   -- The fewest nanoseconds whose tokens are at least x: ceil(x den / num).
   local function ceil_ns(x)
-    local y = x * den
-    if y >= LIM then return nil end
-    local q, r = divmod(y, num)
+    local q, r = muldiv(x, den, num)
+    if not q then return nil end
     return r > 0 and q + 1 or q
   end
   local TPO = 1048576
@@ -147,16 +164,18 @@ local function fast_tp(op, a0, key)
     if a < A then
       if f < A then f = A end
     else
-      local g = muldiv(top - a, A, B, true)
+      local g, r = muldiv(top - a, A, B)
       if not g then return nil end
+      if r > 0 then g = g + 1 end
       if f < g then f = g end
     end
   end
+  -- ceil(((f + d) den - c) / num) = q + ceil((r - c) / num).
   local e = 0
   if f + d > 0 then
-    local x = (f + d) * den
-    if x >= LIM then return nil end
-    e = divmod(x - c + num - 1, num)
+    local q, r = muldiv(f + d, den, num)
+    if not q then return nil end
+    e = q + divmod(r - c + num - 1, num)
   end
   -- The fill's time is now, or later than now where the time went back.
   local fresh = e + (since < 0 and -since or 0)
