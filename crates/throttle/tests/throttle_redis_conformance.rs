@@ -822,8 +822,8 @@ async fn clocked_store(server: &RedisServer) -> (RedisStore, tollgate::ManualClo
 /// could be passed: cost, burst and queue below 10^9 ops, a meter of
 /// num / den tokens a nanosecond with num below 2^23 and den below 2^22,
 /// the time's seconds times num below 2^52, a lead over the time's
-/// tokens below 4 * 10^15, every value times den below 2^52, and an
-/// expiry short of 2^64. Each limit here sits just inside or just
+/// tokens below 4 * 10^15, every time below 2^51 ns, and an expiry short
+/// of 2^64. Each limit here sits just inside or just
 /// outside one of them, and both paths answer as memory does.
 #[tokio::test]
 async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
@@ -876,9 +876,11 @@ async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
         // den = 5^9 < 2^22 and 5^10 > 2^22.
         cases.push(("den 5^9", gcra("0.001953125", 2, 3), common(t, 2, 3)));
         cases.push(("den 5^10", gcra("0.001171875", 2, 3), common(t, 2, 3)));
-        // A value times den of 2^52: 2199.02 ops at den 5^9.
+        // Times of 2^51 ns: 4398.05 ops of 512 s.
         let steps = vec![
-            check(t, 2_199),
+            check(t, 4_000),
+            stand(t, 0),
+            check(t, 398),
             stand(t, 0),
             check(t, 1),
             stand(t, 0),
@@ -886,11 +888,7 @@ async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
             check(t + 512 * S, 2_000),
             stand(t + 512 * S, 1),
         ];
-        cases.push((
-            "value den near 2^52",
-            gcra("0.001953125", 2_199, 200),
-            steps,
-        ));
+        cases.push(("times near 2^51 ns", gcra("0.001953125", 4_000, 800), steps));
     }
     // num = 2^23 - 4 and 2^23 (whole tokens a nanosecond) at time 0;
     // seconds times num just below and above 2^52 today.

@@ -12,10 +12,10 @@
 -- below 4 * 10^6. Every other value is a bounded product, checked before
 -- it is formed: cost, burst and queue below 10^9 (ops of 2^20 tokens, so
 -- below 2^50 tokens), num below 2^23 and den below 2^22, so that each
--- remainder times 10^9 stays below 2^52; the time's seconds times num,
--- and every value times den, must stay below 2^52 too, and the key's
--- expiry short of 2^64. Where a bound could be passed it returns nil,
--- before it writes, to the general path.
+-- remainder times 10^9 stays below 2^52; the time's seconds times num
+-- must stay below 2^52 too, every time below 2^51 nanoseconds, and the
+-- key's expiry short of 2^64. Where a bound could be passed it returns
+-- nil, before it writes, to the general path.
 
 -- The answer values of check `op` of one GCRA, its arguments after
 -- ARGV[a0] and its key `key`, as `gcra.check`, `gcra.standing` and
@@ -60,12 +60,13 @@ local function fast_gcra(op, a0, key)
       if d > 0 then lead = d end
     end
   end
-  -- The fewest nanoseconds whose tokens are at least x: ceil(x den / num).
-  local function ceil_ns(x)
-    local y = x * den
-    if y >= 4503599627370496 then return nil end
-    local q, r = divmod(y, num)
-    return r > 0 and q + 1 or q
+  -- ceil((x den - s) / num), for 0 <= s < den and a result below 2^51:
+  -- with x = xq num + xr, xq den + ceil((xr den - s) / num), xr den below
+  -- 2^45. The fewest nanoseconds whose tokens are at least x for s = 0.
+  local function ceil_ns(x, s)
+    if x * den / num >= 2251799813685248 then return nil end
+    local xq, xr = divmod(x, num)
+    return xq * den + divmod(xr * den - (s or 0) + num - 1, num)
   end
   local TPO = 1048576
   local burst_t, most_t = burst * TPO, most * TPO
@@ -100,13 +101,9 @@ local function fast_gcra(op, a0, key)
   end
   -- Admitted: t = T + ahead, expiring ceil((T + ahead) den / num) - now
   -- = ceil((ahead den - rho) / num) from now, not near 2^64.
-  local y = ahead * den
-  if y >= 4503599627370496 then return nil end
-  local fresh = 0
-  if y > rho then
-    local q, r = divmod(y - rho, num)
-    fresh = r > 0 and q + 1 or q
-  end
+  local fresh = ceil_ns(ahead, rho)
+  if not fresh then return nil end
+  if fresh < 0 then fresh = 0 end
   if fast_S + fresh / 1000000000 + 2 >= 18446744073 then return nil end
   local ms = divmod(fresh, 1000000) + 1
   if ARGV[2] ~= "" and ms < 60000 then ms = 60000 end
