@@ -419,6 +419,9 @@ async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
         ("at", pool("0.01,1.5"), 1, 0),
         // Four ops taken and one more owed: 5 ops.
         ("owed", pool("0.01,2"), 4, 1),
+        // At 1/64 op a second (a meter over 5^9, which the script's fast
+        // step takes), ratio 2: one op of refill is 64 s.
+        ("fast", pool("0.015625,2"), 1, 0),
     ] {
         assert!(store
             .check_at(&limit, key, today, cost)
@@ -435,7 +438,10 @@ async fn a_token_pools_key_expires_when_one_refill_would_make_it_fresh() {
     }
     // Whole seconds of refill, rounded up to the next millisecond, less
     // the moments since the call.
-    for (got, want) in ttl.into_iter().zip([100_001, 200_001, 200_001, 500_001]) {
+    for (got, want) in ttl
+        .into_iter()
+        .zip([100_001, 200_001, 200_001, 500_001, 64_001])
+    {
         assert!((want - 1_000..=want).contains(&got), "{got} ms, not {want}");
     }
 }
@@ -738,4 +744,503 @@ async fn token_pools_check_settle_and_stand_as_in_memory_step_by_step() {
     }
     assert_eq!(walks, 27);
     assert!(seen.iter().all(|&n| n > 100), "{seen:?}");
+}
+
+/// Runs `steps` on one key of `policy` in Redis and in memory, asserting
+/// that every answer agrees (checks, checks that say where the key
+/// stands, three checks in one call) and returning how many steps were
+/// admitted, delayed and rejected.
+async fn agrees<P: Policy + Clone + std::fmt::Debug>(
+    store: &RedisStore,
+    clock: &tollgate::ManualClock,
+    policy: &P,
+    shared: Limit,
+    key: &str,
+    steps: &[Step],
+) -> [u32; 3] {
+    let memory: KeyedLimiter<P> = KeyedLimiter::new(policy.clone(), 16);
+    let mut seen = [0u32; 3];
+    let mut count = |v: Verdict| {
+        seen[match v {
+            Verdict::Admit { .. } => 0,
+            Verdict::Delay { .. } => 1,
+            Verdict::Reject { .. } => 2,
+        }] += 1
+    };
+    for (n, &step) in steps.iter().enumerate() {
+        let at = format!("{key} ({policy:?}), step {n}: {step:?}");
+        match step {
+            Step::Check(t, c) => {
+                let v = memory.check("k", t, c);
+                assert_eq!(store.check_at(&shared, key, t, c).await.unwrap(), v, "{at}");
+                count(v);
+            }
+            Step::Stand(t, c) => {
+                clock.set_ns(t);
+                let (at_ns, got) = store.check_each(&[(&shared, key, c)]).await.unwrap();
+                assert_eq!(at_ns, t);
+                let want = memory.update("k", t, |p, s| {
+                    let v = p.check(s, t, c);
+                    (v, p.standing(s, t))
+                });
+                assert_eq!(got, [want], "{at}");
+                count(want.0);
+            }
+            Step::Three(t, c) => {
+                clock.set_ns(t);
+                let checks = [(&shared, key, c); 3];
+                let (_, got) = store.check_each(&checks).await.unwrap();
+                let want: Vec<_> = (0..3)
+                    .map(|_| memory.update("k", t, |p, s| (p.check(s, t, c), p.standing(s, t))))
+                    .collect();
+                let last = want[2].1;
+                let want: Vec<_> = want.into_iter().map(|(v, _)| (v, last)).collect();
+                assert_eq!(got, want, "{at}");
+            }
+            Step::Settle(t, d) => {
+                store.settle_at(&shared, key, t, d).await.unwrap();
+                memory.settle("k", t, d);
+            }
+        }
+    }
+    seen
+}
+
+async fn clocked_store(server: &RedisServer) -> (RedisStore, tollgate::ManualClock) {
+    let clock = tollgate::ManualClock::new();
+    let store = RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    (store, clock)
+}
+
+/// The script decides a common GCRA check on doubles, relative to the
+/// time's tokens, and hands a check over to its limbs where a bound
+/// could be passed: cost, burst and queue below 10^9 ops, a meter of
+/// num / den tokens a nanosecond with num below 2^23 and den below 2^22,
+/// the time's seconds times num below 2^52, a lead over the time's
+/// tokens below 4 * 10^15, every time below 2^51 ns, and an expiry short
+/// of 2^64. Each limit here sits just inside or just
+/// outside one of them, and both paths answer as memory does.
+#[tokio::test]
+async fn gcra_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let gcra = |r: &str, b, q| Gcra::new(r.parse().unwrap(), b, q).unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let end = u64::MAX - 20 * S;
+    let check = |t, c| Step::Check(t, c);
+    let stand = |t, c| Step::Stand(t, c);
+    // A check at each origin, a queue filled and passed, a wait, where
+    // the key stands, and one beyond any burst.
+    let common = |t: u64, b: u64, q: u64| {
+        vec![
+            check(t, 1),
+            stand(t, 1),
+            check(t, b),
+            check(t, q.max(1)),
+            stand(t, b + q),
+            check(t + MS, 1),
+            Step::Three(t + 2 * MS, 1),
+            check(t + 3 * S, b),
+            check(t + 3 * S, b + q + 1),
+            stand(t + 4 * S, b + q + 1),
+        ]
+    };
+    let mut cases: Vec<(&str, Gcra, Vec<Step>)> = Vec::new();
+    for t in [0, 1, 999_999_999, S, today] {
+        // Cost, burst and queue of 9 digits, and of 10.
+        cases.push((
+            "burst 10^9 - 1",
+            gcra("1000", 999_999_999, 0),
+            common(t, 999_999_999, 0),
+        ));
+        cases.push((
+            "burst 10^9",
+            gcra("1000", 1_000_000_000, 0),
+            common(t, 1_000_000_000, 0),
+        ));
+        cases.push((
+            "queue 10^9 - 1",
+            gcra("1000", 1, 999_999_999),
+            common(t, 1, 999_999_999),
+        ));
+        cases.push((
+            "queue 10^9",
+            gcra("1000", 1, 1_000_000_000),
+            common(t, 1, 1_000_000_000),
+        ));
+        // den = 5^9 < 2^22 and 5^10 > 2^22.
+        cases.push(("den 5^9", gcra("0.001953125", 2, 3), common(t, 2, 3)));
+        cases.push(("den 5^10", gcra("0.001171875", 2, 3), common(t, 2, 3)));
+        // Times of 2^51 ns: 4398.05 ops of 512 s.
+        let steps = vec![
+            check(t, 4_000),
+            stand(t, 0),
+            check(t, 398),
+            stand(t, 0),
+            check(t, 1),
+            stand(t, 0),
+            check(t + 512 * S, 1),
+            check(t + 512 * S, 2_000),
+            stand(t + 512 * S, 1),
+        ];
+        cases.push(("times near 2^51 ns", gcra("0.001953125", 4_000, 800), steps));
+    }
+    // num = 2^23 - 4 and 2^23 (whole tokens a nanosecond) at time 0;
+    // seconds times num just below and above 2^52 today.
+    for (name, r) in [
+        ("num 2^23 - 4", "7999996185.302734375"),
+        ("num 2^23", "8000000000"),
+    ] {
+        cases.push((name, gcra(r, 3, 2), common(0, 3, 2)));
+        cases.push((name, gcra(r, 3, 2), common(999_999_999, 3, 2)));
+    }
+    for (name, r) in [
+        ("S num below 2^52", "2392738342.28515625"),
+        ("S num above 2^52", "2392742156.982421875"),
+    ] {
+        cases.push((name, gcra(r, 3, 2), common(today, 3, 2)));
+    }
+    // A lead of debt just below and above 4 * 10^15 tokens, an op a
+    // nanosecond (2^20 tokens): 3,814,696 and 3,814,699 ops owed.
+    for (name, debt) in [
+        ("lead below 4e15", 3_814_696),
+        ("lead above 4e15", 3_814_699),
+    ] {
+        let steps = vec![
+            check(today, 1),
+            Step::Settle(today, debt),
+            check(today, 1),
+            stand(today + 1, 1),
+            check(today + 3_814_000, 1),
+            stand(today + 3_814_600, 1),
+            check(today + 3_814_700, 5),
+            stand(today + 3_814_800, 3),
+        ];
+        cases.push((name, gcra("1000000000", 5, 0), steps));
+    }
+    // Leads of two, one and no tokens: at 1000/s (16384 / 15625 tokens
+    // a nanosecond) an op admitted today is 2^20 tokens ahead of today's,
+    // and 999,999 ns later one token ahead.
+    let steps = vec![
+        check(today, 1),
+        stand(today + 999_998, 2),
+        stand(today + 999_999, 2),
+        check(today + 999_999, 1),
+        stand(today + 1_000_000, 2),
+        check(today + 1_000_000, 1),
+    ];
+    cases.push(("lead of one token", gcra("1000", 1, 0), steps));
+    // Near 2^64: an expiry 10 s off, then 20 s off (past 2^64), and a
+    // time 19 s on.
+    let steps = vec![
+        check(end, 10),
+        stand(end, 0),
+        check(end, 10),
+        stand(end, 1),
+        check(end + S, 15),
+        check(end + 19 * S, 10),
+        stand(end + 19 * S, 1),
+        check(u64::MAX - 1, 1),
+    ];
+    cases.push(("near 2^64", gcra("1", 30, 5), steps));
+    let mut seen = [0u32; 3];
+    for (i, (name, policy, steps)) in cases.iter().enumerate() {
+        let key = format!("gcra-bound-{i}");
+        let got = agrees(
+            &store,
+            &clock,
+            policy,
+            Limit::Gcra(policy.clone()),
+            &key,
+            steps,
+        )
+        .await;
+        assert!(got[0] > 0, "{name}: no step admitted: {got:?} {policy:?}");
+        for (s, g) in seen.iter_mut().zip(got) {
+            *s += g;
+        }
+    }
+    assert!(seen.iter().all(|&n| n > 20), "{seen:?}");
+}
+
+/// A fixed-seed random walk of GCRA checks, settles and standings, at
+/// times near zero, today and 2^64, on meters of whole and fractional
+/// tokens a nanosecond, agreeing with memory step by step.
+#[tokio::test]
+async fn gcras_check_settle_and_stand_as_in_memory_step_by_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let policies = [
+        ("10", 1, 2),
+        ("3", 2, 0),
+        ("1000", 5, 10),
+        ("123456.789", 10, 3),
+        ("0.25", 2, 1),
+        ("0.001953125", 40, 40),
+        ("1000000000", 100, 1_000),
+        ("7999996185.302734375", 7, 7),
+    ];
+    let today = 1_795_000_000_123_456_789u64;
+    let mut rng = 0x94D0_49BB_1331_11EBu64;
+    let mut walks = 0;
+    let mut seen = [0u32; 3];
+    for (pi, (rate, burst, queue)) in policies.into_iter().enumerate() {
+        let rate: RateSpec = rate.parse().unwrap();
+        let policy = Gcra::new(rate, burst, queue).unwrap();
+        let most = burst + queue;
+        // An op's nanoseconds, at least one.
+        let op = (1_000_000_000_000_000_000u128 / rate.nano_ops_per_sec()).max(1) as u64;
+        for origin in [0, today, u64::MAX - (1 << 40)] {
+            let mut now = origin;
+            let mut steps = Vec::new();
+            for _ in 0..120 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly gaps of up to a few ops, sometimes none, a step
+                // back, or a long one.
+                now = match rng % 32 {
+                    0 => now.saturating_add(rng >> 4),
+                    1 | 2 => now.saturating_add((rng >> 20) % (op.saturating_mul(3 * most) + 1)),
+                    3 | 4 => now.saturating_sub((rng >> 20) % (op.saturating_mul(2) + 1)),
+                    5..=14 => now,
+                    _ => now.saturating_add((rng >> 20) % (op.saturating_mul(2) + 1)),
+                }
+                .min(u64::MAX - 1);
+                let cost = match (rng >> 4) % 16 {
+                    0 => most + 1 + (rng >> 40),
+                    1 => 0,
+                    _ => 1 + (rng >> 12) % (most / 2 + 1),
+                };
+                steps.push(match (rng >> 8) % 12 {
+                    0 => Step::Settle(now, ((rng >> 24) % (most + 3)) as i64),
+                    1 => Step::Settle(now, -(((rng >> 24) % (most + 3)) as i64)),
+                    2 | 3 => Step::Stand(now, cost),
+                    4 => Step::Three(now, cost),
+                    _ => Step::Check(now, cost),
+                });
+            }
+            let key = format!("gcra-walk-{pi}-{origin}");
+            let got = agrees(
+                &store,
+                &clock,
+                &policy,
+                Limit::Gcra(policy.clone()),
+                &key,
+                &steps,
+            )
+            .await;
+            for (s, g) in seen.iter_mut().zip(got) {
+                *s += g;
+            }
+            walks += 1;
+        }
+    }
+    assert_eq!(walks, 24);
+    assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+}
+
+/// The script decides a common token pool check on doubles, relative to
+/// the key's last fill, and hands a check over to its limbs where a bound
+/// could be passed: a cost below 10^9 ops, A + B + cap below 2^51 tokens,
+/// num and den below 10^7, a time since the fill within 4 * 10^6 s whose
+/// product with num stays below 2^52 (or a fill that fills any pool), a
+/// fill below A times B / A in lowest terms below 2^52, every value
+/// times den and the headroom times A below 2^52, and
+/// an expiry short of 2^64. Each pool here sits just inside or just
+/// outside one of them, and both paths answer as memory does.
+#[tokio::test]
+async fn token_pool_checks_agree_on_both_sides_of_each_bound_of_the_fast_step() {
+    let server = RedisServer::start();
+    let (store, clock) = clocked_store(&server).await;
+    let spec = |r: &str| r.parse::<RateSpec>().unwrap();
+    let today = 1_795_000_000_123_456_789u64;
+    let end = u64::MAX - 20 * S;
+    let check = |t, c| Step::Check(t, c);
+    let stand = |t, c| Step::Stand(t, c);
+    let mut cases: Vec<(&str, TokenPool, Vec<Step>)> = Vec::new();
+    for t in [0, 999_999_999, S, today] {
+        // A + B + cap of 2^51 - 2^20 and 2^51 tokens (2^31 ops), and
+        // costs of 9 and 10 digits.
+        for (name, ops) in [("A below 2^51", (1u64 << 31) - 1), ("A of 2^51", 1 << 31)] {
+            let pool = TokenPool::new(spec("1000")).with_burst(ops).unwrap();
+            let steps = vec![
+                check(t, 999_999_999),
+                stand(t, 1_000_000_000),
+                check(t + MS, 1_000_000_000),
+                check(t + 2 * MS, ops),
+                stand(t + 3 * MS, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // den = 5^10 (7 digits) and 5^11 (8 digits); num = 9,999,996
+        // and 10^7 (whole tokens a nanosecond).
+        for (name, r) in [
+            ("den 5^10", "0.001171875"),
+            ("den 5^11", "0.001015625"),
+            ("num 10^7 - 4", "9536739349.365234375"),
+            ("num 10^7", "9536743164.0625"),
+        ] {
+            let pool = TokenPool::new(spec(r)).with_backlog_cap(Duration::ZERO);
+            let steps = vec![
+                check(t, 1),
+                stand(t, 1),
+                check(t + 1, 1),
+                check(t + 3, 1),
+                stand(t + 3, 1),
+                check(t + 700 * S, 1),
+                stand(t + 700 * S, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // At 1000/s, num = 16384: 2^52 / 16384 = 274,877,906,944 ns since
+        // the last fill, just within and just past; a time 4 * 10^6 s
+        // back (at 0 it stays at 0), and just less.
+        let pool = TokenPool::new(spec("1000,2"));
+        let idle = 274_877_906_944;
+        let steps = vec![
+            check(t, 3),
+            check(t + idle - 1, 3),
+            check(t + 2 * idle - 1, 3),
+            check(t + 3 * idle, 3),
+            stand(t + 3 * idle + 1, 1),
+            check((t + 3 * idle).saturating_sub(4_000_001 * S), 1),
+            stand((t + 3 * idle).saturating_sub(3_999_999 * S), 1),
+        ];
+        cases.push(("time since the fill", pool, steps));
+        // A bucket of a million ops at 1000/s: a fill after 2^52 / 16384
+        // ns less one is exact, one just past it (2.9 * 10^11 tokens)
+        // fills no pool of 10^12 tokens and hands over, one ten times as
+        // long (and one of 5 * 10^6 s) fills it whatever its size.
+        let pool = TokenPool::new(spec("1000")).with_burst(1_000_000).unwrap();
+        let steps = vec![
+            check(t, 999_999),
+            check(t + idle - 1, 1),
+            stand(t + idle - 1, 1),
+            check(t + 2 * idle, 999_999),
+            stand(t + 2 * idle, 1),
+            check(t + 12 * idle, 999_999),
+            stand(t + 12 * idle, 1),
+            check(t + 12 * idle + 5_000_000 * S, 1_000_000),
+            stand(t + 12 * idle + 5_000_000 * S + 7, 1),
+        ];
+        cases.push(("a fill far past the pool", pool, steps));
+        // At 10^7/s with ratio 1000 and 999.5 and a backlog of a
+        // millisecond: A = 10,485,760,000 tokens and B = 999 A (a fill
+        // below A moves 999 times itself) or 998.5 A, so that a fill of
+        // 859 tokens (82 ns) times B mod A = A / 2 passes 2^52.
+        for (name, ratio, first, gaps) in [
+            (
+                "fill times B",
+                1000.0,
+                5_000_000,
+                [40, 41, 42, 40, 39, 43, 41, 900],
+            ),
+            // B = A / 10 in lowest terms: a fill of 4.3 * 10^6 tokens
+            // (410 µs) times B passes 2^52.
+            (
+                "fill times B / 10",
+                1.1,
+                10_000,
+                [400_000, 410_000, 420_000, 5, 430_000, 9_000_000, 1, 2],
+            ),
+            (
+                "fill times B mod A",
+                999.5,
+                5_000_000,
+                [81, 82, 83, 80, 82, 84, 81, 900],
+            ),
+        ] {
+            let rate = RateSpec::new(1e7).unwrap().with_burst_ratio(ratio).unwrap();
+            let pool = TokenPool::new(rate).with_backlog_cap(Duration::from_millis(1));
+            let mut steps = vec![check(t, first)];
+            let mut at = t;
+            for gap in gaps {
+                at += gap;
+                steps.push(check(at, 2));
+                steps.push(stand(at, 1));
+            }
+            cases.push((name, pool, steps));
+        }
+        // At 1000/s (den 15625) a debt of 274,877 ops times den is just
+        // below 2^52 tokens, 274,878 just above.
+        for (name, debt) in [("debt below", 274_877), ("debt above", 274_878)] {
+            let pool = TokenPool::new(spec("1000,2"));
+            let steps = vec![
+                check(t, 1),
+                Step::Settle(t, debt),
+                check(t, 1),
+                stand(t + 1, 1),
+                check(t + 100 * S, 1),
+                stand(t + 300 * S, 1),
+            ];
+            cases.push((name, pool, steps));
+        }
+        // At 257,110.595703125/s (269.6 tokens a nanosecond) and ratio
+        // 1.123457, A = 269,600,000 and B = 33,283,007 share no factor: a
+        // fill of more than 2^52 / B tokens (about 500 µs) hands over, and
+        // so does the headroom times A / B where a >= A.
+        let rate = RateSpec::new(257_110.595_703_125)
+            .unwrap()
+            .with_burst_ratio(1.123457)
+            .unwrap();
+        let pool = TokenPool::new(rate).with_backlog_cap(Duration::from_millis(1));
+        let mut steps = vec![check(t, 250), stand(t, 1)];
+        let mut at = t;
+        for (gap, cost) in [
+            (400_000, 100),
+            (450_000, 120),
+            (600_000, 150),
+            (5, 1),
+            (700_000, 260),
+            (7, 3),
+        ] {
+            at += gap;
+            steps.push(check(at, cost));
+            steps.push(stand(at, 1));
+        }
+        cases.push(("B / A in lowest terms large", pool, steps));
+        // A = B = 2^26 tokens (64,000/s, ratio 2): the headroom times A
+        // reaches 2^52 only with the whole headroom missing.
+        let pool = TokenPool::new(spec("64000,2"));
+        let steps = vec![
+            check(t, 64),
+            stand(t, 1),
+            check(t, 64),
+            stand(t + 1, 1),
+            check(t + MS, 1),
+            check(t + 10 * MS, 65),
+            stand(t + 10 * MS, 1),
+        ];
+        cases.push(("headroom times A", pool, steps));
+    }
+    // Near 2^64: expiries of a second or so and of 40 s, past 2^64.
+    for (name, r) in [("1/s near 2^64", "1"), ("0.1/s near 2^64", "0.1,2")] {
+        let pool = TokenPool::new(spec(r));
+        let steps = vec![
+            check(end, 1),
+            stand(end, 1),
+            check(end + S, 1),
+            check(end + 19 * S, 1),
+            stand(end + 19 * S, 1),
+            check(u64::MAX - 1, 1),
+        ];
+        cases.push((name, pool, steps));
+    }
+    let mut seen = [0u32; 3];
+    for (i, (name, pool, steps)) in cases.iter().enumerate() {
+        let key = format!("pool-bound-{i}");
+        let shared = Limit::TokenPool(pool.clone());
+        let got = agrees(&store, &clock, pool, shared, &key, steps).await;
+        assert!(got[0] > 0, "{name}: no step admitted: {got:?} {pool:?}");
+        for (s, g) in seen.iter_mut().zip(got) {
+            *s += g;
+        }
+    }
+    assert!(seen[0] > 20 && seen[2] > 20, "{seen:?}");
 }

@@ -5,8 +5,9 @@
 -- below 2^48 (counts, limits, durations, window indexes), 24-bit limbs
 -- above (a GCRA's tokens); the time is S seconds and N nanoseconds, whole
 -- only where a step needs it (a GCRA's meter, windows of 6.5 days or
--- more). A check of one fixed window or sliding window counter on small
--- numbers takes the fast path below, on doubles alone.
+-- more). A check of one fixed window, sliding window counter, GCRA or
+-- token pool on small numbers takes the fast path below, on doubles
+-- alone.
 --
 -- KEYS: one state key per item.
 -- ARGV[1]: "check", "standing" (a check that also says where each key
@@ -41,12 +42,14 @@
 -- way it writes a ban a rejection starts, the rejections a sliding log
 -- that logs them logged, and each token pool's refill (not its charge).
 
--- The common call, a check of one fixed window or sliding window counter
--- on small numbers, runs on doubles alone, before the general path defines
--- anything: Redis runs the whole script on every call, and each function
--- it defines costs about 0.1 µs. So does each such check of a batch. A
--- check it cannot take returns nil before it writes, to the general
--- path, which takes the time read here.
+-- The common call, a check of one fixed window, sliding window counter,
+-- GCRA or token pool on small numbers, runs on doubles alone, before the
+-- general path defines anything: Redis runs the whole script on every
+-- call, and each function it defines costs about 0.1 µs. So does each
+-- such check of a batch. A check it cannot take returns nil before it
+-- writes, to the general path, which takes the time read here. The
+-- GCRA's and the token pool's steps are spliced in below, each one
+-- function (`gcra_fast.lua`, `token_pool_fast.lua`).
 local fast_S, fast_N
 do
   local t = ARGV[2]
@@ -85,11 +88,18 @@ local function flush()
   held, held_keys = {}, {}
 end
 
+--@gcra_fast
+--@token_pool_fast
+
 -- The answer values of check `op` of one item, its arguments after
 -- ARGV[a0] and its key `key`; nil for one the general path decides.
 local function fast(op, a0, key)
   if op ~= "check" and op ~= "standing" then return nil end
   local kind = ARGV[a0 + 1]
+  if ARGV[a0 + 2] ~= "s" then
+    if kind == "gcra" then return fast_gcra(op, a0, key) end
+    if kind == "tp" then return fast_tp(op, a0, key) end
+  end
   if kind ~= "fw" and kind ~= "swc" then return nil end
   if ARGV[a0 + 2] == "s" or ARGV[a0 + 9] ~= "0" then return nil end
   local cs, ls, ws = ARGV[a0 + 3], ARGV[a0 + 4], ARGV[a0 + 5]

@@ -27,10 +27,21 @@ const SLIDING_LOG: &str = include_str!("sliding_log.lua");
 /// line.
 const TOKEN_POOL: &str = include_str!("token_pool.lua");
 
-/// The whole script: [`SOURCE`] with the sliding log's and the token
-/// pool's steps and the service kit's limb library spliced in.
+/// The GCRA's fast step, spliced into [`SOURCE`] at its `--@gcra_fast`
+/// line.
+const GCRA_FAST: &str = include_str!("gcra_fast.lua");
+
+/// The token pool's fast step, spliced into [`SOURCE`] at its
+/// `--@token_pool_fast` line.
+const TOKEN_POOL_FAST: &str = include_str!("token_pool_fast.lua");
+
+/// The whole script: [`SOURCE`] with the GCRA's and the token pool's
+/// fast steps, the sliding log's and the token pool's steps and the
+/// service kit's limb library spliced in.
 pub(crate) fn source() -> String {
     let policies = SOURCE
+        .replacen("--@gcra_fast\n", GCRA_FAST, 1)
+        .replacen("--@token_pool_fast\n", TOKEN_POOL_FAST, 1)
         .replacen("--@sliding_log\n", SLIDING_LOG, 1)
         .replacen("--@token_pool\n", TOKEN_POOL, 1);
     tollgate_service::redis_link::with_limbs(&policies)
