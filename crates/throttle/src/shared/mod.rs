@@ -9,9 +9,12 @@
 //! the Rust policy's exact integer arithmetic (Redis' Lua has only
 //! doubles): on doubles while numbers stay below 2^48, with the time as
 //! seconds and nanoseconds, and on multi-limb integers above (a GCRA's
-//! and a token pool's tokens). A
-//! check of one fixed window or sliding window counter on small numbers
-//! runs on doubles alone, before the script defines anything else. The script is loaded once and called by its SHA-1 (`EVALSHA`,
+//! and a token pool's tokens). A check of one fixed window, sliding
+//! window counter, GCRA or token pool on small numbers runs on doubles
+//! alone (`gcra_fast.lua` and `token_pool_fast.lua` hold the last two),
+//! before the script defines anything else, and hands over to the
+//! general path wherever a bound could be passed. The script is loaded
+//! once and called by its SHA-1 (`EVALSHA`,
 //! loaded again on `NOSCRIPT`). One call decides every limit a request
 //! meets, in rule order, and charges nothing when an enforced limit
 //! rejects, so a rejected request costs nothing without a refund (on a
