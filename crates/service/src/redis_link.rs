@@ -61,6 +61,30 @@ pub fn with_limbs(source: &str) -> String {
     source.replacen("--@limbs\n", LIMBS, 1)
 }
 
+/// The hash tag of a Redis key, the part Redis Cluster hashes to find its
+/// slot: the text between its first `{` and the next `}`, or the whole key
+/// when there is none or it is empty. A script's keys must share one.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate_service::redis_link::hash_tag;
+///
+/// assert_eq!(hash_tag("p:{alice}:rule"), "alice");
+/// assert_eq!(hash_tag("p:{a}b}:x"), "a");
+/// assert_eq!(hash_tag("p:{}:x"), "p:{}:x");
+/// assert_eq!(hash_tag("p:{open"), "p:{open");
+/// ```
+pub fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}').map(|close| &rest[..close])
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
+
 mod store_error;
 
 pub use store_error::StoreError;

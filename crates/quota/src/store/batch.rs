@@ -61,17 +61,9 @@ impl Call {
         &self.args[1]
     }
 
-    /// The hash tag of its keys: Redis Cluster's rule (the text between
-    /// the first `{` and the next `}`, if not empty, else the whole key).
+    /// The hash tag of its keys (Redis Cluster's rule).
     fn tag(&self) -> &str {
-        let key = &self.keys[0];
-        key.find('{')
-            .and_then(|open| {
-                let rest = &key[open + 1..];
-                rest.find('}').map(|close| &rest[..close])
-            })
-            .filter(|tag| !tag.is_empty())
-            .unwrap_or(key)
+        tollgate_service::redis_link::hash_tag(&self.keys[0])
     }
 }
 

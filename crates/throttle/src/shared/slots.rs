@@ -3,17 +3,7 @@
 
 use super::script::Item;
 
-/// The hash tag of a Redis key: between its first `{` and the next `}`
-/// (the whole key when there is none or it is empty, as Redis hashes it).
-pub(super) fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}').map(|close| &rest[..close])
-        })
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key)
-}
+pub(super) use tollgate_service::redis_link::hash_tag;
 
 /// The indices of `items` grouped by hash tag, groups in order of first
 /// appearance, items in order within each.
