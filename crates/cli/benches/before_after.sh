@@ -3,15 +3,18 @@
 # build ($BASE) in ABBA order (each round reverses the pair, so neither
 # build always runs second), four rounds of 5 s a row, then the limiter's
 # uncapped row of both builds ($BENCH, $BASE_BENCH: their
-# `target/release/deps/limiter-*`), alternating, three times. Run from the
-# repository root.
+# `target/release/deps/limiter-*`), alternating, three times (left out
+# when BENCH is not set: a change that leaves the limiter alone). Run from
+# the repository root.
 #
 #   T=target/release/tollgate BASE=../old/target/release/tollgate \
 #   BENCH=target/release/deps/limiter-HASH BASE_BENCH=../old/target/release/deps/limiter-HASH \
 #   bash crates/cli/benches/before_after.sh
 set -u
 T=${T:-target/release/tollgate}
-: "${BASE:?set BASE to the baseline tollgate}" "${BENCH:?}" "${BASE_BENCH:?}"
+: "${BASE:?set BASE to the baseline tollgate}"
+BENCH=${BENCH:-}
+[ -z "$BENCH" ] || : "${BASE_BENCH:?set BASE_BENCH beside BENCH}"
 QC=crates/quota/examples/quota-load.yaml; DC=crates/doorman/examples/doorman-fair.yaml
 $BASE quota --config $QC --host 127.0.0.1 --port 15911 --debug-port 0 >/dev/null 2>&1 & QB=$!
 $T quota --config $QC --host 127.0.0.1 --port 15912 --debug-port 0 >/dev/null 2>&1 & QM=$!
@@ -32,6 +35,6 @@ ba() { r=$1
   row $r "getcapacity baseline" --server 127.0.0.1:15901 --clients 1000 --server-pid $SB; }
 ba 1; ab 2; ba 3; ab 4
 kill -INT $QB $QM $SB $SM; wait
-B=$BASE_BENCH; M=$BENCH
-for r in 1 2 3; do for x in $M $B; do echo "=== limiter $r $x"; $x --bench "uncapped/tollgate/1$" --measurement-time 3 --warm-up-time 1 2>&1 | grep -A1 "uncapped/tollgate/1 " | tail -2; done; done
+B=${BASE_BENCH:-}; M=$BENCH
+[ -z "$M" ] || for r in 1 2 3; do for x in $M $B; do echo "=== limiter $r $x"; $x --bench "uncapped/tollgate/1$" --measurement-time 3 --warm-up-time 1 2>&1 | grep -A1 "uncapped/tollgate/1 " | tail -2; done; done
 echo "load at end: $(cat /proc/loadavg)"
